@@ -1,0 +1,56 @@
+# specdash: `make run` serves the dashboard (embedded default), `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-loadgen bench-transport bench-lifecycle clean
+
+$(VENV)/.runtime-installed: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-installed
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+run: $(VENV)/.runtime-installed
+	$(PY) manage.py migrate --no-input -v 0
+	$(PY) manage.py seed_demo
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.dev-installed lint typecheck pytest pytest-browser
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(VENV)/.dev-installed
+	$(VENV)/bin/mypy .
+
+# Browser tests run in their own invocation: Playwright's sync API leaves an event loop
+# running that would break the asyncio tests after it.
+pytest: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest -m "not browser"
+
+pytest-browser: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest -m browser
+
+bench: bench-simulator bench-loadgen bench-transport bench-lifecycle
+
+bench-simulator: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_simulator
+
+bench-loadgen: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_loadgen
+
+bench-transport: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_transport
+
+bench-lifecycle: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_lifecycle
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

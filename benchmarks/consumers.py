@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from typing import Any, cast
+
+from channels.db import database_sync_to_async
+
+from benchmarks import selectors
+from specdash import realtime
+from specdash.consumers import ViewerConsumer
+
+
+class SweepConsumer(ViewerConsumer):
+    """Live samples, finished levels and state changes of one sweep."""
+
+    def group_name(self) -> str:
+        return realtime.sweep_group(self.scope["url_route"]["kwargs"]["sweep_id"])
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        sweep_id = self.scope["url_route"]["kwargs"]["sweep_id"]
+        snapshot = await database_sync_to_async(selectors.sweep_snapshot)(sweep_id=sweep_id)
+        return cast(dict[str, Any] | None, snapshot)
+
+    async def sweep_samples(self, event: dict[str, Any]) -> None:
+        await self.forward(event)
+
+    async def sweep_level(self, event: dict[str, Any]) -> None:
+        await self.forward(event)
+
+    async def sweep_state(self, event: dict[str, Any]) -> None:
+        await self.forward(event)

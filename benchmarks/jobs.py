@@ -1,0 +1,3 @@
+"""Job handlers of the benchmarks app (sweeps, experiments) register here."""
+
+from __future__ import annotations

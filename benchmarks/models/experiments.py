@@ -1,0 +1,108 @@
+"""A/B experiments: profiles x levels, run unattended, then compared."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from hosts.models import Job, ServerInstance, ServerProfile
+
+
+class ExperimentState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+    HALTED = "halted", "Halted (dirty GPU)"
+    INTERRUPTED = "interrupted", "Interrupted"
+
+
+class ExperimentOrder(models.TextChoices):
+    SEQUENTIAL = "sequential", "Sequential (all of A, then all of B)"
+    INTERLEAVED = "interleaved", "Interleaved (A, B, A, B: exposes drift)"
+
+
+class Experiment(models.Model):
+    name = models.CharField(max_length=200)
+    profiles: models.ManyToManyField[ServerProfile, ExperimentArm] = models.ManyToManyField(
+        ServerProfile, through="ExperimentArm", related_name="+"
+    )
+    levels = models.JSONField(default=list)
+    load = models.JSONField(default=dict, blank=True)
+    repeats = models.PositiveSmallIntegerField(default=1)
+    order = models.CharField(
+        max_length=12, choices=ExperimentOrder.choices, default=ExperimentOrder.SEQUENTIAL
+    )
+    continue_on_start_failure = models.BooleanField(default=True)
+    check_output_equivalence = models.BooleanField(default=False)
+    state = models.CharField(
+        max_length=12, choices=ExperimentState.choices, default=ExperimentState.QUEUED
+    )
+    reason = models.TextField(blank=True)
+    notes = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    comparison = models.JSONField(default=dict, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExperimentArm(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="arms")
+    profile = models.ForeignKey(ServerProfile, on_delete=models.PROTECT, related_name="+")
+    label = models.CharField(max_length=20, help_text="A, B, ...")
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["experiment", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "label"], name="arm_unique_label")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.profile}"
+
+
+class StepState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    STOPPING_PREVIOUS = "stopping_previous", "Stopping previous server"
+    STARTING = "starting", "Starting server"
+    SWEEPING = "sweeping", "Sweeping"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class ExperimentStep(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    arm = models.ForeignKey(ExperimentArm, on_delete=models.CASCADE, related_name="steps")
+    repeat = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=20, choices=StepState.choices, default=StepState.PENDING)
+    instance = models.ForeignKey(
+        ServerInstance, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "index"], name="step_unique_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.experiment} step {self.index}"

@@ -1,0 +1,124 @@
+"""Concurrency sweeps: a target server, a list of levels, load settings, and what was measured."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from hosts.models import Job, ServerInstance, ServerProfile
+
+DEFAULT_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
+
+
+class SweepState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"  # e.g. the server died mid-sweep; completed levels are kept
+    INTERRUPTED = "interrupted", "Interrupted"  # the worker running it died
+
+
+FINISHED_SWEEP_STATES = frozenset(
+    {SweepState.COMPLETED, SweepState.CANCELLED, SweepState.FAILED, SweepState.INTERRUPTED}
+)
+
+
+class Sweep(models.Model):
+    name = models.CharField(max_length=200, blank=True)
+    instance = models.ForeignKey(
+        ServerInstance, on_delete=models.PROTECT, null=True, blank=True, related_name="sweeps"
+    )
+    profile = models.ForeignKey(
+        ServerProfile, on_delete=models.PROTECT, null=True, blank=True, related_name="sweeps"
+    )
+    # Direct URL for a server specdash did not start (scripted runs against any endpoint).
+    base_url = models.CharField(max_length=300, blank=True)
+    experiment_step = models.OneToOneField(
+        "benchmarks.ExperimentStep",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="sweep",
+    )
+    levels = models.JSONField(default=list)
+    load = models.JSONField(default=dict, blank=True, help_text="Load generator settings")
+    state = models.CharField(max_length=12, choices=SweepState.choices, default=SweepState.QUEUED)
+    reason = models.TextField(blank=True)
+    current_level_index = models.IntegerField(null=True, blank=True)
+    environment = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What makes the run comparable: argv, env, GPUs, versions",
+    )
+    notes = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    records_path = models.CharField(max_length=500, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("run_sweep", "Can launch and cancel sweeps and experiments")]
+
+    def __str__(self) -> str:
+        return self.name or f"Sweep #{self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_SWEEP_STATES
+
+
+class LevelState(models.TextChoices):
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    PARTIAL = "partial", "Partial"  # cut short by a cancel, a crash or an interruption
+    FAILED = "failed", "Failed"
+
+
+class SweepLevel(models.Model):
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="level_results")
+    index = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    state = models.CharField(max_length=10, choices=LevelState.choices, default=LevelState.RUNNING)
+    summary = models.JSONField(default=dict, blank=True)
+    server_metrics = models.JSONField(default=dict, blank=True)
+    # Denormalised headline figures, for ordering, filtering and cheap history queries.
+    output_tok_s = models.FloatField(null=True, blank=True)
+    steady_output_tok_s = models.FloatField(null=True, blank=True)
+    ttft_p50_ms = models.FloatField(null=True, blank=True)
+    itl_p50_ms = models.FloatField(null=True, blank=True)
+    requests_ok = models.PositiveIntegerField(default=0)
+    requests_failed = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sweep", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["sweep", "index"], name="sweep_level_unique_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sweep} C={self.concurrency}"
+
+
+class SweepSample(models.Model):
+    """One live sample (about a second) of a sweep: kept so late viewers see the history."""
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="samples")
+    level_index = models.PositiveIntegerField()
+    t = models.FloatField(help_text="Wall-clock time (epoch seconds)")
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["sweep", "t"]
+        indexes = [models.Index(fields=["sweep", "t"], name="sweep_sample_time")]
+
+    def __str__(self) -> str:
+        return f"{self.sweep} sample @{self.t:.1f}"

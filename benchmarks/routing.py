@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from benchmarks import consumers
+
+websocket_urlpatterns = [
+    path("ws/sweeps/<int:sweep_id>/", consumers.SweepConsumer.as_asgi()),
+]

@@ -1,0 +1,22 @@
+"""Background jobs: enqueue from services, run in worker processes.
+
+A job's state lives in the ``Job`` table. Web requests only enqueue; worker processes
+(``manage.py jobworker``, any number, on any machine sharing the database) claim queued jobs
+with a conditional UPDATE that exactly one of them can win, renew a lease while they run
+them, and a job whose worker stopped renewing its lease is marked interrupted by any other
+worker. Handlers are async functions registered per job kind.
+"""
+
+from __future__ import annotations
+
+from hosts.jobs.registry import JobContext, handler_for, job_handler, on_interrupted
+from hosts.jobs.services import job_cancel, job_enqueue
+
+__all__ = [
+    "JobContext",
+    "handler_for",
+    "job_cancel",
+    "job_enqueue",
+    "job_handler",
+    "on_interrupted",
+]

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.core.management.base import BaseCommand, CommandParser
+
+from hosts.models import Engine, Host, HostKind, ServerProfile
+from hosts.roles import OPERATORS, ensure_roles
+
+SIMULATOR_BIN = settings.BASE_DIR / "benchmarks" / "simulator" / "bin"
+
+
+def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
+    """The two simulated servers of the quick start: SGLang-like, with and without EAGLE-3."""
+    common = [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1"]
+    sim_args = [
+        "--gpus",
+        "0,1,2,3",
+        "--workers",
+        "4",
+        "--gpu-memory-gb",
+        "80",
+        "--load-seconds",
+        "3",
+    ]
+    return [
+        {
+            "name": "Simulated SGLang baseline",
+            "speculative": False,
+            "port": 30001,
+            "argv": [*common, "--port", "30001", "--profile", "baseline", *sim_args],
+            "tags": ["simulator", "baseline"],
+        },
+        {
+            "name": "Simulated SGLang EAGLE-3",
+            "speculative": True,
+            "port": 30002,
+            "argv": [*common, "--port", "30002", "--profile", "eagle3", *sim_args],
+            "tags": ["simulator", "eagle3"],
+        },
+    ]
+
+
+class Command(BaseCommand):
+    help = "Create the demo registry (a local host, two simulated servers) and an operator login."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--username", default=os.environ.get("SPECDASH_DEMO_USER", "operator"))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        ensure_roles()
+        state_dir = str(settings.VAR_DIR / "sim-gpu")
+        host, _ = Host.objects.get_or_create(
+            name="local",
+            defaults={
+                "kind": HostKind.LOCAL,
+                "path_prepend": str(SIMULATOR_BIN),
+                "command_env": {"SPECDASH_SIM_STATE_DIR": state_dir},
+                "notes": "This machine. Its GPUs are simulated: the simulator's nvidia-smi "
+                "stand-in is first on PATH.",
+            },
+        )
+        for spec in demo_profiles(state_dir=state_dir):
+            ServerProfile.objects.get_or_create(
+                name=spec["name"],
+                defaults={
+                    "engine": Engine.SIMULATOR,
+                    "host": host,
+                    "launch_argv": spec["argv"],
+                    "env": {"SPECDASH_SIM_STATE_DIR": state_dir},
+                    "workdir": str(settings.BASE_DIR),
+                    "port": spec["port"],
+                    "gpu_ids": [0, 1, 2, 3],
+                    "readiness_path": "/health",
+                    "readiness_timeout_s": 60,
+                    "served_model_name": "sim-model",
+                    "speculative": spec["speculative"],
+                    "tags": spec["tags"],
+                },
+            )
+        self._ensure_operator(options["username"])
+
+    def _ensure_operator(self, username: str) -> None:
+        user_model = get_user_model()
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            password = os.environ.get("SPECDASH_DEMO_PASSWORD") or secrets.token_urlsafe(12)
+            user = user_model.objects.create_user(
+                username=username, password=password, is_staff=True
+            )
+            self.stdout.write(
+                f"Created login: {username} / {password}  (shown once; "
+                "set SPECDASH_DEMO_PASSWORD to choose it)"
+            )
+        elif os.environ.get("SPECDASH_DEMO_PASSWORD"):
+            user.set_password(os.environ["SPECDASH_DEMO_PASSWORD"])
+            user.save(update_fields=["password"])
+        user.groups.add(Group.objects.get(name=OPERATORS))
+        registry_perms = Permission.objects.filter(
+            content_type__app_label="hosts",
+            codename__in=[
+                f"{a}_{m}"
+                for a in ("add", "change", "view")
+                for m in ("host", "container", "serverprofile")
+            ],
+        )
+        user.user_permissions.add(*registry_perms)

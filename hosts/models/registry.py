@@ -1,0 +1,245 @@
+"""The registry: where servers run (hosts, containers) and how they are launched (profiles)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from hosts import presets
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Hostnames, users and container ids end up as argv items of ssh/pct/docker: refusing a
+# leading "-" and shell-ish characters stops option injection (``-oProxyCommand=...``).
+SAFE_TOKEN_RE = re.compile(r"^[A-Za-z0-9_.@:\[\]%+-]+$")
+
+
+def validate_safe_token(value: str) -> None:
+    if value.startswith("-") or not SAFE_TOKEN_RE.match(value):
+        raise ValidationError(
+            "%(value)r is not allowed: use letters, digits and . _ - @ : (no leading '-').",
+            params={"value": value},
+        )
+
+
+def _validate_argv(value: Any) -> None:
+    if not isinstance(value, list) or not value:
+        raise ValidationError("Launch argv must be a non-empty list of strings.")
+    for item in value:
+        if not isinstance(item, str):
+            raise ValidationError(
+                "Every argv item must be a string, got %(item)r.", params={"item": item}
+            )
+        if "\x00" in item:
+            raise ValidationError("Argv items cannot contain NUL bytes.")
+
+
+def _validate_env(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError("Environment must be a JSON object of NAME: value.")
+    for name, item in value.items():
+        if not ENV_NAME_RE.match(name):
+            raise ValidationError(
+                "%(name)r is not a valid environment variable name.", params={"name": name}
+            )
+        if not isinstance(item, str):
+            raise ValidationError("The value of %(name)s must be a string.", params={"name": name})
+
+
+def _validate_gpu_ids(value: Any) -> None:
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise ValidationError("GPU ids must be a list of non-negative integers, e.g. [0, 1].")
+    if len(set(value)) != len(value):
+        raise ValidationError("GPU ids must not repeat.")
+
+
+def _validate_tags(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ValidationError("Tags must be a list of strings.")
+
+
+class HostKind(models.TextChoices):
+    LOCAL = "local", "Local (this machine)"
+    SSH = "ssh", "SSH"
+
+
+class KnownHostsPolicy(models.TextChoices):
+    STRICT = "strict", "Strict: the key must already be in known_hosts"
+    ACCEPT_NEW = "accept-new", "Accept a new key once, then check it"
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=10, choices=HostKind.choices, default=HostKind.LOCAL)
+    address = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_safe_token],
+        help_text="SSH host name or IP",
+    )
+    ssh_user = models.CharField(
+        max_length=64, blank=True, default="root", validators=[validate_safe_token]
+    )
+    ssh_port = models.PositiveIntegerField(
+        default=22, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
+    identity_file = models.CharField(
+        max_length=500, blank=True, help_text="Path to the private key on the dashboard machine"
+    )
+    known_hosts_policy = models.CharField(
+        max_length=12, choices=KnownHostsPolicy.choices, default=KnownHostsPolicy.STRICT
+    )
+    known_hosts_file = models.CharField(
+        max_length=500, blank=True, help_text="Defaults to the operator's ~/.ssh/known_hosts"
+    )
+    jump_host = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_safe_token],
+        help_text="Optional ProxyJump, e.g. user@bastion:22",
+    )
+    path_prepend = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="Directories put first on PATH for commands run on this host "
+        "(e.g. the simulator's bin/ with its nvidia-smi stand-in)",
+    )
+    command_env = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[_validate_env],
+        help_text="Environment for every command run on this host (JSON NAME: value)",
+    )
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.kind == HostKind.SSH and not self.address:
+            raise ValidationError({"address": "An SSH host needs an address."})
+
+    @property
+    def destination(self) -> str:
+        if self.kind == HostKind.LOCAL:
+            return "local"
+        user = f"{self.ssh_user}@" if self.ssh_user else ""
+        return f"{user}{self.address}:{self.ssh_port}"
+
+
+class ContainerKind(models.TextChoices):
+    NONE = "none", "None (run on the host itself)"
+    PCT = "pct", "Proxmox pct exec"
+    LXC_ATTACH = "lxc-attach", "lxc-attach"
+    DOCKER = "docker", "docker exec"
+    INCUS = "incus", "incus exec"
+
+
+class Container(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="containers")
+    kind = models.CharField(max_length=12, choices=ContainerKind.choices, default=ContainerKind.PCT)
+    ident = models.CharField(
+        "id or name",
+        max_length=100,
+        blank=True,
+        validators=[validate_safe_token],
+        help_text="pct/lxc id (e.g. 129) or docker/incus container name",
+    )
+    label = models.CharField(max_length=100, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["host__name", "ident"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "kind", "ident"], name="container_unique_ident")
+        ]
+
+    def __str__(self) -> str:
+        if self.kind == ContainerKind.NONE:
+            return f"{self.host} (no container)"
+        return f"{self.host} / {self.get_kind_display()} {self.ident}"
+
+    def clean(self) -> None:
+        if self.kind != ContainerKind.NONE and not self.ident:
+            raise ValidationError({"ident": "This container kind needs an id or name."})
+
+
+class Engine(models.TextChoices):
+    SGLANG = "sglang", "SGLang"
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp server"
+    SIMULATOR = "simulator", "specdash simulator"
+    CUSTOM = "custom", "Custom"
+
+
+class ServerProfile(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    engine = models.CharField(max_length=12, choices=Engine.choices, default=Engine.SGLANG)
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="profiles")
+    container = models.ForeignKey(
+        Container, on_delete=models.PROTECT, null=True, blank=True, related_name="profiles"
+    )
+    launch_argv = models.JSONField(
+        default=list,
+        validators=[_validate_argv],
+        help_text='A JSON list, e.g. ["python3", "-m", ...]',
+    )
+    env = models.JSONField(default=dict, blank=True, validators=[_validate_env])
+    workdir = models.CharField(max_length=500, blank=True)
+    port = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    gpu_ids = models.JSONField(default=list, blank=True, validators=[_validate_gpu_ids])
+    readiness_path = models.CharField(max_length=200, default="/health")
+    readiness_status = models.PositiveSmallIntegerField(default=200)
+    readiness_timeout_s = models.PositiveIntegerField(default=600)
+    openai_base_path = models.CharField(max_length=200, default="/v1")
+    served_model_name = models.CharField(max_length=200, blank=True)
+    metrics_path = models.CharField(max_length=200, blank=True, default="/metrics")
+    speculative = models.BooleanField(
+        default=False, help_text="Uses speculative decoding (shown in comparisons and verdicts)"
+    )
+    tags = models.JSONField(default=list, blank=True, validators=[_validate_tags])
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if (
+            self.container_id is not None
+            and self.host_id is not None
+            and self.container is not None
+            and self.container.host_id != self.host_id
+        ):
+            errors["container"] = "This container is on another host."
+        for field in ("readiness_path", "openai_base_path", "metrics_path"):
+            value = getattr(self, field)
+            if value and not value.startswith("/"):
+                errors[field] = "Paths start with '/'."
+        if not 100 <= self.readiness_status <= 599:
+            errors["readiness_status"] = "An HTTP status code is between 100 and 599."
+        if errors:
+            raise ValidationError(errors)
+
+    def apply_preset_defaults(self) -> None:
+        """Fill blank fields from the engine's preset (port, readiness path, argv template)."""
+        presets.apply_defaults(self)
+
+    @property
+    def base_url_path(self) -> str:
+        return self.openai_base_path.rstrip("/")

@@ -1,0 +1,93 @@
+"""Read-side queries for hosts, profiles and instances."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+
+from hosts.models import Host, InstanceEvent, ServerInstance, ServerProfile
+from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
+
+
+def dashboard_overview() -> dict[str, Any]:
+    return {
+        "hosts": list(Host.objects.prefetch_related("containers")),
+        "profiles": list(ServerProfile.objects.select_related("host", "container")),
+        "running_instances": list(
+            ServerInstance.objects.filter(state__in=sorted(HOLDING_STATES)).select_related(
+                "profile", "host"
+            )
+        ),
+    }
+
+
+def instance_list() -> QuerySet[ServerInstance]:
+    return ServerInstance.objects.select_related("profile", "host", "started_by")
+
+
+def profiles_with_active_instance() -> list[ServerProfile]:
+    active = ServerInstance.objects.filter(state__in=sorted(HOLDING_STATES))
+    return list(
+        ServerProfile.objects.select_related("host", "container").prefetch_related(
+            Prefetch("instances", queryset=active, to_attr="active_instances")
+        )
+    )
+
+
+def instance_detail(*, instance_id: int) -> ServerInstance | None:
+    return (
+        ServerInstance.objects.select_related("profile", "host", "profile__container", "started_by")
+        .filter(pk=instance_id)
+        .first()
+    )
+
+
+def instance_events(*, instance_id: int) -> list[InstanceEvent]:
+    return list(InstanceEvent.objects.filter(instance_id=instance_id).select_related("actor"))
+
+
+def instance_snapshot(*, instance_id: int) -> dict[str, Any] | None:
+    """What a websocket client gets first: the instance's current state and history."""
+    instance = instance_detail(instance_id=instance_id)
+    if instance is None:
+        return None
+    return {
+        "instance": instance_as_dict(instance),
+        "events": [event_as_dict(e) for e in instance_events(instance_id=instance_id)],
+        "log_tail": instance.log_tail,
+    }
+
+
+def instance_as_dict(instance: ServerInstance) -> dict[str, Any]:
+    return {
+        "id": instance.pk,
+        "profile": instance.profile.name,
+        "profile_id": instance.profile_id,
+        "host": instance.host.name,
+        "state": instance.state,
+        "state_label": instance.get_state_display(),
+        "active": instance.state in ACTIVE_STATES,
+        "port": instance.port,
+        "gpu_ids": instance.gpu_ids,
+        "pid": instance.pid,
+        "exit_code": instance.exit_code,
+        "reason": instance.reason,
+        "evidence": instance.evidence,
+        "baseline_gpu_memory": instance.baseline_gpu_memory,
+        "created_at": instance.created_at.isoformat() if instance.created_at else None,
+        "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,
+        "stopped_at": instance.stopped_at.isoformat() if instance.stopped_at else None,
+    }
+
+
+def event_as_dict(event: InstanceEvent) -> dict[str, Any]:
+    return {
+        "id": event.pk,
+        "at": event.at.isoformat(),
+        "kind": event.kind,
+        "state": event.state,
+        "message": event.message,
+        "actor": event.actor.get_username() if event.actor else None,
+        "data": event.data,
+    }

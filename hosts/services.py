@@ -1,0 +1,211 @@
+"""Write-side actions on server instances. Each records who did it and emits the event
+after commit; the slow work happens in a background job, never in the request."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from hosts import selectors
+from hosts.jobs import job_enqueue
+from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
+from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
+from specdash import realtime
+
+# The acting user (or None for the system): any object with ``is_authenticated``.
+User = Any
+
+
+class ServerConflict(Exception):
+    """The port or a GPU is already held by another instance on the same host."""
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+def _actor(user: User) -> Any:
+    return user if user is not None and user.is_authenticated else None
+
+
+def instance_lock_key(instance_id: int) -> str:
+    return f"instance:{instance_id}"
+
+
+def instance_record_event(
+    *,
+    instance: ServerInstance,
+    message: str,
+    kind: str = InstanceEvent.Kind.INFO,
+    state: str = "",
+    user: User = None,
+    data: dict[str, Any] | None = None,
+) -> InstanceEvent:
+    event = InstanceEvent.objects.create(
+        instance=instance,
+        kind=kind,
+        state=state,
+        message=message,
+        actor=_actor(user),
+        data=data or {},
+    )
+    realtime.broadcast_on_commit(
+        realtime.instance_group(instance.pk), "instance.event", selectors.event_as_dict(event)
+    )
+    return event
+
+
+def instance_start(*, profile: ServerProfile, user: User = None) -> ServerInstance:
+    """Create an instance in ``starting`` and queue its lifecycle job.
+
+    The port and GPUs are claimed in the same transaction; a concurrent start on the same
+    port or GPUs loses at the database's unique constraints and gets ServerConflict.
+    """
+    try:
+        with transaction.atomic():
+            instance = ServerInstance.objects.create(
+                profile=profile,
+                host=profile.host,
+                port=profile.port,
+                gpu_ids=list(profile.gpu_ids),
+                state=InstanceState.STARTING,
+                run_id=f"sd-{uuid.uuid4().hex[:16]}",
+                launch_argv=list(profile.launch_argv),
+                env=dict(profile.env),
+                started_by=_actor(user),
+            )
+            GpuClaim.objects.bulk_create(
+                [
+                    GpuClaim(host=profile.host, gpu_index=g, instance=instance)
+                    for g in profile.gpu_ids
+                ]
+            )
+            instance_record_event(
+                instance=instance,
+                kind=InstanceEvent.Kind.ACTION,
+                state=InstanceState.STARTING,
+                message="Start requested",
+                user=user,
+            )
+            job_enqueue(
+                kind="server.run",
+                params={"instance_id": instance.pk},
+                lock_key=instance_lock_key(instance.pk),
+                user=user,
+            )
+    except IntegrityError as exc:
+        holder = (
+            ServerInstance.objects.filter(host=profile.host, state__in=sorted(HOLDING_STATES))
+            .filter(port=profile.port)
+            .first()
+        )
+        if holder is not None:
+            raise ServerConflict(
+                f"Port {profile.port} on {profile.host} is held by instance #{holder.pk} "
+                f"({holder.profile}, {holder.state})."
+            ) from exc
+        busy = GpuClaim.objects.filter(
+            host=profile.host, gpu_index__in=profile.gpu_ids
+        ).select_related("instance__profile")
+        detail = ", ".join(
+            f"GPU {c.gpu_index} by #{c.instance_id} ({c.instance.profile})" for c in busy
+        )
+        raise ServerConflict(
+            f"GPUs already held on {profile.host}: {detail or 'unknown'}."
+        ) from exc
+    realtime.broadcast_on_commit(
+        realtime.servers_group(), "servers.changed", {"instance_id": instance.pk}
+    )
+    return instance
+
+
+def instance_stop(*, instance: ServerInstance, user: User = None) -> ServerInstance:
+    """Ask for a targeted, verified stop. The job that owns the instance performs it; an
+    instance without a live owner (lost, dirty, crashed) gets a stop job of its own."""
+    with transaction.atomic():
+        instance = ServerInstance.objects.select_for_update().get(pk=instance.pk)
+        if instance.state == InstanceState.STOPPED:
+            return instance
+        instance.stop_requested = True
+        instance.save(update_fields=["stop_requested", "updated_at"])
+        instance_record_event(
+            instance=instance, kind=InstanceEvent.Kind.ACTION, message="Stop requested", user=user
+        )
+        if instance.state not in {
+            InstanceState.STARTING,
+            InstanceState.LOADING,
+            InstanceState.READY,
+        }:
+            job_enqueue(
+                kind="server.stop",
+                params={"instance_id": instance.pk},
+                lock_key=instance_lock_key(instance.pk),
+                user=user,
+            )
+    return instance
+
+
+def instance_kill_holders(
+    *, instance: ServerInstance, holders: list[dict[str, int]], user: User = None
+) -> ServerInstance:
+    """Operator-confirmed kill of exactly the listed GPU holders of a dirty instance."""
+    if instance.state != InstanceState.DIRTY:
+        raise InvalidTransition("Only a dirty instance's GPU holders can be killed.")
+    instance_record_event(
+        instance=instance,
+        kind=InstanceEvent.Kind.ACTION,
+        message=f"Kill of {len(holders)} listed GPU holder(s) confirmed",
+        user=user,
+        data={"holders": holders},
+    )
+    job_enqueue(
+        kind="server.kill_holders",
+        params={"instance_id": instance.pk, "holders": holders},
+        lock_key=instance_lock_key(instance.pk),
+        user=user,
+    )
+    return instance
+
+
+def instance_transition(
+    *,
+    instance_id: int,
+    state: str,
+    message: str = "",
+    release_claims: bool | None = None,
+    **fields: Any,
+) -> ServerInstance:
+    """Move an instance to ``state`` (validated against the state machine), persist the
+    given fields, record the history event and release port/GPU claims when terminal."""
+    with transaction.atomic():
+        instance = ServerInstance.objects.select_for_update().get(pk=instance_id)
+        if state != instance.state and state not in TRANSITIONS[instance.state]:
+            raise InvalidTransition(f"{instance.state} -> {state} is not allowed")
+        previous = instance.state
+        instance.state = state
+        for name, value in fields.items():
+            setattr(instance, name, value)
+        now = timezone.now()
+        if state == InstanceState.READY and instance.ready_at is None:
+            instance.ready_at = now
+        if state in TERMINAL_STATES and instance.stopped_at is None:
+            instance.stopped_at = now
+        instance.save()
+        if release_claims if release_claims is not None else state in RELEASING_STATES:
+            GpuClaim.objects.filter(instance=instance).delete()
+        if state != previous or message:
+            instance_record_event(
+                instance=instance, kind=InstanceEvent.Kind.STATE, state=state, message=message
+            )
+        realtime.broadcast_on_commit(
+            realtime.instance_group(instance.pk),
+            "instance.state",
+            {"instance": selectors.instance_as_dict(instance)},
+        )
+        realtime.broadcast_on_commit(
+            realtime.servers_group(), "servers.changed", {"instance_id": instance.pk}
+        )
+    return instance

@@ -1,0 +1,85 @@
+"""Thin views over hosts' selectors and services."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from hosts import roles, selectors, services
+from hosts.models import ServerInstance, ServerProfile
+from specdash.http import HtmxHttpRequest
+
+
+@roles.viewer_required
+def server_list(request: HtmxHttpRequest) -> HttpResponse:
+    context = {
+        "profiles": selectors.profiles_with_active_instance(),
+        "instances": selectors.instance_list()[:50],
+        "can_operate": roles.can_operate(request.user),
+        "nav": "servers",
+    }
+    template = "hosts/servers.html"
+    if request.htmx:
+        template += "#instance-table"
+    return render(request, template, context)
+
+
+@roles.viewer_required
+def instance_detail(request: HttpRequest, instance_id: int) -> HttpResponse:
+    instance = selectors.instance_detail(instance_id=instance_id)
+    if instance is None:
+        raise Http404("No such server instance")
+    context = {
+        "instance": instance,
+        "events": selectors.instance_events(instance_id=instance_id),
+        "can_operate": roles.can_operate(request.user),
+        "nav": "servers",
+    }
+    return render(request, "hosts/instance_detail.html", context)
+
+
+@require_POST
+@roles.operator_required
+def profile_start(request: HttpRequest, profile_id: int) -> HttpResponse:
+    profile = get_object_or_404(ServerProfile, pk=profile_id)
+    try:
+        instance = services.instance_start(profile=profile, user=request.user)
+    except services.ServerConflict as exc:
+        messages.error(request, str(exc))
+        return redirect("hosts:server-list")
+    return redirect("hosts:instance-detail", instance_id=instance.pk)
+
+
+@require_POST
+@roles.operator_required
+def instance_stop(request: HttpRequest, instance_id: int) -> HttpResponse:
+    instance = get_object_or_404(ServerInstance, pk=instance_id)
+    services.instance_stop(instance=instance, user=request.user)
+    return redirect("hosts:instance-detail", instance_id=instance.pk)
+
+
+@require_POST
+@roles.operator_required
+def instance_kill_holders(request: HttpRequest, instance_id: int) -> HttpResponse:
+    instance = get_object_or_404(ServerInstance, pk=instance_id)
+    listed = {(h.get("pid"), h.get("start_time")): h for h in instance.evidence.get("holders", [])}
+    chosen = []
+    for value in request.POST.getlist("holder"):
+        pid_text, _, start_text = value.partition(":")
+        key = (
+            (int(pid_text), int(start_text))
+            if pid_text.isdigit() and start_text.isdigit()
+            else None
+        )
+        if key in listed:  # only processes the verification listed can be chosen
+            chosen.append({"pid": key[0], "start_time": key[1]})
+    if not chosen or request.POST.get("confirm") != "yes":
+        messages.error(request, "Pick the listed holders to kill and confirm.")
+        return redirect("hosts:instance-detail", instance_id=instance.pk)
+    try:
+        services.instance_kill_holders(instance=instance, holders=chosen, user=request.user)
+    except services.InvalidTransition as exc:
+        messages.error(request, str(exc))
+    return redirect("hosts:instance-detail", instance_id=instance.pk)

@@ -1,0 +1,60 @@
+"""The base of every websocket consumer: authentication, role check, snapshot then events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from hosts.roles import can_view
+
+# Close codes in the 4000-4999 application range.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    """Accepts authenticated viewers, joins ``group_name()``, sends ``snapshot()`` first.
+
+    A client that connects mid-run thus gets the state so far, then the live events.
+    Subclasses implement ``group_name`` and ``snapshot`` and one handler per event type.
+    """
+
+    group: str = ""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(can_view)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        snapshot = await self.snapshot()
+        if snapshot is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = self.group_name()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "snapshot", **snapshot})
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # Viewers only listen; actions go through views/API so they are permission-checked,
+        # logged and CSRF-protected in one place.
+        return None
+
+    def group_name(self) -> str:
+        raise NotImplementedError
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    async def forward(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": event["type"], **event.get("payload", {})})

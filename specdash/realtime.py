@@ -1,0 +1,62 @@
+"""The one module that owns the channel layer: group names, event payloads, broadcasting.
+
+Services call ``broadcast_on_commit`` (sync) or ``abroadcast`` (async); consumers join the
+groups named here. Payloads are plain JSON. High-rate data (samples) is batched by the
+producer to about one message a second, never one message per request.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+
+def servers_group() -> str:
+    return "servers"
+
+
+def instance_group(instance_id: int) -> str:
+    return f"instance-{instance_id}"
+
+
+def sweep_group(sweep_id: int) -> str:
+    return f"sweep-{sweep_id}"
+
+
+def experiment_group(experiment_id: int) -> str:
+    return f"experiment-{experiment_id}"
+
+
+def host_group(host_id: int) -> str:
+    return f"host-{host_id}"
+
+
+def _message(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    # Channels dispatches {"type": "sweep.sample"} to a consumer method ``sweep_sample``.
+    return {"type": event_type, "payload": payload}
+
+
+async def abroadcast(group: str, event_type: str, payload: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, _message(event_type, payload))
+    except Exception:  # a full or unreachable layer must never break the job that reports
+        logger.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def broadcast(group: str, event_type: str, payload: dict[str, Any]) -> None:
+    async_to_sync(abroadcast)(group, event_type, payload)
+
+
+def broadcast_on_commit(group: str, event_type: str, payload: dict[str, Any]) -> None:
+    """Emit after the surrounding transaction commits, so a client that reacts to the event
+    and reads the database sees the change (Zulip's rule)."""
+    transaction.on_commit(lambda: broadcast(group, event_type, payload))

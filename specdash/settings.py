@@ -1,0 +1,184 @@
+"""Django settings for specdash.
+
+Every deploy-specific value comes from a ``SPECDASH_*`` environment variable with a safe
+development default, so ``make run`` works on a fresh clone and production is configured
+without editing code. See docs/operations.md for the full list.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("SPECDASH_VAR_DIR", BASE_DIR / "var"))
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _secret_key() -> str:
+    # A key from the environment wins; otherwise one is generated once into a local file
+    # (ignored by git) so sessions survive restarts without a committed secret.
+    from_env = os.environ.get("SPECDASH_SECRET_KEY")
+    if from_env:
+        return from_env
+    key_file = Path(os.environ.get("SPECDASH_SECRET_KEY_FILE", BASE_DIR / ".secret_key"))
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key = secrets.token_urlsafe(50)
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    return key
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _env_bool("SPECDASH_DEBUG")
+ALLOWED_HOSTS = _env_list("SPECDASH_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = _env_list("SPECDASH_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "hosts",
+    "benchmarks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "specdash.urls"
+ASGI_APPLICATION = "specdash.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES: dict[str, Any] = {
+    "default": dj_database_url.parse(
+        os.environ.get("SPECDASH_DATABASE_URL", f"sqlite:///{VAR_DIR / 'specdash.sqlite3'}"),
+        conn_max_age=int(os.environ.get("SPECDASH_DB_CONN_MAX_AGE", "0")),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # A file, not :memory:, so tests can share it between threads and with subprocesses
+    # (a job worker, a Daphne server) exactly as the real processes do.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("SPECDASH_TEST_DB", str(VAR_DIR / "test-specdash.sqlite3"))
+    }
+    # The web server, the job worker and the load generator's reporter write concurrently:
+    # WAL plus a busy timeout turns "database is locked" into a short wait.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+
+_redis_url = os.environ.get("SPECDASH_REDIS_URL")
+CHANNEL_LAYERS: dict[str, Any] = (
+    {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [_redis_url]},
+        }
+    }
+    if _redis_url
+    else {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("SPECDASH_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("SPECDASH_STATIC_ROOT", VAR_DIR / "staticfiles"))
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Per-instance run directories (logs, exit codes) on the machine that runs a server.
+# The far-side agent creates each run directory 0700, so a shared /tmp is acceptable here.
+SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs")  # noqa: S108
+# Where sweep records and other bulky artefacts are kept on the dashboard machine.
+SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
+
+# Production hardening, switched on with SPECDASH_SECURE=1 behind TLS.
+if _env_bool("SPECDASH_SECURE"):
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = _env_bool("SPECDASH_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SPECDASH_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = _env_bool("SPECDASH_HSTS_PRELOAD")
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SPECDASH_LOG_LEVEL", "INFO")},
+    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+}
+
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "specdash.staticfinders.PlotlyFinder",
+]

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from hosts.models import Engine, Host, HostKind, ServerProfile
+from hosts.roles import OPERATORS, VIEWERS, ensure_roles
+
+
+@pytest.fixture
+def roles(db: Any) -> None:
+    ensure_roles()
+
+
+@pytest.fixture
+def viewer(roles: None) -> User:
+    user = User.objects.create_user("viewer", password="viewer-pass-123")
+    user.groups.add(Group.objects.get(name=VIEWERS))
+    return user
+
+
+@pytest.fixture
+def operator(roles: None) -> User:
+    user = User.objects.create_user("op", password="operator-pass-123")
+    user.groups.add(Group.objects.get(name=OPERATORS))
+    return user
+
+
+@pytest.fixture
+def local_host(db: Any) -> Host:
+    return Host.objects.create(name="local", kind=HostKind.LOCAL)
+
+
+@pytest.fixture
+def make_profile(local_host: Host) -> Callable[..., ServerProfile]:
+    counter = iter(range(1, 10_000))
+
+    def make(**overrides: Any) -> ServerProfile:
+        n = next(counter)
+        fields: dict[str, Any] = {
+            "name": f"profile {n}",
+            "engine": Engine.SIMULATOR,
+            "host": local_host,
+            "launch_argv": [sys.executable, "-m", "benchmarks.simulator"],
+            "port": 31000 + n,
+            "gpu_ids": [],
+        }
+        fields.update(overrides)
+        return ServerProfile.objects.create(**fields)
+
+    return make
