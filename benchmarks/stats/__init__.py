@@ -1,0 +1,48 @@
+"""Statistics of A/B comparisons of concurrency sweeps (plain Python, no Django)."""
+
+from __future__ import annotations
+
+from benchmarks.stats.crossover import Crossing, Crossover, find_crossover, interpolate_crossing
+from benchmarks.stats.engines import EngineOption, speculation_switches
+from benchmarks.stats.intervals import (
+    level_ratio,
+    ratio_curve,
+    ratio_from_repeats,
+    ratio_from_requests,
+)
+from benchmarks.stats.saturation import Saturation, find_saturation
+from benchmarks.stats.types import (
+    Curve,
+    LevelRatio,
+    LevelSample,
+    Ratio,
+    RatioCurve,
+    RequestPoint,
+    level_throughput,
+)
+from benchmarks.stats.verdict import Verdict, compare, compare_all
+
+__all__ = [
+    "Crossing",
+    "Crossover",
+    "Curve",
+    "EngineOption",
+    "LevelRatio",
+    "LevelSample",
+    "Ratio",
+    "RatioCurve",
+    "RequestPoint",
+    "Saturation",
+    "Verdict",
+    "compare",
+    "compare_all",
+    "find_crossover",
+    "find_saturation",
+    "interpolate_crossing",
+    "level_ratio",
+    "level_throughput",
+    "ratio_curve",
+    "ratio_from_repeats",
+    "ratio_from_requests",
+    "speculation_switches",
+]

@@ -1,0 +1,179 @@
+"""Plain input and result types for A/B statistics (no Django, no load-generator imports).
+
+Converting a load-generator level into a ``LevelSample``:
+
+* ``RequestPoint.start`` / ``end``: the request's send and finish times in seconds on one
+  monotonic clock (``time.perf_counter()`` values, or offsets from the level's start: only
+  differences matter). ``output_tokens``: the server's ``usage.completion_tokens``.
+  ``ttft`` and ``e2e`` are durations in seconds (first token minus start, end minus start).
+* Failed requests are left out: they deliver no tokens, and keeping them would mix the
+  error rate into a throughput ratio.
+* ``value`` is the level's headline metric (e.g. output tok/s over the whole level).
+  ``repeats`` holds the same metric from repeated sweeps of this level (``value`` is then
+  normally their mean: use ``LevelSample.from_repeats``); ``requests`` holds one sweep's
+  per-request data, for a bootstrap when there are too few repeats.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+RatioMethod = Literal["repeats-log-t", "bootstrap-requests", "none"]
+
+
+@dataclass(frozen=True)
+class RequestPoint:
+    start: float
+    end: float
+    output_tokens: int
+    ttft: float | None = None
+    e2e: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise ValueError(f"request ends ({self.end}) before it starts ({self.start})")
+        if self.output_tokens < 0:
+            raise ValueError("output_tokens must be >= 0")
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def level_throughput(requests: Sequence[RequestPoint]) -> float:
+    """Output tokens per second over the level: sum(tokens) / (last end - first start)."""
+    if not requests:
+        raise ValueError("no requests")
+    span = max(r.end for r in requests) - min(r.start for r in requests)
+    if span <= 0:
+        raise ValueError("the requests span no time")
+    return sum(r.output_tokens for r in requests) / span
+
+
+@dataclass(frozen=True)
+class LevelSample:
+    concurrency: int
+    value: float
+    repeats: Sequence[float] = ()
+    requests: Sequence[RequestPoint] = ()
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        # Stored as tuples so that a frozen sample cannot change under a cached result.
+        object.__setattr__(self, "repeats", tuple(float(x) for x in self.repeats))
+        object.__setattr__(self, "requests", tuple(self.requests))
+
+    @classmethod
+    def from_repeats(cls, concurrency: int, repeats: Iterable[float]) -> LevelSample:
+        values = tuple(repeats)
+        return cls(concurrency, statistics.fmean(values), repeats=values)
+
+    @classmethod
+    def from_requests(cls, concurrency: int, requests: Iterable[RequestPoint]) -> LevelSample:
+        points = tuple(requests)
+        return cls(concurrency, level_throughput(points), requests=points)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One profile's sweep: a level metric (throughput, higher is better) against concurrency."""
+
+    name: str
+    levels: Sequence[LevelSample]
+    speculative: bool = False
+    unit: str = "tok/s"
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.levels, key=lambda level: level.concurrency))
+        seen = [level.concurrency for level in ordered]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"{self.name}: duplicate concurrency levels {seen}")
+        object.__setattr__(self, "levels", ordered)
+
+    @classmethod
+    def from_values(
+        cls,
+        name: str,
+        values: dict[int, float],
+        *,
+        speculative: bool = False,
+        unit: str = "tok/s",
+    ) -> Curve:
+        levels = [LevelSample(c, v) for c, v in values.items()]
+        return cls(name, levels, speculative=speculative, unit=unit)
+
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        return tuple(level.concurrency for level in self.levels)
+
+    def level(self, concurrency: int) -> LevelSample | None:
+        for level in self.levels:
+            if level.concurrency == concurrency:
+                return level
+        return None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """B/A with an interval; ``low``/``high`` are None when the data carry no uncertainty."""
+
+    point: float
+    low: float | None
+    high: float | None
+    method: RatioMethod
+    confidence: float
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    @property
+    def sign(self) -> int:
+        """+1: B ahead, -1: B behind, 0: inconclusive (the interval contains 1, or a tie)."""
+        if self.low is not None and self.high is not None:
+            if self.low > 1.0:
+                return 1
+            if self.high < 1.0:
+                return -1
+            return 0
+        if self.point > 1.0:
+            return 1
+        if self.point < 1.0:
+            return -1
+        return 0
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.has_interval and self.sign == 0
+
+    def log_bounds(self) -> tuple[float, float, float]:
+        """(log low, log point, log high); the point stands in for missing bounds."""
+        low = self.point if self.low is None else self.low
+        high = self.point if self.high is None else self.high
+        # A bootstrap replicate with no tokens on one side gives a bound of 0 (or inf).
+        low = max(low, sys.float_info.min)
+        return math.log(low), math.log(self.point), math.log(high)
+
+
+@dataclass(frozen=True)
+class LevelRatio:
+    concurrency: int
+    ratio: Ratio
+
+
+@dataclass(frozen=True)
+class RatioCurve:
+    reference: str
+    candidate: str
+    levels: tuple[LevelRatio, ...] = field(default=())
+    unmatched: tuple[int, ...] = field(default=())
+
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        return tuple(level.concurrency for level in self.levels)

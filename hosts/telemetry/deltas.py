@@ -1,0 +1,304 @@
+"""Server-side figures for exactly one interval (a sweep level), from `/metrics` snapshots.
+
+Counters are differenced per series (one per replica) before summing, with Prometheus
+`increase()` semantics:
+
+- a series whose value went down was reset (server restart): its post-reset value is the
+  increase from 0, and the interval is flagged `reset=True`; a changed
+  `process_start_time_seconds` marks every series as reset;
+- a series that appears in the later snapshot started inside the interval: its whole value
+  counts (flagged in `appeared`);
+- a series that disappears contributes nothing (flagged in `disappeared`): what it counted
+  after the earlier scrape is unknown.
+
+An increase larger than the old value after a restart is indistinguishable from no restart
+unless the start time is exported: scrape often enough, or pass the whole series of snapshots
+to `interval_over`, which chains the steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hosts.telemetry.engine_profiles import CounterKey, Engine, LatencyKey
+from hosts.telemetry.prometheus import (
+    EngineMetrics,
+    Histogram,
+    LabelKey,
+    accept_length,
+    acceptance_rate,
+    merge_histograms,
+)
+
+# Where a speculative figure came from: counter differences over exactly this interval, or
+# the mean of the engine's own gauge at the snapshots (its window, not exactly the interval).
+Source = Literal["counters", "gauge"] | None
+
+
+@dataclass(frozen=True)
+class SeriesRef:
+    metric: str
+    labels: LabelKey
+
+    def __str__(self) -> str:
+        inner = ",".join(f'{name}="{value}"' for name, value in self.labels)
+        return f"{self.metric}{{{inner}}}"
+
+
+@dataclass(frozen=True)
+class HistogramSummary:
+    count: float
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class IntervalMetrics:
+    engine: Engine
+    started_at: float
+    ended_at: float
+    prompt_tokens: float | None
+    generation_tokens: float | None
+    spec_drafts: float | None
+    spec_draft_tokens: float | None
+    spec_accepted_tokens: float | None
+    # From counter differences where the engine exports the counters; else the mean of its
+    # gauge at the interval's snapshots (see the `_source` fields).
+    accept_length: float | None
+    acceptance_rate: float | None
+    accept_length_source: Source
+    acceptance_rate_source: Source
+    ttft: HistogramSummary | None
+    itl: HistogramSummary | None
+    e2e: HistogramSummary | None
+    reset: bool = False
+    appeared: tuple[SeriesRef, ...] = ()
+    disappeared: tuple[SeriesRef, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return self.ended_at - self.started_at
+
+    @property
+    def generation_tps(self) -> float | None:
+        return _rate(self.generation_tokens, self.duration_s)
+
+    @property
+    def prompt_tps(self) -> float | None:
+        return _rate(self.prompt_tokens, self.duration_s)
+
+
+@dataclass
+class _Raw:
+    counters: dict[CounterKey, float] = field(default_factory=dict)
+    histograms: dict[LatencyKey, Histogram] = field(default_factory=dict)
+    reset: bool = False
+    appeared: list[SeriesRef] = field(default_factory=list)
+    disappeared: list[SeriesRef] = field(default_factory=list)
+
+
+def counter_increase(before: float | None, after: float) -> tuple[float, bool]:
+    """(increase, reset) of one counter series; a missing `before` counts from 0."""
+    if before is None:
+        return after, False
+    if after < before:
+        return after, True
+    return after - before, False
+
+
+def histogram_increase(before: Histogram | None, after: Histogram) -> tuple[Histogram, bool]:
+    """(increase, reset) of one histogram series; a changed bucket layout counts as a reset."""
+    if before is None:
+        return after, False
+    decreased = after.count < before.count or any(
+        a < b for a, b in zip(after.cumulative, before.cumulative, strict=False)
+    )
+    if before.bounds != after.bounds or decreased:
+        return after, True
+    return Histogram(
+        bounds=after.bounds,
+        cumulative=tuple(a - b for a, b in zip(after.cumulative, before.cumulative, strict=True)),
+        sum=after.sum - before.sum,
+        count=after.count - before.count,
+    ), False
+
+
+def histogram_quantile(histogram: Histogram, q: float) -> float | None:
+    """Prometheus `histogram_quantile`: linear interpolation inside the bucket holding rank q."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    if not histogram.cumulative or histogram.cumulative[-1] <= 0:
+        return None
+    rank = q * histogram.cumulative[-1]
+    for i, (upper, cumulative) in enumerate(
+        zip(histogram.bounds, histogram.cumulative, strict=True)
+    ):
+        if cumulative < rank:
+            continue
+        if math.isinf(upper):
+            # Past the last finite bound nothing better than that bound is known.
+            return histogram.bounds[i - 1] if i > 0 else None
+        lower = histogram.bounds[i - 1] if i > 0 else min(0.0, upper)
+        below = histogram.cumulative[i - 1] if i > 0 else 0.0
+        inside = cumulative - below
+        return upper if inside <= 0 else lower + (upper - lower) * (rank - below) / inside
+    return None
+
+
+def summarize_histogram(histogram: Histogram) -> HistogramSummary:
+    return HistogramSummary(
+        count=histogram.count,
+        mean=histogram.sum / histogram.count if histogram.count > 0 else None,
+        p50=histogram_quantile(histogram, 0.5),
+        p90=histogram_quantile(histogram, 0.9),
+        p99=histogram_quantile(histogram, 0.99),
+    )
+
+
+def interval_between(before: EngineMetrics, after: EngineMetrics) -> IntervalMetrics:
+    """Figures for the interval between two scrapes of the same server."""
+    return interval_over([before, after])
+
+
+def interval_over(snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
+    """Figures for the interval from the first to the last snapshot, chaining every step.
+
+    Chaining catches a restart between two intermediate scrapes that a plain first/last
+    difference would miss.
+    """
+    if len(snapshots) < 2:
+        raise ValueError("an interval needs at least two snapshots")
+    engines = {snapshot.engine for snapshot in snapshots}
+    if len(engines) > 1:
+        raise ValueError(f"snapshots from different engines: {sorted(engines)}")
+    total = _Raw()
+    for before, after in itertools.pairwise(snapshots):
+        step = _step(before, after)
+        for key, value in step.counters.items():
+            total.counters[key] = total.counters.get(key, 0.0) + value
+        for latency, histogram in step.histograms.items():
+            previous = total.histograms.get(latency)
+            merged = merge_histograms([previous, histogram] if previous else [histogram])
+            if merged is not None:
+                total.histograms[latency] = merged
+        total.reset |= step.reset
+        total.appeared += [ref for ref in step.appeared if ref not in total.appeared]
+        total.disappeared += [ref for ref in step.disappeared if ref not in total.disappeared]
+    return _finish(total, snapshots)
+
+
+def interval_series(snapshots: Sequence[EngineMetrics]) -> list[IntervalMetrics]:
+    """One interval per consecutive pair (for live charts)."""
+    return [interval_between(a, b) for a, b in itertools.pairwise(snapshots)]
+
+
+def generation_throughput(before: EngineMetrics | None, after: EngineMetrics) -> float | None:
+    """The engine's own gauge where it has one, else the generation counter's rate."""
+    if after.gen_throughput_tps is not None:
+        return after.gen_throughput_tps
+    if before is None:
+        return None
+    return interval_between(before, after).generation_tps
+
+
+def _step(before: EngineMetrics, after: EngineMetrics) -> _Raw:
+    restarted = (
+        before.process_start_time is not None
+        and after.process_start_time is not None
+        and after.process_start_time != before.process_start_time
+    )
+    raw = _Raw(reset=restarted)
+    for key in set(before.counters) | set(after.counters):
+        old = {} if restarted else before.counters.get(key, {})
+        new = after.counters.get(key, {})
+        raw.disappeared += _refs(key, (labels for labels in old if labels not in new))
+        if not new:
+            continue
+        if not restarted:
+            raw.appeared += _refs(key, (labels for labels in new if labels not in old))
+        increase = 0.0
+        for labels, value in new.items():
+            delta, reset = counter_increase(old.get(labels), value)
+            increase += delta
+            raw.reset |= reset
+        raw.counters[key] = increase
+    for latency in set(before.histograms) | set(after.histograms):
+        old_h = {} if restarted else before.histograms.get(latency, {})
+        new_h = after.histograms.get(latency, {})
+        raw.disappeared += _refs(latency, (labels for labels in old_h if labels not in new_h))
+        if not restarted:
+            raw.appeared += _refs(latency, (labels for labels in new_h if labels not in old_h))
+        parts = []
+        for labels, histogram in new_h.items():
+            delta_h, reset = histogram_increase(old_h.get(labels), histogram)
+            parts.append(delta_h)
+            raw.reset |= reset
+        merged = merge_histograms(parts)
+        if merged is not None:
+            raw.histograms[latency] = merged
+    return raw
+
+
+def _refs(metric: str, labels: Iterable[LabelKey]) -> list[SeriesRef]:
+    return [SeriesRef(metric=metric, labels=key) for key in labels]
+
+
+def _finish(raw: _Raw, snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
+    first, last = snapshots[0], snapshots[-1]
+    drafts = raw.counters.get(CounterKey.SPEC_DRAFTS)
+    draft_tokens = raw.counters.get(CounterKey.SPEC_DRAFT_TOKENS)
+    accepted = raw.counters.get(CounterKey.SPEC_ACCEPTED_TOKENS)
+    length = accept_length(accepted, drafts, includes_bonus=last.accepted_includes_bonus)
+    rate = acceptance_rate(accepted, draft_tokens)
+    length_source: Source = "counters" if length is not None else None
+    rate_source: Source = "counters" if rate is not None else None
+    # A gauge stands in only when the counter that defines the figure is not exported at all.
+    if drafts is None:
+        length = _gauge_mean([s.spec_accept_length for s in snapshots[1:]])
+        length_source = "gauge" if length is not None else None
+    if draft_tokens is None:
+        rate = _gauge_mean([s.spec_accept_rate for s in snapshots[1:]])
+        rate_source = "gauge" if rate is not None else None
+
+    def summary(key: LatencyKey) -> HistogramSummary | None:
+        histogram = raw.histograms.get(key)
+        return summarize_histogram(histogram) if histogram is not None else None
+
+    return IntervalMetrics(
+        engine=last.engine,
+        started_at=first.scraped_at,
+        ended_at=last.scraped_at,
+        prompt_tokens=raw.counters.get(CounterKey.PROMPT_TOKENS),
+        generation_tokens=raw.counters.get(CounterKey.GENERATION_TOKENS),
+        spec_drafts=drafts,
+        spec_draft_tokens=draft_tokens,
+        spec_accepted_tokens=accepted,
+        accept_length=length,
+        acceptance_rate=rate,
+        accept_length_source=length_source,
+        acceptance_rate_source=rate_source,
+        ttft=summary(LatencyKey.TTFT),
+        itl=summary(LatencyKey.ITL),
+        e2e=summary(LatencyKey.E2E),
+        reset=raw.reset,
+        appeared=tuple(raw.appeared),
+        disappeared=tuple(raw.disappeared),
+    )
+
+
+def _gauge_mean(values: Iterable[float | None]) -> float | None:
+    # SGLang's gauges report 0 while speculation is off or no decode window has closed yet.
+    present = [value for value in values if value is not None and value > 0]
+    return math.fsum(present) / len(present) if present else None
+
+
+def _rate(amount: float | None, seconds: float) -> float | None:
+    if amount is None or seconds <= 0:
+        return None
+    return amount / seconds

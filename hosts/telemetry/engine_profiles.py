@@ -1,0 +1,184 @@
+"""Which Prometheus names each engine uses for the common, engine-independent metric set.
+
+Every common metric maps to a tuple of candidate names, tried in order; the first one present
+in a scrape wins. Older and newer spellings sit side by side, so one profile reads several
+releases. To read a server that names things differently (the project's simulator, a fork),
+derive a profile with `with_names`:
+
+    profile = with_names(SGLANG, counters={CounterKey.SPEC_DRAFTS: ("sim:drafts_total",)})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Engine(StrEnum):
+    SGLANG = "sglang"
+    VLLM = "vllm"
+    LLAMACPP = "llamacpp"
+
+
+class GaugeKey(StrEnum):
+    RUNNING = "running_requests"
+    QUEUED = "queued_requests"
+    GEN_THROUGHPUT = "gen_throughput_tps"
+    KV_USAGE = "kv_usage"
+    # Not reported in the common set: the weight for the KV usage mean across replicas.
+    KV_CAPACITY = "kv_capacity"
+    SPEC_ACCEPT_LENGTH = "spec_accept_length"
+    SPEC_ACCEPT_RATE = "spec_accept_rate"
+
+
+class CounterKey(StrEnum):
+    PROMPT_TOKENS = "prompt_tokens"
+    GENERATION_TOKENS = "generation_tokens"
+    # Verify steps (one per sequence per speculative step): the denominator of accept length.
+    SPEC_DRAFTS = "spec_drafts"
+    # Tokens proposed by the draft model: the denominator of acceptance rate.
+    SPEC_DRAFT_TOKENS = "spec_draft_tokens"
+    SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
+
+
+class LatencyKey(StrEnum):
+    TTFT = "ttft"
+    ITL = "itl"
+    E2E = "e2e"
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    engine: Engine
+    gauges: Mapping[GaugeKey, tuple[str, ...]]
+    counters: Mapping[CounterKey, tuple[str, ...]]
+    # Histogram base names, without `_bucket` / `_sum` / `_count`.
+    histograms: Mapping[LatencyKey, tuple[str, ...]]
+    # Labels that split one replica into shards that all see the same batch (tensor / pipeline
+    # / expert parallel ranks): their copies are collapsed, not summed. Every other label
+    # (`dp_rank`, vLLM's `engine`, `model_name`) tells replicas apart, and replicas are summed.
+    shard_labels: frozenset[str] = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+    # Set when the accepted-token counter also counts each verify step's bonus token (as
+    # SGLang's internal `spec_num_accepted_tokens` does): accept length is then
+    # accepted / drafts rather than vLLM's 1 + accepted / drafts.
+    accepted_includes_bonus: bool = False
+
+
+def with_names(
+    profile: EngineProfile,
+    *,
+    gauges: Mapping[GaugeKey, tuple[str, ...]] | None = None,
+    counters: Mapping[CounterKey, tuple[str, ...]] | None = None,
+    histograms: Mapping[LatencyKey, tuple[str, ...]] | None = None,
+    shard_labels: frozenset[str] | None = None,
+    accepted_includes_bonus: bool | None = None,
+) -> EngineProfile:
+    """A copy of `profile` with some candidate names replaced (other keys are kept)."""
+    return dataclasses.replace(
+        profile,
+        gauges={**profile.gauges, **(gauges or {})},
+        counters={**profile.counters, **(counters or {})},
+        histograms={**profile.histograms, **(histograms or {})},
+        shard_labels=profile.shard_labels if shard_labels is None else shard_labels,
+        accepted_includes_bonus=(
+            profile.accepted_includes_bonus
+            if accepted_includes_bonus is None
+            else accepted_includes_bonus
+        ),
+    )
+
+
+SGLANG = EngineProfile(
+    engine=Engine.SGLANG,
+    gauges={
+        GaugeKey.RUNNING: ("sglang:num_running_reqs",),
+        GaugeKey.QUEUED: ("sglang:num_queue_reqs",),
+        GaugeKey.GEN_THROUGHPUT: ("sglang:gen_throughput",),
+        GaugeKey.KV_USAGE: ("sglang:token_usage",),
+        GaugeKey.KV_CAPACITY: ("sglang:max_total_num_tokens",),
+        # Over the scheduler's last decode-log window, not the server's lifetime.
+        GaugeKey.SPEC_ACCEPT_LENGTH: ("sglang:spec_accept_length",),
+        GaugeKey.SPEC_ACCEPT_RATE: ("sglang:spec_accept_rate",),
+    },
+    counters={
+        CounterKey.PROMPT_TOKENS: ("sglang:prompt_tokens_total",),
+        CounterKey.GENERATION_TOKENS: ("sglang:generation_tokens_total",),
+        # Upstream SGLang exports only the gauges above; these counters are what the
+        # project's simulator (and patched servers) expose. Accepted excludes the bonus token.
+        CounterKey.SPEC_DRAFTS: ("sglang:spec_num_drafts_total", "sglang:spec_verify_ct_total"),
+        CounterKey.SPEC_DRAFT_TOKENS: ("sglang:spec_num_draft_tokens_total",),
+        CounterKey.SPEC_ACCEPTED_TOKENS: ("sglang:spec_accepted_tokens_total",),
+    },
+    histograms={
+        LatencyKey.TTFT: ("sglang:time_to_first_token_seconds",),
+        LatencyKey.ITL: (
+            "sglang:inter_token_latency_seconds",
+            "sglang:time_per_output_token_seconds",
+        ),
+        LatencyKey.E2E: ("sglang:e2e_request_latency_seconds",),
+    },
+)
+
+VLLM = EngineProfile(
+    engine=Engine.VLLM,
+    gauges={
+        GaugeKey.RUNNING: ("vllm:num_requests_running",),
+        GaugeKey.QUEUED: ("vllm:num_requests_waiting",),
+        # V0 only; V1 has no throughput gauge, so the counter rate is used.
+        GaugeKey.GEN_THROUGHPUT: ("vllm:avg_generation_throughput_toks_per_s",),
+        # A fraction (1 = full) despite the `_perc` suffix.
+        GaugeKey.KV_USAGE: ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    },
+    counters={
+        CounterKey.PROMPT_TOKENS: ("vllm:prompt_tokens_total",),
+        CounterKey.GENERATION_TOKENS: ("vllm:generation_tokens_total",),
+        CounterKey.SPEC_DRAFTS: ("vllm:spec_decode_num_drafts_total",),
+        CounterKey.SPEC_DRAFT_TOKENS: ("vllm:spec_decode_num_draft_tokens_total",),
+        CounterKey.SPEC_ACCEPTED_TOKENS: ("vllm:spec_decode_num_accepted_tokens_total",),
+    },
+    histograms={
+        LatencyKey.TTFT: ("vllm:time_to_first_token_seconds",),
+        LatencyKey.ITL: ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        LatencyKey.E2E: ("vllm:e2e_request_latency_seconds",),
+    },
+)
+
+LLAMACPP = EngineProfile(
+    engine=Engine.LLAMACPP,
+    gauges={
+        GaugeKey.RUNNING: ("llamacpp:requests_processing",),
+        GaugeKey.QUEUED: ("llamacpp:requests_deferred",),
+        # `llamacpp:predicted_tokens_seconds` is deliberately absent: it is tokens per second
+        # of decode time per slot, not wall-clock throughput, so the counter rate is used.
+        GaugeKey.KV_USAGE: ("llamacpp:kv_cache_usage_ratio",),
+    },
+    counters={
+        CounterKey.PROMPT_TOKENS: ("llamacpp:prompt_tokens_total",),
+        CounterKey.GENERATION_TOKENS: (
+            "llamacpp:tokens_predicted_total",
+            "llamacpp:n_tokens_predicted_total",
+        ),
+        # llama-server counts drafted and accepted tokens but not verify steps, so it gives an
+        # acceptance rate and no accept length. The spelling has changed between releases.
+        CounterKey.SPEC_DRAFT_TOKENS: (
+            "llamacpp:n_drafted_total",
+            "llamacpp:tokens_drafted_total",
+            "llamacpp:spec_decode_num_draft_tokens_total",
+        ),
+        CounterKey.SPEC_ACCEPTED_TOKENS: (
+            "llamacpp:n_accepted_total",
+            "llamacpp:n_drafted_accepted_total",
+            "llamacpp:tokens_drafted_accepted_total",
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+        ),
+    },
+    histograms={},
+)
+
+PROFILES: Mapping[Engine, EngineProfile] = {
+    Engine.SGLANG: SGLANG,
+    Engine.VLLM: VLLM,
+    Engine.LLAMACPP: LLAMACPP,
+}
