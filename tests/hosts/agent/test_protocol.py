@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+
+from hosts import agent as agent_pkg
+from hosts.agent import AGENT_SOURCE, AgentProtocolError, agent_argv, parse_agent_output
+
+from .helpers import run_agent
+
+
+def _supervisor_source() -> str:
+    for node in ast.parse(AGENT_SOURCE).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == (
+            "_SUPERVISOR_SOURCE"
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, str)
+            return value
+    raise AssertionError("no _SUPERVISOR_SOURCE in the agent")
+
+
+def test_agent_and_supervisor_parse_as_python_3_8() -> None:
+    ast.parse(AGENT_SOURCE, feature_version=(3, 8))
+    ast.parse(_supervisor_source(), feature_version=(3, 8))
+
+
+def test_agent_imports_only_the_standard_library() -> None:
+    imported: set[str] = set()
+    for source in (AGENT_SOURCE, _supervisor_source()):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+    assert imported <= set(sys.stdlib_module_names)
+
+
+def test_markers_match_the_agent() -> None:
+    namespace: dict[str, object] = {}
+    exec(compile(AGENT_SOURCE, "specdash_agent.py", "exec"), namespace)
+    assert namespace["BEGIN_MARKER"] == agent_pkg.BEGIN_MARKER
+    assert namespace["RESULT_MARKER"] == agent_pkg.RESULT_MARKER
+    assert namespace["MARKER_VAR"] == agent_pkg.MARKER_VAR
+
+
+def test_agent_argv_puts_the_json_in_one_argument() -> None:
+    argv = agent_argv("stop", {"run_id": "r 1; rm -rf /", "pid": 3})
+    assert argv == ["python3", "-", "stop", '{"pid":3,"run_id":"r 1; rm -rf /"}']
+
+
+def test_parse_returns_the_result_object() -> None:
+    out = 'noise\nSPECDASH-BEGIN\nmore noise\nSPECDASH-RESULT {"ok": true, "x": 1}\n'
+    assert parse_agent_output(out) == {"ok": True, "x": 1}
+
+
+def test_missing_begin_means_a_hop_failed() -> None:
+    with pytest.raises(AgentProtocolError) as info:
+        parse_agent_output("", "ssh: connect to host gpu1 port 22: Connection refused\n")
+    assert info.value.stage == "begin"
+    assert "Connection refused" in str(info.value)
+
+
+def test_missing_result_means_the_agent_crashed_and_shows_the_tails() -> None:
+    with pytest.raises(AgentProtocolError) as info:
+        parse_agent_output("SPECDASH-BEGIN\npartial output\n", "Killed\n")
+    assert info.value.stage == "result"
+    assert "partial output" in str(info.value)
+    assert "Killed" in str(info.value)
+
+
+def test_result_that_is_not_json_is_a_protocol_error() -> None:
+    with pytest.raises(AgentProtocolError) as info:
+        parse_agent_output("SPECDASH-BEGIN\nSPECDASH-RESULT {not json\n")
+    assert info.value.stage == "json"
+
+
+def test_unknown_command_is_an_answer_not_a_crash() -> None:
+    run = run_agent("frobnicate", {})
+    assert run.returncode == 0
+    assert run.stdout.splitlines()[0] == "SPECDASH-BEGIN"
+    assert run.result["ok"] is False
+    assert "unknown command" in run.result["error"]
+
+
+def test_bad_arguments_are_refused_with_a_message() -> None:
+    assert "run_id is required" in run_agent("members", {}).result["error"]
+    assert "run_id must be" in run_agent("members", {"run_id": "a b"}).result["error"]
+    assert (
+        "argv"
+        in run_agent("launch", {"run_id": "x", "argv": [], "run_dir": "/tmp/x"}).result["error"]
+    )
+
+
+def test_unexpected_exception_reports_a_traceback() -> None:
+    run = run_agent("verify", {"run_id": "x", "gpus": [0], "baseline_gpu_mem_mb": {"zero": 1}})
+    assert run.returncode == 0
+    assert run.result["ok"] is False
+    assert "ValueError" in run.result["error"]
+    assert "Traceback" in run.result["traceback"]
+
+
+def test_probe_reports_the_host() -> None:
+    result = run_agent("probe", {}).result
+    assert result["ok"] is True
+    assert result["python"].count(".") == 2
+    assert result["uid"] >= 0
+    assert isinstance(result["container"]["detected"], bool)
+    assert "sglang" in result["engines"][result["executable"]]
