@@ -1,0 +1,250 @@
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .config import SimConfig
+from .generation import JSON_HEADERS, Receive, Send, serve_generation
+from .metrics import EngineMetrics
+from .protocol import ApiError, Limits, load_json_object, parse_generate, parse_openai
+from .scheduler import AsyncScheduler, SchedulerCore, SimRequest
+from .truth import TruthLog
+
+VERSION = "0.0.0-specdash-sim"
+MAX_BODY = 64 * 1024 * 1024
+
+_GET, _POST = ("GET", "HEAD"), ("POST",)
+ROUTES: dict[str, tuple[str, ...]] = {
+    "/health": _GET,
+    "/health_generate": _GET,
+    "/v1/models": _GET,
+    "/server_info": _GET,
+    "/get_server_info": _GET,
+    "/model_info": _GET,
+    "/get_model_info": _GET,
+    "/version": _GET,
+    "/metrics": _GET,
+    "/flush_cache": ("POST", "GET"),
+    "/v1/completions": _POST,
+    "/v1/chat/completions": _POST,
+    "/generate": _POST,
+}
+
+
+class SimApp:
+    """The simulated engine's ASGI application (HTTP only; lifespan is acknowledged)."""
+
+    def __init__(self, config: SimConfig, *, on_crash: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.core = SchedulerCore(config.profile, seed=config.seed, eos_prob=config.eos_prob)
+        self.scheduler = AsyncScheduler(self.core)
+        self.metrics = EngineMetrics(config.model, config.metrics_style, config.ranks)
+        self.truth = TruthLog(config.truth_log)
+        self.limits = Limits(config.model, config.max_model_len, config.default_max_tokens)
+        self.ready = True
+        self.started = time.time()
+        self.completed = 0
+        self.live: set[SimRequest] = set()
+        self.abort_reason: str | None = "client disconnected"
+        self.stopping = False
+        self.on_crash = on_crash
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        try:
+            methods = ROUTES.get(path)
+            if methods is None:
+                raise ApiError(
+                    404, f"Route {path} not found.", type_="NotFoundError", code="not_found"
+                )
+            if method not in methods:
+                raise ApiError(
+                    405,
+                    f"Method {method} not allowed.",
+                    type_="MethodNotAllowed",
+                    code="method_not_allowed",
+                )
+            await self._dispatch(path, scope, receive, send)
+        except ApiError as exc:
+            headers = list(JSON_HEADERS)
+            if exc.status == 405:
+                headers.append((b"allow", ", ".join(ROUTES[path]).encode()))
+            await _respond(send, exc.status, exc.body(), headers)
+
+    def _unavailable(self) -> ApiError:
+        return ApiError(
+            503,
+            "The server is loading the model.",
+            type_="ServiceUnavailable",
+            code="service_unavailable",
+        )
+
+    async def _dispatch(
+        self, path: str, scope: dict[str, Any], receive: Receive, send: Send
+    ) -> None:
+        if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
+            data = load_json_object(await _read_body(receive))
+            if not self.ready:
+                raise self._unavailable()
+            if path == "/generate":
+                req = parse_generate(data, self.limits)
+            else:
+                req = parse_openai("chat" if "chat" in path else "completions", data, self.limits)
+            await serve_generation(self, scope, receive, send, req)
+        elif path in ("/health", "/health_generate"):
+            if not self.ready or (path == "/health_generate" and not self._scheduler_ok()):
+                raise self._unavailable()
+            await _respond(send, 200, b"", [(b"content-type", b"text/plain")])
+        elif path == "/metrics":
+            body = self.metrics.render(self.core)
+            await _respond(send, 200, body, [(b"content-type", b"text/plain; version=0.0.4")])
+        elif path == "/flush_cache":
+            await _read_body(receive)
+            if self.core.running or self.core.queue:
+                await _respond(send, 400, b"Cache not flushed: requests are running.", [])
+            else:
+                await _respond(send, 200, b"Cache flushed.", [(b"content-type", b"text/plain")])
+        else:
+            await _json(send, self._info(path))
+
+    def _scheduler_ok(self) -> bool:
+        # The loop starts with the first request; before that an idle scheduler is healthy.
+        return self.scheduler.alive or self.core.steps == 0
+
+    def _info(self, path: str) -> Any:
+        cfg = self.config
+        if path == "/v1/models":
+            model = {
+                "id": cfg.model,
+                "object": "model",
+                "created": int(self.started),
+                "owned_by": "specdash-sim",
+                "root": cfg.model,
+                "max_model_len": cfg.max_model_len,
+            }
+            return {"object": "list", "data": [model]}
+        if path in ("/model_info", "/get_model_info"):
+            return {"model_path": cfg.model, "tokenizer_path": cfg.model, "is_generation": True}
+        if path == "/version":
+            return {"version": VERSION}
+        return self.server_info()
+
+    def server_info(self) -> dict[str, Any]:
+        cfg, core, profile = self.config, self.core, self.config.profile
+        state: dict[str, Any] = {
+            "last_gen_throughput": self.metrics.gen_throughput,
+            "memory_usage": {"kvcache_tokens": core.kv_used, "token_capacity": profile.kv_tokens},
+        }
+        info: dict[str, Any] = {
+            "model_path": cfg.model,
+            "served_model_name": cfg.model,
+            "host": cfg.host,
+            "port": cfg.port,
+            "tp_size": cfg.ranks,
+            "dp_size": 1,
+            "gpu_ids": list(cfg.gpus),
+            "max_running_requests": profile.max_running,
+            "max_total_num_tokens": profile.kv_tokens,
+            "context_length": cfg.max_model_len,
+            "enable_metrics": True,
+            "speculative_algorithm": None,
+            "version": VERSION,
+            "simulator": {
+                "profile": profile.name,
+                "t0_ms": profile.t0_ms,
+                "k_ms": profile.k_ms,
+                "accept_length": profile.accept_length,
+                "seed": cfg.seed,
+            },
+        }
+        if profile.speculative:
+            # Lifetime average like SGLang's: tokens emitted per request-step since start.
+            steps = core.request_steps
+            state["avg_spec_accept_length"] = core.generated_tokens / steps if steps else 0.0
+            info.update(
+                speculative_algorithm="EAGLE3",
+                speculative_num_steps=profile.spec_steps,
+                speculative_eagle_topk=1,
+                speculative_num_draft_tokens=profile.spec_steps + 1,
+            )
+        info["internal_states"] = [state]
+        return info
+
+    def request_finished(
+        self, sim: SimRequest, chunks: list[list[float]], error: str | None
+    ) -> None:
+        finish = time.time()
+        reason = sim.finish_reason or "abort"
+        self.truth.write(
+            {
+                "request_id": sim.request_id,
+                "arrival": sim.arrival,
+                "admitted": sim.admitted,
+                "first_token": chunks[0][0] if chunks else None,
+                "chunks": chunks,
+                "finish": finish,
+                "prompt_tokens": sim.prompt_tokens,
+                "completion_tokens": sim.generated,
+                "finish_reason": reason,
+                "error": error,
+            }
+        )
+        self.metrics.observe_request(sim.arrival, chunks, finish, reason)
+        if reason != "abort":
+            self.completed += 1
+            limit = self.config.crash_after_requests
+            if limit and self.completed == limit and self.on_crash is not None:
+                self.on_crash()
+
+    def abort_all(self, reason: str) -> None:
+        self.stopping = True
+        self.abort_reason = reason
+        for sim in list(self.live):
+            self.scheduler.abort(sim)
+
+    def tick(self) -> None:
+        self.metrics.tick(self.core, time.monotonic())
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "Client disconnected.", code="disconnected")
+        part = message.get("body", b"")
+        size += len(part)
+        if size > MAX_BODY:
+            raise ApiError(413, "Request body too large.", code="too_large")
+        parts.append(part)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send: Send, data: Any) -> None:
+    await _respond(send, 200, json.dumps(data).encode(), list(JSON_HEADERS))

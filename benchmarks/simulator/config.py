@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .profiles import PROFILES, Profile
+
+DEFAULT_STATE_DIR = "/tmp/specdash-sim-gpu"  # noqa: S108 (a shared, well-known location)
+STATE_DIR_ENV = "SPECDASH_SIM_STATE_DIR"
+
+
+def default_state_dir() -> str:
+    return os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    profile: Profile = field(default_factory=lambda: PROFILES["baseline"])
+    host: str = "127.0.0.1"
+    port: int = 30000
+    model: str = "specdash-sim"
+    max_model_len: int = 65536
+    default_max_tokens: int = 256
+    eos_prob: float = 0.0
+    request_overhead_ms: float = 0.0
+    seed: int = 0
+    metrics_style: str = "sglang"
+    load_seconds: float = 0.0
+    load_mode: str = "health503"
+    workers: int = 1
+    gpus: tuple[int, ...] = (0,)
+    gpu_memory_gb: float = 80.0
+    state_dir: str = DEFAULT_STATE_DIR
+    truth_log: str | None = None
+    fault_orphan_workers: bool = False
+    fault_ignore_sigterm: bool = False
+    fault_setsid_workers: bool = False
+    crash_after_requests: int = 0
+    fail_oom_at_start: bool = False
+    log_interval: float = 10.0
+    worker_title: str | None = None
+
+    @property
+    def ranks(self) -> int:
+        return max(1, self.workers)
+
+    def title_for(self, rank: int) -> str:
+        template = self.worker_title
+        if template is None:
+            template = (
+                "VLLM::Worker_TP{rank}"
+                if self.metrics_style == "vllm"
+                else ("sglang::scheduler_TP{rank}")
+            )
+        return template.format(rank=rank)

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .protocol import GenRequest
+
+# Every simulated token is one of these 4-byte pieces, in a fixed cycle: a chunk's text is then a
+# slice of a pre-built byte string (no per-token work), and JSON needs no escaping.
+_WORDS = (
+    " the", " and", " for", " you", " but", " not", " all", " any", " can", " her", " was",
+    " one", " our", " out", " day", " get", " has", " him", " his", " how", " man", " new",
+    " now", " old", " see", " two", " way", " who", " boy", " did", " its", " let", " put",
+    " say", " she", " too", " use",
+)  # fmt: skip
+_PIECE = 4
+_UNIT = "".join(_WORDS).encode()
+_CYCLE = len(_WORDS)
+_BIG = _UNIT * 64
+DONE = b"data: [DONE]\n\n"
+
+
+def token_text(pos: int, n: int) -> bytes:
+    """Text of tokens pos .. pos+n-1."""
+    start = (pos % _CYCLE) * _PIECE
+    end = start + n * _PIECE
+    if end <= len(_BIG):
+        return _BIG[start:end]
+    return (_UNIT * (n // _CYCLE + 2))[start:end]
+
+
+def _usage(prompt: int, completion: int) -> bytes:
+    return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+        prompt,
+        completion,
+        prompt + completion,
+    )
+
+
+def _reason(reason: str | None) -> bytes:
+    return b"null" if reason is None else b'"%s"' % reason.encode()
+
+
+class StreamEncoder:
+    """Pre-encoded SSE templates for one OpenAI-style streaming response."""
+
+    def __init__(self, req: GenRequest, request_id: str, created: int) -> None:
+        self.req = req
+        chat = req.kind == "chat"
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        ident = json.dumps(("chatcmpl-" if chat else "cmpl-") + request_id)
+        model = json.dumps(req.model)
+        envelope = f'{{"id":{ident},"object":"{obj}","created":{created},"model":{model}'
+        self._envelope = envelope.encode()
+        if chat:
+            self._head = b"data: " + self._envelope + b',"choices":[{"index":0,"delta":{"content":"'
+            self._first = (
+                b"data: "
+                + self._envelope
+                + b',"choices":[{"index":0,"delta":{"role":"assistant","content":"'
+            )
+            self._tail = b'"},"logprobs":null,"finish_reason":'
+        else:
+            self._head = b"data: " + self._envelope + b',"choices":[{"index":0,"text":"'
+            self._first = self._head
+            self._tail = b'","logprobs":null,"finish_reason":'
+
+    def chunk(self, pos: int, n: int, finish_reason: str | None) -> bytes:
+        """One SSE event carrying tokens pos .. pos+n-1 (finish_reason set on the last one)."""
+        req = self.req
+        parts = [self._first if pos == 0 else self._head, token_text(pos, n), self._tail]
+        parts.append(_reason(finish_reason))
+        if req.continuous_usage:
+            parts.append(b"}]," + _usage(req.prompt_tokens, pos + n) + b"}\n\n")
+        else:
+            parts.append(b"}]}\n\n")
+        return b"".join(parts)
+
+    def usage_chunk(self, completion: int) -> bytes:
+        return (
+            b"data: "
+            + self._envelope
+            + b',"choices":[],'
+            + _usage(self.req.prompt_tokens, completion)
+            + b"}\n\n"
+        )
+
+
+def openai_body(req: GenRequest, request_id: str, created: int, n: int, reason: str) -> bytes:
+    text = token_text(0, n).decode()
+    usage = {"prompt_tokens": req.prompt_tokens, "completion_tokens": n}
+    usage["total_tokens"] = req.prompt_tokens + n
+    choice: dict[str, Any]
+    if req.kind == "chat":
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+        ident, obj = "chatcmpl-" + request_id, "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        ident, obj = "cmpl-" + request_id, "text_completion"
+    body = {"id": ident, "object": obj, "created": created, "model": req.model}
+    body.update(choices=[choice], usage=usage)
+    return json.dumps(body).encode()
+
+
+def generate_meta(
+    req: GenRequest, request_id: str, completion: int, reason: str | None, e2e: float | None
+) -> dict[str, Any]:
+    finish: dict[str, Any] | None = None
+    if reason == "length":
+        finish = {"type": "length", "length": completion}
+    elif reason == "stop":
+        finish = {"type": "stop", "matched": 2}
+    elif reason == "abort":
+        finish = {"type": "abort", "message": "aborted"}
+    meta: dict[str, Any] = {
+        "id": request_id,
+        "finish_reason": finish,
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": completion,
+        "cached_tokens": 0,
+    }
+    if e2e is not None:
+        meta["e2e_latency"] = e2e
+    return meta
+
+
+def generate_chunk(req: GenRequest, request_id: str, completion: int, reason: str | None) -> bytes:
+    """SGLang-native streaming event: cumulative text and cumulative completion_tokens."""
+    meta = generate_meta(req, request_id, completion, reason, None)
+    text = token_text(0, completion).decode()
+    return b"data: " + json.dumps({"text": text, "meta_info": meta}).encode() + b"\n\n"

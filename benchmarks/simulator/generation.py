@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .encode import DONE, StreamEncoder, generate_chunk, generate_meta, openai_body, token_text
+from .protocol import GenRequest
+from .scheduler import SimRequest
+
+if TYPE_CHECKING:
+    from .app import SimApp
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def request_id_from(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-id" and value:
+            return str(value.decode("latin-1"))
+    return uuid.uuid4().hex
+
+
+async def _watch_disconnect(app: SimApp, receive: Receive, sim: SimRequest) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            app.scheduler.abort(sim)
+            return
+
+
+async def serve_generation(
+    app: SimApp, scope: dict[str, Any], receive: Receive, send: Send, req: GenRequest
+) -> None:
+    """Queue one request on the scheduler and answer it, streaming one SSE event per step."""
+    request_id = request_id_from(scope)
+    arrival = time.time()
+    overhead = app.config.request_overhead_ms / 1000.0
+    if overhead > 0:
+        await asyncio.sleep(overhead)
+    target, reason = app.core.target_length(req.max_tokens, req.ignore_eos)
+    sim = SimRequest(
+        request_id=request_id,
+        prompt_tokens=req.prompt_tokens,
+        max_tokens=req.max_tokens,
+        target=target,
+        target_reason=reason,
+        arrival=arrival,
+        loop=asyncio.get_running_loop(),
+    )
+    app.scheduler.submit(sim)
+    app.live.add(sim)
+    watcher = asyncio.ensure_future(_watch_disconnect(app, receive, sim))
+    chunks: list[list[float]] = []
+    error: str | None = None
+    headers = [(b"x-request-id", request_id.encode("latin-1"))]
+    try:
+        if not req.stream:
+            await _unary(app, send, req, sim, chunks, headers)
+        elif req.kind == "generate":
+            await _stream_generate(send, req, sim, chunks, headers)
+        else:
+            await _stream_openai(send, req, sim, chunks, headers)
+    except asyncio.CancelledError:
+        error = "server shutdown" if app.stopping else "cancelled"
+        raise
+    finally:
+        watcher.cancel()
+        if not sim.done:
+            app.scheduler.abort(sim)
+        if sim.finish_reason == "abort" and error is None:
+            error = app.abort_reason
+        app.live.discard(sim)
+        app.request_finished(sim, chunks, error)
+
+
+async def _unary(
+    app: SimApp,
+    send: Send,
+    req: GenRequest,
+    sim: SimRequest,
+    chunks: list[list[float]],
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    # Nothing is sent before the end: the chunks record when the engine produced the tokens.
+    while True:
+        n = await sim.take()
+        if n:
+            chunks.append([time.time(), n])
+        if sim.done:
+            break
+    reason = sim.finish_reason or "abort"
+    created = int(sim.arrival)
+    if req.kind == "generate":
+        meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
+        text = token_text(0, sim.generated).decode()
+        body = json.dumps({"text": text, "meta_info": meta}).encode()
+    else:
+        body = openai_body(req, sim.request_id, created, sim.generated, reason)
+    await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS + headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _stream_openai(
+    send: Send,
+    req: GenRequest,
+    sim: SimRequest,
+    chunks: list[list[float]],
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+    encoder = StreamEncoder(req, sim.request_id, int(sim.arrival))
+    pos = 0
+    take = sim.take
+    while True:
+        n = await take()
+        final = sim.done
+        if n == 0:
+            body = (encoder.usage_chunk(pos) if req.include_usage else b"") + DONE
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        body = encoder.chunk(pos, n, sim.finish_reason if final else None)
+        pos += n
+        if final:
+            if req.include_usage:
+                body += encoder.usage_chunk(pos)
+            body += DONE
+        t = time.time()
+        await send({"type": "http.response.body", "body": body, "more_body": not final})
+        chunks.append([t, n])
+        if final:
+            return
+
+
+async def _stream_generate(
+    send: Send,
+    req: GenRequest,
+    sim: SimRequest,
+    chunks: list[list[float]],
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+    pos = 0
+    while True:
+        n = await sim.take()
+        final = sim.done
+        if n == 0:
+            await send({"type": "http.response.body", "body": DONE, "more_body": False})
+            return
+        pos += n
+        body = generate_chunk(req, sim.request_id, pos, sim.finish_reason if final else None)
+        if final:
+            body += DONE
+        t = time.time()
+        await send({"type": "http.response.body", "body": body, "more_body": not final})
+        chunks.append([t, n])
+        if final:
+            return

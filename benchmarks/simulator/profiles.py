@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Parameters of the simulated engine's performance model (times in milliseconds)."""
+
+    name: str
+    t0_ms: float
+    k_ms: float
+    max_running: int
+    kv_tokens: int
+    prefill_base_ms: float = 0.5
+    prefill_per_token_us: float = 20.0
+    speculative: bool = False
+    accept_length: float = 1.0
+    spec_steps: int = 0
+    description: str = ""
+
+    def step_seconds(self, batch: float) -> float:
+        return (self.t0_ms + self.k_ms * batch) / 1000.0
+
+    def prefill_seconds(self, prompt_tokens: int) -> float:
+        return (self.prefill_base_ms + self.prefill_per_token_us * prompt_tokens / 1000.0) / 1000.0
+
+    def tokens_per_step(self) -> float:
+        return self.accept_length if self.speculative else 1.0
+
+    def replace(self, **changes: object) -> Profile:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def linear_step_from_targets(
+    *, single_stream: float, at_cap: float, cap: int, tokens_per_step: float
+) -> tuple[float, float]:
+    """Solve t(b) = t0 + k*b (ms) so b*L/t(b) is `single_stream` at b=1 and `at_cap` at b=cap."""
+    t1 = 1000.0 * tokens_per_step / single_stream
+    tcap = 1000.0 * cap * tokens_per_step / at_cap
+    k = (tcap - t1) / (cap - 1)
+    return t1 - k, k
+
+
+# Derivation (see docs/simulator.md): single-stream decode and the throughput at the batch cap
+# (256 running requests) come from docs' scenario figures; t0 and k follow from the two equations.
+_BASE_T0, _BASE_K = linear_step_from_targets(
+    single_stream=92.6, at_cap=773.0, cap=256, tokens_per_step=1.0
+)
+_EAGLE_L = 2.6
+_EAGLE_T0, _EAGLE_K = linear_step_from_targets(
+    single_stream=96.1, at_cap=354.0, cap=256, tokens_per_step=_EAGLE_L
+)
+
+PROFILES: dict[str, Profile] = {
+    "baseline": Profile(
+        name="baseline",
+        t0_ms=round(_BASE_T0, 4),
+        k_ms=round(_BASE_K, 5),
+        max_running=256,
+        kv_tokens=2_000_000,
+        description="no speculation: 92.6 tok/s single stream, ~773 tok/s at 256 running",
+    ),
+    "eagle3": Profile(
+        name="eagle3",
+        t0_ms=round(_EAGLE_T0, 4),
+        k_ms=round(_EAGLE_K, 5),
+        max_running=256,
+        kv_tokens=1_500_000,
+        speculative=True,
+        accept_length=_EAGLE_L,
+        spec_steps=3,
+        description="EAGLE-3 (3 draft steps, accept length 2.6): 96.1 tok/s single, ~354 saturated",
+    ),
+    "fast": Profile(
+        name="fast",
+        t0_ms=0.05,
+        k_ms=0.0,
+        max_running=4096,
+        kv_tokens=1_000_000_000,
+        prefill_base_ms=0.0,
+        prefill_per_token_us=0.0,
+        description="near-zero model cost and a huge batch: for measuring the client",
+    ),
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ValueError(f"unknown profile {name!r} (known: {known})") from None

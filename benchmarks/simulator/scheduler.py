@@ -1,0 +1,252 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections import deque
+from typing import Literal
+
+from .model import TokenDraw
+from .profiles import Profile
+
+FinishReason = Literal["length", "stop", "abort"]
+
+# Beyond this lag behind the monotonic schedule (a stalled loop, a CPU-bound fast profile) the
+# schedule is re-anchored instead of replaying the missed steps back to back.
+MAX_LAG_S = 0.05
+
+
+class SimRequest:
+    """One request's state, shared by the scheduler (producer) and its HTTP handler (consumer)."""
+
+    __slots__ = (
+        "admitted",
+        "arrival",
+        "done",
+        "finish_reason",
+        "generated",
+        "kv",
+        "loop",
+        "max_tokens",
+        "pending",
+        "prompt_tokens",
+        "request_id",
+        "target",
+        "target_reason",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        target: int,
+        target_reason: FinishReason,
+        arrival: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.target = target
+        self.target_reason: FinishReason = target_reason
+        self.arrival = arrival
+        self.admitted: float | None = None
+        self.generated = 0
+        self.pending = 0
+        self.done = False
+        self.finish_reason: FinishReason | None = None
+        self.kv = prompt_tokens + max_tokens
+        self.loop = loop
+        self.waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def take(self) -> int:
+        """Tokens delivered since the last call, waiting for a step if there are none (0 = done)."""
+        while self.pending == 0 and not self.done:
+            loop = self.loop or asyncio.get_running_loop()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self.waiter = waiter
+            await waiter
+        n = self.pending
+        self.pending = 0
+        return n
+
+
+class SchedulerCore:
+    """Continuous batching without a clock: admit, size a step, then advance it.
+
+    Pure state machine shared by the asyncio driver (real time) and `simulate_closed_loop`
+    (virtual time), so that tests can check the model's arithmetic deterministically.
+    """
+
+    def __init__(self, profile: Profile, *, seed: int = 0, eos_prob: float = 0.0) -> None:
+        self.profile = profile
+        self._draw = TokenDraw(profile, random.Random(f"{seed}:accept"))
+        self._eos_rng = random.Random(f"{seed}:eos")
+        self.eos_prob = eos_prob
+        self.queue: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.kv_used = 0
+        # Lifetime counters (metrics and /server_info read them).
+        self.steps = 0
+        self.request_steps = 0
+        self.generated_tokens = 0
+        self.prompt_tokens = 0
+        self.spec_accepted = 0
+        self.spec_draft_tokens = 0
+        self.finished = 0
+        self.aborted = 0
+
+    def target_length(self, max_tokens: int, ignore_eos: bool) -> tuple[int, FinishReason]:
+        """Output length: max_tokens, or an earlier seeded pseudo-EOS when eos_prob > 0."""
+        if ignore_eos or self.eos_prob <= 0.0:
+            return max_tokens, "length"
+        if self.eos_prob >= 1.0:
+            return 1, "stop"
+        u = self._eos_rng.random()
+        n = 1 + int(math.log1p(-u) / math.log1p(-self.eos_prob))
+        if n < max_tokens:
+            return n, "stop"
+        return max_tokens, "length"
+
+    def submit(self, req: SimRequest) -> None:
+        self.queue.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        if req.done:
+            return
+        req.done = True
+        req.finish_reason = "abort"
+        self.aborted += 1
+        if req.admitted is None:
+            with contextlib.suppress(ValueError):
+                self.queue.remove(req)
+        else:
+            try:
+                self.running.remove(req)
+                self.kv_used -= req.kv
+            except ValueError:
+                pass
+        req.wake()
+
+    def admit(self, now: float) -> list[SimRequest]:
+        admitted: list[SimRequest] = []
+        queue, running = self.queue, self.running
+        limit, budget = self.profile.max_running, self.profile.kv_tokens
+        while queue and len(running) < limit:
+            req = queue[0]
+            if self.kv_used + req.kv > budget:
+                break
+            queue.popleft()
+            running.append(req)
+            self.kv_used += req.kv
+            self.prompt_tokens += req.prompt_tokens
+            req.admitted = now
+            admitted.append(req)
+        return admitted
+
+    def step_seconds(self, admitted: list[SimRequest]) -> float:
+        profile = self.profile
+        seconds = profile.step_seconds(len(self.running))
+        for req in admitted:
+            seconds += profile.prefill_seconds(req.prompt_tokens)
+        return seconds
+
+    def advance(self) -> list[SimRequest]:
+        """Emit one step's tokens to every running request; returns those that finished."""
+        finished: list[SimRequest] = []
+        keep: list[SimRequest] = []
+        spec = self._draw.speculative
+        draw = self._draw.draw
+        emitted = 0
+        for req in self.running:
+            n = draw() if spec else 1
+            remaining = req.target - req.generated
+            if n >= remaining:
+                n = remaining
+                req.done = True
+                req.finish_reason = req.target_reason
+                finished.append(req)
+            else:
+                keep.append(req)
+            req.generated += n
+            req.pending += n
+            emitted += n
+            req.wake()
+        batch = len(self.running)
+        self.running = keep
+        for req in finished:
+            self.kv_used -= req.kv
+        self.steps += 1
+        self.request_steps += batch
+        self.generated_tokens += emitted
+        self.finished += len(finished)
+        if spec:
+            self.spec_accepted += emitted - batch
+            self.spec_draft_tokens += batch * self._draw.spec_steps
+        return finished
+
+
+class AsyncScheduler:
+    """Drives a SchedulerCore on the event loop, sleeping to a drift-free monotonic schedule."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+        self.lag_resets = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = asyncio.ensure_future(self._run())
+
+    def submit(self, req: SimRequest) -> None:
+        self.start()
+        self.core.submit(req)
+        assert self._wake is not None
+        self._wake.set()
+
+    def abort(self, req: SimRequest) -> None:
+        self.core.abort(req)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        core = self.core
+        wake = self._wake
+        assert wake is not None
+        next_at = loop.time()
+        while True:
+            if not core.running and not core.queue:
+                wake.clear()
+                await wake.wait()
+                next_at = loop.time()
+            admitted = core.admit(time.time())
+            if not core.running:
+                # Queued requests that do not fit cannot exist (validated at submit); be safe.
+                wake.clear()
+                await wake.wait()
+                continue
+            next_at += core.step_seconds(admitted)
+            now = loop.time()
+            if next_at < now - MAX_LAG_S:
+                self.lag_resets += 1
+                next_at = now
+            delay = next_at - now
+            await asyncio.sleep(delay if delay > 0.0 else 0.0)
+            core.advance()
