@@ -275,7 +275,7 @@ async def test_client_disconnect_aborts_the_request(tmp_path):
 
     app = make_app(tmp_path, profile=PROFILES["baseline"])
     closed = asyncio.Event()
-    sent: list[dict[str, object]] = []
+    sent: list[int] = []
 
     async def receive():
         if not sent:
