@@ -69,6 +69,7 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "readiness_path",
                     "readiness_status",
                     "readiness_timeout_s",
+                    "api_host",
                     "openai_base_path",
                     "served_model_name",
                     "metrics_path",

@@ -209,3 +209,8 @@ def instance_transition(
             realtime.servers_group(), "servers.changed", {"instance_id": instance.pk}
         )
     return instance
+
+
+def instance_release_claims(*, instance_id: int) -> None:
+    """Free the GPUs of an instance whose clean-up verified them free (after a crash)."""
+    GpuClaim.objects.filter(instance_id=instance_id).delete()

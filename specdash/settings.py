@@ -106,7 +106,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so tests can share it between threads and with subprocesses
     # (a job worker, a Daphne server) exactly as the real processes do.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("SPECDASH_TEST_DB", str(VAR_DIR / "test-specdash.sqlite3"))
+        # One per test process: concurrent runs must not share (and delete) one file.
+        "NAME": os.environ.get(
+            "SPECDASH_TEST_DB", str(VAR_DIR / f"test-specdash-{os.getpid()}.sqlite3")
+        )
     }
     # The web server, the job worker and the load generator's reporter write concurrently:
     # WAL plus a busy timeout turns "database is locked" into a short wait.
@@ -174,7 +177,11 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("SPECDASH_LOG_LEVEL", "INFO")},
-    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 STATICFILES_FINDERS = [

@@ -1,3 +1,276 @@
-"""Job handlers of the server lifecycle register here."""
+"""The server lifecycle as background jobs.
+
+``server.run`` owns an instance from launch to stop: preflight, detached launch, readiness,
+then a watch loop that notices a crash within one poll and performs the stop when one is
+requested. ``server.stop`` and ``server.kill_holders`` act on instances that no running job
+owns (dirty, crashed, lost). An interrupted ``server.run`` (its worker died or the dashboard
+restarted) is followed by an adopting ``server.run``, which re-attaches to a live server or
+marks it lost. All ORM access goes through ``sync_to_async``; far-side work goes through the
+agent over the host's transport.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+from asgiref.sync import sync_to_async
+
+from hosts.jobs import JobContext, job_handler, on_interrupted
+from hosts.lifecycle import steps
+from hosts.lifecycle.readiness import check_ready, fetch_server_info, is_healthy
+from hosts.lifecycle.remote import Agent, AgentFailed
+from hosts.models import InstanceState
+from hosts.transports import TransportError
+
+logger = logging.getLogger(__name__)
+
+# A launch or stop call that fails on the way (SSH drop) is retried: the agent reconciles a
+# repeated launch of the same run id instead of starting a second server.
+REMOTE_RETRIES = 3
+
+
+async def _call_with_retries(
+    agent: Agent,
+    command: str,
+    args: dict[str, Any],
+    *,
+    timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
+) -> dict[str, Any]:
+    last: Exception | None = None
+    for attempt in range(REMOTE_RETRIES):
+        try:
+            return await agent.call(command, args, timeout=timeout)
+        except TransportError as exc:
+            last = exc
+            await asyncio.sleep(0.5 * (attempt + 1))
+    assert last is not None
+    raise last
+
+
+@job_handler("server.run")
+async def run_server(ctx: JobContext) -> dict[str, Any]:
+    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    agent = Agent.for_host(plan.host, plan.container)
+    # No keep-alive: a pooled connection left open to a server that then dies leaves a
+    # closing socket on its port, which the stop verification would rightly see as bound.
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=2.0), limits=limits) as client:
+        if ctx.params.get("adopt"):
+            return await _adopt(ctx, plan, agent, client)
+        try:
+            preflight = await agent.call(
+                "preflight", plan.preflight_args(), timeout=60, check=False
+            )
+        except TransportError as exc:
+            await steps.afail(plan, f"Cannot reach the host: {exc}")
+            return {"outcome": "failed"}
+        if not preflight.get("ok"):
+            problems = "; ".join(preflight.get("problems", [])) or str(preflight.get("error"))
+            await steps.afail(
+                plan, f"Preflight refused the start: {problems}", evidence={"preflight": preflight}
+            )
+            return {"outcome": "failed"}
+        baseline = steps.baseline_from_preflight(preflight, plan.gpu_ids)
+        try:
+            launch = await _call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+        except (TransportError, AgentFailed) as exc:
+            await steps.afail(plan, f"Launch failed: {exc}")
+            return {"outcome": "failed"}
+        plan = await sync_to_async(steps.record_launch)(plan, launch, baseline)
+        outcome = await _wait_until_ready(ctx, plan, agent, client)
+        if outcome != "ready":
+            return {"outcome": outcome}
+        return await _watch(ctx, plan, agent, client)
+
+
+async def _wait_until_ready(
+    ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
+) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + plan.readiness_timeout_s
+    next_status = 0.0
+    last_stage = ""
+    while True:
+        if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
+            await _stop(plan, agent, reason="Stop requested while loading")
+            return "stopped"
+        result = await check_ready(client, plan.readiness)
+        if result.ready:
+            info = await fetch_server_info(client, plan.readiness.base_url)
+            await sync_to_async(steps.mark_ready)(plan, info)
+            return "ready"
+        if result.stage != last_stage:
+            last_stage = result.stage
+            await sync_to_async(steps.readiness_progress)(plan, result.stage, result.detail)
+        if loop.time() >= next_status:
+            next_status = loop.time() + steps.STATUS_INTERVAL_S
+            try:
+                status = await agent.call("status", plan.status_args(), timeout=30)
+            except (TransportError, AgentFailed) as exc:
+                await sync_to_async(steps.note)(plan, f"Status check failed: {exc}")
+                status = None
+            if status is not None:
+                await sync_to_async(steps.update_log)(plan, status)
+                if not status.get("alive"):
+                    code = status.get("exit_code")
+                    await _stop(
+                        plan,
+                        agent,
+                        reason=f"Server exited with code {code} before it was ready",
+                        exit_code=code,
+                        failed=True,
+                    )
+                    return "failed"
+        if loop.time() >= deadline:
+            await _stop(
+                plan,
+                agent,
+                reason=f"Not ready after {plan.readiness_timeout_s:g} s "
+                f"(last check: {result.stage} {result.detail})",
+                failed=True,
+            )
+            return "failed"
+        await asyncio.sleep(steps.READY_POLL_S)
+
+
+async def _watch(
+    ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
+) -> dict[str, Any]:
+    """While ready: a crash is seen within one poll; a stop request ends the watch."""
+    unreachable_since: float | None = None
+    loop = asyncio.get_running_loop()
+    while True:
+        if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
+            await _stop(plan, agent, reason="Stop requested")
+            return {"outcome": "stopped"}
+        try:
+            status = await agent.call("status", plan.status_args(), timeout=30)
+            unreachable_since = None
+        except (TransportError, AgentFailed) as exc:
+            unreachable_since = unreachable_since or loop.time()
+            await sync_to_async(steps.note)(plan, f"Host unreachable: {exc}", once=True)
+            if loop.time() - unreachable_since > steps.LOST_AFTER_S:
+                await sync_to_async(steps.mark_lost)(
+                    plan, f"Host unreachable for {steps.LOST_AFTER_S:.0f} s: {exc}"
+                )
+                return {"outcome": "lost"}
+            await asyncio.sleep(steps.WATCH_INTERVAL_S)
+            continue
+        await sync_to_async(steps.update_log)(plan, status)
+        if not status.get("alive"):
+            code = status.get("exit_code")
+            await sync_to_async(steps.mark_crashed)(plan, code, status)
+            await _cleanup_after_crash(plan, agent)
+            return {"outcome": "crashed"}
+        if not await is_healthy(client, plan.readiness):
+            await sync_to_async(steps.note)(
+                plan, "Health check failing while the process is alive", once=True
+            )
+        await asyncio.sleep(steps.WATCH_INTERVAL_S)
+
+
+async def _stop(
+    plan: steps.Plan,
+    agent: Agent,
+    *,
+    reason: str,
+    exit_code: int | None = None,
+    failed: bool = False,
+) -> str:
+    """Targeted stop then verification; the final state is stopped/failed or dirty."""
+    await sync_to_async(steps.mark_stopping)(plan, reason)
+    try:
+        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
+        verify = await _call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
+    except (TransportError, AgentFailed) as exc:
+        await sync_to_async(steps.mark_dirty)(
+            plan, f"{reason}; the stop could not be completed: {exc}", {}
+        )
+        return "dirty"
+    return await sync_to_async(steps.finish_stop)(
+        plan, reason=reason, stop=stop, verify=verify, exit_code=exit_code, failed=failed
+    )
+
+
+async def _cleanup_after_crash(plan: steps.Plan, agent: Agent) -> None:
+    try:
+        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
+        verify = await _call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
+    except (TransportError, AgentFailed) as exc:
+        await sync_to_async(steps.mark_dirty)(plan, f"Crashed; clean-up failed: {exc}", {})
+        return
+    await sync_to_async(steps.finish_crash_cleanup)(plan, stop=stop, verify=verify)
+
+
+async def _adopt(
+    ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
+) -> dict[str, Any]:
+    """Re-attach to an instance whose owning job was interrupted, or mark it lost."""
+    if plan.pid is None:
+        await sync_to_async(steps.mark_lost)(
+            plan, "The dashboard restarted before the server was launched"
+        )
+        return {"outcome": "lost"}
+    try:
+        status = await _call_with_retries(agent, "status", plan.status_args(), timeout=30)
+    except (TransportError, AgentFailed) as exc:
+        await sync_to_async(steps.mark_lost)(
+            plan, f"Could not check the server after a restart: {exc}"
+        )
+        return {"outcome": "lost"}
+    if not status.get("alive"):
+        await sync_to_async(steps.mark_lost)(
+            plan,
+            f"Server gone after a dashboard restart (exit code {status.get('exit_code')})",
+            evidence={"status": status},
+        )
+        return {"outcome": "lost"}
+    await sync_to_async(steps.note)(plan, "Re-adopted after a dashboard restart")
+    if plan.state in {InstanceState.LOADING, InstanceState.STARTING}:
+        outcome = await _wait_until_ready(ctx, plan, agent, client)
+        if outcome != "ready":
+            return {"outcome": outcome}
+    elif plan.state == InstanceState.STOPPING:
+        await _stop(plan, agent, reason="Stop resumed after a dashboard restart")
+        return {"outcome": "stopped"}
+    elif not await is_healthy(client, plan.readiness):
+        await sync_to_async(steps.note)(plan, "Adopted, but its health check does not answer yet")
+    return await _watch(ctx, plan, agent, client)
+
+
+@on_interrupted("server.run")
+def _reattach_later(job_id: int, params: dict[str, Any]) -> None:
+    steps.enqueue_adoption(params["instance_id"])
+
+
+@job_handler("server.stop")
+async def stop_server(ctx: JobContext) -> dict[str, Any]:
+    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    agent = Agent.for_host(plan.host, plan.container)
+    return {"outcome": await _stop(plan, agent, reason="Stop requested")}
+
+
+@job_handler("server.kill_holders")
+async def kill_holders(ctx: JobContext) -> dict[str, Any]:
+    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    agent = Agent.for_host(plan.host, plan.container)
+    try:
+        killed = await agent.call(
+            "kill_pids",
+            {"pids": ctx.params["holders"], "signal": "KILL", "wait_seconds": 5},
+            timeout=60,
+        )
+    except (TransportError, AgentFailed) as exc:
+        await sync_to_async(steps.note)(plan, f"Kill of listed holders failed: {exc}")
+        return {"outcome": "dirty"}
+    await sync_to_async(steps.note)(
+        plan, f"Signalled {killed.get('signalled')}, skipped {killed.get('skipped')}"
+    )
+    return {
+        "outcome": await _stop(
+            plan, agent, reason="Re-verified after killing the listed GPU holders"
+        )
+    }

@@ -116,7 +116,11 @@ class ServerInstance(models.Model):
 
     @property
     def base_url(self) -> str:
-        address = self.host.address if self.host.kind == "ssh" else "127.0.0.1"
+        address = self.profile.api_host or (
+            self.host.address if self.host.kind == "ssh" else "127.0.0.1"
+        )
+        if ":" in address and not address.startswith("["):
+            address = f"[{address}]"
         return f"http://{address}:{self.port}"
 
 

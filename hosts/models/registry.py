@@ -201,6 +201,13 @@ class ServerProfile(models.Model):
     readiness_path = models.CharField(max_length=200, default="/health")
     readiness_status = models.PositiveSmallIntegerField(default=200)
     readiness_timeout_s = models.PositiveIntegerField(default=600)
+    api_host = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_safe_token],
+        help_text="Address the dashboard uses to reach the server's HTTP port (default: the "
+        "host's address; 127.0.0.1 for a local host). A container usually has its own IP.",
+    )
     openai_base_path = models.CharField(max_length=200, default="/v1")
     served_model_name = models.CharField(max_length=200, blank=True)
     metrics_path = models.CharField(max_length=200, blank=True, default="/metrics")

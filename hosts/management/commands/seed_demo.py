@@ -79,7 +79,7 @@ class Command(BaseCommand):
                     "gpu_ids": [0, 1, 2, 3],
                     "readiness_path": "/health",
                     "readiness_timeout_s": 60,
-                    "served_model_name": "sim-model",
+                    "served_model_name": "specdash-sim",
                     "speculative": spec["speculative"],
                     "tags": spec["tags"],
                 },

@@ -1,0 +1,112 @@
+"""Talking to a host: the transport chain for a host/container, and the far-side agent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from hosts.agent import AGENT_SOURCE
+from hosts.models import Container, ContainerKind, Host, HostKind
+from hosts.transports import HopSpec, Transport, build_chain, run_script
+
+# A constant wrapper (never built from input): puts the host's directories first on PATH,
+# then runs the rest of argv, which starts with `env NAME=value ...`. Values arrive as argv
+# items, so nothing in them is ever parsed by a shell.
+_PATH_WRAPPER = 'if [ -n "$1" ]; then PATH="$1:$PATH"; export PATH; fi; shift; exec "$@"'
+
+
+def hop_specs(host: Host, container: Container | None) -> list[HopSpec]:
+    specs: list[HopSpec] = []
+    if host.kind == HostKind.SSH:
+        specs.append(
+            HopSpec(
+                kind="ssh",
+                target=host.address,
+                user=host.ssh_user or None,
+                port=host.ssh_port,
+                identity_file=host.identity_file or None,
+                known_hosts_file=host.known_hosts_file or None,
+                host_key_policy="accept-new"
+                if host.known_hosts_policy == "accept-new"
+                else "strict",
+                jump=host.jump_host or None,
+            )
+        )
+    if container is not None and container.kind != ContainerKind.NONE:
+        specs.append(HopSpec(kind=container.kind, target=container.ident))  # type: ignore[arg-type]
+    return specs
+
+
+def transport_for(host: Host, container: Container | None) -> Transport:
+    control_dir = Path(settings.VAR_DIR) / "ssh-control"
+    control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return build_chain(hop_specs(host, container), control_dir=control_dir)
+
+
+class AgentFailed(Exception):
+    """The agent ran but answered ok=false (a refusal or bad input)."""
+
+    def __init__(self, command: str, answer: dict[str, Any]):
+        self.answer = answer
+        super().__init__(f"{command}: {answer.get('error') or answer.get('problems')}")
+
+
+class Agent:
+    """Runs the far-side agent through a transport, with the host's environment."""
+
+    def __init__(
+        self, transport: Transport, *, path_prepend: str = "", env: dict[str, str] | None = None
+    ):
+        self.transport = transport
+        self.path_prepend = path_prepend
+        self.env = dict(env or {})
+
+    @classmethod
+    def for_host(cls, host: Host, container: Container | None) -> Agent:
+        return cls(
+            transport_for(host, container), path_prepend=host.path_prepend, env=host.command_env
+        )
+
+    def interpreter(self) -> list[str]:
+        assignments = [f"{name}={value}" for name, value in sorted(self.env.items())]
+        return [
+            "sh",
+            "-c",
+            _PATH_WRAPPER,
+            "specdash-env",
+            self.path_prepend,
+            "env",
+            *assignments,
+            "python3",
+            "-",
+        ]
+
+    async def call(
+        self,
+        command: str,
+        args: dict[str, Any],
+        *,
+        timeout: float = 60.0,  # noqa: ASYNC109 - passed to the transport, which kills the process
+        check: bool = True,
+    ) -> dict[str, Any]:
+        """Run one agent command; HopError/CommandTimeout from the transport propagate."""
+        import json
+
+        result = await run_script(
+            self.transport,
+            AGENT_SOURCE,
+            interpreter=self.interpreter(),
+            args=[command, json.dumps(args, separators=(",", ":"), sort_keys=True)],
+            timeout=timeout,
+            check=False,
+        )
+        answer = result.value if isinstance(result.value, dict) else None
+        if answer is None:
+            raise AgentFailed(
+                command, {"error": result.error or "no answer", "stderr": result.stderr[-2000:]}
+            )
+        if check and not answer.get("ok", False):
+            raise AgentFailed(command, answer)
+        return answer

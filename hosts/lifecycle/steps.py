@@ -1,0 +1,404 @@
+"""Synchronous, persisted steps of the lifecycle jobs (called through ``sync_to_async``).
+
+Every step writes its outcome to the database before the job moves on, so a refresh, a
+second viewer or a restarted dashboard sees the truth.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from hosts import services
+from hosts.lifecycle.readiness import ReadinessTarget
+from hosts.models import (
+    Container,
+    Host,
+    InstanceEvent,
+    InstanceState,
+    Job,
+    JobState,
+    ServerInstance,
+)
+from hosts.models.instances import ACTIVE_STATES
+from specdash import realtime
+
+READY_POLL_S = float(os.environ.get("SPECDASH_READY_POLL_S", "0.25"))
+STATUS_INTERVAL_S = float(os.environ.get("SPECDASH_STATUS_INTERVAL_S", "1.0"))
+WATCH_INTERVAL_S = float(os.environ.get("SPECDASH_WATCH_INTERVAL_S", "1.0"))
+LOST_AFTER_S = float(os.environ.get("SPECDASH_LOST_AFTER_S", "120"))
+LOG_LINES = 60
+
+
+@dataclass
+class Plan:
+    """Plain data for one instance, loaded once: async code never touches the ORM."""
+
+    instance_id: int
+    state: str
+    run_id: str
+    host: Host
+    container: Container | None
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str
+    port: int
+    gpu_ids: list[int]
+    run_dir: str
+    readiness: ReadinessTarget
+    readiness_timeout_s: float
+    grace_s: float
+    pid: int | None = None
+    pgid: int | None = None
+    sid: int | None = None
+    start_time: int | None = None
+    supervisor_pid: int | None = None
+    baseline_gpu_memory: dict[str, int] = field(default_factory=dict)
+    last_log: str = ""
+    notes_sent: set[str] = field(default_factory=set)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "sid": self.sid,
+            "start_time": self.start_time,
+        }
+
+    def device_dirs(self) -> list[str]:
+        # A simulated host's GPUs are device files in the simulator's state directory; only
+        # those (and the real /dev) count, never another simulator's on the same machine.
+        dirs = ["/dev"]
+        state_dir = self.host.command_env.get("SPECDASH_SIM_STATE_DIR")
+        if state_dir:
+            dirs.append(state_dir.rstrip("/") + "/dev")
+        return dirs
+
+    def preflight_args(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "gpus": self.gpu_ids,
+            "binary": self.argv[0],
+            "workdir": self.workdir or None,
+            "device_dirs": self.device_dirs(),
+        }
+
+    def launch_args(self) -> dict[str, Any]:
+        env = dict(self.env)
+        if self.gpu_ids and "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpu_ids)
+        return {
+            "run_id": self.run_id,
+            "argv": self.argv,
+            "env": env,
+            "workdir": self.workdir or None,
+            "run_dir": self.run_dir,
+            "port": self.port,
+        }
+
+    def status_args(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "run_dir": self.run_dir,
+            "port": self.port,
+            "log_lines": LOG_LINES,
+        }
+
+    def stop_args(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "supervisor_pid": self.supervisor_pid,
+            "run_dir": self.run_dir,
+            "grace_seconds": self.grace_s,
+            "kill_wait_seconds": 5,
+        }
+
+    def verify_args(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "port": self.port,
+            "gpus": self.gpu_ids,
+            "baseline_gpu_mem_mb": self.baseline_gpu_memory,
+            "device_dirs": self.device_dirs(),
+        }
+
+
+def load_plan(instance_id: int) -> Plan:
+    instance = ServerInstance.objects.select_related("profile", "host", "profile__container").get(
+        pk=instance_id
+    )
+    profile = instance.profile
+    run_dir = instance.run_dir or f"{settings.SPECDASH_RUN_ROOT.rstrip('/')}/{instance.run_id}"
+    return Plan(
+        instance_id=instance.pk,
+        state=instance.state,
+        run_id=instance.run_id,
+        host=instance.host,
+        container=profile.container,
+        argv=list(instance.launch_argv),
+        env=dict(instance.env),
+        workdir=profile.workdir,
+        port=instance.port,
+        gpu_ids=list(instance.gpu_ids),
+        run_dir=run_dir,
+        readiness=ReadinessTarget(
+            base_url=instance.base_url,
+            health_path=profile.readiness_path,
+            expected_status=profile.readiness_status,
+            openai_base_path=profile.openai_base_path,
+            model=profile.served_model_name,
+        ),
+        readiness_timeout_s=float(profile.readiness_timeout_s),
+        grace_s=float(os.environ.get("SPECDASH_STOP_GRACE_S", "10")),
+        pid=instance.pid,
+        pgid=instance.pgid,
+        sid=instance.sid,
+        start_time=instance.proc_start_time,
+        supervisor_pid=instance.supervisor_pid,
+        baseline_gpu_memory={str(k): int(v) for k, v in instance.baseline_gpu_memory.items()},
+        last_log=instance.log_tail,
+    )
+
+
+def baseline_from_preflight(preflight: dict[str, Any], gpu_ids: list[int]) -> dict[str, int]:
+    devices = (preflight.get("gpus") or {}).get("devices") or []
+    return {
+        str(d["index"]): int(d["used_mb"])
+        for d in devices
+        if d.get("index") in gpu_ids and d.get("used_mb") is not None
+    }
+
+
+def record_launch(plan: Plan, launch: dict[str, Any], baseline: dict[str, int]) -> Plan:
+    message = (
+        "Re-attached to the server already running for this run id"
+        if launch.get("already_running")
+        else "Launched detached: " + shlex.join(plan.argv)
+    )
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.LOADING,
+        message=message,
+        pid=launch["pid"],
+        supervisor_pid=launch.get("supervisor_pid"),
+        pgid=launch.get("pgid"),
+        sid=launch.get("sid"),
+        proc_start_time=launch.get("start_time"),
+        boot_id=launch.get("boot_id") or "",
+        run_dir=launch.get("run_dir") or plan.run_dir,
+        log_path=launch.get("log_path") or "",
+        baseline_gpu_memory=baseline,
+    )
+    return replace(
+        plan,
+        state=InstanceState.LOADING,
+        pid=launch["pid"],
+        pgid=launch.get("pgid"),
+        sid=launch.get("sid"),
+        start_time=launch.get("start_time"),
+        supervisor_pid=launch.get("supervisor_pid"),
+        run_dir=launch.get("run_dir") or plan.run_dir,
+        baseline_gpu_memory=baseline,
+    )
+
+
+def stop_requested(instance_id: int) -> bool:
+    return bool(ServerInstance.objects.filter(pk=instance_id, stop_requested=True).exists())
+
+
+def readiness_progress(plan: Plan, stage: str, detail: str) -> None:
+    realtime.broadcast(
+        realtime.instance_group(plan.instance_id),
+        "instance.readiness",
+        {"stage": stage, "detail": detail},
+    )
+
+
+def mark_ready(plan: Plan, server_info: dict[str, Any]) -> None:
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.READY,
+        message="Ready: health, model list and a one-token completion answered",
+        server_info=server_info,
+    )
+    plan.state = InstanceState.READY
+
+
+def note(plan: Plan, message: str, *, once: bool = False) -> None:
+    if once and message in plan.notes_sent:
+        return
+    plan.notes_sent.add(message)
+    instance = ServerInstance.objects.get(pk=plan.instance_id)
+    services.instance_record_event(instance=instance, message=message)
+
+
+def update_log(plan: Plan, status: dict[str, Any]) -> None:
+    log = status.get("log") or {}
+    text = "\n".join(log.get("lines") or [])
+    if text and text != plan.last_log:
+        plan.last_log = text
+        ServerInstance.objects.filter(pk=plan.instance_id).update(log_tail=text)
+        realtime.broadcast(
+            realtime.instance_group(plan.instance_id), "instance.log", {"log_tail": text}
+        )
+
+
+def mark_stopping(plan: Plan, reason: str) -> None:
+    instance = ServerInstance.objects.get(pk=plan.instance_id)
+    if instance.state != InstanceState.STOPPING:
+        services.instance_transition(
+            instance_id=plan.instance_id, state=InstanceState.STOPPING, message=reason
+        )
+    plan.state = InstanceState.STOPPING
+
+
+def _evidence(stop: dict[str, Any] | None, verify: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "reasons": verify.get("reasons", []),
+        "holders": verify.get("holders", []),
+        "members": verify.get("members", []),
+        "gpu_memory": verify.get("gpu_memory"),
+        "port": verify.get("port"),
+        "stop": stop or {},
+    }
+
+
+def finish_stop(
+    plan: Plan,
+    *,
+    reason: str,
+    stop: dict[str, Any],
+    verify: dict[str, Any],
+    exit_code: int | None,
+    failed: bool,
+) -> str:
+    evidence = _evidence(stop, verify)
+    code = exit_code if exit_code is not None else stop.get("exit_code")
+    if verify.get("verdict") == "stopped":
+        state = InstanceState.FAILED if failed else InstanceState.STOPPED
+        terminated, killed = len(stop.get("terminated", [])), len(stop.get("killed", []))
+        summary = (
+            f"terminated {terminated}, killed {killed}; port closed; "
+            "GPU memory back to its level before start"
+        )
+        services.instance_transition(
+            instance_id=plan.instance_id,
+            state=state,
+            message=f"{reason}. Verified: {summary}",
+            exit_code=code,
+            evidence=evidence,
+            reason=reason if failed else "",
+            log_tail=plan.last_log,
+        )
+        return str(state)
+    mark_dirty(
+        plan,
+        f"{reason}; not clean: {'; '.join(verify.get('reasons', []))}",
+        evidence,
+        exit_code=code,
+    )
+    return InstanceState.DIRTY
+
+
+def mark_dirty(
+    plan: Plan, reason: str, evidence: dict[str, Any], exit_code: int | None = None
+) -> None:
+    instance = ServerInstance.objects.get(pk=plan.instance_id)
+    if instance.state == InstanceState.CRASHED:
+        services.instance_transition(
+            instance_id=plan.instance_id,
+            state=InstanceState.DIRTY,
+            message=reason,
+            reason=reason,
+            evidence=evidence,
+        )
+        return
+    if instance.state not in {InstanceState.STOPPING, InstanceState.DIRTY}:
+        services.instance_transition(
+            instance_id=plan.instance_id, state=InstanceState.STOPPING, message="Stopping"
+        )
+    fields: dict[str, Any] = {"reason": reason, "evidence": evidence, "stop_requested": False}
+    if exit_code is not None:
+        fields["exit_code"] = exit_code
+    services.instance_transition(
+        instance_id=plan.instance_id, state=InstanceState.DIRTY, message=reason, **fields
+    )
+
+
+def mark_crashed(plan: Plan, exit_code: int | None, status: dict[str, Any]) -> None:
+    log = "\n".join((status.get("log") or {}).get("lines") or []) or plan.last_log
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.CRASHED,
+        message=f"Server process died after it was ready (exit code {exit_code})",
+        reason=f"crashed with exit code {exit_code}",
+        exit_code=exit_code,
+        log_tail=log,
+        release_claims=False,
+    )
+
+
+def finish_crash_cleanup(plan: Plan, *, stop: dict[str, Any], verify: dict[str, Any]) -> None:
+    evidence = _evidence(stop, verify)
+    if verify.get("verdict") == "stopped":
+        services.instance_release_claims(instance_id=plan.instance_id)
+        ended = len(stop.get("killed", [])) + len(stop.get("terminated", []))
+        note(plan, f"Clean-up after the crash: ended {ended} leftover process(es); GPUs free")
+        ServerInstance.objects.filter(pk=plan.instance_id).update(evidence=evidence)
+        return
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.DIRTY,
+        message="Leftovers after the crash: " + "; ".join(verify.get("reasons", [])),
+        evidence=evidence,
+    )
+
+
+def mark_lost(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.LOST,
+        message=reason,
+        reason=reason,
+        evidence=evidence or {},
+    )
+
+
+def fail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=InstanceState.FAILED,
+        message=reason,
+        reason=reason,
+        evidence=evidence or {},
+    )
+
+
+async def afail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
+    await sync_to_async(fail)(plan, reason, evidence)
+
+
+def enqueue_adoption(instance_id: int) -> None:
+    """After an interrupted owner job: a new owner re-attaches (or declares the server lost)."""
+    instance = ServerInstance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.state not in ACTIVE_STATES:
+        return
+    lock = services.instance_lock_key(instance_id)
+    if Job.objects.filter(lock_key=lock, state__in=[JobState.QUEUED, JobState.RUNNING]).exists():
+        return
+    from hosts.jobs import job_enqueue
+
+    job_enqueue(
+        kind="server.run", params={"instance_id": instance_id, "adopt": True}, lock_key=lock
+    )
+    services.instance_record_event(
+        instance=instance,
+        kind=InstanceEvent.Kind.INFO,
+        message="Its job was interrupted; a new one will re-adopt it",
+    )
