@@ -69,7 +69,7 @@ class Lab:
             infos = {n: read_json(state / f"{n}.json") for n in names}
             return infos if all(infos.values()) else None
 
-        return wait_for(all_there, timeout=60, what=f"fake engine in {state}")  # type: ignore[no-any-return]
+        return wait_for(all_there, timeout=60, what=f"fake engine in {state}")
 
     def helper(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
         """Start holder.py (no marker, not through the agent); returns (pid, ready text)."""

@@ -70,7 +70,7 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 30, what: str = "
 
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 

@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+# Request bodies and streamed-chunk handling for each supported API.
+#
+# The handlers run once per SSE event, so they do as little as possible: read the cumulative token
+# count the server reports, append one (time, tokens) pair, keep the finish reason and usage.
+import enum
+from typing import Any, Protocol
+
+from benchmarks.loadgen.records import RequestRecord
+
+
+class Api(enum.StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+    GENERATE = "generate"
+
+
+PATHS: dict[Api, str] = {
+    Api.COMPLETIONS: "/v1/completions",
+    Api.CHAT: "/v1/chat/completions",
+    Api.GENERATE: "/generate",
+}
+
+
+class TokenCounter(Protocol):
+    tokens: int
+
+
+def build_body(
+    api: Api,
+    *,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    ignore_eos: bool = False,
+    temperature: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one streamed request; `extra` fields are merged last (they win)."""
+    body: dict[str, Any]
+    if api is Api.GENERATE:
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos}
+        if temperature is not None:
+            sampling["temperature"] = temperature
+        body = {"text": prompt, "sampling_params": sampling, "stream": True}
+        if model:
+            body["model"] = model
+    else:
+        body = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if api is Api.CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if ignore_eos:
+            body["ignore_eos"] = True
+        if temperature is not None:
+            body["temperature"] = temperature
+    if extra:
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(body.get(key), dict):
+                body[key] = {**body[key], **value}
+            else:
+                body[key] = value
+    return body
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+class ChunkHandler:
+    """Turns one request's decoded SSE events into its record (one instance per request)."""
+
+    __slots__ = ("counted", "live", "rec")
+
+    def __init__(self, rec: RequestRecord, live: TokenCounter | None) -> None:
+        self.rec = rec
+        self.live = live
+        self.counted = 0  # tokens attributed to chunks so far
+
+    def _add(self, now: float, n: int) -> None:
+        rec = self.rec
+        if rec.first_token is None:
+            rec.first_token = now
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(n)
+        self.counted += n
+        if self.live is not None:
+            self.live.tokens += n
+
+    def handle(self, obj: Any, now: float) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """After the stream ends: settle the output token count."""
+        rec = self.rec
+        if rec.output_tokens == 0 and self.counted:
+            rec.output_tokens = self.counted
+            rec.output_tokens_estimated = rec.chunk_tokens_estimated
+
+
+class OpenAIHandler(ChunkHandler):
+    """/v1/completions and /v1/chat/completions, with or without per-chunk usage."""
+
+    __slots__ = ("chat",)
+
+    def __init__(self, rec: RequestRecord, live: TokenCounter | None, *, chat: bool) -> None:
+        super().__init__(rec, live)
+        self.chat = chat
+
+    def handle(self, obj: Any, now: float) -> None:
+        usage = obj.get("usage")
+        choices = obj.get("choices")
+        rec = self.rec
+        if choices:
+            choice = choices[0]
+            if usage:
+                n = usage["completion_tokens"] - self.counted
+            else:
+                if self.chat:
+                    delta = choice.get("delta") or {}
+                    has_text = bool(
+                        delta.get("content")
+                        or delta.get("reasoning_content")
+                        or delta.get("reasoning")
+                        or delta.get("tool_calls")
+                    )
+                else:
+                    has_text = bool(choice.get("text"))
+                n = 1 if has_text else 0
+                if n:
+                    rec.chunk_tokens_estimated = True
+            if n > 0:
+                self._add(now, n)
+            reason = choice.get("finish_reason")
+            if reason:
+                rec.finish_reason = reason
+        elif usage is None:
+            text = _error_text(obj)
+            if text is not None:
+                rec.error_kind = "server_error"
+                rec.error = text[:500]
+            return
+        if usage:
+            rec.output_tokens = usage.get("completion_tokens") or 0
+            prompt = usage.get("prompt_tokens")
+            if prompt is not None:
+                rec.prompt_tokens = prompt
+
+
+class GenerateHandler(ChunkHandler):
+    """SGLang's native /generate: `meta_info.completion_tokens` is cumulative on every chunk."""
+
+    __slots__ = ()
+
+    def handle(self, obj: Any, now: float) -> None:
+        rec = self.rec
+        meta = obj.get("meta_info")
+        if meta is None:
+            text = _error_text(obj)
+            if text is not None:
+                rec.error_kind = "server_error"
+                rec.error = text[:500]
+            return
+        total = meta.get("completion_tokens")
+        if total is None:
+            if obj.get("text"):
+                rec.chunk_tokens_estimated = True
+                self._add(now, 1)
+        else:
+            n = total - self.counted
+            if n > 0:
+                self._add(now, n)
+            rec.output_tokens = total
+        prompt = meta.get("prompt_tokens")
+        if prompt is not None:
+            rec.prompt_tokens = prompt
+        reason = meta.get("finish_reason")
+        if reason:
+            rec.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
+
+
+def make_handler(api: Api, rec: RequestRecord, live: TokenCounter | None) -> ChunkHandler:
+    if api is Api.GENERATE:
+        return GenerateHandler(rec, live)
+    return OpenAIHandler(rec, live, chat=api is Api.CHAT)

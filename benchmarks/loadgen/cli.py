@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+# `python -m benchmarks.loadgen`: run levels of load, write results, events and records.
+#
+# Exit status: 0 when the run completed or was cancelled (SIGTERM/SIGINT), 3 when it failed (the
+# server-error policy stopped it, or a level could not run), 2 for bad arguments.
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.events import EventWriter, dumps
+from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
+from benchmarks.loadgen.metrics import summarize_level
+from benchmarks.loadgen.multiproc import run_level_multiprocess
+from benchmarks.loadgen.prompts import PromptSource, SyntheticPrompts, load_dataset
+
+EXIT_OK = 0
+EXIT_FAILED = 3
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,5,10: {text!r}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.loadgen",
+        description="Closed-loop (or Poisson) streaming load against an LLM inference server.",
+    )
+    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
+    p.add_argument("--api", choices=[a.value for a in Api], default="completions")
+    p.add_argument("--model", default="default")
+    p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
+    stop = p.add_mutually_exclusive_group(required=True)
+    stop.add_argument("--requests-per-level", type=int, help="measured requests per level")
+    stop.add_argument("--duration", type=float, help="seconds of measured load per level")
+    p.add_argument("--warmup-requests", type=int, default=0, help="per level, not measured")
+    p.add_argument("--input-tokens", type=int, default=128, help="synthetic prompt length")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="fixed output length (default: the dataset's, else 128)",
+    )
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
+    p.add_argument("--dataset", type=Path, default=None)
+    p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
+    p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals, req/s")
+    p.add_argument("--processes", type=int, default=1, help="worker processes per level")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--request-timeout", type=float, default=600.0, help="per request, seconds")
+    p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
+    p.add_argument("--on-server-error", choices=["stop", "continue"], default="stop")
+    p.add_argument("--max-consecutive-connect-errors", type=int, default=10)
+    p.add_argument("--max-error-ratio", type=float, default=0.5)
+    p.add_argument("--sample-interval", type=float, default=1.0)
+    p.add_argument("--output", type=Path, default=None, help="results JSON")
+    p.add_argument("--records", type=Path, default=None, help="per-request JSON lines")
+    p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def _prompts(args: argparse.Namespace) -> PromptSource:
+    if args.dataset is not None:
+        return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
+    return SyntheticPrompts(args.input_tokens, seed=args.seed)
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        out[key] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
+    ttft = s["ttft_p50"]
+    ttft_txt = f"{ttft * 1e3:.0f}ms" if ttft is not None else "-"
+    warn = " CLIENT-LIMITED" if s["client_limited"] else ""
+    return (
+        f"[level {level} C={concurrency} {s['phase']}] tok/s={s['tok_s']:.0f} "
+        f"in_flight={s['in_flight']} done={s['completed']} err={s['errors']} "
+        f"ttft_p50={ttft_txt} lag={s['loop_lag_ms']:.1f}ms cpu={s['client_cpu']:.0f}%{warn}"
+    )
+
+
+def level_summary(result: LevelResult, *, processes: int) -> dict[str, Any]:
+    summary = summarize_level(
+        result.records,
+        concurrency=result.concurrency,
+        mode=result.mode,
+        partial=result.partial,
+        anchor=result.anchor,
+    )
+    summary["level_index"] = result.level_index
+    summary["status"] = result.status
+    summary["reason"] = result.reason
+    summary["processes"] = processes
+    summary["warmup_requests"] = len(result.warmup_records)
+    summary["client"] = result.client
+    summary["anchor"] = result.anchor.to_dict()
+    return summary
+
+
+async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None) -> int:
+    loop = asyncio.get_running_loop()
+    cancel = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, cancel.set)
+    run_id = args.run_id or uuid.uuid4().hex[:12]
+    prompts = _prompts(args)
+    params = _params(args)
+    started = time.time()
+    events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid())
+    records_f = args.records.open("w", encoding="utf-8") if args.records else None
+    levels: list[dict[str, Any]] = []
+    status, reason = "completed", None
+    try:
+        for i, c in enumerate(args.concurrency):
+            if cancel.is_set():
+                status, reason = "cancelled", "cancelled by signal"
+                break
+            cfg = LevelConfig(
+                api=Api(args.api),
+                base_url=args.base_url,
+                model=args.model,
+                concurrency=c,
+                level_index=i,
+                num_requests=args.requests_per_level,
+                duration=args.duration,
+                warmup_requests=args.warmup_requests,
+                request_rate=args.request_rate,
+                max_tokens=args.max_tokens,
+                ignore_eos=args.ignore_eos,
+                temperature=args.temperature,
+                extra_body=args.extra_body,
+                request_timeout=args.request_timeout,
+                seed=args.seed,
+                drain_seconds=args.drain_seconds,
+                on_server_error=args.on_server_error,
+                max_consecutive_connect_errors=args.max_consecutive_connect_errors,
+                max_error_ratio=args.max_error_ratio,
+                sample_interval=args.sample_interval,
+                run_id=run_id,
+            )
+            processes = max(1, min(args.processes, c))
+            events.emit(
+                "level_start",
+                level_index=i,
+                concurrency=c,
+                t=time.time(),
+                requests=args.requests_per_level,
+                duration=args.duration,
+                warmup_requests=args.warmup_requests,
+                request_rate=args.request_rate,
+                processes=processes,
+            )
+
+            def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
+                s = {k: v for k, v in s.items() if k != "recent_ttft"}
+                events.emit("sample", level_index=i, concurrency=c, **s)
+                if log is not None:
+                    print(_progress(i, c, s), file=log, flush=True)
+
+            try:
+                if processes > 1:
+                    result = await run_level_multiprocess(
+                        cfg, prompts, processes, cancel=cancel, on_sample=on_sample
+                    )
+                else:
+                    result = await run_level(cfg, prompts, cancel=cancel, on_sample=on_sample)
+            except Exception as exc:
+                reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
+                events.emit("level_error", level_index=i, reason=reason, detail=_tb())
+                status = "failed"
+                break
+            summary = level_summary(result, processes=processes)
+            levels.append(summary)
+            if records_f is not None:
+                for rec in (*result.warmup_records, *result.records):
+                    records_f.write(dumps(rec.to_json(result.anchor, level_index=i)) + "\n")
+                records_f.flush()
+            events.emit("level_summary", level_index=i, summary=summary)
+            if log is not None:
+                print(_summary_line(summary), file=log, flush=True)
+            if result.status == "failed":
+                events.emit("level_error", level_index=i, reason=result.reason)
+                if args.on_server_error == "stop":
+                    status, reason = "failed", result.reason
+                    break
+            elif result.status == "cancelled":
+                status, reason = "cancelled", "cancelled by signal"
+                break
+    finally:
+        if records_f is not None:
+            records_f.close()
+    if args.output is not None:
+        out = {
+            "run_id": run_id,
+            "status": status,
+            "reason": reason,
+            "started_at": started,
+            "finished_at": time.time(),
+            "params": params,
+            "levels": levels,
+        }
+        tmp = args.output.with_name(args.output.name + ".tmp")
+        tmp.write_text(json.dumps(json.loads(dumps(out)), indent=1) + "\n", encoding="utf-8")
+        tmp.replace(args.output)
+    events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
+    return EXIT_FAILED if status == "failed" else EXIT_OK
+
+
+def _tb() -> str:
+    return traceback.format_exc()[-2000:]
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    req = s["requests"]
+    return (
+        f"== level {s['level_index']} C={s['concurrency']} {s['status']}: "
+        f"ok={req['ok']} failed={req['failed']} out_tok/s={_fmt(s['output_tok_s'], '.1f')} "
+        f"steady={_fmt(s['steady']['output_tok_s'], '.1f')} "
+        f"ttft_p50={_fmt(s['ttft_ms']['p50'], '.1f')}ms "
+        f"itl_p50={_fmt(s['itl_ms']['p50'], '.2f')}ms "
+        f"conc={_fmt(s['achieved_concurrency'], '.2f')}"
+        + (" CLIENT-LIMITED" if s["client"].get("client_limited") else "")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.processes < 1:
+        build_parser().error("--processes must be >= 1")
+    log: TextIO | None = None if args.quiet else sys.stderr
+    stream: TextIO | None
+    if args.events == "-":
+        stream = sys.stdout
+    elif args.events:
+        stream = open(args.events, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    else:
+        stream = None
+    events = EventWriter(stream)
+    try:
+        return asyncio.run(run(args, events, log))
+    finally:
+        events.close()
+        if stream is not None and stream is not sys.stdout:
+            with contextlib.suppress(OSError):
+                stream.close()

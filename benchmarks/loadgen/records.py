@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+# Per-request records and the clock anchor that ties perf_counter() times to wall time.
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAnchor:
+    """A (wall, perf) pair read at the same instant.
+
+    Records keep `time.perf_counter()` times; `to_wall` turns them into `time.time()` epoch seconds,
+    the clock of a server's truth log, and `shift_to` rebases them onto another process's anchor.
+    """
+
+    t0_wall: float
+    t0_perf: float
+
+    @classmethod
+    def now(cls) -> ClockAnchor:
+        # Bracket time.time() between two perf_counter() reads and keep the tightest of a few tries,
+        # so the pair is accurate to well under a microsecond.
+        best: tuple[float, float, float] | None = None
+        for _ in range(5):
+            p1 = time.perf_counter()
+            w = time.time()
+            p2 = time.perf_counter()
+            if best is None or p2 - p1 < best[0]:
+                best = (p2 - p1, w, (p1 + p2) / 2)
+        assert best is not None
+        return cls(t0_wall=best[1], t0_perf=best[2])
+
+    def to_wall(self, t_perf: float) -> float:
+        return self.t0_wall + (t_perf - self.t0_perf)
+
+    def to_perf(self, t_wall: float) -> float:
+        return self.t0_perf + (t_wall - self.t0_wall)
+
+    def shift_to(self, other: ClockAnchor) -> float:
+        """The amount to add to this anchor's perf times to express them on `other`'s perf clock."""
+        # Differences of like clocks first: epoch seconds (~1.7e9) have a 0.24 us resolution, and
+        # subtracting two nearby wall times is exact where wall - perf would round.
+        return (self.t0_wall - other.t0_wall) - (self.t0_perf - other.t0_perf)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"t0_wall": self.t0_wall, "t0_perf": self.t0_perf}
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Times are perf_counter() seconds on the level's anchor.
+
+    `chunk_times[i]` is when the read holding chunk i arrived and `chunk_tokens[i]` the number of
+    output tokens it carried (a difference of the server's cumulative usage; 1 per chunk when the
+    server gives no per-chunk usage, flagged by `chunk_tokens_estimated`). Chunks that carry no
+    token (role-only deltas, usage-only tails) are not listed.
+    """
+
+    request_id: str
+    slot: int = 0
+    process: int = 0
+    warmup: bool = False
+    start: float = 0.0
+    end: float = 0.0
+    first_token: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    output_tokens_estimated: bool = False
+    chunk_tokens_estimated: bool = False
+    finish_reason: str | None = None
+    error_kind: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    def shifted(self, delta: float) -> RequestRecord:
+        """A copy with every time moved by `delta` seconds."""
+        return RequestRecord(
+            request_id=self.request_id,
+            slot=self.slot,
+            process=self.process,
+            warmup=self.warmup,
+            start=self.start + delta,
+            end=self.end + delta,
+            first_token=None if self.first_token is None else self.first_token + delta,
+            chunk_times=[t + delta for t in self.chunk_times],
+            chunk_tokens=list(self.chunk_tokens),
+            output_tokens=self.output_tokens,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens_estimated=self.output_tokens_estimated,
+            chunk_tokens_estimated=self.chunk_tokens_estimated,
+            finish_reason=self.finish_reason,
+            error_kind=self.error_kind,
+            error=self.error,
+        )
+
+    def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
+        """A compact JSON form with wall-clock (epoch) times, comparable with a truth log."""
+        w = anchor.t0_wall - anchor.t0_perf
+        d: dict[str, Any] = {
+            "level": level_index,
+            "id": self.request_id,
+            "slot": self.slot,
+            "proc": self.process,
+            "start": round(self.start + w, 6),
+            "end": round(self.end + w, 6),
+            "first_token": None if self.first_token is None else round(self.first_token + w, 6),
+            "chunks": [
+                [round(t + w, 6), n]
+                for t, n in zip(self.chunk_times, self.chunk_tokens, strict=True)
+            ],
+            "out": self.output_tokens,
+            "prompt": self.prompt_tokens,
+            "finish": self.finish_reason,
+        }
+        if self.warmup:
+            d["warmup"] = True
+        if self.output_tokens_estimated:
+            d["out_est"] = True
+        if self.chunk_tokens_estimated:
+            d["chunk_est"] = True
+        if self.error_kind is not None:
+            d["error_kind"] = self.error_kind
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], anchor: ClockAnchor) -> RequestRecord:
+        """Inverse of `to_json` (to within the 1 us rounding), onto `anchor`'s perf clock."""
+        p = anchor.t0_perf - anchor.t0_wall
+        chunks = d.get("chunks") or []
+        ft = d.get("first_token")
+        return cls(
+            request_id=d["id"],
+            slot=d.get("slot", 0),
+            process=d.get("proc", 0),
+            warmup=d.get("warmup", False),
+            start=d["start"] + p,
+            end=d["end"] + p,
+            first_token=None if ft is None else ft + p,
+            chunk_times=[c[0] + p for c in chunks],
+            chunk_tokens=[c[1] for c in chunks],
+            output_tokens=d.get("out", 0),
+            prompt_tokens=d.get("prompt"),
+            output_tokens_estimated=d.get("out_est", False),
+            chunk_tokens_estimated=d.get("chunk_est", False),
+            finish_reason=d.get("finish"),
+            error_kind=d.get("error_kind"),
+            error=d.get("error"),
+        )
