@@ -8,6 +8,15 @@ app_name = "benchmarks"
 
 urlpatterns = [
     path("sweeps/", views.sweep_list, name="sweep-list"),
+    path("sweeps/new/", views.sweep_new, name="sweep-new"),
     path("sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep-detail"),
+    path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep-cancel"),
+    path("sweeps/<int:sweep_id>/levels.csv", views.sweep_export_csv, name="sweep-export-csv"),
+    path("sweeps/<int:sweep_id>/levels.json", views.sweep_export_json, name="sweep-export-json"),
+    path(
+        "sweeps/<int:sweep_id>/records.jsonl",
+        views.sweep_export_records,
+        name="sweep-export-records",
+    ),
     path("experiments/", views.experiment_list, name="experiment-list"),
 ]

@@ -2,27 +2,115 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from benchmarks import selectors
+from benchmarks import forms, selectors, services
+from benchmarks.models import Sweep
+from benchmarks.sweeps import exports
 from hosts import roles
+from specdash.http import HtmxHttpRequest
+
+
+def _sweep_or_404(sweep_id: int) -> Sweep:
+    sweep = selectors.sweep_detail(sweep_id=sweep_id)
+    if sweep is None:
+        raise Http404("No such sweep")
+    return sweep
 
 
 @roles.viewer_required
 def sweep_list(request: HttpRequest) -> HttpResponse:
+    context = {
+        "sweeps": selectors.sweep_list()[:100],
+        "can_run_sweeps": roles.can_run_sweeps(request.user),
+        "nav": "sweeps",
+    }
+    return render(request, "benchmarks/sweeps.html", context)
+
+
+@roles.sweep_operator_required
+def sweep_new(request: HttpRequest) -> HttpResponse:
+    form = forms.SweepForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            sweep = services.sweep_create(**form.service_kwargs(), user=request.user)
+        except ValidationError as exc:
+            form.add_service_error(exc)
+        else:
+            return redirect("benchmarks:sweep-detail", sweep_id=sweep.pk)
+    status = 400 if form.is_bound else 200
     return render(
-        request, "benchmarks/sweeps.html", {"sweeps": selectors.sweep_list()[:100], "nav": "sweeps"}
+        request, "benchmarks/sweep_new.html", {"form": form, "nav": "sweeps"}, status=status
     )
 
 
 @roles.viewer_required
-def sweep_detail(request: HttpRequest, sweep_id: int) -> HttpResponse:
-    sweep = selectors.sweep_detail(sweep_id=sweep_id)
-    if sweep is None:
-        raise Http404("No such sweep")
-    context = {"sweep": sweep, "levels": selectors.sweep_levels(sweep_id=sweep_id), "nav": "sweeps"}
-    return render(request, "benchmarks/sweep_detail.html", context)
+def sweep_detail(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = _sweep_or_404(sweep_id)
+    levels = selectors.sweep_levels(sweep_id=sweep_id)
+    context = {
+        "sweep": sweep,
+        "levels": levels,
+        "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
+        "can_run_sweeps": roles.can_run_sweeps(request.user),
+        "live_config": {"sweepId": sweep.pk, "wsPath": f"/ws/sweeps/{sweep.pk}/"},
+        "nav": "sweeps",
+    }
+    template = "benchmarks/sweep_detail.html"
+    if request.htmx:
+        template += "#levels-table"
+    return render(request, template, context)
+
+
+@require_POST
+@roles.sweep_operator_required
+def sweep_cancel(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = services.sweep_cancel(sweep=_sweep_or_404(sweep_id), user=request.user)
+    if request.htmx:
+        context = {"sweep": sweep, "can_run_sweeps": True}
+        return render(request, "benchmarks/sweep_detail.html#sweep-actions", context)
+    return redirect("benchmarks:sweep-detail", sweep_id=sweep.pk)
+
+
+@roles.viewer_required
+def sweep_export_csv(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = _sweep_or_404(sweep_id)
+    response = HttpResponse(exports.levels_csv(sweep=sweep), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.csv"'
+    return response
+
+
+@roles.viewer_required
+def sweep_export_json(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    sweep = _sweep_or_404(sweep_id)
+    response = JsonResponse(exports.levels_json(sweep=sweep), json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.json"'
+    return response
+
+
+@roles.viewer_required
+def sweep_export_records(request: HttpRequest, sweep_id: int) -> StreamingHttpResponse:
+    sweep = _sweep_or_404(sweep_id)
+    path = exports.records_file(sweep=sweep)
+    if path is None:
+        raise Http404("This sweep has no request records yet")
+    # Django serves async iterators under ASGI and sync ones under WSGI without a warning.
+    content = (
+        exports.aiter_file(path) if isinstance(request, ASGIRequest) else exports.iter_file(path)
+    )
+    response = StreamingHttpResponse(content, content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-records.jsonl"'
+    return response
 
 
 @roles.viewer_required

@@ -60,3 +60,16 @@ def broadcast_on_commit(group: str, event_type: str, payload: dict[str, Any]) ->
     """Emit after the surrounding transaction commits, so a client that reacts to the event
     and reads the database sees the change (Zulip's rule)."""
     transaction.on_commit(lambda: broadcast(group, event_type, payload))
+
+
+# Sweep events. Payloads are built by benchmarks.selectors and forwarded by SweepConsumer as
+# they are: {"type": "sweep.samples", "sweep_id": ..., "samples": [...]} on the wire.
+SWEEP_SAMPLES = "sweep.samples"  # {"sweep_id", "samples": [sample, ...]}: one batch a second
+SWEEP_LEVEL = "sweep.level"  # {"sweep_id", "level": {...}, "progress": {...}}
+SWEEP_STATE = "sweep.state"  # {"sweep_id", "sweep": {...}, "progress": {...}}
+# Producers of live samples buffer them and send one batch per interval.
+SAMPLE_BATCH_SECONDS = 1.0
+
+
+def sweep_broadcast_on_commit(sweep_id: int, event_type: str, payload: dict[str, Any]) -> None:
+    broadcast_on_commit(sweep_group(sweep_id), event_type, {"sweep_id": sweep_id, **payload})

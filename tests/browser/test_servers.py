@@ -26,6 +26,8 @@ def test_operator_starts_the_simulated_baseline_sees_it_ready_then_stopped_with_
     expect(page.locator("#instance-events")).to_contain_text("Ready")
     page.get_by_test_id("stop").click()
     expect(state).to_have_text("stopped", timeout=60_000)
+    # The page reloads itself once the state settles, with the verification's evidence.
+    expect(page.get_by_test_id("verified-gpu")).to_contain_text("GPU 0:", timeout=10_000)
     baseline = _gpu_values(page.get_by_test_id("baseline-gpu").inner_text())
     verified = _gpu_values(page.get_by_test_id("verified-gpu").inner_text())
     assert baseline and verified == baseline

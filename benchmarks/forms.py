@@ -1,0 +1,89 @@
+"""The New sweep form: parses what a person types; the rules live in services.sweep_create."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from benchmarks import selectors, services
+from benchmarks.models.sweeps import DEFAULT_LEVELS
+from hosts.models import ServerInstance
+
+
+class InstanceChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    def label_from_instance(self, obj: ServerInstance) -> str:
+        return f"{obj.profile.name} · #{obj.pk} on {obj.host.name}:{obj.port}"
+
+
+class SweepForm(forms.Form):
+    instance = InstanceChoiceField(
+        queryset=ServerInstance.objects.none(),
+        label="Target server",
+        empty_label="Choose a ready server",
+    )
+    name = forms.CharField(max_length=200, required=False)
+    levels = forms.CharField(
+        initial=", ".join(str(c) for c in DEFAULT_LEVELS),
+        help_text=f"Concurrency levels, comma separated (1 to {services.MAX_CONCURRENCY})",
+    )
+    requests_per_level = forms.IntegerField(
+        required=False, initial=100, help_text="Or leave empty and give a duration"
+    )
+    duration = forms.FloatField(required=False, label="Duration per level (s)")
+    warmup_requests = forms.IntegerField(initial=0, required=False, label="Warm-up requests")
+    input_tokens = forms.IntegerField(initial=128)
+    max_tokens = forms.IntegerField(initial=128, label="Max output tokens")
+    api = forms.ChoiceField(choices=[(a, a) for a in services.APIS], initial="completions")
+    ignore_eos = forms.BooleanField(required=False, initial=True, label="Ignore EOS")
+    temperature = forms.FloatField(required=False)
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    tags = forms.CharField(required=False, help_text="Comma separated")
+
+    LOAD_FIELDS = (
+        "requests_per_level",
+        "duration",
+        "warmup_requests",
+        "input_tokens",
+        "max_tokens",
+        "api",
+        "ignore_eos",
+        "temperature",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["instance"]
+        assert isinstance(field, InstanceChoiceField)
+        field.queryset = selectors.sweep_target_instances()
+
+    def clean_levels(self) -> list[int]:
+        text: str = self.cleaned_data["levels"]
+        parts = [p for p in re.split(r"[,\s]+", text) if p]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise ValidationError("Use whole numbers separated by commas, e.g. 1, 2, 5, 10.")
+        return [int(p) for p in parts]
+
+    def clean_tags(self) -> list[str]:
+        return [t.strip() for t in self.cleaned_data["tags"].split(",") if t.strip()]
+
+    def service_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "instance": data["instance"],
+            "levels": data["levels"],
+            "load": {name: data.get(name) for name in self.LOAD_FIELDS},
+            "name": data["name"],
+            "notes": data["notes"],
+            "tags": data["tags"],
+        }
+
+    def add_service_error(self, error: ValidationError) -> None:
+        """Show the service's errors next to the fields they name."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, messages in error.message_dict.items():
+            self.add_error(field if field in self.fields else None, messages)

@@ -1,0 +1,467 @@
+"""Write-side actions on sweeps.
+
+Web requests create and cancel sweeps; the ``sweep.run`` job (benchmarks/sweeps/) records
+what the load generator reports through the ``sweep_*`` recording functions below. Each
+change emits its event after commit (see specdash.realtime for the payloads).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import transaction
+from django.utils import timezone
+
+from benchmarks import selectors
+from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
+from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
+from hosts.jobs import job_cancel, job_enqueue
+from hosts.models import InstanceState, JobState, ServerInstance
+from specdash import realtime
+
+SWEEP_JOB_KIND = "sweep.run"
+MAX_CONCURRENCY = 4096
+MAX_LEVELS = 64
+APIS = ("completions", "chat", "generate")
+# Environment variables whose values are not copied into a sweep's environment snapshot.
+_SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+
+# name: (kind, minimum, maximum, default); None bounds are open.
+_LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
+    "requests_per_level": ("int", 1, 1_000_000, None),
+    "duration": ("float", 0.1, 86_400, None),
+    "warmup_requests": ("int", 0, 100_000, 0),
+    "input_tokens": ("int", 1, 131_072, 128),
+    "max_tokens": ("int", 1, 65_536, 128),
+    "temperature": ("float", 0, 2, None),
+    "request_timeout": ("float", 1, 3_600, 600.0),
+}
+
+
+def sweep_lock_key(sweep_id: int) -> str:
+    return f"sweep:{sweep_id}"
+
+
+def sweep_records_file(*, sweep_id: int) -> Path:
+    return Path(settings.SPECDASH_DATA_DIR) / "sweeps" / str(sweep_id) / "records.jsonl"
+
+
+def sweep_clean_levels(levels: Sequence[Any]) -> list[int]:
+    """Positive integer concurrencies up to MAX_CONCURRENCY, duplicates dropped, order kept."""
+    cleaned: list[int] = []
+    for value in levels:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError({"levels": f"{value!r} is not a whole number."})
+        if not 1 <= value <= MAX_CONCURRENCY:
+            raise ValidationError(
+                {"levels": f"Concurrency {value} is outside 1 to {MAX_CONCURRENCY}."}
+            )
+        if value not in cleaned:
+            cleaned.append(value)
+    if not cleaned:
+        raise ValidationError({"levels": "Give at least one concurrency level."})
+    if len(cleaned) > MAX_LEVELS:
+        raise ValidationError({"levels": f"At most {MAX_LEVELS} levels per sweep."})
+    return cleaned
+
+
+def _number(name: str, value: Any, kind: str, low: float | None, high: float | None) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError({name: "Enter a number."})
+    if kind == "int" and not float(value).is_integer():
+        raise ValidationError({name: "Enter a whole number."})
+    if not math.isfinite(value):
+        raise ValidationError({name: "Enter a finite number."})
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValidationError({name: f"Must be between {low:g} and {high:g}."})
+    return int(value) if kind == "int" else float(value)
+
+
+def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
+    """Validated load-generator settings with defaults filled in (unknown keys refused)."""
+    known = {"api", "model", "ignore_eos", *_LOAD_FIELDS}
+    unknown = sorted(set(load) - known)
+    if unknown:
+        raise ValidationError(f"Unknown load setting(s): {', '.join(unknown)}.")
+    errors: dict[str, list[str]] = {}
+    cleaned: dict[str, Any] = {}
+    api = load.get("api") or "completions"
+    if api not in APIS:
+        errors["api"] = [f"Choose one of {', '.join(APIS)}."]
+    cleaned["api"] = api
+    model = load.get("model") or ""
+    if not isinstance(model, str) or len(model) > 200 or model.startswith("-"):
+        errors["model"] = ["A model name of up to 200 characters, not starting with '-'."]
+    cleaned["model"] = model
+    cleaned["ignore_eos"] = bool(load.get("ignore_eos", False))
+    for name, (kind, low, high, default) in _LOAD_FIELDS.items():
+        value = load.get(name)
+        if value is None or value == "":
+            cleaned[name] = default
+            continue
+        try:
+            cleaned[name] = _number(name, value, kind, low, high)
+        except ValidationError as exc:
+            errors.setdefault(name, []).extend(exc.messages)
+    has_count = cleaned.get("requests_per_level") is not None
+    has_duration = cleaned.get("duration") is not None
+    if has_count == has_duration and not ({"requests_per_level", "duration"} & set(errors)):
+        errors.setdefault("requests_per_level", []).append(
+            "Give either requests per level or a duration per level (one of the two)."
+        )
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def _masked_env(env: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("***" if _SECRET_NAME_RE.search(k) else v) for k, v in env.items()}
+
+
+def sweep_environment(
+    *, instance: ServerInstance | None, base_url: str, model: str
+) -> dict[str, Any]:
+    """What makes a run comparable, frozen at creation: the server's launch and the client."""
+    env: dict[str, Any] = {
+        "target": {"base_url": base_url, "model": model},
+        "client": {"python": platform.python_version(), "executable": sys.executable},
+        "dashboard_host": platform.node(),
+    }
+    if instance is not None:
+        profile = instance.profile
+        env["instance"] = {
+            "id": instance.pk,
+            "run_id": instance.run_id,
+            "host": instance.host.name,
+            "port": instance.port,
+            "launch_argv": list(instance.launch_argv),
+            "env": _masked_env(dict(instance.env)),
+            "gpu_ids": list(instance.gpu_ids),
+            "server_info": dict(instance.server_info),
+            "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,
+        }
+        env["profile"] = {
+            "id": profile.pk,
+            "name": profile.name,
+            "engine": profile.engine,
+            "speculative": profile.speculative,
+            "served_model_name": profile.served_model_name,
+            "tags": list(profile.tags),
+        }
+    return env
+
+
+def _target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
+    if load["model"]:
+        return str(load["model"])
+    if instance is not None:
+        served = instance.profile.served_model_name or instance.server_info.get(
+            "served_model_name", ""
+        )
+        if served:
+            return str(served)
+    return "default"
+
+
+def _clean_tags(tags: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = str(tag).strip()
+        if tag and tag not in out:
+            out.append(tag[:50])
+    return out
+
+
+def sweep_create(
+    *,
+    instance: ServerInstance | None = None,
+    base_url: str = "",
+    levels: Sequence[int],
+    load: dict[str, Any],
+    name: str = "",
+    notes: str = "",
+    tags: Sequence[str] = (),
+    user: Any = None,
+) -> Sweep:
+    """Validate, snapshot the environment, create the sweep and queue its ``sweep.run`` job.
+
+    The target is a READY server instance or, for servers specdash did not start, a base URL.
+    Raises ValidationError with errors keyed by field name.
+    """
+    if (instance is None) == (not base_url):
+        raise ValidationError({"instance": "Choose a ready server (or give a base URL)."})
+    if instance is not None:
+        instance = ServerInstance.objects.select_related("profile", "host").get(pk=instance.pk)
+        if instance.state != InstanceState.READY:
+            raise ValidationError(
+                {"instance": f"Server #{instance.pk} is {instance.state}, not ready."}
+            )
+        target_url = instance.base_url
+    else:
+        try:
+            URLValidator(schemes=["http", "https"])(base_url)
+        except ValidationError:
+            raise ValidationError({"base_url": "Enter an http(s) URL."}) from None
+        target_url = base_url.rstrip("/")
+    errors: dict[str, list[str]] = {}
+    cleaned_levels: list[int] = []
+    cleaned_load: dict[str, Any] = {}
+    try:
+        cleaned_levels = sweep_clean_levels(levels)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    try:
+        cleaned_load = sweep_clean_load(load)
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            errors.update(exc.message_dict)
+        else:
+            errors.setdefault("__all__", []).extend(exc.messages)
+    if errors:
+        raise ValidationError(errors)
+    model = _target_model(instance, cleaned_load)
+    with transaction.atomic():
+        sweep = Sweep.objects.create(
+            name=name.strip()[:200],
+            instance=instance,
+            profile=instance.profile if instance is not None else None,
+            base_url="" if instance is not None else target_url,
+            levels=cleaned_levels,
+            load=cleaned_load,
+            environment=sweep_environment(instance=instance, base_url=target_url, model=model),
+            notes=notes,
+            tags=_clean_tags(tags),
+            created_by=user if user is not None and user.is_authenticated else None,
+        )
+        sweep.job = job_enqueue(
+            kind=SWEEP_JOB_KIND,
+            params={"sweep_id": sweep.pk},
+            lock_key=sweep_lock_key(sweep.pk),
+            user=user,
+        )
+        sweep.save(update_fields=["job"])
+    return sweep
+
+
+def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
+    """Cancel a sweep: a queued one at once, a running one when its job sees the request
+    (the load generator then finishes the level in progress as a partial level)."""
+    if sweep.is_finished:
+        return sweep
+    who = getattr(user, "username", "") or "the system"
+    job_state = job_cancel(job=sweep.job).state if sweep.job is not None else JobState.CANCELLED
+    with transaction.atomic():
+        if job_state == JobState.CANCELLED:
+            # The job never started, so nothing else will finish the sweep.
+            updated = Sweep.objects.filter(pk=sweep.pk, state=SweepState.QUEUED).update(
+                state=SweepState.CANCELLED,
+                reason=f"cancelled by {who} before it started",
+                finished_at=timezone.now(),
+            )
+            if updated:
+                _broadcast_state(sweep.pk)
+        else:
+            Sweep.objects.filter(pk=sweep.pk, state=SweepState.RUNNING, reason="").update(
+                reason=f"cancelled by {who}"
+            )
+    sweep.refresh_from_db()
+    return sweep
+
+
+# -- recording what the job sees (sync; the async job calls these through sync_to_async) --
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What the job needs to drive the load generator."""
+
+    sweep_id: int
+    base_url: str
+    model: str
+    levels: list[int]
+    load: dict[str, Any]
+    records_path: Path
+    instance_id: int | None
+
+
+def _broadcast_state(sweep_id: int) -> None:
+    sweep = Sweep.objects.get(pk=sweep_id)
+    realtime.sweep_broadcast_on_commit(
+        sweep_id, realtime.SWEEP_STATE, selectors.sweep_state_payload(sweep=sweep)
+    )
+
+
+def _broadcast_level(level: SweepLevel) -> None:
+    sweep = Sweep.objects.get(pk=level.sweep_id)
+    levels = selectors.sweep_levels(sweep_id=sweep.pk)
+    payload = {
+        "level": selectors.level_as_dict(level),
+        "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
+    }
+    realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)
+
+
+def sweep_begin(*, sweep_id: int) -> SweepPlan | None:
+    """Mark a queued sweep running and return its plan; None if it is no longer queued
+    (cancelled meanwhile). Fails the sweep at once if its server is not ready."""
+    with transaction.atomic():
+        now = timezone.now()
+        updated = Sweep.objects.filter(pk=sweep_id, state=SweepState.QUEUED).update(
+            state=SweepState.RUNNING, started_at=now
+        )
+        if not updated:
+            return None
+        sweep = Sweep.objects.select_related("instance__host").get(pk=sweep_id)
+        records = sweep_records_file(sweep_id=sweep_id)
+        records.parent.mkdir(parents=True, exist_ok=True)
+        sweep.records_path = str(records)
+        sweep.save(update_fields=["records_path"])
+        _broadcast_state(sweep_id)
+    instance = sweep.instance
+    if instance is not None and instance.state != InstanceState.READY:
+        sweep_finish(
+            sweep_id=sweep_id,
+            state=SweepState.FAILED,
+            reason=f"server #{instance.pk} is {instance.state}, not ready",
+        )
+        return None
+    target = sweep.environment.get("target", {})
+    return SweepPlan(
+        sweep_id=sweep_id,
+        base_url=instance.base_url if instance is not None else sweep.base_url,
+        model=str(target.get("model") or "default"),
+        levels=list(sweep.levels),
+        load=dict(sweep.load),
+        records_path=records,
+        instance_id=instance.pk if instance is not None else None,
+    )
+
+
+def _from_epoch(t: Any) -> datetime:
+    if isinstance(t, int | float) and math.isfinite(t):
+        return datetime.fromtimestamp(t, tz=UTC)
+    return timezone.now()
+
+
+def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float) -> None:
+    with transaction.atomic():
+        level, _ = SweepLevel.objects.update_or_create(
+            sweep_id=sweep_id,
+            index=index,
+            defaults={
+                "concurrency": concurrency,
+                "state": LevelState.RUNNING,
+                "started_at": _from_epoch(t),
+            },
+        )
+        Sweep.objects.filter(pk=sweep_id).update(current_level_index=index)
+        _broadcast_level(level)
+
+
+def _dist(summary: dict[str, Any], name: str, key: str) -> float | None:
+    value = (summary.get(name) or {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def level_fields_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The SweepLevel columns a load-generator level summary fills in."""
+    status = summary.get("status")
+    if status == "completed" and not summary.get("partial"):
+        state = LevelState.COMPLETED
+    elif status == "failed":
+        state = LevelState.FAILED
+    else:
+        state = LevelState.PARTIAL
+    requests = summary.get("requests") or {}
+    steady = summary.get("steady") or {}
+    return {
+        "concurrency": int(summary.get("concurrency") or 0),
+        "state": state,
+        "summary": summary,
+        "output_tok_s": summary.get("output_tok_s"),
+        "steady_output_tok_s": steady.get("output_tok_s"),
+        "ttft_p50_ms": _dist(summary, "ttft_ms", "p50"),
+        "ttft_p99_ms": _dist(summary, "ttft_ms", "p99"),
+        "tpot_p50_ms": _dist(summary, "tpot_ms", "p50"),
+        "itl_p50_ms": _dist(summary, "itl_ms", "p50"),
+        "itl_p99_ms": _dist(summary, "itl_ms", "p99"),
+        "e2e_p50_ms": _dist(summary, "e2e_ms", "p50"),
+        "achieved_concurrency": summary.get("achieved_concurrency"),
+        "requests_ok": int(requests.get("ok") or 0),
+        "requests_failed": int(requests.get("failed") or 0),
+        "reason": str(summary.get("reason") or "") if state != LevelState.COMPLETED else "",
+    }
+
+
+def sweep_level_finished(*, sweep_id: int, summary: dict[str, Any]) -> SweepLevel:
+    """Persist a level summary (denormalised headline columns + the full summary)."""
+    index = int(summary["level_index"])
+    fields = level_fields_from_summary(summary)
+    with transaction.atomic():
+        level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
+        if level is None:
+            level = SweepLevel(sweep_id=sweep_id, index=index, started_at=timezone.now())
+        for name, value in fields.items():
+            setattr(level, name, value)
+        level.finished_at = timezone.now()
+        level.save()
+        _broadcast_level(level)
+    return level
+
+
+_SAMPLE_META = {"event", "level_index", "t"}
+
+
+def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> None:
+    """Store one batch of live samples and send it as one event."""
+    if not samples:
+        return
+    rows = [
+        SweepSample(
+            sweep_id=sweep_id,
+            level_index=int(s.get("level_index") or 0),
+            t=float(s.get("t") or 0.0),
+            data={k: v for k, v in s.items() if k not in _SAMPLE_META},
+        )
+        for s in samples
+    ]
+    with transaction.atomic():
+        SweepSample.objects.bulk_create(rows)
+        payload = [{**row.data, "level_index": row.level_index, "t": row.t} for row in rows]
+        realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_SAMPLES, {"samples": payload})
+
+
+def sweep_finish(*, sweep_id: int, state: str, reason: str = "") -> bool:
+    """End a sweep (completed, cancelled, failed, interrupted); a level still running
+    becomes partial with the same reason. False if the sweep had already ended."""
+    if state not in FINISHED_SWEEP_STATES:
+        raise ValueError(f"{state!r} is not a final sweep state")
+    with transaction.atomic():
+        sweep = Sweep.objects.select_for_update().filter(pk=sweep_id).first()
+        if sweep is None or sweep.is_finished:
+            return False
+        now = timezone.now()
+        sweep.state = state
+        # A reason recorded earlier (who cancelled) is more specific than a generic one.
+        sweep.reason = sweep.reason if (sweep.reason and state == SweepState.CANCELLED) else reason
+        sweep.finished_at = now
+        sweep.save(update_fields=["state", "reason", "finished_at"])
+        for level in SweepLevel.objects.filter(sweep_id=sweep_id, state=LevelState.RUNNING):
+            level.state = LevelState.PARTIAL
+            level.reason = level.reason or reason
+            level.finished_at = now
+            level.save(update_fields=["state", "reason", "finished_at"])
+            _broadcast_level(level)
+        _broadcast_state(sweep_id)
+    return True

@@ -1,0 +1,110 @@
+"""Load-generator events to recording services.
+
+``SweepRecorder.handle`` takes each event line as it arrives: a level start or summary is
+persisted at once (after the samples buffered before it, so the order is kept), samples are
+buffered and written plus broadcast as one batch about once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from asgiref.sync import sync_to_async
+
+from benchmarks import services
+from specdash import realtime
+
+
+class SweepStore(Protocol):
+    """Where a recorder writes; the default goes through benchmarks.services."""
+
+    async def level_started(
+        self, *, sweep_id: int, index: int, concurrency: int, t: float
+    ) -> None: ...
+
+    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None: ...
+
+    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None: ...
+
+
+class ServiceStore:
+    """The services, called off the event loop (the ORM is sync)."""
+
+    async def level_started(self, *, sweep_id: int, index: int, concurrency: int, t: float) -> None:
+        await sync_to_async(services.sweep_level_started)(
+            sweep_id=sweep_id, index=index, concurrency=concurrency, t=t
+        )
+
+    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None:
+        await sync_to_async(services.sweep_level_finished)(sweep_id=sweep_id, summary=summary)
+
+    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None:
+        await sync_to_async(services.sweep_samples_add)(sweep_id=sweep_id, samples=samples)
+
+
+class SweepRecorder:
+    def __init__(
+        self,
+        sweep_id: int,
+        *,
+        store: SweepStore | None = None,
+        batch_seconds: float = realtime.SAMPLE_BATCH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sweep_id = sweep_id
+        self.store: SweepStore = store if store is not None else ServiceStore()
+        self.batch_seconds = batch_seconds
+        self.clock = clock
+        self.run_start: dict[str, Any] | None = None
+        self.run_end: dict[str, Any] | None = None
+        self.level_errors: list[str] = []
+        self.levels_finished = 0
+        self.current_level: int | None = None
+        self._samples: list[dict[str, Any]] = []
+        self._last_flush = clock()
+        # Flushes come from handle() and from the job's ticker: one at a time, in order.
+        self._lock = asyncio.Lock()
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "sample":
+            self._samples.append(event)
+            await self.flush_if_due()
+        elif kind == "level_start":
+            await self.flush()
+            self.current_level = int(event["level_index"])
+            await self.store.level_started(
+                sweep_id=self.sweep_id,
+                index=self.current_level,
+                concurrency=int(event["concurrency"]),
+                t=float(event.get("t") or time.time()),
+            )
+        elif kind == "level_summary":
+            await self.flush()
+            summary = dict(event.get("summary") or {})
+            summary.setdefault("level_index", event.get("level_index"))
+            await self.store.level_finished(sweep_id=self.sweep_id, summary=summary)
+            self.levels_finished += 1
+            self.current_level = None
+        elif kind == "level_error":
+            self.level_errors.append(str(event.get("reason") or "level error"))
+        elif kind == "run_start":
+            self.run_start = event
+        elif kind == "run_end":
+            await self.flush()
+            self.run_end = event
+
+    async def flush_if_due(self) -> None:
+        if self._samples and self.clock() - self._last_flush >= self.batch_seconds:
+            await self.flush()
+
+    async def flush(self) -> None:
+        async with self._lock:
+            self._last_flush = self.clock()
+            if not self._samples:
+                return
+            batch, self._samples = self._samples, []
+            await self.store.samples_add(sweep_id=self.sweep_id, samples=batch)

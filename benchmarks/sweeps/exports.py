@@ -1,0 +1,108 @@
+"""Sweep results as files: level summaries as CSV or JSON, request records as JSON lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from asgiref.sync import sync_to_async
+
+from benchmarks import selectors
+from benchmarks.models import Sweep, SweepLevel
+
+# (column, path into the level summary); None paths are SweepLevel attributes.
+CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
+    ("index", None),
+    ("concurrency", None),
+    ("state", None),
+    ("requests_ok", None),
+    ("requests_failed", None),
+    ("duration_s", ("duration_s",)),
+    ("output_tokens", ("output_tokens",)),
+    ("output_tok_s", ("output_tok_s",)),
+    ("total_tok_s", ("total_tok_s",)),
+    ("steady_output_tok_s", ("steady", "output_tok_s")),
+    ("steady_duration_s", ("steady", "duration_s")),
+    ("request_rate", ("request_rate",)),
+    ("achieved_concurrency", ("achieved_concurrency",)),
+    *(
+        (f"{metric}_{q}_ms", (f"{metric}_ms", q))
+        for metric in ("ttft", "tpot", "itl", "itl_chunk", "e2e")
+        for q in ("p50", "p90", "p99")
+    ),
+    ("mean_tokens_per_chunk", ("mean_tokens_per_chunk",)),
+    ("client_limited", ("client", "client_limited")),
+    ("reason", None),
+]
+CHUNK_SIZE = 64 * 1024
+
+
+def _dig(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def level_row(level: SweepLevel) -> list[Any]:
+    row: list[Any] = []
+    for column, path in CSV_COLUMNS:
+        value = getattr(level, column) if path is None else _dig(level.summary, path)
+        row.append("" if value is None else value)
+    return row
+
+
+def levels_csv(*, sweep: Sweep) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([column for column, _ in CSV_COLUMNS])
+    for level in selectors.sweep_levels(sweep_id=sweep.pk):
+        writer.writerow(level_row(level))
+    return out.getvalue()
+
+
+def levels_json(*, sweep: Sweep) -> dict[str, Any]:
+    levels = selectors.sweep_levels(sweep_id=sweep.pk)
+    return {
+        "sweep": {
+            **selectors.sweep_as_dict(sweep),
+            "name": str(sweep),
+            "target": sweep.environment.get("target", {}),
+            "load": sweep.load,
+            "environment": sweep.environment,
+            "notes": sweep.notes,
+            "tags": sweep.tags,
+        },
+        "levels": [
+            {**selectors.level_as_dict(level), "summary": level.summary} for level in levels
+        ],
+    }
+
+
+def records_file(*, sweep: Sweep) -> Path | None:
+    path = Path(sweep.records_path) if sweep.records_path else None
+    return path if path is not None and path.is_file() else None
+
+
+def iter_file(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_SIZE):
+            yield chunk
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    return path.open("rb")
+
+
+async def aiter_file(path: Path) -> AsyncIterator[bytes]:
+    # Reads happen off the event loop; the file can be hundreds of MB.
+    f = await sync_to_async(_open_binary, thread_sensitive=False)(path)
+    try:
+        while chunk := await sync_to_async(f.read, thread_sensitive=False)(CHUNK_SIZE):
+            yield chunk
+    finally:
+        await sync_to_async(f.close, thread_sensitive=False)()

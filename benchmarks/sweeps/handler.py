@@ -1,0 +1,203 @@
+"""The ``sweep.run`` job: one load-generator process per sweep, watched until it ends.
+
+The sweep ends as: completed (run_end completed); cancelled (an operator's cancel: SIGTERM,
+the load generator reports the level in progress as partial); failed (the load generator
+gave up on the server, the server instance left READY, or the load generator itself died);
+interrupted (the worker running the job went away: ``sweep_on_interrupted``). Levels that
+finished are kept in every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from benchmarks import selectors, services
+from benchmarks.models import SweepState
+from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
+from hosts.jobs import JobContext
+from hosts.models import InstanceState, Job
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class HandlerSettings:
+    instance_poll_seconds: float = 1.0
+    # Time the load generator gets to report the partial level after SIGTERM; well under the
+    # worker's cancel grace, so the job finishes the sweep itself.
+    stop_grace_seconds: float = 20.0
+
+
+SETTINGS = HandlerSettings()
+
+
+async def _read_events(proc: LoadgenProcess, recorder: SweepRecorder) -> None:
+    async for event in proc.events():
+        await recorder.handle(event)
+
+
+async def _tick(recorder: SweepRecorder) -> None:
+    while True:
+        await asyncio.sleep(recorder.batch_seconds / 2)
+        await recorder.flush_if_due()
+
+
+async def _watch_instance(instance_id: int, poll: float) -> str:
+    """Return why the instance is no longer READY (the lifecycle marks crashes)."""
+    while True:
+        row = await sync_to_async(selectors.instance_state)(instance_id=instance_id)
+        if row is None:
+            return "the server instance no longer exists"
+        state, reason = row
+        if state != InstanceState.READY:
+            return f"{state}: {reason}" if reason else str(state)
+        await asyncio.sleep(poll)
+
+
+async def _drain(reader: asyncio.Task[None], proc: LoadgenProcess, grace: float) -> None:
+    """After SIGTERM: let the reader take the partial level and run_end, within ``grace``."""
+    done, _ = await asyncio.wait({reader}, timeout=grace)
+    if not done:
+        logger.warning("load generator %s did not finish within %.0fs: killing", proc.pid, grace)
+        proc.kill()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), timeout=5)
+        reader.cancel()
+
+
+def _outcome(
+    recorder: SweepRecorder,
+    proc: LoadgenProcess,
+    *,
+    exit_code: int | None,
+    cancelled: bool,
+    crash: str | None,
+) -> tuple[str, str]:
+    run_end = recorder.run_end or {}
+    status, reason = run_end.get("status"), run_end.get("reason") or ""
+    if crash is not None:
+        return SweepState.FAILED, f"server crashed mid-sweep: {crash}"
+    if cancelled:
+        return SweepState.CANCELLED, "cancelled"
+    if status == "completed":
+        return SweepState.COMPLETED, ""
+    if status == "cancelled":
+        return SweepState.CANCELLED, f"load generator cancelled: {reason}"
+    if status == "failed":
+        return SweepState.FAILED, f"load generator stopped the sweep: {reason}"
+    tail = proc.stderr_text()[-2000:]
+    return (
+        SweepState.FAILED,
+        f"load generator exited with code {exit_code} before finishing"
+        + (f":\n{tail}" if tail else " (no output on stderr)"),
+    )
+
+
+async def _supervise(
+    ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
+) -> tuple[str, str, int | None]:
+    reader = asyncio.create_task(_read_events(proc, recorder))
+    ticker = asyncio.create_task(_tick(recorder))
+    cancel_wait = asyncio.create_task(ctx.cancelled.wait())
+    watchers: set[asyncio.Task[Any]] = {reader, cancel_wait}
+    crash_watch: asyncio.Task[str] | None = None
+    if plan.instance_id is not None:
+        crash_watch = asyncio.create_task(
+            _watch_instance(plan.instance_id, SETTINGS.instance_poll_seconds)
+        )
+        watchers.add(crash_watch)
+    crash: str | None = None
+    cancelled = False
+    try:
+        done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+        if reader not in done:
+            if crash_watch is not None and crash_watch in done:
+                crash = crash_watch.result()
+            else:
+                cancelled = True
+            proc.terminate()
+            await _drain(reader, proc, SETTINGS.stop_grace_seconds)
+        elif reader.exception() is not None:
+            proc.terminate()
+            reader.result()
+        exit_code = await proc.wait(SETTINGS.stop_grace_seconds)
+        if exit_code is None:
+            exit_code = await proc.stop(grace=5)
+    finally:
+        for task in (ticker, cancel_wait, crash_watch):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in (ticker, cancel_wait, crash_watch) if t is not None),
+            return_exceptions=True,
+        )
+    await recorder.flush()
+    state, reason = _outcome(recorder, proc, exit_code=exit_code, cancelled=cancelled, crash=crash)
+    return state, reason, exit_code
+
+
+async def run_sweep(ctx: JobContext) -> dict[str, Any]:
+    """The job handler of ``sweep.run``; params: ``{"sweep_id": ...}``."""
+    sweep_id = int(ctx.params["sweep_id"])
+    plan = await sync_to_async(services.sweep_begin)(sweep_id=sweep_id)
+    if plan is None:
+        return {"sweep_id": sweep_id, "skipped": "not queued or server not ready"}
+    finish = sync_to_async(services.sweep_finish)
+    if ctx.cancelled.is_set():
+        await finish(sweep_id=sweep_id, state=SweepState.CANCELLED, reason="cancelled")
+        return {"sweep_id": sweep_id, "state": SweepState.CANCELLED}
+    argv = loadgen_argv(
+        base_url=plan.base_url,
+        model=plan.model,
+        levels=plan.levels,
+        load=plan.load,
+        records_path=plan.records_path,
+    )
+    try:
+        proc = await LoadgenProcess.start(argv, cwd=settings.BASE_DIR)
+    except OSError as exc:
+        reason = f"could not start the load generator: {exc}"
+        await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
+        return {"sweep_id": sweep_id, "state": SweepState.FAILED}
+    logger.info("sweep %s: load generator pid %s: %s", sweep_id, proc.pid, argv)
+    recorder = SweepRecorder(sweep_id)
+    try:
+        state, reason, exit_code = await _supervise(ctx, plan, proc, recorder)
+    except asyncio.CancelledError:
+        # The worker is shutting down: stop the load (the interrupt hook records the sweep).
+        proc.terminate()
+        raise
+    except Exception as exc:
+        proc.kill()
+        await finish(
+            sweep_id=sweep_id,
+            state=SweepState.FAILED,
+            reason=f"sweep job error: {type(exc).__name__}: {exc}",
+        )
+        raise
+    await finish(sweep_id=sweep_id, state=state, reason=reason)
+    return {
+        "sweep_id": sweep_id,
+        "state": state,
+        "reason": reason,
+        "levels_finished": recorder.levels_finished,
+        "loadgen_exit_code": exit_code,
+    }
+
+
+def sweep_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
+    """Interrupt hook (sync): the worker died or shut down mid-sweep."""
+    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+    services.sweep_finish(
+        sweep_id=int(params["sweep_id"]),
+        state=SweepState.INTERRUPTED,
+        reason=f"interrupted: {error or 'its job worker stopped'}",
+    )

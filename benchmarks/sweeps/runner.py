@@ -1,0 +1,163 @@
+"""The load generator as a child process: its argv, its event lines, and stopping it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# A level summary is one line of a few KB; the limit only guards against a runaway line.
+LINE_LIMIT = 16 * 1024 * 1024
+STDERR_TAIL_LINES = 40
+
+
+def loadgen_argv(
+    *,
+    base_url: str,
+    model: str,
+    levels: list[int],
+    load: dict[str, Any],
+    records_path: Path,
+    python: str = sys.executable,
+) -> list[str]:
+    """The command line of one sweep's load generator (an argv list: no shell anywhere)."""
+    argv = [
+        python,
+        "-m",
+        "benchmarks.loadgen",
+        "--base-url",
+        base_url,
+        "--api",
+        str(load.get("api") or "completions"),
+        "--model",
+        model,
+        "--concurrency",
+        ",".join(str(c) for c in levels),
+    ]
+    if load.get("duration") is not None:
+        argv += ["--duration", repr(float(load["duration"]))]
+    else:
+        argv += ["--requests-per-level", str(int(load["requests_per_level"]))]
+    for flag, key in (
+        ("--warmup-requests", "warmup_requests"),
+        ("--input-tokens", "input_tokens"),
+        ("--max-tokens", "max_tokens"),
+    ):
+        if load.get(key) is not None:
+            argv += [flag, str(int(load[key]))]
+    if load.get("temperature") is not None:
+        argv += ["--temperature", repr(float(load["temperature"]))]
+    if load.get("request_timeout") is not None:
+        argv += ["--request-timeout", repr(float(load["request_timeout"]))]
+    if load.get("ignore_eos"):
+        argv.append("--ignore-eos")
+    argv += ["--events", "-", "--records", str(records_path), "--quiet"]
+    return argv
+
+
+def parse_event(line: bytes) -> dict[str, Any] | None:
+    """One event line as a dict; None (and a warning) for anything else."""
+    text = line.strip()
+    if not text:
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError:
+        logger.warning("load generator wrote a line that is not JSON: %r", text[:200])
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        logger.warning("load generator wrote an unexpected line: %r", text[:200])
+        return None
+    return event
+
+
+class LoadgenProcess:
+    """A running load generator: ``events()`` yields its event lines as dicts."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        self.terminated = False
+
+    @classmethod
+    async def start(cls, argv: list[str], *, cwd: Path | None = None) -> LoadgenProcess:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            limit=LINE_LIMIT,
+        )
+        return cls(process)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def _drain_stderr(self) -> None:
+        # Read stderr continuously: a full pipe would block the child.
+        stream = self.process.stderr
+        assert stream is not None
+        while line := await stream.readline():
+            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        stream = self.process.stdout
+        assert stream is not None
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line over LINE_LIMIT: skip what is buffered, go on
+                logger.warning("load generator line over %d bytes skipped", LINE_LIMIT)
+                continue
+            if not line:
+                return
+            event = parse_event(line)
+            if event is not None:
+                yield event
+
+    def terminate(self) -> None:
+        """SIGTERM: the load generator cancels, reports the partial level and run_end."""
+        self.terminated = True
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+    async def wait(self, seconds: float | None = None) -> int | None:
+        """The exit code, or None if it is still running after ``seconds``."""
+        try:
+            code = await asyncio.wait_for(self.process.wait(), timeout=seconds)
+        except TimeoutError:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=2)
+        return code
+
+    async def stop(self, *, grace: float) -> int:
+        """Terminate, wait up to ``grace`` seconds, then kill. Returns the exit code."""
+        self.terminate()
+        code = await self.wait(grace)
+        if code is None:
+            logger.warning("load generator %s ignored SIGTERM for %.0fs: killing", self.pid, grace)
+            self.kill()
+            code = await self.process.wait()
+        return code
+
+    def stderr_text(self) -> str:
+        return "\n".join(self.stderr_tail)

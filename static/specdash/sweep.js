@@ -1,0 +1,194 @@
+// The sweep page: three Plotly charts built once from the websocket snapshot, then extended
+// with each batch of samples (extendTraces with a point cap) and each finished level.
+(function () {
+  "use strict";
+
+  const MAX_POINTS = 3600;
+  const configNode = document.getElementById("sweep-config");
+  if (!configNode || !window.Plotly || !window.specdashLive) return;
+  const config = JSON.parse(configNode.textContent);
+  const nodes = {
+    tokps: document.getElementById("chart-tokps"),
+    inflight: document.getElementById("chart-inflight"),
+    curve: document.getElementById("chart-curve"),
+    state: document.getElementById("sweep-state"),
+    reason: document.getElementById("sweep-reason"),
+    progress: document.getElementById("sweep-progress"),
+    eta: document.getElementById("sweep-eta"),
+  };
+  const plotConfig = { responsive: true, displaylogo: false };
+  const margin = { l: 60, r: 20, t: 24, b: 40 };
+  // Level index -> level dict; which levels already have a boundary line / a curve point.
+  let levels = new Map();
+  let boundaries = new Set();
+  let plotted = new Set();
+  let progress = null;
+  let built = false;
+
+  function finished(level) {
+    return level.state !== "running" && level.output_tok_s !== null;
+  }
+
+  function boundaryShapes() {
+    const shapes = [];
+    const annotations = [];
+    Array.from(levels.values())
+      .filter(function (l) { return l.started_at !== null; })
+      .sort(function (a, b) { return a.index - b.index; })
+      .forEach(function (l) {
+        const x = l.started_at * 1000;
+        shapes.push({
+          type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1,
+          line: { color: "#9aa3b5", width: 1, dash: "dot" },
+        });
+        annotations.push({
+          x: x, y: 1, xref: "x", yref: "paper", yanchor: "bottom", xanchor: "left",
+          text: "C=" + l.concurrency, showarrow: false, font: { size: 10, color: "#6b7385" },
+        });
+        boundaries.add(l.index);
+      });
+    return { shapes: shapes, annotations: annotations };
+  }
+
+  function timeLayout(title) {
+    const marks = boundaryShapes();
+    return {
+      margin: margin, showlegend: false, xaxis: { type: "date" },
+      yaxis: { title: { text: title }, rangemode: "tozero" },
+      shapes: marks.shapes, annotations: marks.annotations,
+    };
+  }
+
+  function curvePoints() {
+    const done = Array.from(levels.values()).filter(finished)
+      .sort(function (a, b) { return a.index - b.index; });
+    done.forEach(function (l) { plotted.add(l.index); });
+    return {
+      x: done.map(function (l) { return l.concurrency; }),
+      whole: done.map(function (l) { return l.output_tok_s; }),
+      steady: done.map(function (l) { return l.steady_output_tok_s; }),
+    };
+  }
+
+  function build(snapshot) {
+    levels = new Map();
+    boundaries = new Set();
+    plotted = new Set();
+    snapshot.levels.forEach(function (l) { levels.set(l.index, l); });
+    const xs = snapshot.samples.map(function (s) { return s.t * 1000; });
+    const line = { mode: "lines", type: "scatter", line: { width: 1.5 } };
+    const tokps = [Object.assign({}, line, {
+      x: xs, y: snapshot.samples.map(function (s) { return s.tok_s; }), name: "tok/s",
+    })];
+    const inflight = [Object.assign({}, line, {
+      x: xs.slice(), y: snapshot.samples.map(function (s) { return s.in_flight; }),
+      name: "in flight", line: { width: 1.5, shape: "hv", color: "#c27c0e" },
+    })];
+    const pts = curvePoints();
+    const curve = [
+      { x: pts.x, y: pts.whole, name: "whole level", mode: "lines+markers", type: "scatter" },
+      { x: pts.x, y: pts.steady, name: "steady window", mode: "lines+markers", type: "scatter",
+        line: { dash: "dot" } },
+    ];
+    const curveLayout = {
+      margin: margin, legend: { orientation: "h", y: -0.25 },
+      xaxis: { type: "log", title: { text: "concurrency" }, tickvals: snapshot.sweep.levels },
+      yaxis: { title: { text: "output tok/s" }, rangemode: "tozero" },
+    };
+    // A reconnect brings a fresh snapshot: react() replaces the data in place.
+    const draw = built ? window.Plotly.react : window.Plotly.newPlot;
+    draw(nodes.tokps, tokps, timeLayout("output tok/s"), plotConfig);
+    draw(nodes.inflight, inflight, timeLayout("requests"), plotConfig);
+    draw(nodes.curve, curve, curveLayout, plotConfig);
+    built = true;
+  }
+
+  function addSamples(samples) {
+    if (!built || samples.length === 0) return;
+    const xs = samples.map(function (s) { return s.t * 1000; });
+    window.Plotly.extendTraces(nodes.tokps,
+      { x: [xs], y: [samples.map(function (s) { return s.tok_s; })] }, [0], MAX_POINTS);
+    window.Plotly.extendTraces(nodes.inflight,
+      { x: [xs.slice()], y: [samples.map(function (s) { return s.in_flight; })] }, [0], MAX_POINTS);
+  }
+
+  function updateLevel(level) {
+    levels.set(level.index, level);
+    if (!built) return;
+    if (level.started_at !== null && !boundaries.has(level.index)) {
+      const marks = boundaryShapes();
+      const update = { shapes: marks.shapes, annotations: marks.annotations };
+      window.Plotly.relayout(nodes.tokps, update);
+      window.Plotly.relayout(nodes.inflight, update);
+    }
+    if (finished(level) && !plotted.has(level.index)) {
+      plotted.add(level.index);
+      window.Plotly.extendTraces(nodes.curve, {
+        x: [[level.concurrency], [level.concurrency]],
+        y: [[level.output_tok_s], [level.steady_output_tok_s]],
+      }, [0, 1]);
+    }
+  }
+
+  function formatSeconds(s) {
+    if (s < 90) return Math.round(s) + " s";
+    if (s < 5400) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+
+  function showProgress(p, sweepFinished) {
+    if (p) progress = p;
+    if (!progress) return;
+    if (progress.level_number) {
+      nodes.progress.textContent = "Level " + progress.level_number + " of " + progress.level_count;
+    }
+    if (sweepFinished || progress.eta_s === null) {
+      nodes.eta.textContent = sweepFinished ? "" : "estimating time left…";
+      return;
+    }
+    const left = Math.max(0, progress.eta_s - (Date.now() / 1000 - progress.as_of));
+    nodes.eta.textContent = "about " + formatSeconds(left) + " left";
+  }
+
+  function showState(sweep) {
+    nodes.state.textContent = sweep.state_label;
+    nodes.state.className = "state state-" + sweep.state;
+    nodes.reason.textContent = sweep.reason || "-";
+    if (sweep.finished) {
+      const actions = document.getElementById("sweep-actions");
+      if (actions) actions.replaceChildren();
+    }
+  }
+
+  function refreshTable() {
+    document.body.dispatchEvent(new CustomEvent("sweep-level"));
+  }
+
+  function onMessage(message) {
+    switch (message.type) {
+      case "snapshot":
+        build(message);
+        showState(message.sweep);
+        showProgress(message.progress, message.sweep.finished);
+        break;
+      case "sweep.samples":
+        addSamples(message.samples);
+        showProgress(null, false);
+        break;
+      case "sweep.level":
+        updateLevel(message.level);
+        showProgress(message.progress, false);
+        refreshTable();
+        break;
+      case "sweep.state":
+        showState(message.sweep);
+        showProgress(message.progress, message.sweep.finished);
+        refreshTable();
+        break;
+      default:
+        break;
+    }
+  }
+
+  window.specdashLive.connect(config.wsPath, onMessage);
+})();

@@ -1,0 +1,228 @@
+"""The sweep job against a real simulator and a real load-generator subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from benchmarks import services
+from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
+from benchmarks.sweeps import handler
+from hosts.jobs import JobContext
+from hosts.jobs.worker import Worker, WorkerSettings, reap_expired_jobs
+from hosts.models import InstanceState, Job, JobState, ServerInstance
+from tests.benchmarks.conftest import Simulator, level_summary_event, load
+
+JOB_TIMEOUT = 90
+
+
+def _context(sweep: Sweep) -> JobContext:
+    assert sweep.job_id is not None
+    return JobContext(
+        job_id=sweep.job_id, kind="sweep.run", params={"sweep_id": sweep.pk}, worker_id="test"
+    )
+
+
+async def _until(check: Callable[[], bool], timeout: float = 45) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await sync_to_async(check)():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.1)
+
+
+def _level_started(sweep_id: int, index: int) -> Callable[[], bool]:
+    return lambda: SweepLevel.objects.filter(sweep_id=sweep_id, index=index).exists()
+
+
+def _levels(sweep_id: int) -> dict[int, SweepLevel]:
+    return {lv.index: lv for lv in SweepLevel.objects.filter(sweep_id=sweep_id)}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_worker_runs_a_sweep_to_completion_and_keeps_levels_samples_and_records(
+    simulator: Simulator,
+) -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=simulator.base_url, levels=[1, 2],
+        load=load(model=simulator.model, requests_per_level=20, max_tokens=4),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    worker = Worker(worker_id="test-worker", settings=WorkerSettings(poll_interval=0.1))
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until(lambda: Job.objects.get(pk=sweep.job_id or 0).is_finished, timeout=JOB_TIMEOUT)
+    finally:
+        stop.set()
+        await task
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    job = await Job.objects.aget(pk=sweep.job_id or 0)
+    assert (sweep.state, sweep.reason) == (SweepState.COMPLETED, ""), sweep.reason
+    assert job.state == JobState.SUCCEEDED and job.result["levels_finished"] == 2
+    assert job.result["loadgen_exit_code"] == 0
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert [(lv.concurrency, lv.state, lv.requests_ok) for lv in levels.values()] == [
+        (1, LevelState.COMPLETED, 20), (2, LevelState.COMPLETED, 20),
+    ]  # fmt: skip
+    assert all(lv.output_tok_s and lv.ttft_p50_ms and lv.itl_p50_ms for lv in levels.values())
+    assert levels[1].summary["requests"]["ok"] == 20 and levels[1].started_at is not None
+    records = (await sync_to_async(Path(sweep.records_path).read_text)()).splitlines()
+    assert len(records) == 40 and json.loads(records[0])["level"] == 0
+    assert sweep.finished_at is not None and sweep.current_level_index == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_cancel_mid_level_stops_the_load_generator_and_keeps_a_partial_level(
+    slow_simulator: Simulator,
+) -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=slow_simulator.base_url, levels=[2, 4],
+        load=load(model=slow_simulator.model, requests_per_level=None, duration=60, max_tokens=16),
+    )  # fmt: skip
+    ctx = _context(sweep)
+    job = asyncio.create_task(handler.run_sweep(ctx))
+    await _until(lambda: SweepSample.objects.filter(sweep_id=sweep.pk).exists())
+    ctx.cancelled.set()
+    result = await asyncio.wait_for(job, JOB_TIMEOUT)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.CANCELLED and result["state"] == SweepState.CANCELLED
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert list(levels) == [0]
+    assert levels[0].state == LevelState.PARTIAL
+    # The load generator reported the partial level before exiting (its summary is kept).
+    assert levels[0].summary["partial"] is True and levels[0].requests_ok > 0
+    assert result["loadgen_exit_code"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_server_death_mid_level_fails_the_sweep_and_keeps_the_completed_level(
+    simulator: Simulator,
+) -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=simulator.base_url, levels=[1, 2],
+        load=load(model=simulator.model, requests_per_level=None, duration=3.0, max_tokens=4),
+    )  # fmt: skip
+    ctx = _context(sweep)
+    job = asyncio.create_task(handler.run_sweep(ctx))
+    await _until(_level_started(sweep.pk, 1))
+    simulator.kill()
+    result = await asyncio.wait_for(job, JOB_TIMEOUT)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.FAILED, sweep.reason
+    assert sweep.reason.startswith("load generator stopped the sweep:"), sweep.reason
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert levels[0].state == LevelState.COMPLETED and levels[0].requests_ok > 0
+    assert levels[1].state in {LevelState.FAILED, LevelState.PARTIAL}
+    assert result["state"] == SweepState.FAILED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_instance_leaving_ready_mid_sweep_fails_it_as_a_crash(
+    slow_simulator: Simulator,
+    make_ready_instance: Callable[..., ServerInstance],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handler.SETTINGS, "instance_poll_seconds", 0.2)
+    instance = await sync_to_async(make_ready_instance)(
+        port=slow_simulator.port, served_model_name=slow_simulator.model
+    )
+    sweep = await sync_to_async(services.sweep_create)(
+        instance=instance,
+        levels=[2, 4],
+        load=load(requests_per_level=None, duration=60, max_tokens=16),
+    )
+    job = asyncio.create_task(handler.run_sweep(_context(sweep)))
+    await _until(lambda: SweepSample.objects.filter(sweep_id=sweep.pk).exists())
+    await ServerInstance.objects.filter(pk=instance.pk).aupdate(
+        state=InstanceState.CRASHED, reason="process exited with code 1"
+    )
+    await asyncio.wait_for(job, JOB_TIMEOUT)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.FAILED
+    assert sweep.reason == "server crashed mid-sweep: crashed: process exited with code 1"
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert levels[0].state == LevelState.PARTIAL and 1 not in levels
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_load_generator_that_dies_fails_the_sweep_with_its_exit_code_and_stderr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = "import sys; print('Traceback: something broke', file=sys.stderr); sys.exit(7)"
+    monkeypatch.setattr(handler, "loadgen_argv", lambda **_: [sys.executable, "-c", script])
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url="http://127.0.0.1:9", levels=[1], load=load()
+    )
+    result = await asyncio.wait_for(handler.run_sweep(_context(sweep)), JOB_TIMEOUT)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.FAILED and result["loadgen_exit_code"] == 7
+    assert "exited with code 7" in sweep.reason and "something broke" in sweep.reason
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sweep_cancelled_while_queued_is_not_run() -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url="http://127.0.0.1:9", levels=[1], load=load()
+    )
+    await sync_to_async(services.sweep_cancel)(sweep=sweep)
+    result = await handler.run_sweep(_context(sweep))
+    assert "skipped" in result
+    assert (await Sweep.objects.aget(pk=sweep.pk)).state == SweepState.CANCELLED
+
+
+@pytest.mark.django_db
+def test_an_expired_job_lease_marks_the_sweep_interrupted_and_keeps_finished_levels(
+    ready_instance: ServerInstance,
+) -> None:
+    import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
+
+    sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
+    services.sweep_begin(sweep_id=sweep.pk)
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
+    Job.objects.filter(pk=sweep.job_id or 0).update(
+        state=JobState.RUNNING,
+        worker_id="gone",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    assert reap_expired_jobs() == [sweep.job_id]
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.INTERRUPTED
+    assert sweep.reason == "interrupted: worker gone stopped renewing its lease"
+    states = dict(SweepLevel.objects.filter(sweep=sweep).values_list("index", "state"))
+    assert states == {0: LevelState.COMPLETED, 1: LevelState.PARTIAL}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_worker_shutdown_mid_sweep_stops_the_load_generator_and_interrupts_the_sweep(
+    slow_simulator: Simulator,
+) -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=slow_simulator.base_url, levels=[2],
+        load=load(model=slow_simulator.model, requests_per_level=None, duration=60, max_tokens=16),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    worker = Worker(worker_id="w-shutdown", settings=WorkerSettings(poll_interval=0.1))
+    task = asyncio.create_task(worker.run(stop))
+    await _until(lambda: SweepSample.objects.filter(sweep_id=sweep.pk).exists())
+    loadgens = [
+        p for p in psutil.Process().children(recursive=True) if "benchmarks.loadgen" in p.cmdline()
+    ]
+    assert len(loadgens) == 1
+    stop.set()
+    await asyncio.wait_for(task, JOB_TIMEOUT)
+    _gone, alive = await asyncio.to_thread(psutil.wait_procs, loadgens, 20)
+    assert not alive
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.INTERRUPTED and sweep.reason == "interrupted: worker shut down"
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert levels[0].state == LevelState.PARTIAL
