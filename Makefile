@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-transport clean
+.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-loadgen bench-transport clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,10 +38,13 @@ pytest: $(VENV)/.dev-installed
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -m browser
 
-bench: bench-simulator bench-transport
+bench: bench-simulator bench-loadgen bench-transport
 
 bench-simulator: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_simulator
+
+bench-loadgen: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_loadgen
 
 bench-transport: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_transport
