@@ -104,12 +104,54 @@ class ChunkHandler:
     def handle(self, obj: Any, now: float) -> None:
         raise NotImplementedError
 
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        """Handle `payload` without a JSON decode when it has the common shape; False: not done,
+        decode it and call `handle`."""
+        return False
+
     def finish(self) -> None:
         """After the stream ends: settle the output token count."""
         rec = self.rec
         if rec.output_tokens == 0 and self.counted:
             rec.output_tokens = self.counted
             rec.output_tokens_estimated = rec.chunk_tokens_estimated
+
+
+# The fast path's markers. Inside a JSON string every `"` is escaped, so these byte sequences (each
+# with unescaped quotes) can only be real keys, never text a model produced.
+_USAGE_KEY = b'"usage":{'
+_OPEN_NULL = b'"finish_reason":null'
+_ONE_CHOICE = b'"choices":[{'
+
+
+def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
+    """(completion_tokens, prompt_tokens) of a compact OpenAI stream chunk whose last top-level
+    member is a flat `"usage":{...}` of integers; None for anything else (then decode the JSON).
+
+    The shape every per-chunk-usage server sends for a chunk in mid-stream (vLLM, SGLang, the
+    simulator): `{..."choices":[{... "finish_reason":null ...}],"usage":{"prompt_tokens":P,
+    "completion_tokens":N,"total_tokens":T}}`, with the keys in any order.
+    """
+    if payload[-2:] != b"}}" or payload[:1] != b"{":
+        return None
+    i = payload.rfind(_USAGE_KEY)
+    if i <= 0 or payload[i - 1] != 0x2C:  # "usage" must follow a "," at the top level
+        return None
+    completion: int | None = None
+    prompt: int | None = None
+    for member in payload[i + len(_USAGE_KEY) : -2].split(b","):
+        key, colon, value = member.partition(b":")
+        if not colon or not value.isdigit():
+            return None  # null, a nested object (details), a float, spaces: not the common shape
+        if key == b'"completion_tokens"':
+            completion = int(value)
+        elif key == b'"prompt_tokens"':
+            prompt = int(value)
+        elif key[:1] != b'"' or key[-1:] != b'"':
+            return None
+    if completion is None:
+        return None
+    return completion, prompt
 
 
 class OpenAIHandler(ChunkHandler):
@@ -120,6 +162,26 @@ class OpenAIHandler(ChunkHandler):
     def __init__(self, rec: RequestRecord, live: TokenCounter | None, *, chat: bool) -> None:
         super().__init__(rec, live)
         self.chat = chat
+
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        # A mid-stream chunk with per-chunk usage: exactly one choice, finish_reason null, and the
+        # usage last. `handle` would take the token count from usage and nothing else from it, so
+        # reading the counts is the whole job. The last chunk (finish_reason set), usage-only tails,
+        # errors and every other shape go through the JSON decode.
+        if payload.count(_OPEN_NULL) != 1 or payload.count(_ONE_CHOICE) != 1:
+            return False
+        counts = usage_counts(payload)
+        if counts is None:
+            return False
+        completion, prompt = counts
+        n = completion - self.counted
+        if n > 0:
+            self._add(now, n)
+        rec = self.rec
+        rec.output_tokens = completion
+        if prompt is not None:
+            rec.prompt_tokens = prompt
+        return True
 
     def handle(self, obj: Any, now: float) -> None:
         usage = obj.get("usage")

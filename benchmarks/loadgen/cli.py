@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
-from benchmarks.loadgen.events import EventWriter, dumps
+from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
@@ -26,6 +27,8 @@ from benchmarks.loadgen.prompts import PromptSource, SyntheticPrompts, load_data
 
 EXIT_OK = 0
 EXIT_FAILED = 3
+# --start-at further ahead than this is taken for a mistake (epoch milliseconds, a typo).
+MAX_START_AHEAD_S = 7 * 24 * 3600.0
 
 
 def _int_list(text: str) -> list[int]:
@@ -36,6 +39,21 @@ def _int_list(text: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
     return values
+
+
+def _epoch(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        msg = f"expected epoch seconds like 1767225600.5: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from exc
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive epoch seconds: {text!r}")
+    if value > time.time() + MAX_START_AHEAD_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} is more than 7 days ahead (epoch seconds, not milliseconds?)"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=Path, default=None, help="per-request JSON lines")
     p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
     p.add_argument("--run-id", default=None)
+    p.add_argument(
+        "--start-at",
+        type=_epoch,
+        default=None,
+        help="epoch seconds (time.time() clock) at which the first level starts; "
+        "starts at once when already past",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -122,23 +147,59 @@ def level_summary(result: LevelResult, *, processes: int) -> dict[str, Any]:
     return summary
 
 
+class _Stop:
+    """The run's cancel event and why it was set (the first reason wins)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = "cancelled"
+
+    def set(self, reason: str) -> None:
+        if not self.event.is_set():
+            self.reason = reason
+            self.event.set()
+
+
 async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None) -> int:
     loop = asyncio.get_running_loop()
-    cancel = asyncio.Event()
+    stop = _Stop()
+    cancel = stop.event
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, cancel.set)
+        loop.add_signal_handler(sig, stop.set, "cancelled by signal")
+    # The reader of --events - gone (a killed dashboard worker): cancel like SIGTERM.
+    events.on_broken = lambda: stop.set("event stream closed by its reader")
+    watcher = asyncio.create_task(events.watch())
+
+    def say(line: str) -> None:
+        nonlocal log
+        if log is None:
+            return
+        try:
+            print(line, file=log, flush=True)
+        except (OSError, ValueError):
+            log = None  # progress is optional: a closed stderr must not stop the run
+
     run_id = args.run_id or uuid.uuid4().hex[:12]
     prompts = _prompts(args)
     params = _params(args)
     started = time.time()
-    events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid())
+    start: dict[str, Any] = {}
+    if args.start_at is not None:
+        # How far in the past the requested start already was (0 when it is still ahead).
+        late = max(0.0, started - args.start_at)
+        start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
+    events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
     records_f = args.records.open("w", encoding="utf-8") if args.records else None
     levels: list[dict[str, Any]] = []
     status, reason = "completed", None
     try:
+        if args.start_at is not None and not start["start_at_passed"]:
+            wait = args.start_at - time.time()
+            say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
+            await _sleep_until(args.start_at, cancel)
         for i, c in enumerate(args.concurrency):
             if cancel.is_set():
-                status, reason = "cancelled", "cancelled by signal"
+                status, reason = "cancelled", stop.reason
                 break
             cfg = LevelConfig(
                 api=Api(args.api),
@@ -179,8 +240,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
                 s = {k: v for k, v in s.items() if k != "recent_ttft"}
                 events.emit("sample", level_index=i, concurrency=c, **s)
-                if log is not None:
-                    print(_progress(i, c, s), file=log, flush=True)
+                say(_progress(i, c, s))
 
             try:
                 if processes > 1:
@@ -201,17 +261,18 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     records_f.write(dumps(rec.to_json(result.anchor, level_index=i)) + "\n")
                 records_f.flush()
             events.emit("level_summary", level_index=i, summary=summary)
-            if log is not None:
-                print(_summary_line(summary), file=log, flush=True)
+            say(_summary_line(summary))
             if result.status == "failed":
                 events.emit("level_error", level_index=i, reason=result.reason)
                 if args.on_server_error == "stop":
                     status, reason = "failed", result.reason
                     break
             elif result.status == "cancelled":
-                status, reason = "cancelled", "cancelled by signal"
+                status, reason = "cancelled", stop.reason
                 break
     finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
         if records_f is not None:
             records_f.close()
     if args.output is not None:
@@ -224,11 +285,35 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             "params": params,
             "levels": levels,
         }
-        tmp = args.output.with_name(args.output.name + ".tmp")
-        tmp.write_text(json.dumps(json.loads(dumps(out)), indent=1) + "\n", encoding="utf-8")
-        tmp.replace(args.output)
+        write_output(args.output, json.dumps(json.loads(dumps(out)), indent=1) + "\n")
     events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
     return EXIT_FAILED if status == "failed" else EXIT_OK
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write atomically (a reader never sees half a file), except onto something that is not
+    a regular file (/dev/null, a FIFO): renaming onto /dev/null would replace the device."""
+    if path.exists() and not path.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+async def _sleep_until(wall: float, cancel: asyncio.Event) -> None:
+    """Sleep until the wall-clock time `wall`, or until cancelled.
+
+    Slept in steps of at most a second and re-read from time.time() each step, so that a wall clock
+    stepped by NTP while waiting still gives the intended instant (the point is that processes on
+    several machines start together by their synchronised clocks).
+    """
+    while not cancel.is_set():
+        left = wall - time.time()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cancel.wait(), timeout=min(left, 1.0))
 
 
 def _tb() -> str:
@@ -269,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run(args, events, log))
     finally:
         events.close()
+        if events.broken and stream is sys.stdout:
+            silence_stdout()
         if stream is not None and stream is not sys.stdout:
             with contextlib.suppress(OSError):
                 stream.close()

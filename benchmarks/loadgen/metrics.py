@@ -213,6 +213,8 @@ def summarize_level(
     decode: list[float] = []
     itl: list[float] = []
     itl_chunk: list[float] = []
+    send: list[float] = []
+    ttft_sent: list[float] = []
     per_chunk: Counter[int] = Counter()
     chunk_est = out_est = 0
     for r in ok:
@@ -220,10 +222,14 @@ def summarize_level(
         e2e.append(total)
         chunk_est += r.chunk_tokens_estimated
         out_est += r.output_tokens_estimated
+        if r.written is not None:
+            send.append(r.written - r.start)
         if r.first_token is None:
             continue
         first = r.first_token - r.start
         ttft.append(first)
+        if r.written is not None:
+            ttft_sent.append(r.first_token - r.written)
         if r.output_tokens > 1:
             tpot.append((total - first) / (r.output_tokens - 1))
             if total > first:
@@ -231,6 +237,10 @@ def summarize_level(
         _token_samples(r, itl, itl_chunk, per_chunk)
 
     out["ttft_ms"] = distribution(ttft, scale=1e3)
+    # The client's own send path, and TTFT counted from the request on the wire: the part of
+    # TTFT the client spent before the server could see the request, and the rest.
+    out["send_ms"] = distribution(send, scale=1e3)
+    out["ttft_after_send_ms"] = distribution(ttft_sent, scale=1e3)
     out["tpot_ms"] = distribution(tpot, scale=1e3)
     out["itl_ms"] = distribution(itl, scale=1e3)
     out["itl_chunk_ms"] = distribution(itl_chunk, scale=1e3)

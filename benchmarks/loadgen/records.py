@@ -55,6 +55,10 @@ class RequestRecord:
     output tokens it carried (a difference of the server's cumulative usage; 1 per chunk when the
     server gives no per-chunk usage, flagged by `chunk_tokens_estimated`). Chunks that carry no
     token (role-only deltas, usage-only tails) are not listed.
+
+    `start` is when the request was handed to httpx; `sent` when httpcore began writing it on a
+    connection (pool and locks passed) and `written` when its body was written: start -> written
+    is the client's own send path, which a busy event loop stretches.
     """
 
     request_id: str
@@ -63,6 +67,8 @@ class RequestRecord:
     warmup: bool = False
     start: float = 0.0
     end: float = 0.0
+    sent: float | None = None
+    written: float | None = None
     first_token: float | None = None
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
@@ -87,6 +93,8 @@ class RequestRecord:
             warmup=self.warmup,
             start=self.start + delta,
             end=self.end + delta,
+            sent=None if self.sent is None else self.sent + delta,
+            written=None if self.written is None else self.written + delta,
             first_token=None if self.first_token is None else self.first_token + delta,
             chunk_times=[t + delta for t in self.chunk_times],
             chunk_tokens=list(self.chunk_tokens),
@@ -118,6 +126,10 @@ class RequestRecord:
             "prompt": self.prompt_tokens,
             "finish": self.finish_reason,
         }
+        if self.sent is not None:
+            d["sent"] = round(self.sent + w, 6)
+        if self.written is not None:
+            d["written"] = round(self.written + w, 6)
         if self.warmup:
             d["warmup"] = True
         if self.output_tokens_estimated:
@@ -135,6 +147,7 @@ class RequestRecord:
         p = anchor.t0_perf - anchor.t0_wall
         chunks = d.get("chunks") or []
         ft = d.get("first_token")
+        sent, written = d.get("sent"), d.get("written")
         return cls(
             request_id=d["id"],
             slot=d.get("slot", 0),
@@ -142,6 +155,8 @@ class RequestRecord:
             warmup=d.get("warmup", False),
             start=d["start"] + p,
             end=d["end"] + p,
+            sent=None if sent is None else sent + p,
+            written=None if written is None else written + p,
             first_token=None if ft is None else ft + p,
             chunk_times=[c[0] + p for c in chunks],
             chunk_tokens=[c[1] for c in chunks],

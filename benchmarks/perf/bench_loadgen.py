@@ -183,7 +183,7 @@ def truth_figures(
     rows = [truth[r.request_id] for r in ok]
     a, b = summary["steady"].get("window_wall", [None, None])
     steady_tokens = 0.0
-    ttft, itl, decode, added = [], [], [], []
+    ttft, itl, decode, added, added_wire, send = [], [], [], [], [], []
     for rec, row in zip(ok, rows, strict=True):
         chunks = row["chunks"]
         if a is not None:
@@ -192,7 +192,12 @@ def truth_figures(
             continue
         ttft.append(row["first_token"] - row["arrival"])
         if rec.first_token is not None:
-            added.append((rec.first_token - rec.start) - (row["first_token"] - row["arrival"]))
+            true_ttft = row["first_token"] - row["arrival"]
+            added.append((rec.first_token - rec.start) - true_ttft)
+            if rec.written is not None:
+                # from the request written: the client's pre-send queueing left out
+                added_wire.append((rec.first_token - rec.written) - true_ttft)
+                send.append(rec.written - rec.start)
         for (t0, _), (t1, n) in itertools.pairwise(chunks):
             itl.extend([(t1 - t0) / n] * n)
         span = chunks[-1][0] - row["first_token"]
@@ -206,6 +211,8 @@ def truth_figures(
         "itl_ms": distribution(itl, scale=1e3),
         "decode_tok_s": distribution(decode),
         "added_ttft_ms": distribution(added, scale=1e3),
+        "added_after_send_ms": distribution(added_wire, scale=1e3),
+        "send_ms": distribution(send, scale=1e3),
     }
 
 
@@ -308,6 +315,8 @@ async def _capacity_level(
         "chunks_s": chunks / steady_s if steady_s else 0.0,
         "added_p99": truth["added_ttft_ms"]["p99"],
         "added_p50": truth["added_ttft_ms"]["p50"],
+        "wire_p99": truth["added_after_send_ms"]["p99"],
+        "send_p99": truth["send_ms"]["p99"],
         "lag_p99": result.client["loop_lag_ms"]["p99"],
         "cpu": result.client["cpu_pct"]["mean"],
         "server_cpu": server_cpu,
@@ -326,8 +335,8 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
         "stream per step), one load-generator process"
     )
     print(
-        f"{'C':>4} {'chunks/s':>9} {'added TTFT p50':>14} {'p99':>7} "
-        f"{'loop lag p99':>12} {'client cpu%':>11} {'server cpu%':>11}"
+        f"{'C':>4} {'chunks/s':>9} {'added TTFT p50':>14} {'p99':>7} {'send p99':>8} "
+        f"{'after send p99':>14} {'loop lag p99':>12} {'client cpu%':>11} {'server cpu%':>11}"
     )
     rows: list[dict[str, Any]] = []
     step = ("--t0-ms", str(CAPACITY_STEP_MS))
@@ -335,6 +344,7 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
         for c in levels:
             row = await _capacity_level(url, truth_path, pid, c, seconds, 1)
             row["within"] = row["added_p99"] is not None and row["added_p99"] < ADDED_TTFT_P99_MS
+            row["wire_within"] = row["wire_p99"] is not None and row["wire_p99"] < ADDED_TTFT_P99_MS
             # Ingest capacity: the client keeps up (CPU to spare, reads run on time). This says
             # nothing of the send path: httpx yields to the loop several times per request, so a
             # busy loop delays each new request's send by several loop iterations (added TTFT).
@@ -345,7 +355,8 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
                 notes.append("client-bound")
             print(
                 f"{c:>4} {row['chunks_s']:>9.0f} {_fmt(row['added_p50'], '.2f'):>14} "
-                f"{_fmt(row['added_p99'], '.2f'):>7} {_fmt(row['lag_p99'], '.1f'):>12} "
+                f"{_fmt(row['added_p99'], '.2f'):>7} {_fmt(row['send_p99'], '.2f'):>8} "
+                f"{_fmt(row['wire_p99'], '.2f'):>14} {_fmt(row['lag_p99'], '.1f'):>12} "
                 f"{row['cpu']:>11.0f} {row['server_cpu']:>11.0f}"
                 + (f"  ({', '.join(notes)})" if notes else "")
             )
@@ -360,6 +371,13 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
             verdicts.append(ok)
             at = f"{best['chunks_s']:.0f} chunks/s at C={best['c']}" if best else "no level"
             print(f"capacity, {label}: {at} (target >= {CAPACITY_TARGET:,.0f})  {_verdict(ok)}")
+        good = [r for r in rows if r["wire_within"]]
+        best = max(good, key=lambda r: r["chunks_s"]) if good else None
+        print(
+            "capacity, added TTFT p99 < 5 ms counted from the request written (the client's "
+            "send-path queueing left out; for information, not a target): "
+            + (f"{best['chunks_s']:.0f} chunks/s at C={best['c']}" if best else "no level")
+        )
         # A second process, at the first level one process could not serve by itself.
         over = [r for r in rows if not r["client_ok"]]
         c2 = over[0]["c"] if over else levels[-1]

@@ -98,6 +98,17 @@ class StubServer:
         writer: asyncio.StreamWriter,
     ) -> None:
         cfg = self.cfg
+        if method == "GET" and path == "/stats":  # for tests that watch the server from outside
+            st = self.state
+            stats = {"in_flight": st.in_flight, "requests": len(st.request_ids)}
+            payload = json.dumps(stats).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+            return
         if cfg.status != 200:
             payload = json.dumps({"error": {"message": "stub failure"}}).encode()
             writer.write(

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,3 +211,207 @@ def test_bad_arguments_exit_with_usage_error():
         capture_output=True,
     ).returncode
     assert rc == 2
+
+
+def _short_run(port: int, *extra: str) -> list[str]:
+    return [
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--concurrency",
+        "2",
+        "--requests-per-level",
+        "4",
+        "--max-tokens",
+        "3",
+        *extra,
+    ]
+
+
+def test_start_at_in_the_future_holds_the_first_level_until_that_wall_clock_time(stub_process):
+    _, port = stub_process
+    start_at = time.time() + 3.0
+    lg = Loadgen(_short_run(port, "--start-at", repr(start_at)))
+    assert lg.finish(60) == 0
+    run_start = lg.of("run_start")[0]
+    assert run_start["start_at"] == start_at
+    assert run_start["start_at_passed"] is False
+    assert run_start["start_at_late_s"] == 0
+    (level_start,) = lg.of("level_start")
+    assert level_start["t"] >= start_at
+    assert level_start["t"] - run_start["t"] >= 2.0  # it really waited
+    (summary,) = lg.of("level_summary")
+    assert summary["summary"]["window_wall"][0] >= start_at
+    assert summary["summary"]["requests"]["ok"] == 4
+    assert lg.events[-1]["status"] == "completed"
+
+
+def test_start_at_in_the_past_starts_at_once_and_says_how_late(stub_process):
+    _, port = stub_process
+    start_at = time.time() - 30.0
+    lg = Loadgen(_short_run(port, "--start-at", repr(start_at)))
+    assert lg.finish(60) == 0
+    run_start = lg.of("run_start")[0]
+    assert run_start["start_at_passed"] is True
+    assert run_start["start_at_late_s"] >= 30.0
+    (level_start,) = lg.of("level_start")
+    assert level_start["t"] - run_start["t"] < 5.0
+    assert lg.events[-1]["status"] == "completed"
+
+
+def test_sigterm_while_waiting_for_start_at_cancels_before_any_level(stub_process):
+    _, port = stub_process
+    lg = Loadgen(_short_run(port, "--start-at", repr(time.time() + 120.0)))
+    lg.wait_for(lambda e: e["event"] == "run_start")
+    t0 = time.monotonic()
+    lg.proc.send_signal(signal.SIGTERM)
+    assert lg.finish(30) == 0
+    assert time.monotonic() - t0 < 15.0
+    assert lg.of("level_start") == []
+    assert lg.events[-1]["event"] == "run_end"
+    assert lg.events[-1]["status"] == "cancelled"
+    assert lg.events[-1]["levels"] == 0
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", str(int(time.time() * 1000))])
+def test_start_at_that_is_not_plausible_epoch_seconds_is_a_usage_error(value):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.loadgen",
+            "--base-url",
+            "http://x",
+            "--requests-per-level",
+            "1",
+            "--start-at",
+            value,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "--start-at" in proc.stderr
+
+
+def _stub_stats(port: int) -> dict:
+    return httpx.get(f"http://127.0.0.1:{port}/stats", timeout=10).json()
+
+
+def _broken_pipe_run(port: int, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """The CLI with its event stream on a pipe whose read end the test holds (returned)."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.loadgen",
+            "--events",
+            "-",
+            "--quiet",
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--output",
+            str(tmp_path / "results.json"),
+            "--records",
+            str(tmp_path / "records.jsonl"),
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=w,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(w)
+    return proc, r
+
+
+def _read_events_until(fd: int, pred, timeout: float = 30) -> list[dict]:
+    events: list[dict] = []
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        chunk = os.read(fd, 65536)
+        assert chunk, f"stream ended first: {events}"
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            events.append(json.loads(line))
+            if pred(events[-1]):
+                return events
+    raise AssertionError(f"no matching event within {timeout}s: {events}")
+
+
+def test_closing_the_event_pipe_cancels_the_run_and_stops_its_requests(stub_process, tmp_path):
+    _, port = stub_process
+    proc, r = _broken_pipe_run(
+        port,
+        tmp_path,
+        "--concurrency",
+        "3,6",
+        "--duration",
+        "120",
+        "--max-tokens",
+        "100000",  # 20 ms a chunk: each request would take over half an hour
+        "--sample-interval",
+        "60",  # no sample write for a minute: the pipe poll, not a failed write, must notice
+    )
+    try:
+        _read_events_until(r, lambda e: e["event"] == "level_start")
+        deadline = time.monotonic() + 30
+        while _stub_stats(port)["in_flight"] < 3:
+            assert time.monotonic() < deadline, "requests never got in flight"
+            time.sleep(0.05)
+        os.close(r)  # the reader (a dashboard worker) is gone
+        t0 = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, stderr
+    assert "BrokenPipeError" not in stderr
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["status"] == "cancelled"
+    assert result["reason"] == "event stream closed by its reader"
+    (level,) = result["levels"]  # the second level never started
+    assert level["partial"] is True
+    assert level["requests"]["errors_by_cause"] == {"cancelled": 3}
+    records = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r.get("error_kind") for r in records] == ["cancelled"] * 3
+    # the server sees its streams end: nothing of the load generator is left running
+    deadline = time.monotonic() + 10
+    while (stats := _stub_stats(port))["in_flight"] != 0:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    requests_after_exit = stats["requests"]
+    time.sleep(0.5)
+    assert _stub_stats(port)["requests"] == requests_after_exit
+
+
+def test_closing_the_event_pipe_while_waiting_for_start_at_ends_the_run(stub_process, tmp_path):
+    _, port = stub_process
+    proc, r = _broken_pipe_run(
+        port,
+        tmp_path,
+        "--requests-per-level",
+        "4",
+        "--start-at",
+        repr(time.time() + 300),
+    )
+    try:
+        _read_events_until(r, lambda e: e["event"] == "run_start")
+        os.close(r)
+        t0 = time.monotonic()
+        proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["status"] == "cancelled"
+    assert result["levels"] == []
+    assert _stub_stats(port)["requests"] == 0

@@ -152,9 +152,14 @@ async def test_server_dying_mid_level_fails_the_level_with_a_reason():
     server = await StubServer(StubConfig(chunk_delay=0.01)).start()
     cfg = config(server, num_requests=100_000, max_tokens=20)
     task = asyncio.create_task(run_level(cfg, SyntheticPrompts(8)))
-    await asyncio.sleep(0.4)
+    # die once some requests have completed (a closed-loop slot sent its next one), however slow
+    # the machine is
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(server.state.request_ids) <= cfg.concurrency:
+        assert asyncio.get_running_loop().time() < deadline, "no request completed"
+        await asyncio.sleep(0.02)
     await server.stop()
-    result = await asyncio.wait_for(task, 10)
+    result = await asyncio.wait_for(task, 30)
     assert result.status == "failed"
     assert "connection" in (result.reason or "")
     kinds = {r.error_kind for r in result.records}

@@ -42,3 +42,20 @@ def test_json_record_round_trips_with_wall_clock_times():
     assert back.chunk_times == pytest.approx(rec.chunk_times, abs=2e-6)
     assert (back.slot, back.process, back.output_tokens) == (3, 1, 4)
     assert back.chunk_tokens_estimated
+
+
+def test_send_stamps_round_trip_and_shift_with_the_record():
+    anchor = ClockAnchor(t0_wall=1_796_000_000.0, t0_perf=50.0)
+    rec = make_record("r-2", 50.0, [(50.25, 1)], end=50.3)
+    rec.sent, rec.written = 50.001, 50.0015
+    d = rec.to_json(anchor, level_index=0)
+    assert d["sent"] == pytest.approx(1_796_000_000.001, abs=1e-6)
+    assert d["written"] == pytest.approx(1_796_000_000.0015, abs=1e-6)
+    back = RequestRecord.from_json(d, anchor)
+    assert back.sent == pytest.approx(50.001, abs=2e-6)
+    assert back.written == pytest.approx(50.0015, abs=2e-6)
+    moved = rec.shifted(10.0)
+    assert moved.sent == pytest.approx(60.001)
+    assert moved.written == pytest.approx(60.0015)
+    plain = make_record("r-3", 50.0, [(50.25, 1)])
+    assert "sent" not in plain.to_json(anchor, level_index=0)  # absent when never stamped

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.apis import Api, OpenAIHandler
 from benchmarks.loadgen.level import LevelConfig, run_level
 from benchmarks.loadgen.prompts import SyntheticPrompts
 
@@ -109,3 +109,44 @@ async def test_records_match_the_simulators_truth_log(simulator, api):
             assert t_server - 0.002 <= t_client < t_server + 0.5
         assert result.anchor.to_wall(rec.start) <= row["arrival"] + 0.002
     assert multi > 0  # speculative chunks carried several tokens
+
+
+@pytest.mark.parametrize("api", [Api.COMPLETIONS, Api.CHAT])
+async def test_the_simulators_mid_stream_chunks_take_the_fast_path_and_match_truth(
+    simulator, api, monkeypatch
+):
+    url, truth_path = simulator
+    taken = {True: 0, False: 0}
+    real = OpenAIHandler.handle_fast
+
+    def counting(self: OpenAIHandler, payload: bytes, now: float) -> bool:
+        fast = real(self, payload, now)
+        taken[fast] += 1
+        return fast
+
+    monkeypatch.setattr(OpenAIHandler, "handle_fast", counting)
+    cfg = LevelConfig(
+        api=api,
+        base_url=url,
+        model="specdash-sim",
+        concurrency=3,
+        num_requests=6,
+        max_tokens=30,
+        ignore_eos=True,
+        run_id=f"simfast-{api.value}",
+    )
+    result = await run_level(cfg, SyntheticPrompts(20, seed=6))
+    assert result.status == "completed"
+    await asyncio.sleep(0.2)
+    truth = read_truth(truth_path)
+    for rec in result.records:
+        assert rec.ok, rec.error
+        row = truth[rec.request_id]
+        assert rec.chunk_tokens == [n for _, n in row["chunks"]]
+        assert rec.output_tokens == row["completion_tokens"] == 30
+        assert rec.prompt_tokens == row["prompt_tokens"]
+        assert rec.finish_reason == "length"
+    chunks = sum(len(r.chunk_times) for r in result.records)
+    # every chunk but each request's last (finish reason) and its usage tail went the fast way
+    assert taken[True] == chunks - len(result.records)
+    assert taken[False] == 2 * len(result.records)

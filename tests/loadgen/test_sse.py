@@ -216,3 +216,19 @@ async def test_connection_refused_is_a_connect_error():
         )
     assert rec.error_kind == "connect"
     assert rec.end >= rec.start
+
+
+async def test_send_path_is_stamped_between_start_and_first_token(stub):
+    async with httpx.AsyncClient() as client:
+        rec = RequestRecord(request_id="stamps")
+        await send_request(
+            client,
+            api=Api.COMPLETIONS,
+            url=stub.base_url + "/v1/completions",
+            content=b'{"max_tokens": 3}',
+            rec=rec,
+        )
+    assert rec.ok, rec.error
+    assert rec.sent is not None and rec.written is not None
+    assert rec.first_token is not None
+    assert rec.start <= rec.sent <= rec.written <= rec.first_token
