@@ -5,6 +5,7 @@ from typing import Any, cast
 from channels.db import database_sync_to_async
 
 from benchmarks import selectors
+from benchmarks.experiments import selectors as experiment_selectors
 from specdash import realtime
 from specdash.consumers import ViewerConsumer
 
@@ -27,4 +28,24 @@ class SweepConsumer(ViewerConsumer):
         await self.forward(event)
 
     async def sweep_state(self, event: dict[str, Any]) -> None:
+        await self.forward(event)
+
+
+class ExperimentConsumer(ViewerConsumer):
+    """Step and state changes of one experiment (its sweeps have their own groups)."""
+
+    def group_name(self) -> str:
+        return realtime.experiment_group(self.scope["url_route"]["kwargs"]["experiment_id"])
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        experiment_id = self.scope["url_route"]["kwargs"]["experiment_id"]
+        snapshot = await database_sync_to_async(experiment_selectors.experiment_snapshot)(
+            experiment_id=experiment_id
+        )
+        return cast(dict[str, Any] | None, snapshot)
+
+    async def experiment_state(self, event: dict[str, Any]) -> None:
+        await self.forward(event)
+
+    async def experiment_step(self, event: dict[str, Any]) -> None:
         await self.forward(event)

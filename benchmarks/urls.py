@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from benchmarks import views
+from benchmarks.experiments.urls import urlpatterns as experiment_urlpatterns
 
 app_name = "benchmarks"
 
@@ -19,4 +20,5 @@ urlpatterns = [
         name="sweep-export-records",
     ),
     path("experiments/", views.experiment_list, name="experiment-list"),
+    *experiment_urlpatterns,
 ]

@@ -18,6 +18,17 @@ class ExperimentState(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted"
 
 
+FINISHED_EXPERIMENT_STATES = frozenset(
+    {
+        ExperimentState.COMPLETED,
+        ExperimentState.CANCELLED,
+        ExperimentState.FAILED,
+        ExperimentState.HALTED,
+        ExperimentState.INTERRUPTED,
+    }
+)
+
+
 class ExperimentOrder(models.TextChoices):
     SEQUENTIAL = "sequential", "Sequential (all of A, then all of B)"
     INTERLEAVED = "interleaved", "Interleaved (A, B, A, B: exposes drift)"
@@ -43,6 +54,8 @@ class Experiment(models.Model):
     notes = models.TextField(blank=True)
     tags = models.JSONField(default=list, blank=True)
     comparison = models.JSONField(default=dict, blank=True)
+    # Why a halted experiment stopped: the dirty instance and what its stop verification found.
+    evidence = models.JSONField(default=dict, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -56,6 +69,10 @@ class Experiment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_EXPERIMENT_STATES
 
 
 class ExperimentArm(models.Model):
@@ -78,11 +95,24 @@ class StepState(models.TextChoices):
     PENDING = "pending", "Pending"
     STOPPING_PREVIOUS = "stopping_previous", "Stopping previous server"
     STARTING = "starting", "Starting server"
+    CHECKING_OUTPUTS = "checking_outputs", "Checking outputs"
     SWEEPING = "sweeping", "Sweeping"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
     SKIPPED = "skipped", "Skipped"
     CANCELLED = "cancelled", "Cancelled"
+    INTERRUPTED = "interrupted", "Interrupted"
+
+
+FINISHED_STEP_STATES = frozenset(
+    {
+        StepState.DONE,
+        StepState.FAILED,
+        StepState.SKIPPED,
+        StepState.CANCELLED,
+        StepState.INTERRUPTED,
+    }
+)
 
 
 class ExperimentStep(models.Model):
@@ -95,6 +125,10 @@ class ExperimentStep(models.Model):
         ServerInstance, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     reason = models.TextField(blank=True)
+    # GPU names and driver as the host reported them while this step's server ran.
+    environment = models.JSONField(default=dict, blank=True)
+    # Outputs of the fixed greedy prompts (when the experiment checks output equivalence).
+    equivalence = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -106,3 +140,7 @@ class ExperimentStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.experiment} step {self.index}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_STEP_STATES

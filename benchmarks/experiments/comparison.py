@@ -1,0 +1,364 @@
+"""Build the comparison of two or more profiles from their sweeps (no ORM here: the inputs
+come from benchmarks.experiments.selectors, the statistics from benchmarks.stats).
+
+The compared metric is each level's output tokens per second over the whole level (the
+load generator's ``output_tok_s``); the steady-window figure and the latencies are shown
+next to it. Only completed levels count: a partial level (cancel, crash) measured less
+load than it claims. Per level:
+
+* with two or more repeats on both sides, the ratio's interval comes from the repeats
+  (``LevelSample.from_repeats``);
+* with one sweep per side, from a bootstrap over that level's requests, read from the
+  sweep's records file (``LevelSample`` with ``requests``);
+* otherwise there is a point ratio and no interval.
+
+The result is a plain JSON-able dict, stored on a finished experiment and rendered by the
+comparison page, the CSV and the HTML report alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.experiments.equivalence import equivalence_summary
+from benchmarks.stats import (
+    Crossing,
+    Curve,
+    LevelSample,
+    Ratio,
+    RequestPoint,
+    Saturation,
+    Verdict,
+    compare_all,
+    find_saturation,
+)
+
+logger = logging.getLogger(__name__)
+
+COMPARISON_VERSION = 1
+METRIC = "output_tok_s"
+CONFIDENCE = 0.95
+N_BOOT = 1000
+# Figures averaged over repeats for the table and charts (the ratio uses METRIC only).
+SHOWN_FIGURES = (
+    "output_tok_s",
+    "steady_output_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "achieved_concurrency",
+)
+
+
+@dataclass(frozen=True)
+class LevelRun:
+    """One completed level of one sweep."""
+
+    sweep_id: int
+    index: int
+    concurrency: int
+    figures: dict[str, float | None]
+    records_path: str = ""
+
+
+@dataclass(frozen=True)
+class SeriesData:
+    """One profile (an experiment's arm, or one picked sweep) and its completed levels."""
+
+    label: str
+    name: str
+    speculative: bool
+    profile_id: int | None
+    sweep_ids: tuple[int, ...]
+    runs: tuple[LevelRun, ...]
+    environment: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_request_points(path: Path, level_indices: Iterable[int]) -> dict[int, list[RequestPoint]]:
+    """Measured, successful requests of the given levels from a records file (JSON lines)."""
+    wanted = set(level_indices)
+    points: dict[int, list[RequestPoint]] = {i: [] for i in wanted}
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError:
+        return points
+    with handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            level = record.get("level")
+            if level not in wanted or record.get("warmup") or record.get("error_kind"):
+                continue
+            start, end = record.get("start"), record.get("end")
+            if not isinstance(start, int | float) or not isinstance(end, int | float):
+                continue
+            if end <= start:
+                continue
+            first = record.get("first_token")
+            points[level].append(
+                RequestPoint(
+                    start=float(start),
+                    end=float(end),
+                    output_tokens=int(record.get("out") or 0),
+                    ttft=float(first) - float(start) if isinstance(first, int | float) else None,
+                    e2e=float(end) - float(start),
+                )
+            )
+    return points
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(present) if present else None
+
+
+def _by_concurrency(runs: Sequence[LevelRun]) -> dict[int, list[LevelRun]]:
+    grouped: dict[int, list[LevelRun]] = {}
+    for run in runs:
+        value = run.figures.get(METRIC)
+        if value is None or value <= 0:
+            continue
+        grouped.setdefault(run.concurrency, []).append(run)
+    return dict(sorted(grouped.items()))
+
+
+def _requests_for(run: LevelRun) -> list[RequestPoint]:
+    if not run.records_path:
+        return []
+    return read_request_points(Path(run.records_path), [run.index]).get(run.index, [])
+
+
+def _level_sample(concurrency: int, runs: Sequence[LevelRun]) -> tuple[LevelSample, str]:
+    values = [float(r.figures[METRIC] or 0.0) for r in runs]
+    if len(runs) >= 2:
+        return LevelSample.from_repeats(concurrency, values), "repeats"
+    points = [p for p in _requests_for(runs[0]) if p.duration > 0]
+    if len(points) >= 2:
+        # The level's own figure stays the headline; the requests feed the bootstrap.
+        return LevelSample(concurrency, values[0], requests=points), "requests"
+    return LevelSample(concurrency, values[0]), "single"
+
+
+def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
+    rows = []
+    for concurrency, level_runs in _by_concurrency(runs).items():
+        row: dict[str, Any] = {"concurrency": concurrency, "runs": len(level_runs)}
+        for name in SHOWN_FIGURES:
+            row[name] = _mean([r.figures.get(name) for r in level_runs])
+        row["values"] = [r.figures.get(METRIC) for r in level_runs]
+        rows.append(row)
+    return rows
+
+
+def _curve(series: SeriesData) -> tuple[Curve, dict[int, str]]:
+    levels, sources = [], {}
+    for concurrency, level_runs in _by_concurrency(series.runs).items():
+        sample, source = _level_sample(concurrency, level_runs)
+        levels.append(sample)
+        sources[concurrency] = source
+    return Curve(series.name, levels, speculative=series.speculative), sources
+
+
+def _ratio_dict(concurrency: int, ratio: Ratio) -> dict[str, Any]:
+    return {
+        "concurrency": concurrency,
+        "point": ratio.point,
+        "low": ratio.low,
+        "high": ratio.high,
+        "method": ratio.method,
+        "sign": ratio.sign,
+        "inconclusive": ratio.inconclusive,
+    }
+
+
+def _crossing_dict(c: Crossing) -> dict[str, Any]:
+    return {
+        "concurrency": c.concurrency,
+        "lower_level": c.lower_level,
+        "upper_level": c.upper_level,
+        "direction": c.direction,
+        "has_interval": c.has_interval,
+        "low": c.low,
+        "high": c.high,
+        "conclusive": c.conclusive,
+    }
+
+
+def saturation_dict(s: Saturation) -> dict[str, Any]:
+    return {
+        "saturated": s.saturated,
+        "concurrency": s.concurrency,
+        "throughput": s.throughput,
+        "peak_concurrency": s.peak_concurrency,
+        "last_gain_per_doubling": s.last_gain_per_doubling,
+        "reason": s.reason,
+    }
+
+
+def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
+    last = v.crossover.last
+    return {
+        "reference": labels[v.reference],
+        "candidate": labels[v.candidate],
+        "reference_name": v.reference,
+        "candidate_name": v.candidate,
+        "text": v.text,
+        "ratios": [_ratio_dict(lr.concurrency, lr.ratio) for lr in v.ratios.levels],
+        "unmatched": list(v.ratios.unmatched),
+        "crossover": {
+            "crossings": [_crossing_dict(c) for c in v.crossover.crossings],
+            "last": _crossing_dict(last) if last is not None else None,
+            "reason": v.crossover.reason,
+            "inconclusive_levels": list(v.crossover.inconclusive_levels),
+        },
+        "behind_from": v.behind_from,
+        "ahead_from": v.ahead_from,
+        "settled_conclusively": v.settled_conclusively,
+        "reference_saturation": saturation_dict(v.reference_saturation),
+        "candidate_saturation": saturation_dict(v.candidate_saturation),
+        "saturation_ratio": v.saturation_ratio,
+        "speculative": v.candidate_speculative or v.reference_speculative,
+        "speculative_name": v.candidate if v.candidate_speculative else v.reference,
+        "disable_speculation_above": v.disable_speculation_above,
+        "engine_options": [
+            {"engine": o.engine, "setting": o.setting, "value": o.value, "note": o.note}
+            for o in v.engine_options
+        ],
+    }
+
+
+def _table(series: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) -> list[Any]:
+    concurrencies = sorted({row["concurrency"] for s in series for row in s["levels"]})
+    rows = []
+    for c in concurrencies:
+        cells = []
+        for s in series:
+            row = next((r for r in s["levels"] if r["concurrency"] == c), None)
+            cells.append({"label": s["label"], **(row or {"runs": 0})})
+        ratios = []
+        for v in verdicts:
+            ratio = next((r for r in v["ratios"] if r["concurrency"] == c), None)
+            ratios.append(
+                {"candidate": v["candidate"], "reference": v["reference"], **(ratio or {})}
+            )
+        rows.append({"concurrency": c, "cells": cells, "ratios": ratios})
+    return rows
+
+
+def comparison_build(
+    *,
+    series: Sequence[SeriesData],
+    equivalence_runs: dict[str, list[dict[str, Any]]] | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The comparison of ``series`` against the first one that has data (see module notes)."""
+    warnings: list[str] = []
+    built: list[tuple[SeriesData, Curve, dict[int, str]]] = []
+    out_series: list[dict[str, Any]] = []
+    for s in series:
+        curve, sources = _curve(s)
+        entry: dict[str, Any] = {
+            "label": s.label,
+            "name": s.name,
+            "speculative": s.speculative,
+            "profile_id": s.profile_id,
+            "sweep_ids": list(s.sweep_ids),
+            "levels": _series_rows(s.runs),
+            "interval_sources": {str(c): src for c, src in sources.items()},
+            "environment": s.environment,
+            "saturation": None,
+        }
+        if curve.levels:
+            entry["saturation"] = saturation_dict(find_saturation(curve))
+            built.append((s, curve, sources))
+        else:
+            warnings.append(f"{s.label} ({s.name}) has no completed level: left out of the ratios.")
+        out_series.append(entry)
+    verdicts: list[dict[str, Any]] = []
+    reference_label = built[0][0].label if built else None
+    if len(built) >= 2:
+        labels = {curve.name: data.label for data, curve, _ in built}
+        ref_curve = built[0][1]
+        for verdict in compare_all(
+            ref_curve,
+            [curve for _, curve, _ in built[1:]],
+            confidence=CONFIDENCE,
+            n_boot=n_boot,
+            seed=seed,
+        ):
+            verdicts.append(_verdict_dict(verdict, labels))
+            if verdict.ratios.unmatched:
+                warnings.append(
+                    f"{labels[verdict.candidate]} and {labels[verdict.reference]}: levels "
+                    f"tested by only one side: {', '.join(map(str, verdict.ratios.unmatched))}."
+                )
+    else:
+        warnings.append("Fewer than two profiles have completed levels: no ratio to compute.")
+    equivalence = (
+        equivalence_summary(reference=reference_label or series[0].label, runs=equivalence_runs)
+        if equivalence_runs and series
+        else None
+    )
+    return {
+        "version": COMPARISON_VERSION,
+        "metric": METRIC,
+        "confidence": CONFIDENCE,
+        "reference": reference_label,
+        "series": out_series,
+        "verdicts": verdicts,
+        "rows": _table(out_series, verdicts),
+        "equivalence": equivalence,
+        "warnings": warnings,
+        "built_at": datetime.now(tz=UTC).isoformat(),
+    }
+
+
+# -- a profile's history --
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    sweep_id: int
+    name: str
+    created_at: datetime
+    levels: dict[int, float]  # concurrency -> output tok/s of its completed levels
+    tags: tuple[str, ...] = ()
+
+
+def history_build(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
+    """Per sweep of one profile: its lowest-C (single-stream) and saturation throughput."""
+    out = []
+    for run in runs:
+        levels = {c: v for c, v in run.levels.items() if v is not None and v > 0}
+        if not levels:
+            continue
+        lowest = min(levels)
+        saturation = find_saturation(Curve.from_values(run.name, levels))
+        out.append(
+            {
+                "sweep_id": run.sweep_id,
+                "name": run.name,
+                "created_at": run.created_at.isoformat(),
+                "lowest_concurrency": lowest,
+                "lowest_tok_s": levels[lowest],
+                "c1_tok_s": levels.get(1),
+                "saturation": saturation_dict(saturation),
+                "levels": sorted(levels),
+                "tags": list(run.tags),
+            }
+        )
+    return out

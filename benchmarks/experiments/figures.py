@@ -1,0 +1,168 @@
+"""Plotly figures of a comparison, built once as plain dicts.
+
+The comparison page hands them to ``Plotly.newPlot`` as they are (static/specdash/
+comparison.js adds the PNG/SVG export buttons), and the HTML report renders the same dicts
+with ``plotly.io.to_html``: one definition, two outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
+_MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _name(series: dict[str, Any]) -> str:
+    return f"{series['label']}: {series['name']}"
+
+
+def _log_c_axis(concurrencies: list[int]) -> dict[str, Any]:
+    return {"type": "log", "title": {"text": "concurrency (C)"}, "tickvals": concurrencies}
+
+
+def _concurrencies(comparison: dict[str, Any]) -> list[int]:
+    return sorted({r["concurrency"] for s in comparison["series"] for r in s["levels"]})
+
+
+def _layout(title: str, x: dict[str, Any], y_title: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "font": {"size": 14}},
+        "margin": _MARGIN,
+        "xaxis": x,
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": -0.22},
+        **extra,
+    }
+
+
+def throughput_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    data = []
+    for i, s in enumerate(comparison["series"]):
+        xs = [r["concurrency"] for r in s["levels"]]
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} (whole level)",
+            "x": xs, "y": [r["output_tok_s"] for r in s["levels"]],
+            "line": {"color": _color(i)}, "legendgroup": s["label"],
+        })  # fmt: skip
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} (steady window)",
+            "x": xs, "y": [r["steady_output_tok_s"] for r in s["levels"]],
+            "line": {"color": _color(i), "dash": "dot"}, "legendgroup": s["label"],
+        })  # fmt: skip
+    layout = _layout(
+        "Output throughput vs concurrency",
+        _log_c_axis(_concurrencies(comparison)),
+        "output tok/s",
+    )
+    return {"data": data, "layout": layout}
+
+
+def _metric_figure(
+    comparison: dict[str, Any], metric: str, title: str, unit: str
+) -> dict[str, Any]:
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": _name(s),
+            "x": [r["concurrency"] for r in s["levels"]],
+            "y": [r[metric] for r in s["levels"]],
+            "line": {"color": _color(i)},
+        }
+        for i, s in enumerate(comparison["series"])
+    ]
+    return {"data": data, "layout": _layout(title, _log_c_axis(_concurrencies(comparison)), unit)}
+
+
+def ttft_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    return _metric_figure(
+        comparison, "ttft_p50_ms", "Time to first token (p50) vs concurrency", "ms"
+    )
+
+
+def itl_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    return _metric_figure(
+        comparison, "itl_p50_ms", "Inter-token latency (token-level p50) vs concurrency", "ms"
+    )
+
+
+def pareto_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    """Throughput against per-token latency: up and to the left is better."""
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers+text",
+            "name": _name(s),
+            "x": [r["itl_p50_ms"] for r in s["levels"]],
+            "y": [r["output_tok_s"] for r in s["levels"]],
+            "text": [f"C={r['concurrency']}" for r in s["levels"]],
+            "textposition": "top left",
+            "line": {"color": _color(i)},
+        }
+        for i, s in enumerate(comparison["series"])
+    ]
+    x = {"title": {"text": "inter-token latency p50 (ms)"}, "rangemode": "tozero"}
+    return {"data": data, "layout": _layout("Throughput vs latency", x, "output tok/s")}
+
+
+def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    """Each candidate's ratio to the reference with its interval, and the line at 1."""
+    data = []
+    for i, v in enumerate(comparison["verdicts"], start=1):
+        ratios = v["ratios"]
+        upper = [(r["high"] - r["point"]) if r["high"] is not None else 0 for r in ratios]
+        lower = [(r["point"] - r["low"]) if r["low"] is not None else 0 for r in ratios]
+        data.append({
+            "type": "scatter", "mode": "lines+markers",
+            "name": f"{v['candidate']} / {v['reference']}",
+            "x": [r["concurrency"] for r in ratios], "y": [r["point"] for r in ratios],
+            "error_y": {"type": "data", "array": upper, "arrayminus": lower, "visible": True},
+            "line": {"color": _color(i)},
+        })  # fmt: skip
+    cs = _concurrencies(comparison)
+    shapes = [{
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+        "line": {"color": "#868e96", "dash": "dash", "width": 1},
+    }]  # fmt: skip
+    layout = _layout(
+        f"Throughput ratio with its {comparison['confidence']:.0%} interval",
+        _log_c_axis(cs),
+        "ratio (1 = level)",
+        shapes=shapes,
+    )
+    layout["yaxis"]["rangemode"] = "normal"
+    return {"data": data, "layout": layout}
+
+
+FIGURES = (
+    ("throughput", throughput_figure),
+    ("ratio", ratio_figure),
+    ("ttft", ttft_figure),
+    ("itl", itl_figure),
+    ("pareto", pareto_figure),
+)
+
+
+def comparison_figures(comparison: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every chart of the comparison page, by the id of its container."""
+    return {name: build(comparison) for name, build in FIGURES}
+
+
+def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str, Any]:
+    xs = [h["created_at"] for h in history]
+    text = [f"sweep #{h['sweep_id']}" for h in history]
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": "lowest level (C=1 when tested)",
+         "x": xs, "y": [h["lowest_tok_s"] for h in history], "text": text,
+         "line": {"color": COLORS[0]}},
+        {"type": "scatter", "mode": "lines+markers", "name": "saturation (or peak) throughput",
+         "x": xs, "y": [h["saturation"]["throughput"] for h in history], "text": text,
+         "line": {"color": COLORS[1]}},
+    ]  # fmt: skip
+    layout = _layout(f"{profile_name}: throughput per sweep", {"type": "date"}, "output tok/s")
+    return {"data": data, "layout": layout}

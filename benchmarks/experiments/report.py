@@ -1,0 +1,80 @@
+"""A comparison as files: the per-level table as CSV, and one self-contained HTML report.
+
+The report inlines Plotly's JavaScript once (``plotly.io.to_html(include_plotlyjs=True)`` on
+the first chart, the others reuse it), so it opens offline and can be attached to a ticket.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import plotly.io as pio
+from django.template.loader import render_to_string
+
+from benchmarks.experiments.figures import comparison_figures
+
+FIGURES_IN_REPORT = ("throughput", "ratio", "ttft", "itl", "pareto")
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def _fmt(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def comparison_csv(comparison: dict[str, Any]) -> str:
+    """One row per concurrency: each profile's figures, then each candidate's ratio to A."""
+    series = comparison["series"]
+    verdicts = comparison["verdicts"]
+    figures = ("runs", "output_tok_s", "steady_output_tok_s", "ttft_p50_ms", "itl_p50_ms",
+               "e2e_p50_ms")  # fmt: skip
+    header = ["concurrency"]
+    for s in series:
+        header += [f"{s['label']}_{name}" for name in figures]
+    for v in verdicts:
+        pair = f"{v['candidate']}/{v['reference']}"
+        header += [f"{pair}_ratio", f"{pair}_low", f"{pair}_high", f"{pair}_method"]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for row in comparison["rows"]:
+        line: list[Any] = [row["concurrency"]]
+        for cell in row["cells"]:
+            line += [_fmt(cell.get(name)) for name in figures]
+        for ratio in row["ratios"]:
+            line += [_fmt(ratio.get(k)) for k in ("point", "low", "high", "method")]
+        writer.writerow(line)
+    return out.getvalue()
+
+
+def _chart_html(figures: dict[str, dict[str, Any]]) -> list[str]:
+    charts = []
+    for i, name in enumerate(FIGURES_IN_REPORT):
+        charts.append(
+            pio.to_html(
+                figures[name],
+                include_plotlyjs=(i == 0),
+                full_html=False,
+                config=PLOTLY_CONFIG,
+                default_height="380px",
+                div_id=f"chart-{name}",
+            )
+        )
+    return charts
+
+
+def comparison_report_html(
+    comparison: dict[str, Any], *, title: str, context: dict[str, Any] | None = None
+) -> str:
+    """The whole comparison as one HTML document (charts, verdict, table, environment)."""
+    figures = comparison_figures(comparison)
+    return render_to_string(
+        "benchmarks/comparison_report.html",
+        {
+            "title": title,
+            "comparison": comparison,
+            "charts": _chart_html(figures),
+            **(context or {}),
+        },
+    )

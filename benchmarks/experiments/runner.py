@@ -1,0 +1,398 @@
+"""The ``experiment.run`` job: run every step of an experiment unattended.
+
+Per step: stop the server this experiment started last and require a verified clean stop
+(``stopped``, or ``failed`` after a verified kill); a ``dirty`` (or lost) server halts the
+experiment with its evidence, so nothing ever starts on a GPU that is not clean. Then start
+the step's profile (``instance_start``: the ``server.run`` job does the launch), wait for
+``ready`` or a failure, optionally send the output-equivalence prompts, sweep
+(``sweep_create``: the ``sweep.run`` job), record, continue. After the last step its server
+is stopped the same way and the comparison is built and stored.
+
+The jobs this one waits on run in the same worker as asyncio tasks; everything here only
+polls the database (async ORM) and sleeps. A cancel cancels the sweep in progress, stops the
+server with a verified stop, and ends the experiment ``cancelled`` (``halted`` if that stop
+is not clean). A worker shutdown cancels this task: the interrupt hook records it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+
+from benchmarks import services as sweep_services
+from benchmarks.experiments import equivalence, services
+from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
+from benchmarks.models.experiments import ExperimentState
+from hosts import services as host_services
+from hosts.jobs import JobContext
+from hosts.lifecycle.remote import Agent, AgentFailed
+from hosts.models import GpuClaim, InstanceState, Job, JobState, ServerInstance, ServerProfile
+from hosts.models.instances import ACTIVE_STATES
+from hosts.transports import TransportError
+
+logger = logging.getLogger(__name__)
+
+# A start has ended (one way or another) once the instance is in one of these.
+START_ENDED = frozenset(
+    {
+        InstanceState.READY,
+        InstanceState.FAILED,
+        InstanceState.CRASHED,
+        InstanceState.DIRTY,
+        InstanceState.LOST,
+        InstanceState.STOPPED,
+    }
+)
+
+
+@dataclass
+class RunnerSettings:
+    poll_seconds: float = 0.25
+    # A verified stop of a large server (TERM, grace, KILL, verify) can take minutes.
+    stop_timeout_s: float = 600.0
+    sweep_cancel_timeout_s: float = 60.0
+    probe_timeout_s: float = 30.0
+    probe_host: bool = True
+
+
+SETTINGS = RunnerSettings()
+
+
+class _Cancelled(Exception):
+    """The operator cancelled the experiment (raised at the next wait point)."""
+
+
+class _Halt(Exception):
+    def __init__(self, reason: str, evidence: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.evidence = evidence
+
+
+class _StepsStopped(Exception):
+    """A start failed and the experiment is set to stop on a start failure."""
+
+
+@dataclass
+class StopOutcome:
+    clean: bool
+    state: str
+    reason: str
+    evidence: dict[str, Any]
+
+
+def _lifecycle_busy(instance_id: int) -> Any:
+    return Job.objects.filter(
+        lock_key=host_services.instance_lock_key(instance_id),
+        state__in=[JobState.QUEUED, JobState.RUNNING],
+    ).aexists()
+
+
+async def stop_verified(
+    instance_id: int,
+    *,
+    cancelled: asyncio.Event | None = None,
+    settings: RunnerSettings | None = None,
+) -> StopOutcome:
+    """Stop an instance (if it still runs) and wait for its lifecycle to finish with it.
+
+    Clean means: ``stopped`` or ``failed`` (both end in a verified kill that found no
+    process, a free port and GPU memory back to its level before the start), or ``crashed``
+    with its GPU claims released (its clean-up verified the GPUs). ``dirty``, ``lost`` or a
+    stop that does not finish within the timeout are not clean.
+    """
+    cfg = settings or SETTINGS
+    instance = await ServerInstance.objects.aget(pk=instance_id)
+    if instance.state in ACTIVE_STATES and not instance.stop_requested:
+        await sync_to_async(host_services.instance_stop)(instance=instance)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + cfg.stop_timeout_s
+    while True:
+        instance = await ServerInstance.objects.aget(pk=instance_id)
+        if instance.state not in ACTIVE_STATES and not await _lifecycle_busy(instance_id):
+            break
+        if loop.time() > deadline:
+            return StopOutcome(
+                False,
+                instance.state,
+                f"the stop of server #{instance_id} was not verified within "
+                f"{cfg.stop_timeout_s:g} s (still {instance.state})",
+                dict(instance.evidence),
+            )
+        await asyncio.sleep(cfg.poll_seconds)
+    state = instance.state
+    claims_left = await GpuClaim.objects.filter(instance_id=instance_id).aexists()
+    clean = state in {InstanceState.STOPPED, InstanceState.FAILED} or (
+        state == InstanceState.CRASHED and not claims_left
+    )
+    return StopOutcome(clean, state, instance.reason, dict(instance.evidence))
+
+
+async def _host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
+    """GPU names and engine versions as the host reports them (best effort, never raises)."""
+    instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
+        pk=instance_id
+    )
+    try:
+        agent = Agent.for_host(instance.host, instance.profile.container)
+        answer = await agent.call("probe", {}, timeout=seconds)
+    except (TransportError, AgentFailed, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    smi = answer.get("nvidia_smi") or {}
+    return {
+        "gpus": list(smi.get("gpus") or []),
+        "nvidia_smi_error": smi.get("error"),
+        "engines": answer.get("engines") or {},
+        "hostname": answer.get("hostname"),
+        "kernel": answer.get("kernel"),
+        "container": answer.get("container"),
+    }
+
+
+class ExperimentRun:
+    """One execution of an experiment's plan (the state between steps lives here)."""
+
+    def __init__(self, ctx: JobContext, plan: services.ExperimentPlan) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self.cfg = SETTINGS
+        self.last_instance_id: int | None = None
+        self.current_step: services.StepPlan | None = None
+        self.current_sweep_id: int | None = None
+        self.update = sync_to_async(services.experiment_step_update)
+
+    def _check_cancel(self) -> None:
+        if self.ctx.cancelled.is_set():
+            raise _Cancelled
+
+    async def _poll(self) -> None:
+        self._check_cancel()
+        await asyncio.sleep(self.cfg.poll_seconds)
+
+    async def run(self) -> dict[str, Any]:
+        state: str = ExperimentState.COMPLETED
+        reason, evidence = "", None
+        done = failed = 0
+        try:
+            for step in self.plan.steps:
+                self._check_cancel()
+                self.current_step = step
+                if await self._run_step(step):
+                    done += 1
+                else:
+                    failed += 1
+            self.current_step = None
+            await self._stop_last(reason_if_dirty="after the last step")
+            if done == 0:
+                state, reason = ExperimentState.FAILED, "no step completed its sweep"
+            elif failed:
+                reason = f"{failed} of {len(self.plan.steps)} steps failed"
+        except _Cancelled:
+            state, reason, evidence = await self._after_cancel()
+        except _Halt as halt:
+            state, reason, evidence = ExperimentState.HALTED, halt.reason, halt.evidence
+        except _StepsStopped as stopped:
+            state, reason = ExperimentState.FAILED, str(stopped)
+            try:
+                await self._stop_last(reason_if_dirty="after the failed start")
+            except _Halt as halt:
+                state, reason, evidence = ExperimentState.HALTED, halt.reason, halt.evidence
+        except asyncio.CancelledError:
+            raise  # worker shutdown: the interrupt hook records it
+        except Exception as exc:
+            logger.exception("experiment %s failed", self.plan.experiment_id)
+            await self._record_error(exc)
+            if self.last_instance_id is not None:
+                # Best effort: a bug here must not leave a server running unattended.
+                with contextlib.suppress(Exception):
+                    await stop_verified(self.last_instance_id, settings=self.cfg)
+            raise
+        try:
+            await sync_to_async(services.experiment_store_comparison)(
+                experiment_id=self.plan.experiment_id
+            )
+        except Exception as exc:  # the runs are recorded; a comparison bug must not hide them
+            logger.exception("experiment %s: comparison failed", self.plan.experiment_id)
+            reason = f"{reason}; the comparison could not be built: {exc}".lstrip("; ")
+        await sync_to_async(services.experiment_finish)(
+            experiment_id=self.plan.experiment_id, state=state, reason=reason, evidence=evidence
+        )
+        return {
+            "experiment_id": self.plan.experiment_id,
+            "state": state,
+            "reason": reason,
+            "steps_done": done,
+            "steps_failed": failed,
+        }
+
+    async def _record_error(self, exc: Exception) -> None:
+        reason = f"experiment job error: {type(exc).__name__}: {exc}"
+        if self.current_step is not None:
+            await self.update(
+                step_id=self.current_step.step_id, state=StepState.FAILED, reason=reason
+            )
+        await sync_to_async(services.experiment_finish)(
+            experiment_id=self.plan.experiment_id, state=ExperimentState.FAILED, reason=reason
+        )
+
+    # -- one step --
+
+    async def _run_step(self, step: services.StepPlan) -> bool:
+        """True when the step's sweep completed."""
+        if self.last_instance_id is not None:
+            await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
+            await self._stop_last(reason_if_dirty=f"before step {step.index + 1}")
+        await self.update(step_id=step.step_id, state=StepState.STARTING)
+        instance = await self._start(step)
+        if instance is None:
+            return False
+        probe: dict[str, Any] = {}
+        if self.cfg.probe_host:
+            probe = await _host_probe(instance.pk, self.cfg.probe_timeout_s)
+            await self.update(step_id=step.step_id, state=StepState.STARTING, environment=probe)
+        if self.plan.check_output_equivalence:
+            await self.update(step_id=step.step_id, state=StepState.CHECKING_OUTPUTS)
+            result = await equivalence.equivalence_probe(
+                base_url=instance.base_url,
+                model=instance.profile.served_model_name or "default",
+                api_path=instance.profile.openai_base_path,
+            )
+            await self.update(
+                step_id=step.step_id, state=StepState.CHECKING_OUTPUTS, equivalence=result
+            )
+            self._check_cancel()
+        try:
+            sweep = await sync_to_async(services.experiment_step_sweep)(
+                plan=self.plan, step=step, instance_id=instance.pk, host_probe=probe
+            )
+        except ValidationError as exc:  # e.g. the server crashed since it was ready
+            reason = "; ".join(exc.messages)
+            await self.update(
+                step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
+            )
+            return False
+        self.current_sweep_id = sweep.pk
+        final = await self._sweep_finished(sweep.pk)
+        self.current_sweep_id = None
+        if final.state == SweepState.COMPLETED:
+            await self.update(step_id=step.step_id, state=StepState.DONE, reason="")
+            return True
+        await self.update(
+            step_id=step.step_id,
+            state=StepState.FAILED,
+            reason=f"sweep #{final.pk} {final.state}: {final.reason}".rstrip(": "),
+        )
+        return False
+
+    async def _start(self, step: services.StepPlan) -> ServerInstance | None:
+        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        try:
+            instance = await sync_to_async(host_services.instance_start)(
+                profile=profile, user=self.plan.user
+            )
+        except host_services.ServerConflict as exc:
+            await self._start_failed(step, f"could not start: {exc}")
+            return None
+        self.last_instance_id = instance.pk
+        await self.update(step_id=step.step_id, state=StepState.STARTING, instance_id=instance.pk)
+        while True:
+            instance = await ServerInstance.objects.select_related("profile", "host").aget(
+                pk=instance.pk
+            )
+            if instance.state in START_ENDED:
+                break
+            await self._poll()
+        if instance.state == InstanceState.READY:
+            return instance
+        detail = f": {instance.reason}" if instance.reason else ""
+        await self._start_failed(
+            step, f"server #{instance.pk} did not become ready ({instance.state}){detail}"
+        )
+        return None
+
+    async def _start_failed(self, step: services.StepPlan, reason: str) -> None:
+        """Record the failure; raise when the experiment stops on a start failure."""
+        await self.update(step_id=step.step_id, state=StepState.FAILED, reason=reason)
+        if not self.plan.continue_on_start_failure:
+            raise _StepsStopped(
+                f"step {step.index + 1} ({step.label}: {step.profile_name}) {reason}; "
+                "the experiment stops on a start failure"
+            )
+
+    async def _sweep_finished(self, sweep_id: int) -> Sweep:
+        while True:
+            sweep = await Sweep.objects.aget(pk=sweep_id)
+            if sweep.is_finished:
+                return sweep
+            await self._poll()
+
+    async def _stop_last(self, *, reason_if_dirty: str) -> None:
+        """Verified stop of the last server; a server that is not clean halts everything."""
+        if self.last_instance_id is None:
+            return
+        instance_id = self.last_instance_id
+        outcome = await stop_verified(instance_id, settings=self.cfg)
+        if not outcome.clean:
+            if self.current_step is not None:
+                await self.update(
+                    step_id=self.current_step.step_id,
+                    state=StepState.FAILED,
+                    reason=f"server #{instance_id} is not clean ({outcome.state}): not started",
+                )
+            raise _Halt(
+                f"server #{instance_id} ended {outcome.state} {reason_if_dirty}: "
+                f"{outcome.reason or 'its stop could not be verified'}. Nothing more was "
+                "started on its GPUs; see the instance page for who holds what.",
+                {"instance_id": instance_id, "state": outcome.state, **outcome.evidence},
+            )
+        self.last_instance_id = None
+
+    # -- cancel --
+
+    async def _after_cancel(self) -> tuple[str, str, dict[str, Any] | None]:
+        """Leave everything in a known state: sweep cancelled, server stopped and verified."""
+        if self.current_sweep_id is not None:
+            sweep = await Sweep.objects.aget(pk=self.current_sweep_id)
+            await sync_to_async(sweep_services.sweep_cancel)(sweep=sweep)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.cfg.sweep_cancel_timeout_s
+            while not (await Sweep.objects.aget(pk=sweep.pk)).is_finished:
+                if loop.time() > deadline:
+                    break
+                await asyncio.sleep(self.cfg.poll_seconds)
+        if self.current_step is not None:
+            await self.update(
+                step_id=self.current_step.step_id,
+                state=StepState.CANCELLED,
+                reason="cancelled while " + await self._current_step_state(),
+            )
+            self.current_step = None
+        try:
+            await self._stop_last(reason_if_dirty="after the cancel")
+        except _Halt as halt:
+            return ExperimentState.HALTED, halt.reason, halt.evidence
+        return ExperimentState.CANCELLED, "cancelled", None
+
+    async def _current_step_state(self) -> str:
+        assert self.current_step is not None
+        step = await ExperimentStep.objects.aget(pk=self.current_step.step_id)
+        return step.get_state_display().lower()
+
+
+async def run_experiment(ctx: JobContext) -> dict[str, Any]:
+    """The job handler of ``experiment.run``; params: ``{"experiment_id": ...}``."""
+    experiment_id = int(ctx.params["experiment_id"])
+    plan = await sync_to_async(services.experiment_begin)(experiment_id=experiment_id)
+    if plan is None:
+        return {"experiment_id": experiment_id, "skipped": "not queued"}
+    return await ExperimentRun(ctx, plan).run()
+
+
+def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
+    services.experiment_on_interrupted(job_id, params)

@@ -1,0 +1,395 @@
+"""Write-side actions on experiments.
+
+Web requests create and cancel experiments; the ``experiment.run`` job
+(benchmarks.experiments.runner) records what it does through the recording functions
+below. Every change emits its ``experiment.*`` event after commit, on the experiment's
+group of the channel layer (specdash.realtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from benchmarks import services as sweep_services
+from benchmarks.experiments import comparison, selectors
+from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState, Sweep
+from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
+from hosts.jobs import job_cancel, job_enqueue
+from hosts.models import JobState, ServerInstance, ServerProfile
+from specdash import realtime
+
+EXPERIMENT_JOB_KIND = "experiment.run"
+EXPERIMENT_STATE = "experiment.state"  # {"experiment_id", "experiment": {...}}
+EXPERIMENT_STEP = "experiment.step"  # {"experiment_id", "step": {...}}
+MAX_PROFILES = 8
+MAX_REPEATS = 10
+LABELS = "ABCDEFGH"
+
+
+def experiment_lock_key(experiment_id: int) -> str:
+    return f"experiment:{experiment_id}"
+
+
+def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[int, int]]:
+    """(arm position, repeat) pairs in run order: A A B B (sequential) or A B A B."""
+    if order == ExperimentOrder.INTERLEAVED:
+        return [(a, r) for r in range(repeats) for a in range(arms)]
+    return [(a, r) for a in range(arms) for r in range(repeats)]
+
+
+def _clean_tags(tags: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = str(tag).strip()[:50]
+        if tag and tag not in out:
+            out.append(tag)
+    return out
+
+
+def _validate(
+    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: dict[str, Any],
+    repeats: Any, order: str,
+) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+    errors: dict[str, list[str]] = {}
+    if len(profiles) < 2:
+        errors["profiles"] = ["Choose at least two server profiles."]
+    elif len(profiles) > MAX_PROFILES:
+        errors["profiles"] = [f"At most {MAX_PROFILES} profiles per experiment."]
+    elif len({p.pk for p in profiles}) != len(profiles):
+        errors["profiles"] = ["Each profile can appear once; use repeats to run it again."]
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+        errors["repeats"] = [f"Repeats must be a whole number from 1 to {MAX_REPEATS}."]
+    if order not in ExperimentOrder.values:
+        errors["order"] = [f"Choose one of {', '.join(ExperimentOrder.values)}."]
+    cleaned_levels: list[int] = []
+    cleaned_load: dict[str, Any] = {}
+    # The same rules as a single sweep: each step becomes one.
+    try:
+        cleaned_levels = sweep_services.sweep_clean_levels(levels)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    try:
+        cleaned_load = sweep_services.sweep_clean_load(load)
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            errors.update(exc.message_dict)
+        else:
+            errors.setdefault("__all__", []).extend(exc.messages)
+    if errors:
+        raise ValidationError(errors)
+    return cleaned_levels, cleaned_load
+
+
+def experiment_create(
+    *,
+    profiles: Sequence[ServerProfile],
+    levels: Sequence[int],
+    load: dict[str, Any],
+    name: str = "",
+    repeats: int = 1,
+    order: str = ExperimentOrder.SEQUENTIAL,
+    continue_on_start_failure: bool = True,
+    check_output_equivalence: bool = False,
+    notes: str = "",
+    tags: Sequence[str] = (),
+    user: Any = None,
+) -> Experiment:
+    """Validate, plan the steps and queue the ``experiment.run`` job.
+
+    ``profiles[0]`` is A, the reference every other profile is compared with. Raises
+    ValidationError with errors keyed by field name.
+    """
+    profiles = list(profiles)
+    cleaned_levels, cleaned_load = _validate(
+        profiles=profiles, levels=levels, load=load, repeats=repeats, order=order
+    )
+    title = name.strip()[:200] or " vs ".join(p.name for p in profiles)[:200]
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            name=title,
+            levels=cleaned_levels,
+            load=cleaned_load,
+            repeats=repeats,
+            order=order,
+            continue_on_start_failure=continue_on_start_failure,
+            check_output_equivalence=check_output_equivalence,
+            notes=notes,
+            tags=_clean_tags(tags),
+            created_by=user if user is not None and user.is_authenticated else None,
+        )
+        arms = ExperimentArm.objects.bulk_create(
+            [
+                ExperimentArm(experiment=experiment, profile=p, label=LABELS[i], position=i)
+                for i, p in enumerate(profiles)
+            ]
+        )
+        ExperimentStep.objects.bulk_create(
+            [
+                ExperimentStep(experiment=experiment, index=i, arm=arms[a], repeat=r)
+                for i, (a, r) in enumerate(
+                    experiment_step_order(arms=len(arms), repeats=repeats, order=order)
+                )
+            ]
+        )
+        experiment.job = job_enqueue(
+            kind=EXPERIMENT_JOB_KIND,
+            params={"experiment_id": experiment.pk},
+            lock_key=experiment_lock_key(experiment.pk),
+            user=user,
+        )
+        experiment.save(update_fields=["job"])
+    return experiment
+
+
+def _broadcast_state(experiment_id: int) -> None:
+    experiment = Experiment.objects.get(pk=experiment_id)
+    realtime.broadcast_on_commit(
+        realtime.experiment_group(experiment_id),
+        EXPERIMENT_STATE,
+        {"experiment_id": experiment_id, "experiment": selectors.experiment_as_dict(experiment)},
+    )
+
+
+def _broadcast_step(step_id: int) -> None:
+    step = (
+        ExperimentStep.objects.select_related("arm__profile", "instance", "sweep")
+        .filter(pk=step_id)
+        .first()
+    )
+    if step is None:
+        return
+    realtime.broadcast_on_commit(
+        realtime.experiment_group(step.experiment_id),
+        EXPERIMENT_STEP,
+        {"experiment_id": step.experiment_id, "step": selectors.step_as_dict(step)},
+    )
+
+
+def _close_steps(experiment_id: int, state: str, reason: str) -> None:
+    """Pending steps (never started) end as ``state``: skipped or cancelled."""
+    now = timezone.now()
+    for step_id in ExperimentStep.objects.filter(
+        experiment_id=experiment_id, state=StepState.PENDING
+    ).values_list("pk", flat=True):
+        ExperimentStep.objects.filter(pk=step_id).update(
+            state=state, reason=reason, finished_at=now
+        )
+        _broadcast_step(step_id)
+
+
+def experiment_cancel(*, experiment: Experiment, user: Any = None) -> Experiment:
+    """Cancel: a queued experiment at once; a running one when its job sees the request
+    (it then cancels the sweep in progress and stops its server with a verified stop)."""
+    if experiment.is_finished:
+        return experiment
+    who = getattr(user, "username", "") or "the system"
+    job_state = job_cancel(job=experiment.job).state if experiment.job else JobState.CANCELLED
+    with transaction.atomic():
+        if job_state == JobState.CANCELLED:
+            updated = Experiment.objects.filter(
+                pk=experiment.pk, state=ExperimentState.QUEUED
+            ).update(
+                state=ExperimentState.CANCELLED,
+                reason=f"cancelled by {who} before it started",
+                finished_at=timezone.now(),
+            )
+            if updated:
+                _close_steps(experiment.pk, StepState.CANCELLED, "the experiment was cancelled")
+                _broadcast_state(experiment.pk)
+        else:
+            Experiment.objects.filter(
+                pk=experiment.pk, state=ExperimentState.RUNNING, reason=""
+            ).update(reason=f"cancelled by {who}")
+            _broadcast_state(experiment.pk)
+    experiment.refresh_from_db()
+    return experiment
+
+
+# -- recording what the runner does (sync; the async job calls these via sync_to_async) --
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step_id: int
+    index: int
+    label: str
+    repeat: int
+    profile_id: int
+    profile_name: str
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    experiment_id: int
+    name: str
+    levels: list[int]
+    load: dict[str, Any]
+    repeats: int
+    notes: str
+    tags: list[str]
+    continue_on_start_failure: bool
+    check_output_equivalence: bool
+    steps: list[StepPlan]
+    user: Any
+
+
+def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
+    """Mark a queued experiment running and return its plan; None if no longer queued."""
+    with transaction.atomic():
+        updated = Experiment.objects.filter(pk=experiment_id, state=ExperimentState.QUEUED).update(
+            state=ExperimentState.RUNNING, started_at=timezone.now()
+        )
+        if not updated:
+            return None
+        _broadcast_state(experiment_id)
+    experiment = Experiment.objects.select_related("created_by").get(pk=experiment_id)
+    steps = [
+        StepPlan(
+            step_id=s.pk,
+            index=s.index,
+            label=s.arm.label,
+            repeat=s.repeat,
+            profile_id=s.arm.profile_id,
+            profile_name=s.arm.profile.name,
+        )
+        for s in ExperimentStep.objects.filter(experiment_id=experiment_id)
+        .select_related("arm__profile")
+        .order_by("index")
+    ]
+    return ExperimentPlan(
+        experiment_id=experiment_id,
+        name=experiment.name,
+        levels=list(experiment.levels),
+        load=dict(experiment.load),
+        repeats=experiment.repeats,
+        notes=experiment.notes,
+        tags=list(experiment.tags),
+        continue_on_start_failure=experiment.continue_on_start_failure,
+        check_output_equivalence=experiment.check_output_equivalence,
+        steps=steps,
+        user=experiment.created_by,
+    )
+
+
+_UNSET: Any = object()
+
+
+def experiment_step_update(
+    *,
+    step_id: int,
+    state: str,
+    reason: str | None = None,
+    instance_id: int | None = _UNSET,
+    environment: dict[str, Any] | None = None,
+    equivalence: dict[str, Any] | None = None,
+) -> None:
+    """Move a step on; it gets its start time when it leaves pending, its end when final."""
+    with transaction.atomic():
+        step = ExperimentStep.objects.select_for_update().get(pk=step_id)
+        now = timezone.now()
+        step.state = state
+        if reason is not None:
+            step.reason = reason
+        if instance_id is not _UNSET:
+            step.instance_id = instance_id
+        if environment is not None:
+            step.environment = environment
+        if equivalence is not None:
+            step.equivalence = equivalence
+        if step.started_at is None and state != StepState.PENDING:
+            step.started_at = now
+        if state in FINISHED_STEP_STATES and step.finished_at is None:
+            step.finished_at = now
+        step.save()
+        _broadcast_step(step_id)
+
+
+def experiment_step_sweep(
+    *, plan: ExperimentPlan, step: StepPlan, instance_id: int, host_probe: dict[str, Any]
+) -> Sweep:
+    """Create the step's sweep against its READY instance and move the step to sweeping."""
+    with transaction.atomic():
+        instance = ServerInstance.objects.get(pk=instance_id)
+        repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
+        sweep = sweep_services.sweep_create(
+            instance=instance,
+            levels=plan.levels,
+            load=plan.load,
+            name=f"{plan.name} · {step.label}{repeat}"[:200],
+            notes=plan.notes,
+            tags=[*plan.tags, f"experiment:{plan.experiment_id}", f"arm:{step.label}"],
+            user=plan.user,
+        )
+        sweep.experiment_step_id = step.step_id
+        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.
+        sweep.environment = {**sweep.environment, "host_probe": host_probe}
+        sweep.save(update_fields=["experiment_step", "environment"])
+        experiment_step_update(step_id=step.step_id, state=StepState.SWEEPING)
+    return sweep
+
+
+def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) -> None:
+    with transaction.atomic():
+        _close_steps(experiment_id, state, reason)
+
+
+def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
+    """Build the comparison from the experiment's sweeps and keep it on the experiment."""
+    experiment = Experiment.objects.get(pk=experiment_id)
+    result = comparison.comparison_build(
+        series=selectors.experiment_series(experiment=experiment),
+        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+    )
+    Experiment.objects.filter(pk=experiment_id).update(comparison=result)
+    return result
+
+
+def experiment_finish(
+    *, experiment_id: int, state: str, reason: str = "", evidence: dict[str, Any] | None = None
+) -> bool:
+    """End an experiment; steps still pending are skipped (cancelled when it was cancelled).
+    A reason recorded earlier (who cancelled) is kept. False if it had already ended."""
+    with transaction.atomic():
+        experiment = Experiment.objects.select_for_update().filter(pk=experiment_id).first()
+        if experiment is None or experiment.is_finished:
+            return False
+        experiment.state = state
+        if not (experiment.reason and state == ExperimentState.CANCELLED):
+            experiment.reason = reason
+        if evidence is not None:
+            experiment.evidence = evidence
+        experiment.finished_at = timezone.now()
+        experiment.save(update_fields=["state", "reason", "evidence", "finished_at"])
+        left = StepState.CANCELLED if state == ExperimentState.CANCELLED else StepState.SKIPPED
+        _close_steps(experiment_id, left, f"the experiment ended {state}")
+        _broadcast_state(experiment_id)
+    return True
+
+
+def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
+    """Interrupt hook (sync): the worker running the experiment died or shut down. The server
+    of the step in progress is left to its own lifecycle job (which is adopted in turn)."""
+    from hosts.models import Job
+
+    experiment_id = int(params["experiment_id"])
+    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+    with transaction.atomic():
+        for step in ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
+            state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
+        ):
+            experiment_step_update(
+                step_id=step.pk,
+                state=StepState.INTERRUPTED,
+                reason=f"interrupted: {error or 'its job worker stopped'}",
+            )
+        experiment_finish(
+            experiment_id=experiment_id,
+            state=ExperimentState.INTERRUPTED,
+            reason=f"interrupted: {error or 'its job worker stopped'}",
+        )

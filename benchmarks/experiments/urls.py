@@ -1,0 +1,36 @@
+"""Routes of experiments and comparisons (included in benchmarks.urls, same namespace)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from benchmarks.experiments import views
+
+urlpatterns = [
+    path("experiments/new/", views.experiment_new, name="experiment-new"),
+    path("experiments/<int:experiment_id>/", views.experiment_detail, name="experiment-detail"),
+    path(
+        "experiments/<int:experiment_id>/cancel/",
+        views.experiment_cancel,
+        name="experiment-cancel",
+    ),
+    path(
+        "experiments/<int:experiment_id>/comparison/",
+        views.experiment_comparison,
+        name="experiment-comparison",
+    ),
+    path(
+        "experiments/<int:experiment_id>/comparison.csv",
+        views.experiment_comparison_csv,
+        name="experiment-comparison-csv",
+    ),
+    path(
+        "experiments/<int:experiment_id>/report.html",
+        views.experiment_report,
+        name="experiment-report",
+    ),
+    path("compare/", views.compare, name="compare"),
+    path("compare/table.csv", views.compare_csv, name="compare-csv"),
+    path("compare/report.html", views.compare_report, name="compare-report"),
+    path("compare/history/<int:profile_id>/", views.profile_history, name="profile-history"),
+]

@@ -1,0 +1,215 @@
+"""Thin views of experiments, comparisons and a profile's history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.utils.text import slugify
+from django.views.decorators.http import require_POST
+
+from benchmarks.experiments import comparison as comparisons
+from benchmarks.experiments import figures, forms, report, selectors, services
+from benchmarks.models import Experiment
+from hosts import roles
+from specdash.http import HtmxHttpRequest
+
+
+def can_run_experiments(user: Any) -> bool:
+    """Experiments start and stop servers and launch sweeps: both permissions."""
+    return roles.can_operate(user) and roles.can_run_sweeps(user)
+
+
+experiment_operator_required = roles.require(can_run_experiments)
+
+
+def _experiment_or_404(experiment_id: int) -> Experiment:
+    experiment = selectors.experiment_detail(experiment_id=experiment_id)
+    if experiment is None:
+        raise Http404("No such experiment")
+    return experiment
+
+
+def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
+    # A finished experiment keeps the comparison built when it ended; a running one is
+    # compared on what it has so far.
+    if experiment.is_finished and experiment.comparison:
+        return dict(experiment.comparison)
+    return comparisons.comparison_build(
+        series=selectors.experiment_series(experiment=experiment),
+        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+    )
+
+
+def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
+    ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
+    reference = request.GET.get("reference", "")
+    if reference.isdigit() and int(reference) in ids:
+        ids.remove(int(reference))
+        ids.insert(0, int(reference))
+    sweeps = selectors.sweeps_by_ids(sweep_ids=ids)
+    if len(sweeps) < 2:
+        raise Http404("Pick two or more sweeps")
+    series = selectors.sweep_series(sweeps=sweeps)
+    return comparisons.comparison_build(series=series), [s.pk for s in sweeps]
+
+
+@experiment_operator_required
+def experiment_new(request: HttpRequest) -> HttpResponse:
+    form = forms.ExperimentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            experiment = services.experiment_create(**form.service_kwargs(), user=request.user)
+        except ValidationError as exc:
+            form.add_service_error(exc)
+        else:
+            return redirect("benchmarks:experiment-detail", experiment_id=experiment.pk)
+    status = 400 if form.is_bound else 200
+    context = {"form": form, "nav": "experiments"}
+    return render(request, "benchmarks/experiment_new.html", context, status=status)
+
+
+def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, Any]:
+    steps = selectors.experiment_steps(experiment_id=experiment.pk)
+    current = selectors.experiment_current_step(steps=steps)
+    verdicts = (experiment.comparison or {}).get("verdicts", [])
+    return {
+        "experiment": experiment,
+        "arms": selectors.experiment_arms(experiment_id=experiment.pk),
+        "steps": steps,
+        "step_rows": [selectors.step_as_dict(s) for s in steps],
+        "current": selectors.step_as_dict(current) if current is not None else None,
+        "verdicts": verdicts,
+        "can_run_experiments": can_run_experiments(request.user),
+        "live_config": {
+            "experimentId": experiment.pk,
+            "wsPath": f"/ws/experiments/{experiment.pk}/",  # benchmarks/routing.py
+        },
+        "nav": "experiments",
+    }
+
+
+@roles.viewer_required
+def experiment_detail(request: HtmxHttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_or_404(experiment_id)
+    template = "benchmarks/experiment_detail.html"
+    if request.htmx:
+        template += "#experiment-live"
+    return render(request, template, _detail_context(request, experiment))
+
+
+@require_POST
+@experiment_operator_required
+def experiment_cancel(request: HtmxHttpRequest, experiment_id: int) -> HttpResponse:
+    services.experiment_cancel(experiment=_experiment_or_404(experiment_id), user=request.user)
+    return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+
+
+def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "comparison": comparison,
+        "figures": figures.comparison_figures(comparison),
+        "nav": "experiments",
+        **extra,
+    }
+
+
+@roles.viewer_required
+def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_or_404(experiment_id)
+    comparison = _experiment_comparison(experiment)
+    context = _comparison_context(
+        comparison,
+        experiment=experiment,
+        title=f"{experiment.name}: comparison",
+        csv_url=reverse("benchmarks:experiment-comparison-csv", args=[experiment.pk]),
+        report_url=reverse("benchmarks:experiment-report", args=[experiment.pk]),
+    )
+    return render(request, "benchmarks/comparison.html", context)
+
+
+def _csv_response(comparison: dict[str, Any], filename: str) -> HttpResponse:
+    response = HttpResponse(report.comparison_csv(comparison), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _report_response(comparison: dict[str, Any], title: str, filename: str) -> HttpResponse:
+    html = report.comparison_report_html(comparison, title=title)
+    response = HttpResponse(html, content_type="text/html; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@roles.viewer_required
+def experiment_comparison_csv(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_or_404(experiment_id)
+    return _csv_response(
+        _experiment_comparison(experiment), f"experiment-{experiment.pk}-comparison.csv"
+    )
+
+
+@roles.viewer_required
+def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_or_404(experiment_id)
+    name = slugify(experiment.name)[:60] or "experiment"
+    return _report_response(
+        _experiment_comparison(experiment),
+        f"{experiment.name}: comparison",
+        f"experiment-{experiment.pk}-{name}.html",
+    )
+
+
+@roles.viewer_required
+def compare(request: HttpRequest) -> HttpResponse:
+    """Two or more sweeps picked from history; the picker when fewer are given."""
+    ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
+    if len(ids) < 2:
+        context = {
+            "sweeps": selectors.comparable_sweeps(),
+            "picked": ids,
+            "error": "Pick two or more sweeps." if request.GET else "",
+            "nav": "experiments",
+        }
+        return render(request, "benchmarks/comparison_pick.html", context)
+    comparison, used = _picked_sweeps_comparison(request)
+    query = urlencode([("sweeps", i) for i in used])
+    context = _comparison_context(
+        comparison,
+        title="Comparison of sweeps " + ", ".join(f"#{i}" for i in used),
+        csv_url=f"{reverse('benchmarks:compare-csv')}?{query}",
+        report_url=f"{reverse('benchmarks:compare-report')}?{query}",
+    )
+    return render(request, "benchmarks/comparison.html", context)
+
+
+@roles.viewer_required
+def compare_csv(request: HttpRequest) -> HttpResponse:
+    comparison, used = _picked_sweeps_comparison(request)
+    return _csv_response(comparison, f"comparison-{'-'.join(map(str, used))}.csv")
+
+
+@roles.viewer_required
+def compare_report(request: HttpRequest) -> HttpResponse:
+    comparison, used = _picked_sweeps_comparison(request)
+    title = "Comparison of sweeps " + ", ".join(f"#{i}" for i in used)
+    return _report_response(comparison, title, f"comparison-{'-'.join(map(str, used))}.html")
+
+
+@roles.viewer_required
+def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
+    profile = selectors.profile_detail(profile_id=profile_id)
+    if profile is None:
+        raise Http404("No such profile")
+    history = comparisons.history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
+    context = {
+        "profile": profile,
+        "history": history,
+        "figure": figures.history_figure(history, profile.name),
+        "nav": "experiments",
+    }
+    return render(request, "benchmarks/comparison_history.html", context)

@@ -1,0 +1,177 @@
+"""The comparison built from sweeps in the database: which interval each level gets, the
+crossover and saturation it reports, and what it leaves out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.experiments import comparison, equivalence, selectors, services
+from benchmarks.models import LevelState
+from hosts.models import ServerProfile
+from tests.benchmarks.experiments.constructed import make_sweep
+
+pytestmark = pytest.mark.django_db
+
+LOAD = {"requests_per_level": 10, "max_tokens": 16}
+
+
+def _compare(*sweeps: Any) -> dict[str, Any]:
+    return comparison.comparison_build(series=selectors.sweep_series(sweeps=list(sweeps)))
+
+
+@pytest.fixture
+def profiles(make_profile: Callable[..., ServerProfile]) -> tuple[ServerProfile, ServerProfile]:
+    return make_profile(name="base"), make_profile(name="spec", speculative=True)
+
+
+def test_a_candidate_ahead_everywhere_has_no_crossover_and_keeps_speculation_on(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 90, 4: 300, 16: 600}, tmp=tmp_path)
+    b = make_sweep(spec, {1: 110, 4: 360, 16: 700}, tmp=tmp_path, seed=7)
+    (v,) = _compare(a, b)["verdicts"]
+    assert v["crossover"]["last"] is None and v["crossover"]["crossings"] == []
+    assert "ahead of base at every tested level" in v["crossover"]["reason"]
+    assert v["ahead_from"] == 1 and v["behind_from"] is None
+    assert v["disable_speculation_above"] is None and v["engine_options"] == []
+    assert "still ahead at the top tested level: keep it on" in v["text"]
+
+
+def test_several_crossings_are_all_reported_and_the_last_one_decides(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 2: 100, 4: 100, 8: 100}, tmp=tmp_path, jitter=0.02)
+    b = make_sweep(spec, {1: 120, 2: 80, 4: 120, 8: 80}, tmp=tmp_path, jitter=0.02, seed=3)
+    (v,) = _compare(a, b)["verdicts"]
+    brackets = [(c["lower_level"], c["upper_level"]) for c in v["crossover"]["crossings"]]
+    assert brackets == [(1, 2), (2, 4), (4, 8)]
+    assert v["crossover"]["last"]["direction"] == "falls-behind"
+    assert 4 < v["crossover"]["last"]["concurrency"] < 8
+    assert v["disable_speculation_above"] == 4
+    assert "crosses 1 3 times" in v["text"]
+
+
+def test_single_sweeps_get_a_bootstrap_interval_from_their_records(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 8: 500}, tmp=tmp_path, jitter=0.3)
+    b = make_sweep(spec, {1: 101, 8: 250}, tmp=tmp_path, jitter=0.3, seed=11)
+    result = _compare(a, b)
+    (v,) = result["verdicts"]
+    by_c = {r["concurrency"]: r for r in v["ratios"]}
+    assert {r["method"] for r in v["ratios"]} == {"bootstrap-requests"}
+    assert by_c[8]["low"] < by_c[8]["point"] < by_c[8]["high"] < 1.0
+    # 40 requests whose durations scatter +-30% cannot tell a 1% lead from a tie.
+    assert by_c[1]["inconclusive"] and by_c[1]["low"] < 1.0 < by_c[1]["high"]
+    assert result["series"][1]["interval_sources"] == {"1": "requests", "8": "requests"}
+
+
+def test_without_records_a_level_has_a_point_ratio_and_no_interval(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 8: 500}, tmp=tmp_path, records=False)
+    b = make_sweep(spec, {1: 110, 8: 250}, tmp=tmp_path, records=False)
+    (v,) = _compare(a, b)["verdicts"]
+    assert [(r["method"], r["low"], r["high"]) for r in v["ratios"]] == [("none", None, None)] * 2
+    assert v["ratios"][0]["point"] == pytest.approx(1.1)
+    assert v["crossover"]["last"]["has_interval"] is False
+    assert "no interval without repeats" in v["text"]
+
+
+def test_repeats_of_an_experiment_give_t_intervals_and_noisy_ones_stay_inconclusive(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    experiment = services.experiment_create(
+        profiles=[base, spec], levels=[1, 8], load=LOAD, repeats=3, order="interleaved"
+    )
+    steps = list(experiment.steps.select_related("arm").order_by("index"))
+    assert [(s.arm.label, s.repeat) for s in steps] == [
+        ("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2),
+    ]  # fmt: skip
+    # C=1: B's repeats scatter +-15% around A's: inconclusive. C=8: B clearly at half.
+    values = {
+        "A": [{1: 100, 8: 500}, {1: 101, 8: 505}, {1: 99, 8: 495}],
+        "B": [{1: 120, 8: 250}, {1: 88, 8: 252}, {1: 104, 8: 248}],
+    }
+    for step in steps:
+        profile = base if step.arm.label == "A" else spec
+        make_sweep(profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
+    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    (v,) = result["verdicts"]
+    by_c = {r["concurrency"]: r for r in v["ratios"]}
+    assert {r["method"] for r in v["ratios"]} == {"repeats-log-t"}
+    assert by_c[1]["inconclusive"] and by_c[1]["point"] == pytest.approx(104 / 100)
+    assert by_c[8]["high"] < 0.52 and by_c[8]["low"] > 0.48
+    assert result["series"][0]["levels"][0]["runs"] == 3
+    assert "within noise" in v["text"] and result["reference"] == "A"
+    experiment.refresh_from_db()
+    assert experiment.comparison["verdicts"][0]["text"] == v["text"]
+
+
+def test_partial_levels_are_left_out_and_unmatched_levels_are_named(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 4: 300, 16: 500}, tmp=tmp_path)
+    b = make_sweep(spec, {1: 110, 4: 200, 16: 90}, tmp=tmp_path,
+                   states={16: LevelState.PARTIAL})  # fmt: skip
+    result = _compare(a, b)
+    (v,) = result["verdicts"]
+    assert [r["concurrency"] for r in v["ratios"]] == [1, 4]
+    assert v["unmatched"] == [16]
+    assert any("tested by only one side: 16" in w for w in result["warnings"])
+
+
+def test_a_profile_without_completed_levels_is_reported_not_compared(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 4: 300}, tmp=tmp_path)
+    b = make_sweep(spec, {1: 110}, tmp=tmp_path, states={1: LevelState.FAILED})
+    result = _compare(a, b)
+    assert result["verdicts"] == []
+    assert result["series"][1]["levels"] == [] and result["series"][1]["saturation"] is None
+    assert any("B (spec) has no completed level" in w for w in result["warnings"])
+
+
+def test_the_same_profile_twice_is_told_apart_by_sweep(profiles: Any, tmp_path: Path) -> None:
+    base, _ = profiles
+    a = make_sweep(base, {1: 100, 4: 300}, tmp=tmp_path)
+    b = make_sweep(base, {1: 100, 4: 330}, tmp=tmp_path, seed=5)
+    result = _compare(a, b)
+    names = [s["name"] for s in result["series"]]
+    assert names == [f"base (sweep #{a.pk})", f"base (sweep #{b.pk})"]
+    assert result["verdicts"][0]["text"].startswith(f"base (sweep #{b.pk}) is ")
+
+
+def test_history_reports_each_sweeps_single_stream_and_saturation(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, _ = profiles
+    make_sweep(base, {1: 90, 8: 500, 64: 760, 256: 770}, tmp=tmp_path, records=False)
+    make_sweep(base, {2: 170, 8: 520}, tmp=tmp_path, records=False)
+    history = comparison.history_build(runs=selectors.profile_history_runs(profile_id=base.pk))
+    assert [(h["c1_tok_s"], h["lowest_concurrency"]) for h in history] == [(90, 1), (None, 2)]
+    assert history[0]["saturation"]["saturated"] and history[0]["saturation"]["concurrency"] == 64
+    assert not history[1]["saturation"]["saturated"]
+
+
+def test_a_profile_whose_greedy_output_changes_between_its_own_runs_is_flagged() -> None:
+    check = {"prompts": ["p1", "p2"], "max_tokens": 8,
+             "outputs": [{"text": " the and"}, {"text": " for you"}]}  # fmt: skip
+    drifted = {**check, "outputs": [{"text": " the and"}, {"text": " for"}]}
+    summary = equivalence.equivalence_summary(
+        reference="A", runs={"A": [check], "B": [check, drifted]}
+    )
+    b = next(p for p in summary["profiles"] if p["label"] == "B")
+    assert summary["flagged"] == ["B"] and not b["deterministic"] and not b["equivalent"]
+    assert b["differences"][0]["prompt"] == "p2" and b["differences"][0]["common_prefix_chars"] == 4

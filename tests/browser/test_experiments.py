@@ -1,0 +1,89 @@
+"""An operator creates an A/B experiment of the two seeded simulated servers from the form,
+watches it run unattended (steps, live sweep chart, no reload), and reads the verdict on
+the comparison page (saved as the README's screenshot with SPECDASH_SCREENSHOTS=1)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import ROOT, Dashboard, login
+
+pytestmark = pytest.mark.browser
+
+BASELINE = "Simulated SGLang baseline"
+EAGLE = "Simulated SGLang EAGLE-3"
+SCREENSHOT = ROOT / "docs" / "screenshots" / "comparison.png"
+
+
+def _option_value(page: Page, select: str, label_start: str) -> str:
+    return str(page.eval_on_selector(
+        select,
+        "(el, start) => Array.from(el.options).find(o => o.text.startsWith(start)).value",
+        label_start,
+    ))  # fmt: skip
+
+
+def test_operator_runs_an_experiment_and_reads_the_verdict(
+    page: Page, dashboard: Dashboard
+) -> None:
+    login(page, dashboard)
+    page.goto(dashboard.url + "/experiments/")
+    page.get_by_test_id("new-experiment").click()
+    page.select_option(
+        "select[name=profile_a]", _option_value(page, "select[name=profile_a]", BASELINE)
+    )
+    page.select_option(
+        "select[name=profile_b]", _option_value(page, "select[name=profile_b]", EAGLE)
+    )
+    page.fill("input[name=name]", "EAGLE-3 vs baseline, browser")
+    page.fill("input[name=levels]", "1, 2, 4")
+    page.fill("input[name=requests_per_level]", "8")
+    page.fill("input[name=input_tokens]", "32")
+    page.fill("input[name=max_tokens]", "32")
+    page.check("input[name=check_output_equivalence]")
+    page.fill("input[name=tags]", "browser, simulator")
+    page.get_by_test_id("launch-experiment").click()
+    page.wait_for_url(f"{dashboard.url}/experiments/*/")
+    page.evaluate("window.__noReload = true")
+
+    # It progresses on its own: a step starts, then a sweep runs and is charted live.
+    expect(page.get_by_test_id("experiment-state")).to_have_text("Running", timeout=30_000)
+    expect(page.locator("[data-testid=step-row][data-state=sweeping]")).to_have_count(
+        1, timeout=60_000
+    )
+    page.wait_for_function(
+        "() => { const el = document.getElementById('chart-live');"
+        " return el && el.data && el.data[0].x.length >= 1; }",
+        timeout=60_000,
+    )
+    expect(page.get_by_test_id("current-sweep")).to_contain_text("sweep #")
+    # Both steps end done, each server stopped (verified) before the next started.
+    expect(page.locator("[data-testid=step-row][data-state=done]")).to_have_count(
+        2, timeout=120_000
+    )
+    expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
+    assert page.evaluate("window.__noReload === true")
+    expect(page.get_by_test_id("steps-table")).to_contain_text("stopped")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
+
+    page.get_by_test_id("open-comparison").click()
+    page.wait_for_url(f"{dashboard.url}/experiments/*/comparison/")
+    verdict = page.get_by_test_id("verdict")
+    # At C=4 the model puts the baseline ~1.35x ahead: far beyond the run-to-run noise.
+    expect(verdict).to_contain_text(f"at C=4 {BASELINE} delivers")
+    expect(verdict).to_contain_text(f"{BASELINE} is not saturated within the tested range")
+    expect(page.get_by_test_id("equivalence-ok")).to_be_visible()
+    expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
+    page.wait_for_function("() => document.getElementById('chart-throughput').data.length === 4")
+    # Plotly's modebar offers PNG and, added by the page, SVG.
+    page.hover("#chart-throughput")
+    expect(page.locator("#chart-throughput [data-title='Download plot as SVG']")).to_have_count(1)
+    with page.expect_download() as download:
+        page.get_by_test_id("download-csv").click()
+    assert download.value.suggested_filename.endswith("-comparison.csv")
+    if os.environ.get("SPECDASH_SCREENSHOTS"):  # refreshes the README's picture on request
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        assert SCREENSHOT.stat().st_size > 20_000
