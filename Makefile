@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-loadgen bench-transport clean
+.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ pytest: $(VENV)/.dev-installed
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -m browser
 
-bench: bench-simulator bench-loadgen bench-transport
+bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 
 bench-simulator: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_simulator
@@ -48,6 +48,15 @@ bench-loadgen: $(VENV)/.dev-installed
 
 bench-transport: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_transport
+
+bench-lifecycle: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_lifecycle
+
+bench-telemetry: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_telemetry
+
+bench-jobs: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_jobs
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

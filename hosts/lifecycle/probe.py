@@ -1,0 +1,133 @@
+"""Test connection: run the agent's ``probe`` through a host's (and container's) chain and
+say what is there, or which hop failed.
+
+A diagnostic, run synchronously from the admin with a hard time limit (see
+``host_probe_many``); it reads the registry once, then never touches the ORM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from hosts.lifecycle.remote import Agent, AgentFailed
+from hosts.models import Container, ContainerKind, Host, ServerProfile
+from hosts.transports import CommandTimeout, HopError, TransportError
+
+PROBE_TIMEOUT_S = 20.0
+# Interpreters of the profiles at one place whose engine versions are worth asking about.
+MAX_PYTHONS = 4
+
+
+@dataclass
+class ProbeReport:
+    """What one test connection found (``facts`` is the agent's answer when it ran)."""
+
+    target: str
+    chain: str
+    ok: bool
+    duration_s: float
+    facts: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    hop_index: int | None = None
+    hop_description: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def gpus(self) -> list[str]:
+        return list((self.facts.get("nvidia_smi") or {}).get("gpus") or [])
+
+    @property
+    def gpu_error(self) -> str:
+        return str((self.facts.get("nvidia_smi") or {}).get("error") or "")
+
+    @property
+    def container(self) -> dict[str, Any]:
+        return dict(self.facts.get("container") or {})
+
+    @property
+    def engines(self) -> list[tuple[str, dict[str, Any]]]:
+        """(interpreter, {package: version or None}) for each interpreter asked."""
+        return sorted((self.facts.get("engines") or {}).items())
+
+
+@dataclass(frozen=True)
+class _Target:
+    label: str
+    agent: Agent
+    pythons: list[str]
+
+
+def _pythons(host: Host, container: Container | None) -> list[str]:
+    """The python interpreters the profiles at this place launch (their engine versions)."""
+    profiles = ServerProfile.objects.filter(host=host, container=container).order_by("pk")
+    found: list[str] = []
+    for argv in profiles.values_list("launch_argv", flat=True):
+        first = argv[0] if isinstance(argv, list) and argv else ""
+        is_python = isinstance(first, str) and os.path.basename(first).startswith("python")
+        if is_python and first not in found:
+            found.append(first)
+    return found[:MAX_PYTHONS]
+
+
+def _target(host: Host, container: Container | None) -> _Target:
+    if container is not None and container.kind == ContainerKind.NONE:
+        container = None
+    label = str(container) if container is not None else str(host)
+    return _Target(label, Agent.for_host(host, container), _pythons(host, container))
+
+
+async def _aprobe(target: _Target, timeout: float) -> ProbeReport:  # noqa: ASYNC109
+    chain = target.agent.transport.describe()
+    started = time.monotonic()
+
+    def report(ok: bool, **fields: Any) -> ProbeReport:
+        return ProbeReport(target.label, chain, ok, time.monotonic() - started, **fields)
+
+    try:
+        # The agent call and the hop-by-hop diagnosis after a failure share one deadline.
+        async with asyncio.timeout(timeout):
+            facts = await target.agent.call(
+                "probe", {"pythons": target.pythons}, timeout=timeout - 2
+            )
+    except HopError as exc:
+        return report(
+            False,
+            error=str(exc),
+            hop_index=exc.hop_index,
+            hop_description=exc.hop_description,
+            stderr_tail=exc.stderr_tail,
+        )
+    except (TimeoutError, CommandTimeout):
+        return report(False, error=f"{chain}: no answer within {timeout:g} s")
+    except (TransportError, AgentFailed) as exc:
+        return report(False, error=str(exc))
+    return report(True, facts=facts)
+
+
+async def _aprobe_many(targets: list[_Target], timeout: float) -> list[ProbeReport]:  # noqa: ASYNC109
+    return list(await asyncio.gather(*(_aprobe(t, timeout) for t in targets)))
+
+
+def host_probe_many(
+    *,
+    targets: list[tuple[Host, Container | None]],
+    timeout: float = PROBE_TIMEOUT_S,
+) -> list[ProbeReport]:
+    """Test the connection to each (host, container) at once, waiting at most ``timeout``
+    seconds in all: hostname, user, container detection, GPUs, engine versions, or the hop
+    that failed. Synchronous (for the admin); never raises for an unreachable target."""
+    prepared = [_target(host, container) for host, container in targets]
+    return async_to_sync(_aprobe_many)(prepared, timeout)
+
+
+def host_probe(
+    *, host: Host, container: Container | None = None, timeout: float = PROBE_TIMEOUT_S
+) -> ProbeReport:
+    """Test the connection to one host, or to one container on it."""
+    return host_probe_many(targets=[(host, container)], timeout=timeout)[0]

@@ -1,0 +1,121 @@
+"""Case 13: the dashboard restarts while a server runs. The worker that owned the server's
+job shuts down (its job ends ``interrupted`` and the interrupt hook queues an adopting job);
+the next worker re-adopts the server when its processes are alive, so a later stop works,
+and marks it ``lost``, with the evidence, when they are gone. Never "ready" forever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from hosts.jobs.worker import Worker, WorkerSettings
+from hosts.models import InstanceState, Job, JobState, ServerInstance
+from tests.hosts.lifecycle.conftest import (
+    alive,
+    gpu_used_mb,
+    marker_pids,
+    request_stop,
+    start,
+    wait_state,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[Callable[[str], asyncio.Event]]:
+    """Start in-process workers (a dashboard each); returns the event that shuts one down."""
+    running: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
+
+    def launch(name: str) -> asyncio.Event:
+        stop = asyncio.Event()
+        worker = Worker(worker_id=name, settings=WorkerSettings(poll_interval=0.1))
+        running.append((stop, asyncio.create_task(worker.run(stop))))
+        return stop
+
+    yield launch
+    for stop, task in running:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 60)
+
+
+async def shut_down_the_first_dashboard(
+    workers: Callable[[str], asyncio.Event], instance_id: int
+) -> list[Job]:
+    stop = workers("dashboard-1")
+    ready = await wait_state(instance_id, InstanceState.READY, InstanceState.FAILED)
+    assert ready.state == InstanceState.READY, ready.reason
+    stop.set()  # the worker cancels its tasks on the way out, as on SIGTERM
+    async with asyncio.timeout(30):
+        while not await Job.objects.filter(
+            params__instance_id=instance_id, state=JobState.QUEUED
+        ).aexists():
+            await asyncio.sleep(0.05)
+    return [job async for job in Job.objects.filter(params__instance_id=instance_id).order_by("pk")]
+
+
+async def test_a_live_server_is_readopted_after_a_restart_and_a_later_stop_works(
+    workers: Any, sim_profile: Any, sim_state: Path
+) -> None:
+    profile = await sync_to_async(sim_profile)()
+    before = gpu_used_mb(sim_state)
+    instance = await start(profile)
+    jobs = await shut_down_the_first_dashboard(workers, instance.pk)
+    assert [(j.state, j.params.get("adopt", False)) for j in jobs] == [
+        (JobState.INTERRUPTED, False),
+        (JobState.QUEUED, True),
+    ]
+    held = await ServerInstance.objects.aget(pk=instance.pk)
+    assert held.state == InstanceState.READY and held.pid and alive(held.pid)
+
+    workers("dashboard-2")
+    async with asyncio.timeout(30):
+        while not await held.events.filter(
+            message="Re-adopted after a dashboard restart"
+        ).aexists():
+            await asyncio.sleep(0.1)
+    adopter = await Job.objects.aget(pk=jobs[1].pk)
+    assert adopter.state == JobState.RUNNING and adopter.worker_id == "dashboard-2"
+    assert (await ServerInstance.objects.aget(pk=instance.pk)).state == InstanceState.READY
+
+    await request_stop(held)
+    stopped = await wait_state(instance.pk, InstanceState.STOPPED, InstanceState.DIRTY)
+    assert stopped.state == InstanceState.STOPPED, (stopped.reason, stopped.evidence)
+    assert not alive(held.pid)
+    assert gpu_used_mb(sim_state) == before
+    async with asyncio.timeout(30):
+        while (await Job.objects.aget(pk=adopter.pk)).state != JobState.SUCCEEDED:
+            await asyncio.sleep(0.1)
+
+
+async def test_a_server_gone_during_the_restart_is_marked_lost_with_the_evidence(
+    workers: Any, sim_profile: Any, sim_state: Path
+) -> None:
+    profile = await sync_to_async(sim_profile)()
+    before = gpu_used_mb(sim_state)
+    instance = await start(profile)
+    await shut_down_the_first_dashboard(workers, instance.pk)
+    held = await ServerInstance.objects.aget(pk=instance.pk)
+    for pid in marker_pids(held.run_id):  # the host rebooted, or someone killed it all
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+    workers("dashboard-2")
+    after_ready = [s for s in InstanceState.values if s != InstanceState.READY]
+    lost = await wait_state(instance.pk, *after_ready, timeout=30)
+    assert lost.state == InstanceState.LOST, lost.reason
+    assert "Server gone after a dashboard restart" in lost.reason
+    status = lost.evidence["status"]
+    assert status["alive"] is False
+    assert [m for m in status["members"] if m["state"] not in ("Z", "X")] == []
+    assert not await sync_to_async(lambda: lost.gpu_claims.exists())()
+    assert gpu_used_mb(sim_state) == before
