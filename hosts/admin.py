@@ -2,11 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from hosts import presets
+from hosts.lifecycle.probe import PROBE_TIMEOUT_S, ProbeReport, host_probe_many
 from hosts.models import (
+    ApiToken,
     Container,
     Host,
     InstanceEvent,
@@ -14,6 +19,54 @@ from hosts.models import (
     ServerInstance,
     ServerProfile,
 )
+
+# Each test connection runs at once, bounded by PROBE_TIMEOUT_S in all: a few at a time.
+MAX_PROBES = 10
+
+
+def _probe_results(
+    modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    targets: list[tuple[Host, Container | None]],
+) -> TemplateResponse | None:
+    # Synchronous on purpose: a read-only diagnostic with a hard time limit, whose answer the
+    # staff member is waiting for on this page; it also works when no job worker runs,
+    # which is when a connection test is most wanted.
+    if len(targets) > MAX_PROBES:
+        modeladmin.message_user(
+            request, f"Test at most {MAX_PROBES} at a time.", level=messages.ERROR
+        )
+        return None
+    reports: list[ProbeReport] = host_probe_many(targets=targets)
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Test connection",
+        "opts": modeladmin.model._meta,
+        "reports": reports,
+        "timeout": PROBE_TIMEOUT_S,
+    }
+    return TemplateResponse(request, "admin/hosts/probe_results.html", context)
+
+
+@admin.action(description="Test connection (hostname, user, GPUs, engines)", permissions=["change"])
+def test_host_connection(
+    modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Host],
+) -> TemplateResponse | None:
+    return _probe_results(modeladmin, request, [(host, None) for host in queryset])
+
+
+@admin.action(description="Test connection (hostname, user, GPUs, engines)", permissions=["change"])
+def test_container_connection(
+    modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Container],
+) -> TemplateResponse | None:
+    targets: list[tuple[Host, Container | None]] = [
+        (c.host, c) for c in queryset.select_related("host")
+    ]
+    return _probe_results(modeladmin, request, targets)
 
 
 class ContainerInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -27,6 +80,7 @@ class HostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ["kind", "known_hosts_policy"]
     search_fields = ["name", "address", "notes"]
     inlines = [ContainerInline]
+    actions = [test_host_connection]
     fieldsets = [
         (None, {"fields": ["name", "kind", "notes"]}),
         (
@@ -52,6 +106,7 @@ class ContainerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["__str__", "host", "kind", "ident", "label"]
     list_filter = ["kind", "host"]
     search_fields = ["ident", "label", "host__name"]
+    actions = [test_container_connection]
 
 
 @admin.register(ServerProfile)
@@ -112,3 +167,46 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # The secret exists only in the response that creates it; the admin never shows it again.
+    list_display = [
+        "name",
+        "user",
+        "prefix",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "prefix", "user__username"]
+    fields = ["user", "name", "expires_at", "revoked_at", "prefix", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*self.readonly_fields, "user"] if obj is not None else list(self.readonly_fields)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        from specdash.api.tokens import DISPLAY_PREFIX_LENGTH, new_secret, token_digest
+
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        secret = new_secret()
+        obj.token_hash = token_digest(secret)
+        obj.prefix = secret[:DISPLAY_PREFIX_LENGTH]
+        super().save_model(request, obj, form, change)
+        messages.warning(
+            request, f"Token for {obj.user}: {secret}  (copy it now, it is not shown again)"
+        )
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        from specdash.api.tokens import api_token_revoke
+
+        for token in queryset:
+            api_token_revoke(token=token)

@@ -12,5 +12,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("servers/", include("hosts.urls")),
     path("", include("benchmarks.urls")),
+    path("", include("specdash.api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,177 @@
+"""``manage.py specdash``: the REST API from a terminal.
+
+Every subcommand but ``token`` talks HTTP to a running dashboard with an API token
+(``--url``/``SPECDASH_URL``, ``--token``/``SPECDASH_TOKEN``); ``token`` creates one in the
+local database, for bootstrapping scripts and CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise CommandError(f"--levels takes comma-separated whole numbers, not {text!r}") from None
+
+
+class Command(BaseCommand):
+    help = "Drive specdash over its REST API: start, sweep, wait, stop, compare."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--url", default=os.environ.get("SPECDASH_URL", "http://127.0.0.1:8000")
+        )
+        parser.add_argument("--token", default=os.environ.get("SPECDASH_TOKEN", ""))
+        parser.add_argument("--json", action="store_true", help="Print the API's JSON")
+        sub = parser.add_subparsers(dest="action", required=True)
+
+        token = sub.add_parser("token", help="Create an API token in the local database")
+        token.add_argument("--user", required=True)
+        token.add_argument("--name", default="cli")
+        token.add_argument("--expires-days", type=int, default=None)
+
+        sub.add_parser("profiles", help="List server profiles")
+        start = sub.add_parser("start", help="Start a profile (name or id)")
+        start.add_argument("profile")
+        start.add_argument("--wait", action="store_true", help="Wait until ready (or failed)")
+        stop = sub.add_parser("stop", help="Stop an instance")
+        stop.add_argument("instance", type=int)
+        stop.add_argument("--wait", action="store_true", help="Wait until stopped (or dirty)")
+
+        sweep = sub.add_parser("sweep", help="Sweep a ready instance")
+        sweep.add_argument("instance", type=int)
+        sweep.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
+        amount = sweep.add_mutually_exclusive_group()
+        amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
+        amount.add_argument("--duration", type=float, help="Seconds per level")
+        sweep.add_argument("--max-tokens", type=int, default=128)
+        sweep.add_argument("--input-tokens", type=int, default=128)
+        sweep.add_argument("--name", default="")
+        sweep.add_argument("--tag", action="append", default=[])
+        sweep.add_argument("--wait", action="store_true", help="Wait until it finishes")
+
+        wait = sub.add_parser("wait", help="Wait for an instance, sweep, experiment or job")
+        wait.add_argument("kind", choices=["instance", "sweep", "experiment", "job"])
+        wait.add_argument("id", type=int)
+        wait.add_argument("--state", action="append", help="Instance states to wait for")
+        wait.add_argument("--timeout", type=float, default=3600.0)
+
+        compare = sub.add_parser("compare", help="Compare sweeps (first = reference)")
+        compare.add_argument("sweeps", nargs="*", type=int)
+        compare.add_argument("--experiment", type=int, help="Or an experiment's comparison")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == "token":
+            self._token(options)
+            return
+        if not options["token"]:
+            raise CommandError("Give --token or set SPECDASH_TOKEN (see `specdash token`).")
+        client = SpecdashClient(options["url"], options["token"])
+        try:
+            getattr(self, f"_{options['action']}")(client, options)
+        except ApiFailure as exc:
+            raise CommandError(str(exc)) from None
+        except TimeoutError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            client.close()
+
+    def _out(self, options: dict[str, Any], body: Any, text: str) -> None:
+        self.stdout.write(json.dumps(body, indent=1) if options["json"] else text)
+
+    def _token(self, options: dict[str, Any]) -> None:
+        from specdash.api.tokens import api_token_create
+
+        user = get_user_model().objects.filter(username=options["user"]).first()
+        if user is None:
+            raise CommandError(f"No user {options['user']!r}.")
+        days = options["expires_days"]
+        expires = timezone.now() + timedelta(days=days) if days else None
+        _token, secret = api_token_create(user=user, name=options["name"], expires_at=expires)
+        self.stdout.write(secret)
+
+    def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        page = client.get("/profiles", limit=200)
+        lines = [f"{p['id']:>4}  {p['name']}  ({p['host']}:{p['port']})" for p in page["items"]]
+        self._out(options, page, "\n".join(lines))
+
+    def _start(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        body = client.post(f"/profiles/{client.profile_id(options['profile'])}/start")
+        instance = body["instance"]
+        if options["wait"]:
+            instance = client.wait_instance(instance["id"])
+            if instance["state"] != "ready":
+                raise CommandError(
+                    f"instance {instance['id']} {instance['state']}: {instance['reason']}"
+                )
+        self._out(options, instance, f"instance {instance['id']} {instance['state']}")
+
+    def _stop(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        instance = client.post(f"/instances/{options['instance']}/stop")["instance"]
+        if options["wait"]:
+            instance = client.wait_instance(
+                instance["id"], states=frozenset({"stopped", "dirty", "failed", "lost"})
+            )
+        self._out(options, instance, f"instance {instance['id']} {instance['state']}")
+
+    def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        load: dict[str, Any] = {
+            "max_tokens": options["max_tokens"],
+            "input_tokens": options["input_tokens"],
+        }
+        if options["duration"] is not None:
+            load["duration"] = options["duration"]
+        else:
+            load["requests_per_level"] = options["requests"] or 20
+        sweep = client.post(
+            "/sweeps",
+            {
+                "instance_id": options["instance"], "levels": options["levels"], "load": load,
+                "name": options["name"], "tags": options["tag"],
+            },
+        )["sweep"]  # fmt: skip
+        if options["wait"]:
+            sweep = client.wait_finished(f"/sweeps/{sweep['id']}")
+        self._out(options, sweep, f"sweep {sweep['id']} {sweep['state']}")
+
+    def _wait(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        kind, ident, timeout = options["kind"], options["id"], options["timeout"]
+        if kind == "instance":
+            states = frozenset(options["state"] or INSTANCE_SETTLED)
+            body = client.wait_instance(ident, states=states, timeout=timeout)
+        else:
+            body = client.wait_finished(f"/{kind}s/{ident}", timeout=timeout)
+        self._out(options, body, f"{kind} {ident} {body['state']}")
+
+    def _compare(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        if options["experiment"] is not None:
+            body = client.get(f"/experiments/{options['experiment']}/comparison")
+        elif len(options["sweeps"]) >= 2:
+            body = client.request(
+                "GET", "/comparisons", params=[("sweep", s) for s in options["sweeps"]]
+            )
+        else:
+            raise CommandError("Give two or more sweep ids, or --experiment ID.")
+        lines = []
+        for verdict in body["verdicts"]:
+            ratios = "  ".join(
+                f"C={r['concurrency']}: {r['point']:.2f}x" for r in verdict["ratios"]
+            )
+            lines += [
+                f"{verdict['candidate']} vs {verdict['reference']}: {ratios}",
+                verdict["text"],
+            ]
+        lines += [f"warning: {w}" for w in body["warnings"]]
+        self._out(options, body, "\n".join(lines))

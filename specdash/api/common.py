@@ -1,0 +1,72 @@
+"""What every router shares: pagination, time filters, path ids, documented responses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Field, Schema
+from ninja.params.functions import Path
+
+from specdash.api import errors
+from specdash.api.schemas import MAX_ID, ErrorOut
+
+M = TypeVar("M", bound=Model)
+
+MAX_LIMIT = 200
+# Deep offsets are refused rather than turned into huge SQL OFFSETs.
+MAX_OFFSET = 1_000_000
+
+
+class PageQuery(Schema):
+    limit: int = Field(50, ge=1, le=MAX_LIMIT, description=f"Items per page (1-{MAX_LIMIT})")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Items to skip")
+
+
+def path_id(description: str) -> Any:
+    return Path(..., ge=1, le=MAX_ID, description=description)
+
+
+def paginate(request: HttpRequest, queryset: QuerySet[M], page: PageQuery) -> dict[str, Any]:
+    count = queryset.count()
+    items = list(queryset[page.offset : page.offset + page.limit])
+    next_path = None
+    if page.offset + page.limit < count:
+        query = request.GET.copy()
+        query["offset"] = str(page.offset + page.limit)
+        query["limit"] = str(page.limit)
+        next_path = f"{request.path}?{urlencode(sorted(query.items()))}"
+    return {
+        "count": count,
+        "limit": page.limit,
+        "offset": page.offset,
+        "next": next_path,
+        "items": items,
+    }
+
+
+def aware(value: datetime | None, name: str) -> datetime | None:
+    """A filter time in UTC (a time without an offset is taken as UTC)."""
+    if value is None:
+        return None
+    try:
+        if timezone.is_naive(value):
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise errors.ApiError(
+            422, errors.VALIDATION, "The request is not valid.", {name: ["Time out of range."]}
+        ) from None
+
+
+READ_ERRORS = (401, 403, 404, 422)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 422)
+
+
+def responses(ok: dict[int, Any], errors_: tuple[int, ...] = READ_ERRORS) -> dict[int, Any]:
+    """The operation's success schemas plus the error shape for every documented failure."""
+    return {**ok, **dict.fromkeys(errors_, ErrorOut)}

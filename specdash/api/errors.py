@@ -1,0 +1,142 @@
+"""One error shape for every API failure: ``{"error": {"code", "message", "fields"}}``.
+
+Handlers raise ``ApiError`` (or a Django/ninja/service exception mapped here); nothing a
+client sends can turn into a 500, because every rejection has a mapping below.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from hosts.services import InvalidTransition, ServerConflict
+
+if TYPE_CHECKING:
+    from ninja import NinjaAPI
+
+logger = logging.getLogger(__name__)
+
+# Codes clients can branch on (documented in docs/api.md).
+BAD_REQUEST = "bad_request"  # e.g. a body that is not JSON
+VALIDATION = "validation_error"
+NOT_AUTHENTICATED = "not_authenticated"
+PERMISSION_DENIED = "permission_denied"
+NOT_FOUND = "not_found"
+CONFLICT = "conflict"
+INVALID_STATE = "invalid_state"
+SERVER_ERROR = "server_error"
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        fields: dict[str, list[str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = fields or {}
+
+
+def error_body(
+    code: str, message: str, fields: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+def _ninja_fields(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for item in errors:
+        # loc is (source, [param name,] field, ...): keep "body.levels.0", "query.limit".
+        loc = [str(part) for part in item.get("loc", ())]
+        if len(loc) > 2 and loc[0] == "body":
+            loc = [loc[0], *loc[2:]]
+        key = ".".join(loc) or "__all__"
+        fields.setdefault(key, []).append(str(item.get("msg", "invalid")))
+    return fields
+
+
+def _django_fields(exc: DjangoValidationError) -> tuple[str, dict[str, list[str]]]:
+    if hasattr(exc, "error_dict"):
+        fields = {key: [str(m) for m in messages] for key, messages in exc.message_dict.items()}
+        general = fields.pop("__all__", [])
+        return (" ".join(general) or "The request is not valid."), fields
+    return " ".join(str(m) for m in exc.messages) or "The request is not valid.", {}
+
+
+def install(api: NinjaAPI) -> None:
+    """Register the mappings on ``api`` (replacing ninja's ``{"detail": ...}`` bodies)."""
+
+    def respond(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
+        return api.create_response(request, body, status=status)
+
+    def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+        return respond(request, exc.status, error_body(exc.code, exc.message, exc.fields))
+
+    def on_ninja_validation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+        body = error_body(VALIDATION, "The request is not valid.", _ninja_fields(exc.errors))
+        return respond(request, 422, body)
+
+    def on_django_validation(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+        message, fields = _django_fields(exc)
+        return respond(request, 422, error_body(VALIDATION, message, fields))
+
+    def on_authentication(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        message = "Send 'Authorization: Bearer <token>' or log in."
+        response = respond(request, 401, error_body(NOT_AUTHENTICATED, message))
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+
+    def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        codes = {400: BAD_REQUEST, 401: NOT_AUTHENTICATED, 403: PERMISSION_DENIED, 404: NOT_FOUND}
+        return respond(
+            request, exc.status_code, error_body(codes.get(exc.status_code, "error"), str(exc))
+        )
+
+    def on_permission(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+        message = str(exc) or "Your role does not allow this."
+        return respond(request, 403, error_body(PERMISSION_DENIED, message))
+
+    def on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+        return respond(request, 404, error_body(NOT_FOUND, str(exc) or "Not found."))
+
+    def on_conflict(request: HttpRequest, exc: ServerConflict) -> HttpResponse:
+        return respond(request, 409, error_body(CONFLICT, str(exc)))
+
+    def on_invalid_transition(request: HttpRequest, exc: InvalidTransition) -> HttpResponse:
+        return respond(request, 409, error_body(INVALID_STATE, str(exc)))
+
+    def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # A bug, not bad input: logged with its traceback, answered in the same shape.
+        logger.exception("API request %s %s failed", request.method, request.path)
+        return respond(
+            request, 500, error_body(SERVER_ERROR, "Internal error; see the server log.")
+        )
+
+    def add(
+        exc_class: type[Exception], handler: Callable[[HttpRequest, Any], HttpResponse]
+    ) -> None:
+        api.add_exception_handler(exc_class, handler)
+
+    add(ApiError, on_api_error)
+    add(NinjaValidationError, on_ninja_validation)
+    add(DjangoValidationError, on_django_validation)
+    add(AuthenticationError, on_authentication)
+    add(HttpError, on_http_error)
+    add(PermissionDenied, on_permission)
+    add(Http404, on_not_found)
+    add(ObjectDoesNotExist, on_not_found)
+    add(ServerConflict, on_conflict)
+    add(InvalidTransition, on_invalid_transition)
+    add(Exception, on_unexpected)

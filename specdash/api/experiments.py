@@ -1,0 +1,156 @@
+"""Experiments (profiles x levels, run unattended) and comparisons of any finished sweeps."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from benchmarks.experiments import comparison, services
+from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.models import Experiment
+from benchmarks.models.experiments import ExperimentState
+from hosts.models import ServerProfile
+from specdash.api import errors, selectors
+from specdash.api.auth import require_sweeper, require_viewer
+from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from specdash.api.schemas import (
+    ComparisonOut,
+    ExperimentAccepted,
+    ExperimentDetailOut,
+    ExperimentIn,
+    ExperimentPage,
+    Id,
+    Text,
+)
+
+router = Router(tags=["experiments"])
+
+
+class ExperimentFilters(Schema):
+    profile: Id | None = Field(None, description="Has an arm with this profile id")
+    state: ExperimentState | None = None
+    tag: Text | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class ComparisonQuery(Schema):
+    sweep: list[Id] = Field(
+        min_length=2, max_length=8, description="Sweep ids, the first is the reference"
+    )
+
+
+def _experiment(experiment_id: int) -> Experiment:
+    experiment = exp_selectors.experiment_detail(experiment_id=experiment_id)
+    if experiment is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{experiment_id}.")
+    return experiment
+
+
+def _accepted(experiment: Experiment) -> Status[dict[str, Any]]:
+    experiment = _experiment(experiment.pk)
+    job = experiment.job
+    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
+    return Status(202, {"experiment": experiment, "job": job, "job_url": url})
+
+
+@router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
+def experiment_list(
+    request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
+) -> dict[str, Any]:
+    """Newest first; filter by profile, state, tag and creation time."""
+    require_viewer(request)
+    qs = selectors.experiments(
+        profile_id=filters.profile,
+        state=filters.state,
+        tag=filters.tag,
+        created_after=aware(filters.created_after, "query.created_after"),
+        created_before=aware(filters.created_before, "query.created_before"),
+    )
+    return paginate(request, qs, page)
+
+
+@router.post(
+    "/experiments",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+    summary="Start an A/B experiment",
+)
+def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dict[str, Any]]:
+    """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
+    verified stop; then build the comparison. 202 with the experiment and its job."""
+    user = require_sweeper(request)
+    found = {p.pk: p for p in ServerProfile.objects.filter(pk__in=payload.profiles)}
+    missing = [pk for pk in payload.profiles if pk not in found]
+    if missing:
+        raise ValidationError({"profiles": [f"No profile #{pk}." for pk in missing]})
+    experiment = services.experiment_create(
+        profiles=[found[pk] for pk in payload.profiles],
+        levels=payload.levels,
+        load=payload.load.model_dump(exclude_none=True),
+        name=payload.name,
+        repeats=payload.repeats,
+        order=payload.order,
+        continue_on_start_failure=payload.continue_on_start_failure,
+        check_output_equivalence=payload.check_output_equivalence,
+        notes=payload.notes,
+        tags=payload.tags,
+        user=user,
+    )
+    return _accepted(experiment)
+
+
+@router.get("/experiments/{experiment_id}", response=responses({200: ExperimentDetailOut}))
+def experiment_detail(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Experiment:
+    """Status of an experiment and of each of its steps."""
+    require_viewer(request)
+    return _experiment(experiment_id)
+
+
+@router.post(
+    "/experiments/{experiment_id}/cancel",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+)
+def experiment_cancel(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Status[dict[str, Any]]:
+    """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
+    user = require_sweeper(request)
+    return _accepted(services.experiment_cancel(experiment=_experiment(experiment_id), user=user))
+
+
+@router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
+def experiment_comparison(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> dict[str, Any]:
+    """The comparison with its verdicts: the stored one of a finished experiment, or one
+    built now from the steps completed so far."""
+    require_viewer(request)
+    experiment = _experiment(experiment_id)
+    # As on the comparison page: a finished experiment keeps the comparison built when it
+    # ended; a running one is compared on what it has so far.
+    if experiment.is_finished and experiment.comparison:
+        return dict(experiment.comparison)
+    return comparison.comparison_build(
+        series=exp_selectors.experiment_series(experiment=experiment),
+        equivalence_runs=exp_selectors.experiment_equivalence_runs(experiment=experiment),
+    )
+
+
+@router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")
+def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dict[str, Any]:
+    """Compare finished sweeps (``?sweep=A&sweep=B``), each against the first: ratios with
+    intervals, crossover, saturation and the verdict, as for an experiment."""
+    require_viewer(request)
+    sweeps = exp_selectors.sweeps_by_ids(sweep_ids=query.sweep)
+    missing = sorted(set(query.sweep) - {s.pk for s in sweeps})
+    if missing:
+        fields = {"query.sweep": [f"No sweep #{pk}." for pk in missing]}
+        raise errors.ApiError(422, errors.VALIDATION, "Unknown sweep id(s).", fields)
+    return comparison.comparison_build(series=exp_selectors.sweep_series(sweeps=sweeps))

@@ -1,0 +1,156 @@
+"""Server instances: start a profile, stop, status, state history, log tail."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from hosts import selectors as host_selectors
+from hosts import services
+from hosts.models import InstanceState, ServerInstance, ServerProfile
+from specdash.api import errors, selectors
+from specdash.api.auth import require_operator, require_viewer
+from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from specdash.api.schemas import (
+    Id,
+    InstanceAccepted,
+    InstanceEventPage,
+    InstanceOut,
+    InstancePage,
+    KillHoldersIn,
+    LogOut,
+    Text,
+)
+
+router = Router(tags=["instances"])
+
+
+class InstanceFilters(Schema):
+    profile: Id | None = Field(None, description="Profile id")
+    host: Id | None = Field(None, description="Host id")
+    state: InstanceState | None = None
+    tag: Text | None = Field(None, description="A tag of the instance's profile")
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class LogQuery(Schema):
+    lines: int = Field(200, ge=1, le=10_000, description="How many of the last lines")
+
+
+def _instance(instance_id: int) -> ServerInstance:
+    instance = host_selectors.instance_detail(instance_id=instance_id)
+    if instance is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No server instance #{instance_id}.")
+    return instance
+
+
+def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
+    instance = _instance(instance.pk)
+    job = selectors.instance_job(instance_id=instance.pk)
+    body = {
+        "instance": instance,
+        "job": job,
+        "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None,
+    }
+    return Status(202, body)
+
+
+@router.get("/instances", response=responses({200: InstancePage}), summary="List instances")
+def instance_list(
+    request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
+) -> dict[str, Any]:
+    """Newest first; filter by profile, host, state, profile tag and creation time."""
+    require_viewer(request)
+    qs = selectors.instances(
+        profile_id=filters.profile,
+        host_id=filters.host,
+        state=filters.state,
+        tag=filters.tag,
+        created_after=aware(filters.created_after, "query.created_after"),
+        created_before=aware(filters.created_before, "query.created_before"),
+    )
+    return paginate(request, qs, page)
+
+
+@router.post(
+    "/profiles/{profile_id}/start",
+    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
+    summary="Start a server from a profile",
+)
+def profile_start(
+    request: HttpRequest, profile_id: int = path_id("Profile id")
+) -> Status[dict[str, Any]]:
+    """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
+    held by another instance on the host. Poll the instance until ``ready``."""
+    user = require_operator(request)
+    profile = get_object_or_404(ServerProfile.objects.select_related("host"), pk=profile_id)
+    return _accepted(services.instance_start(profile=profile, user=user))
+
+
+@router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))
+def instance_detail(
+    request: HttpRequest, instance_id: int = path_id("Instance id")
+) -> ServerInstance:
+    """Status of one instance."""
+    require_viewer(request)
+    return _instance(instance_id)
+
+
+@router.post(
+    "/instances/{instance_id}/stop", response=responses({202: InstanceAccepted}, WRITE_ERRORS)
+)
+def instance_stop(
+    request: HttpRequest, instance_id: int = path_id("Instance id")
+) -> Status[dict[str, Any]]:
+    """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
+    user = require_operator(request)
+    return _accepted(services.instance_stop(instance=_instance(instance_id), user=user))
+
+
+@router.post(
+    "/instances/{instance_id}/kill-holders",
+    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
+)
+def instance_kill_holders(
+    request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
+) -> Status[dict[str, Any]]:
+    """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
+    verification listed, by pid and start time)."""
+    user = require_operator(request)
+    instance = _instance(instance_id)
+    listed = {(h.get("pid"), h.get("start_time")) for h in instance.evidence.get("holders", [])}
+    chosen = [h.model_dump() for h in payload.holders]
+    unknown = [h for h in chosen if (h["pid"], h["start_time"]) not in listed]
+    if not payload.confirm or unknown:
+        fields = {"body.holders": ["Only holders listed in the evidence can be killed."]}
+        if not payload.confirm:
+            fields = {"body.confirm": ["Confirm the kill with true."]}
+        raise errors.ApiError(422, errors.VALIDATION, "The request is not valid.", fields)
+    return _accepted(services.instance_kill_holders(instance=instance, holders=chosen, user=user))
+
+
+@router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))
+def instance_events(
+    request: HttpRequest, page: Query[PageQuery], instance_id: int = path_id("Instance id")
+) -> dict[str, Any]:
+    """State history and operator actions, oldest first."""
+    require_viewer(request)
+    _instance(instance_id)
+    return paginate(request, selectors.instance_events(instance_id=instance_id), page)
+
+
+@router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))
+def instance_log(
+    request: HttpRequest, query: Query[LogQuery], instance_id: int = path_id("Instance id")
+) -> dict[str, Any]:
+    """The last lines of the server's log, as the lifecycle job last read them."""
+    require_viewer(request)
+    instance = _instance(instance_id)
+    lines = instance.log_tail.splitlines()[-query.lines :]
+    return {"instance_id": instance.pk, "state": instance.state, "lines": lines}

@@ -1,0 +1,38 @@
+"""Jobs: what a 202 points at. Poll until ``finished`` is true."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from hosts.models import Job, JobState
+from specdash.api import errors, selectors
+from specdash.api.auth import require_viewer
+from specdash.api.common import PageQuery, paginate, path_id, responses
+from specdash.api.schemas import JobOut, JobPage
+
+router = Router(tags=["jobs"])
+
+
+class JobFilters(Schema):
+    kind: str | None = Field(None, max_length=64, description="e.g. server.run, sweep.run")
+    state: JobState | None = None
+
+
+@router.get("/jobs", response=responses({200: JobPage}), summary="List jobs")
+def job_list(
+    request: HttpRequest, page: Query[PageQuery], filters: Query[JobFilters]
+) -> dict[str, Any]:
+    require_viewer(request)
+    return paginate(request, selectors.jobs(kind=filters.kind, state=filters.state), page)
+
+
+@router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")
+def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
+    require_viewer(request)
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No job #{job_id}.")
+    return job

@@ -1,0 +1,45 @@
+"""Registry writes from the API: the model's own validation (``full_clean``) decides, as in
+the admin, so the API accepts exactly what the admin accepts."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+
+M = TypeVar("M", bound=models.Model)
+
+
+def _check_references(model: type[models.Model], data: dict[str, Any]) -> None:
+    # A missing host or container is a field error, not a crash inside the model's clean().
+    errors: dict[str, str] = {}
+    for field in model._meta.concrete_fields:
+        if isinstance(field, models.ForeignKey) and data.get(field.attname) is not None:
+            related = field.related_model
+            assert isinstance(related, type)
+            if not related._default_manager.filter(pk=data[field.attname]).exists():
+                errors[field.attname] = f"No {related._meta.verbose_name} #{data[field.attname]}."
+    if errors:
+        raise ValidationError(errors)
+
+
+def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
+    """Create a Host, Container or ServerProfile; raises ValidationError keyed by field."""
+    _check_references(model, data)
+    obj = model(**data)
+    obj.full_clean()
+    with transaction.atomic():
+        obj.save()
+    return obj
+
+
+def registry_update(*, obj: M, data: dict[str, Any]) -> M:
+    """Apply the given fields, validate the whole object, save."""
+    _check_references(type(obj), data)
+    for name, value in data.items():
+        setattr(obj, name, value)
+    obj.full_clean()
+    with transaction.atomic():
+        obj.save()
+    return obj

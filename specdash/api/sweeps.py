@@ -1,0 +1,208 @@
+"""Sweeps: create, status, per-level results, samples, cancel, exports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from benchmarks import selectors as bench_selectors
+from benchmarks import services
+from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps import exports
+from hosts.models import ServerInstance
+from specdash.api import errors, selectors
+from specdash.api.auth import require_sweeper, require_viewer
+from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from specdash.api.schemas import (
+    Id,
+    LevelOut,
+    SamplePage,
+    SweepAccepted,
+    SweepDetailOut,
+    SweepIn,
+    SweepPage,
+    Text,
+)
+
+router = Router(tags=["sweeps"])
+
+
+class SweepFilters(Schema):
+    profile: Id | None = Field(None, description="Profile id")
+    instance: Id | None = Field(None, description="Instance id")
+    state: SweepState | None = None
+    tag: Text | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class SampleFilters(Schema):
+    level: int | None = Field(None, ge=0, le=1024, description="Level index")
+
+
+def _sweep(sweep_id: int) -> Sweep:
+    sweep = bench_selectors.sweep_detail(sweep_id=sweep_id)
+    if sweep is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{sweep_id}.")
+    return sweep
+
+
+def _accepted(sweep: Sweep) -> Status[dict[str, Any]]:
+    sweep = _sweep(sweep.pk)
+    job = sweep.job
+    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
+    return Status(202, {"sweep": sweep, "job": job, "job_url": url})
+
+
+_CSV = {
+    200: {"description": "Level summaries", "content": {"text/csv": {"schema": {"type": "string"}}}}
+}
+_JSON_FILE = {
+    200: {
+        "description": "The sweep, its load and environment, every level with its summary",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+_JSONL = {
+    200: {
+        "description": "One JSON object per request (the load generator's records)",
+        "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.get("/sweeps", response=responses({200: SweepPage}), summary="List sweeps")
+def sweep_list(
+    request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
+) -> dict[str, Any]:
+    """Newest first; filter by profile, instance, state, tag and creation time."""
+    require_viewer(request)
+    qs = selectors.sweeps(
+        profile_id=filters.profile,
+        instance_id=filters.instance,
+        state=filters.state,
+        tag=filters.tag,
+        created_after=aware(filters.created_after, "query.created_after"),
+        created_before=aware(filters.created_before, "query.created_before"),
+    )
+    return paginate(request, qs, page)
+
+
+@router.post(
+    "/sweeps",
+    response=responses({202: SweepAccepted}, WRITE_ERRORS),
+    summary="Start a concurrency sweep",
+)
+def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any]]:
+    """Queue a sweep of a ready instance (or a base URL); 202 with the sweep and its job."""
+    user = require_sweeper(request)
+    instance = None
+    if payload.instance_id is not None:
+        instance = ServerInstance.objects.filter(pk=payload.instance_id).first()
+        if instance is None:
+            raise ValidationError({"instance_id": f"No server instance #{payload.instance_id}."})
+    try:
+        sweep = services.sweep_create(
+            instance=instance,
+            base_url=payload.base_url,
+            levels=payload.levels,
+            load=payload.load.model_dump(exclude_none=True),
+            name=payload.name,
+            notes=payload.notes,
+            tags=payload.tags,
+            user=user,
+        )
+    except ValidationError as exc:
+        # The service names the model field; clients sent instance_id.
+        if hasattr(exc, "error_dict") and "instance" in exc.error_dict:
+            exc.error_dict["instance_id"] = exc.error_dict.pop("instance")
+        raise
+    return _accepted(sweep)
+
+
+@router.get("/sweeps/{sweep_id}", response=responses({200: SweepDetailOut}))
+def sweep_detail(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> Sweep:
+    """Status and progress of one sweep."""
+    require_viewer(request)
+    return _sweep(sweep_id)
+
+
+@router.get("/sweeps/{sweep_id}/levels", response=responses({200: list[LevelOut]}))
+def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> list[Any]:
+    """Per-level results (headline figures and the full summary), by level index."""
+    require_viewer(request)
+    return bench_selectors.sweep_levels(sweep_id=_sweep(sweep_id).pk)
+
+
+@router.get("/sweeps/{sweep_id}/samples", response=responses({200: SamplePage}))
+def sweep_samples(
+    request: HttpRequest,
+    page: Query[PageQuery],
+    filters: Query[SampleFilters],
+    sweep_id: int = path_id("Sweep id"),
+) -> dict[str, Any]:
+    """The live samples (about one a second), oldest first."""
+    require_viewer(request)
+    qs = selectors.sweep_samples(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
+    return paginate(request, qs, page)
+
+
+@router.post("/sweeps/{sweep_id}/cancel", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+def sweep_cancel(
+    request: HttpRequest, sweep_id: int = path_id("Sweep id")
+) -> Status[dict[str, Any]]:
+    """Cancel: a queued sweep at once, a running one after its current level (partial)."""
+    user = require_sweeper(request)
+    return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
+
+
+@router.get(
+    "/sweeps/{sweep_id}/levels.csv",
+    response=responses({}),
+    openapi_extra={"responses": _CSV},
+)
+def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+    """Level summaries as CSV (the columns of the UI's export)."""
+    require_viewer(request)
+    sweep = _sweep(sweep_id)
+    response = HttpResponse(exports.levels_csv(sweep=sweep), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.csv"'
+    return response
+
+
+@router.get(
+    "/sweeps/{sweep_id}/levels.json",
+    response=responses({}),
+    openapi_extra={"responses": _JSON_FILE},
+)
+def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+    """The sweep with its load, environment and every level's full summary."""
+    require_viewer(request)
+    sweep = _sweep(sweep_id)
+    return JsonResponse(exports.levels_json(sweep=sweep))
+
+
+@router.get(
+    "/sweeps/{sweep_id}/records.jsonl",
+    response=responses({}),
+    openapi_extra={"responses": _JSONL},
+)
+def sweep_export_records(
+    request: HttpRequest, sweep_id: int = path_id("Sweep id")
+) -> StreamingHttpResponse:
+    """Every request's record as JSON lines (404 until the sweep has written some)."""
+    require_viewer(request)
+    sweep = _sweep(sweep_id)
+    path = exports.records_file(sweep=sweep)
+    if path is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, "This sweep has no request records yet.")
+    content = (
+        exports.aiter_file(path) if isinstance(request, ASGIRequest) else exports.iter_file(path)
+    )
+    return StreamingHttpResponse(content, content_type="application/x-ndjson")

@@ -1,0 +1,148 @@
+"""Experiments and comparisons over the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.models import Experiment, Sweep, SweepLevel
+from tests.api.conftest import ApiClient, error_of
+
+pytestmark = pytest.mark.django_db
+
+LOAD = {"requests_per_level": 4, "max_tokens": 16}
+
+
+def _sweep(instance: Any, values: dict[int, float]) -> Sweep:
+    sweep = Sweep.objects.create(
+        instance=instance, profile=instance.profile, levels=list(values), state="completed"
+    )
+    for index, (c, tok_s) in enumerate(values.items()):
+        SweepLevel.objects.create(
+            sweep=sweep, index=index, concurrency=c, state="completed", output_tok_s=tok_s,
+            summary={"concurrency": c, "output_tok_s": tok_s},
+        )  # fmt: skip
+    return sweep
+
+
+def test_create_answers_202_and_plans_one_step_per_profile(
+    as_operator: ApiClient, make_profile: Any
+) -> None:
+    a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
+    response = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD}
+    )
+    assert response.status_code == 202, response.content
+    body = response.json()
+    experiment = Experiment.objects.get()
+    assert body["experiment"]["id"] == experiment.pk
+    assert [(arm["label"], arm["profile"]) for arm in body["experiment"]["arms"]] == [
+        ("A", "base"),
+        ("B", "eagle"),
+    ]
+    assert body["job"]["kind"] == "experiment.run"
+    detail = as_operator.get(body["experiment"]["url"]).json()
+    assert [(s["label"], s["state"]) for s in detail["steps"]] == [
+        ("A", "pending"),
+        ("B", "pending"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"levels": [1], "repeats": 0}, "body.repeats"),
+        ({"levels": [0]}, "levels"),
+        ({"levels": [1], "order": "random"}, "order"),
+    ],
+)
+def test_invalid_experiments_are_422(
+    as_operator: ApiClient, make_profile: Any, extra: dict[str, Any], field: str
+) -> None:
+    a, b = make_profile(), make_profile()
+    response = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "load": LOAD, **extra}
+    )
+    assert response.status_code == 422, response.content
+    assert field in error_of(response)["fields"]
+
+
+def test_an_experiment_needs_two_existing_profiles(
+    as_operator: ApiClient, make_profile: Any
+) -> None:
+    a = make_profile()
+    one = as_operator.post("/api/v1/experiments", {"profiles": [a.pk], "levels": [1], "load": LOAD})
+    assert "body.profiles" in error_of(one)["fields"]
+    unknown = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, 999], "levels": [1], "load": LOAD}
+    )
+    assert error_of(unknown)["fields"]["profiles"] == ["No profile #999."]
+
+
+def test_cancel_of_a_queued_experiment(as_operator: ApiClient, make_profile: Any) -> None:
+    a, b = make_profile(), make_profile()
+    created = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1], "load": LOAD}
+    ).json()
+    response = as_operator.post(f"/api/v1/experiments/{created['experiment']['id']}/cancel")
+    assert response.status_code == 202
+    assert response.json()["experiment"]["state"] == "cancelled"
+
+
+def test_a_viewer_reads_but_cannot_create(as_viewer: ApiClient, make_profile: Any) -> None:
+    a, b = make_profile(), make_profile()
+    response = as_viewer.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1], "load": LOAD}
+    )
+    assert response.status_code == 403
+    assert as_viewer.get("/api/v1/experiments").json()["count"] == 0
+
+
+def test_comparing_two_sweeps_gives_ratios_and_a_verdict(
+    as_viewer: ApiClient, make_profile: Any, make_instance: Any
+) -> None:
+    base = make_instance(make_profile(name="base"))
+    eagle = make_instance(make_profile(name="eagle", speculative=True, port=39000))
+    ref = _sweep(base, {1: 90.0, 2: 170.0, 5: 400.0})
+    cand = _sweep(eagle, {1: 99.0, 2: 153.0, 5: 200.0})
+    response = as_viewer.get(f"/api/v1/comparisons?sweep={ref.pk}&sweep={cand.pk}")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["reference"] == "A"
+    (verdict,) = body["verdicts"]
+    points = {r["concurrency"]: r["point"] for r in verdict["ratios"]}
+    assert points == pytest.approx({1: 1.1, 2: 0.9, 5: 0.5})
+    assert verdict["speculative"] is True and verdict["behind_from"] == 2
+    assert verdict["crossover"]["last"]["lower_level"] == 1
+    assert verdict["text"]
+
+
+def test_comparing_unknown_sweeps_is_a_422(as_viewer: ApiClient) -> None:
+    response = as_viewer.get("/api/v1/comparisons?sweep=5&sweep=6")
+    assert response.status_code == 422
+    assert "query.sweep" in error_of(response)["fields"]
+    one = as_viewer.get("/api/v1/comparisons?sweep=5")
+    assert one.status_code == 422
+
+
+def test_an_experiment_comparison_is_built_from_its_sweeps(
+    as_operator: ApiClient, make_profile: Any, make_instance: Any
+) -> None:
+    a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
+    created = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD}
+    ).json()
+    experiment = Experiment.objects.get(pk=created["experiment"]["id"])
+    for step, profile, values in zip(
+        experiment.steps.order_by("index"),
+        [a, b],
+        [{1: 90.0, 2: 170.0}, {1: 99.0, 2: 85.0}],
+        strict=True,
+    ):
+        sweep = _sweep(make_instance(profile), values)
+        sweep.experiment_step = step
+        sweep.save()
+    body = as_operator.get(f"/api/v1/experiments/{experiment.pk}/comparison").json()
+    points = {r["concurrency"]: r["point"] for r in body["verdicts"][0]["ratios"]}
+    assert points == pytest.approx({1: 1.1, 2: 0.5})
