@@ -5,6 +5,7 @@ from typing import Any, cast
 from channels.db import database_sync_to_async
 
 from hosts import selectors
+from hosts.telemetry import service as telemetry_service
 from specdash import realtime
 from specdash.consumers import ViewerConsumer
 
@@ -32,4 +33,35 @@ class InstanceConsumer(ViewerConsumer):
         await self.forward(event)
 
     async def instance_readiness(self, event: dict[str, Any]) -> None:
+        await self.forward(event)
+
+
+class TelemetryConsumer(ViewerConsumer):
+    """Live GPU, host and server samples of the host behind a host, instance or sweep page.
+
+    Connecting claims the host's probes (and starts them if needed); the page renews that
+    claim by sending ``{"type": "keepalive"}`` while it stays open.
+    """
+
+    host_id: int | None = None
+
+    def group_name(self) -> str:
+        assert self.host_id is not None
+        return realtime.telemetry_group(self.host_id)
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        snapshot = await database_sync_to_async(telemetry_service.telemetry_subscribe)(
+            target=kwargs["target"], pk=kwargs["pk"]
+        )
+        if snapshot is not None:
+            self.host_id = int(snapshot["host_id"])
+        return cast(dict[str, Any] | None, snapshot)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        keepalive = isinstance(content, dict) and content.get("type") == "keepalive"
+        if keepalive and self.host_id is not None:
+            await database_sync_to_async(telemetry_service.telemetry_watch)(host_id=self.host_id)
+
+    async def telemetry_samples(self, event: dict[str, Any]) -> None:
         await self.forward(event)

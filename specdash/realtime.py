@@ -73,3 +73,13 @@ SAMPLE_BATCH_SECONDS = 1.0
 
 def sweep_broadcast_on_commit(sweep_id: int, event_type: str, payload: dict[str, Any]) -> None:
     broadcast_on_commit(sweep_group(sweep_id), event_type, {"sweep_id": sweep_id, **payload})
+
+
+# Telemetry: one group per host carries its GPU and host-load samples and the server metrics of
+# its instances; payloads are built by hosts.telemetry.selectors. The host's manager sends one
+# batch per GPU tick (about once a second): {"host_id", "sent_at", "samples": [sample, ...]}.
+TELEMETRY_SAMPLES = "telemetry.samples"
+
+
+def telemetry_group(host_id: int) -> str:
+    return f"telemetry-host-{host_id}"

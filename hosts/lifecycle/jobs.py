@@ -23,6 +23,7 @@ from hosts.lifecycle import steps
 from hosts.lifecycle.readiness import check_ready, fetch_server_info, is_healthy
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import InstanceState
+from hosts.telemetry import manager as telemetry
 from hosts.transports import TransportError
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ async def _call_with_retries(
 async def run_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
     agent = Agent.for_host(plan.host, plan.container)
+    await telemetry.ensure_for_host(plan.host.pk)
     # No keep-alive: a pooled connection left open to a server that then dies leaves a
     # closing socket on its port, which the stop verification would rightly see as bound.
     limits = httpx.Limits(max_keepalive_connections=0)
@@ -65,7 +67,8 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
                 "preflight", plan.preflight_args(), timeout=60, check=False
             )
         except TransportError as exc:
-            await steps.afail(plan, f"Cannot reach the host: {exc}")
+            # The error names the hop that failed: the ssh connection or the container.
+            await steps.afail(plan, f"Could not run the preflight: {exc}")
             return {"outcome": "failed"}
         if not preflight.get("ok"):
             problems = "; ".join(preflight.get("problems", [])) or str(preflight.get("error"))
@@ -95,8 +98,7 @@ async def _wait_until_ready(
     last_stage = ""
     while True:
         if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
-            await _stop(plan, agent, reason="Stop requested while loading")
-            return "stopped"
+            return await _stop(plan, agent, reason="Stop requested while loading")
         result = await check_ready(client, plan.readiness)
         if result.ready:
             info = await fetch_server_info(client, plan.readiness.base_url)
@@ -116,23 +118,21 @@ async def _wait_until_ready(
                 await sync_to_async(steps.update_log)(plan, status)
                 if not status.get("alive"):
                     code = status.get("exit_code")
-                    await _stop(
+                    return await _stop(
                         plan,
                         agent,
                         reason=f"Server exited with code {code} before it was ready",
                         exit_code=code,
                         failed=True,
                     )
-                    return "failed"
         if loop.time() >= deadline:
-            await _stop(
+            return await _stop(
                 plan,
                 agent,
                 reason=f"Not ready after {plan.readiness_timeout_s:g} s "
                 f"(last check: {result.stage} {result.detail})",
                 failed=True,
             )
-            return "failed"
         await asyncio.sleep(steps.READY_POLL_S)
 
 
@@ -144,8 +144,7 @@ async def _watch(
     loop = asyncio.get_running_loop()
     while True:
         if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
-            await _stop(plan, agent, reason="Stop requested")
-            return {"outcome": "stopped"}
+            return {"outcome": await _stop(plan, agent, reason="Stop requested")}
         try:
             status = await agent.call("status", plan.status_args(), timeout=30)
             unreachable_since = None
@@ -182,6 +181,8 @@ async def _stop(
 ) -> str:
     """Targeted stop then verification; the final state is stopped/failed or dirty."""
     await sync_to_async(steps.mark_stopping)(plan, reason)
+    # The GPU series around the stop, read by the telemetry probe's own argv and parser.
+    await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
     try:
         stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
         verify = await _call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
@@ -190,6 +191,7 @@ async def _stop(
             plan, f"{reason}; the stop could not be completed: {exc}", {}
         )
         return "dirty"
+    await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
     return await sync_to_async(steps.finish_stop)(
         plan, reason=reason, stop=stop, verify=verify, exit_code=exit_code, failed=failed
     )
@@ -234,8 +236,9 @@ async def _adopt(
         if outcome != "ready":
             return {"outcome": outcome}
     elif plan.state == InstanceState.STOPPING:
-        await _stop(plan, agent, reason="Stop resumed after a dashboard restart")
-        return {"outcome": "stopped"}
+        return {
+            "outcome": await _stop(plan, agent, reason="Stop resumed after a dashboard restart")
+        }
     elif not await is_healthy(client, plan.readiness):
         await sync_to_async(steps.note)(plan, "Adopted, but its health check does not answer yet")
     return await _watch(ctx, plan, agent, client)

@@ -9,12 +9,19 @@ from django.conf import settings
 
 from hosts.agent import AGENT_SOURCE
 from hosts.models import Container, ContainerKind, Host, HostKind
-from hosts.transports import HopSpec, Transport, build_chain, run_script
+from hosts.transports import HopSpec, Transport, TransportError, build_chain, run_script
+from hosts.transports.base import tail
 
 # A constant wrapper (never built from input): puts the host's directories first on PATH,
 # then runs the rest of argv, which starts with `env NAME=value ...`. Values arrive as argv
 # items, so nothing in them is ever parsed by a shell.
 _PATH_WRAPPER = 'if [ -n "$1" ]; then PATH="$1:$PATH"; export PATH; fi; shift; exec "$@"'
+
+
+def with_host_env(argv: list[str], *, path_prepend: str, env: dict[str, str]) -> list[str]:
+    """argv behind the PATH wrapper and `env NAME=value ...` of a host's settings."""
+    assignments = [f"{name}={value}" for name, value in sorted(env.items())]
+    return ["sh", "-c", _PATH_WRAPPER, "specdash-env", path_prepend, "env", *assignments, *argv]
 
 
 def hop_specs(host: Host, container: Container | None) -> list[HopSpec]:
@@ -53,6 +60,17 @@ class AgentFailed(Exception):
         super().__init__(f"{command}: {answer.get('error') or answer.get('problems')}")
 
 
+# The interpreter could not be executed (not found / not executable): retrying cannot help.
+_CANNOT_RUN = (126, 127)
+
+
+class AnswerLost(TransportError):
+    """The agent started but its answer never came back: the connection dropped mid-command
+    (ssh exits 255 with nothing on stderr when its master connection dies). The far side may
+    have done the work; launch and stop reconcile when retried, so this is retried like any
+    transport failure."""
+
+
 class Agent:
     """Runs the far-side agent through a transport, with the host's environment."""
 
@@ -70,18 +88,11 @@ class Agent:
         )
 
     def interpreter(self) -> list[str]:
-        assignments = [f"{name}={value}" for name, value in sorted(self.env.items())]
-        return [
-            "sh",
-            "-c",
-            _PATH_WRAPPER,
-            "specdash-env",
-            self.path_prepend,
-            "env",
-            *assignments,
-            "python3",
-            "-",
-        ]
+        return self.wrap(["python3", "-"])
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """argv run with the host's PATH and environment (the agent, a telemetry stream)."""
+        return with_host_env(argv, path_prepend=self.path_prepend, env=self.env)
 
     async def call(
         self,
@@ -91,7 +102,9 @@ class Agent:
         timeout: float = 60.0,  # noqa: ASYNC109 - passed to the transport, which kills the process
         check: bool = True,
     ) -> dict[str, Any]:
-        """Run one agent command; HopError/CommandTimeout from the transport propagate."""
+        """Run one agent command. HopError/CommandTimeout from the transport propagate;
+        AnswerLost when the agent started but no answer arrived; AgentFailed for a refusal
+        (with ``check``) or an agent that could not run."""
         import json
 
         result = await run_script(
@@ -103,6 +116,13 @@ class Agent:
             check=False,
         )
         answer = result.value if isinstance(result.value, dict) else None
+        lost = result.value is None and result.returncode not in _CANNOT_RUN
+        if lost and not (result.error or "").startswith("unreadable"):
+            detail = tail(result.stderr, 3) or "no error output"
+            raise AnswerLost(
+                f"{self.transport.describe()}: the agent started but its answer was lost "
+                f"(exit {result.returncode}): {detail}"
+            )
         if answer is None:
             raise AgentFailed(
                 command, {"error": result.error or "no answer", "stderr": result.stderr[-2000:]}

@@ -3,8 +3,11 @@ from __future__ import annotations
 from hosts.models.instances import GpuClaim, InstanceEvent, InstanceState, ServerInstance
 from hosts.models.jobs import Job, JobState
 from hosts.models.registry import Container, ContainerKind, Engine, Host, HostKind, ServerProfile
+from hosts.models.telemetry import TelemetryKind, TelemetrySample, TelemetryWatch
+from hosts.models.tokens import ApiToken
 
 __all__ = [
+    "ApiToken",
     "Container",
     "ContainerKind",
     "Engine",
@@ -17,4 +20,7 @@ __all__ = [
     "JobState",
     "ServerInstance",
     "ServerProfile",
+    "TelemetryKind",
+    "TelemetrySample",
+    "TelemetryWatch",
 ]

@@ -47,6 +47,10 @@
         });
         boundaries.add(l.index);
       });
+    // The telemetry charts below share the time axis, so they get the same boundaries.
+    if (window.specdashTelemetry) {
+      window.specdashTelemetry.setMarks({ shapes: shapes, annotations: annotations });
+    }
     return { shapes: shapes, annotations: annotations };
   }
 

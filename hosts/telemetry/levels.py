@@ -1,0 +1,129 @@
+"""Server-side figures for exactly one sweep level, from `/metrics` scraped at its boundaries.
+
+The sweep job hands every load-generator event to `LevelServerMetrics.observe` after its own
+recorder: a `level_start` is marked with one scrape, the matching `level_summary` with
+another, and the counter differences between the two (hosts.telemetry.deltas) become the
+level's `server_metrics`: accept length = 1 + accepted/drafts over that level alone, never
+the server's lifetime average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from asgiref.sync import sync_to_async
+
+from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
+from hosts.telemetry.probes import scrape_metrics
+from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError
+
+logger = logging.getLogger(__name__)
+
+Save = Callable[[int, int, dict[str, Any]], Awaitable[None]]
+Scrape = Callable[[], Awaitable[EngineMetrics]]
+
+
+def _summary(value: HistogramSummary | None) -> dict[str, Any] | None:
+    return dataclasses.asdict(value) if value is not None else None
+
+
+def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
+    """An interval as the JSON stored in `SweepLevel.server_metrics`."""
+    return {
+        "available": True,
+        "engine": str(interval.engine),
+        "started_at": interval.started_at,
+        "ended_at": interval.ended_at,
+        "duration_s": interval.duration_s,
+        "prompt_tokens": interval.prompt_tokens,
+        "generation_tokens": interval.generation_tokens,
+        "generation_tps": interval.generation_tps,
+        "spec_drafts": interval.spec_drafts,
+        "spec_draft_tokens": interval.spec_draft_tokens,
+        "spec_accepted_tokens": interval.spec_accepted_tokens,
+        "accept_length": interval.accept_length,
+        "accept_length_source": interval.accept_length_source,
+        "acceptance_rate": interval.acceptance_rate,
+        "acceptance_rate_source": interval.acceptance_rate_source,
+        "ttft_s": _summary(interval.ttft),
+        "itl_s": _summary(interval.itl),
+        "e2e_s": _summary(interval.e2e),
+        "reset": interval.reset,
+        "appeared": [str(ref) for ref in interval.appeared],
+        "disappeared": [str(ref) for ref in interval.disappeared],
+    }
+
+
+def level_server_metrics(
+    before: EngineMetrics | None, after: EngineMetrics | None, *, problem: str = ""
+) -> dict[str, Any]:
+    if before is None or after is None:
+        return {"available": False, "reason": problem or "no /metrics scrape at a boundary"}
+    try:
+        return interval_as_dict(interval_between(before, after))
+    except ValueError as exc:  # e.g. the engine changed between the two scrapes
+        return {"available": False, "reason": str(exc)}
+
+
+async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
+    from hosts.telemetry.service import telemetry_level_metrics_save
+
+    await sync_to_async(telemetry_level_metrics_save)(
+        sweep_id=sweep_id, index=index, metrics=metrics
+    )
+
+
+class LevelServerMetrics:
+    """Marks a sweep's level boundaries with scrapes and saves each level's figures."""
+
+    def __init__(self, *, sweep_id: int, scrape: Scrape, save: Save = _save_with_service):
+        self.sweep_id = sweep_id
+        self.scrape = scrape
+        self.save = save
+        self.problems: list[str] = []
+        self._before: dict[int, EngineMetrics | None] = {}
+
+    @classmethod
+    def for_sweep(cls, sweep_id: int, base_url: str) -> LevelServerMetrics:
+        url = base_url.rstrip("/") + "/metrics"
+
+        async def scrape() -> EngineMetrics:
+            # No keep-alive: a pooled connection would outlive the level on the server's port.
+            limits = httpx.Limits(max_keepalive_connections=0)
+            async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
+                return await scrape_metrics(client, url)
+
+        return cls(sweep_id=sweep_id, scrape=scrape)
+
+    async def observe(self, event: dict[str, Any]) -> None:
+        """Never raises: a server without metrics leaves the level's figures unavailable."""
+        kind = event.get("event")
+        if kind not in {"level_start", "level_summary"}:
+            return
+        try:
+            index = int(event["level_index"])
+        except (KeyError, TypeError, ValueError):
+            return
+        metrics, problem = await self._scrape()
+        if kind == "level_start":
+            self._before[index] = metrics
+            return
+        before = self._before.pop(index, None)
+        try:
+            await self.save(
+                self.sweep_id, index, level_server_metrics(before, metrics, problem=problem)
+            )
+        except Exception:
+            logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
+
+    async def _scrape(self) -> tuple[EngineMetrics | None, str]:
+        try:
+            return await self.scrape(), ""
+        except (httpx.HTTPError, MetricsParseError) as exc:
+            problem = f"/metrics: {exc or type(exc).__name__}"
+            self.problems.append(problem)
+            return None, problem

@@ -1,0 +1,182 @@
+"""Read-side queries for telemetry: who needs a host's probes, what they scrape, history.
+
+The sample dicts built here are also the wire format of the live `telemetry.samples` events
+(see specdash.realtime), so a snapshot and the events after it have the same shape:
+``{"k": kind, "t": epoch seconds, "i": instance id or null, "d": data}``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from benchmarks.models import Sweep, SweepState
+from hosts.models import (
+    Host,
+    InstanceState,
+    ServerInstance,
+    TelemetryKind,
+    TelemetrySample,
+    TelemetryWatch,
+)
+from hosts.models.instances import ACTIVE_STATES
+from hosts.telemetry.conf import TelemetrySettings
+
+# A page gets at most this many points per kind (and per server) in its snapshot.
+MAX_SNAPSHOT_POINTS = 3600
+# History before a sweep's or instance's start, so the rise is on the chart.
+LEAD_IN_S = 30.0
+TARGETS = ("hosts", "instances", "sweeps")
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    instance_id: int
+    metrics_url: str
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What the host's manager should run now."""
+
+    needed: bool
+    scrape: tuple[ScrapeTarget, ...]
+    # The sweep running on the host, if any: its rows are kept with it.
+    sweep_ids: dict[int, int]
+    host_sweep_id: int | None
+
+
+@dataclass(frozen=True)
+class Window:
+    host_id: int
+    instance_id: int | None
+    since: float
+    until: float | None
+
+
+def sample_as_dict(
+    kind: str, t: float, data: dict[str, Any], instance_id: int | None
+) -> dict[str, Any]:
+    return {"k": kind, "t": t, "i": instance_id, "d": data}
+
+
+def metrics_url(instance: ServerInstance) -> str:
+    return instance.base_url.rstrip("/") + "/metrics"
+
+
+def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPlan:
+    """Needed while the host has an active instance or an open page; READY ones are scraped."""
+    now = now or timezone.now()
+    instances = list(
+        ServerInstance.objects.filter(host_id=host_id, state__in=sorted(ACTIVE_STATES))
+        .select_related("profile", "host")
+        .order_by("pk")
+    )
+    watched = TelemetryWatch.objects.filter(host_id=host_id, wanted_until__gt=now).exists()
+    sweeps = dict(
+        Sweep.objects.filter(
+            state=SweepState.RUNNING, instance__host_id=host_id, instance__isnull=False
+        ).values_list("instance_id", "pk")
+    )
+    return HostPlan(
+        needed=bool(instances) or watched,
+        scrape=tuple(
+            ScrapeTarget(instance_id=i.pk, metrics_url=metrics_url(i))
+            for i in instances
+            if i.state == InstanceState.READY
+        ),
+        sweep_ids={int(k): int(v) for k, v in sweeps.items() if k is not None},
+        host_sweep_id=min(sweeps.values()) if sweeps else None,
+    )
+
+
+def telemetry_window(*, target: str, pk: int, now: float | None = None) -> Window | None:
+    """The host and time range a page about `target` #pk charts; None when there is none."""
+    now = time.time() if now is None else now
+    history = TelemetrySettings.load().history_s
+    if target == "hosts":
+        if not Host.objects.filter(pk=pk).exists():
+            return None
+        return Window(host_id=pk, instance_id=None, since=now - history, until=None)
+    if target == "instances":
+        instance = ServerInstance.objects.filter(pk=pk).first()
+        if instance is None:
+            return None
+        start = instance.created_at.timestamp() - LEAD_IN_S
+        end = instance.stopped_at.timestamp() + LEAD_IN_S if instance.stopped_at else None
+        return Window(
+            host_id=instance.host_id,
+            instance_id=instance.pk,
+            since=start if end is not None else max(start, now - history),
+            until=end,
+        )
+    if target == "sweeps":
+        sweep = Sweep.objects.select_related("instance").filter(pk=pk).first()
+        if sweep is None or sweep.instance is None:
+            return None
+        begun = sweep.started_at or sweep.created_at
+        return Window(
+            host_id=sweep.instance.host_id,
+            instance_id=sweep.instance_id,
+            since=begun.timestamp() - LEAD_IN_S,
+            until=sweep.finished_at.timestamp() + LEAD_IN_S if sweep.finished_at else None,
+        )
+    return None
+
+
+def telemetry_history(
+    *,
+    host_id: int,
+    since: float,
+    until: float | None = None,
+    instance_id: int | None = None,
+    limit: int = MAX_SNAPSHOT_POINTS,
+) -> list[dict[str, Any]]:
+    """GPU and host rows of the host, and server rows of `instance_id`, oldest first."""
+    rows = TelemetrySample.objects.filter(host_id=host_id, t__gte=since)
+    if until is not None:
+        rows = rows.filter(t__lte=until)
+    parts = [
+        rows.filter(kind=TelemetryKind.GPU),
+        rows.filter(kind=TelemetryKind.HOST),
+    ]
+    if instance_id is not None:
+        parts.append(rows.filter(kind=TelemetryKind.SERVER, instance_id=instance_id))
+    samples: list[dict[str, Any]] = []
+    for part in parts:
+        latest = part.order_by("-t").values_list("kind", "t", "data", "instance_id")[:limit]
+        samples += [sample_as_dict(k, t, d, i) for k, t, d, i in latest]
+    samples.sort(key=lambda s: s["t"])
+    return samples
+
+
+def telemetry_snapshot(*, window: Window) -> dict[str, Any]:
+    conf = TelemetrySettings.load()
+    return {
+        "host_id": window.host_id,
+        "instance_id": window.instance_id,
+        "since": window.since,
+        "until": window.until,
+        "samples": telemetry_history(
+            host_id=window.host_id,
+            since=window.since,
+            until=window.until,
+            instance_id=window.instance_id,
+        ),
+        "keepalive_s": conf.watch_ttl_s / 3,
+        "gpu_interval_ms": conf.gpu_interval_ms,
+    }
+
+
+def telemetry_series(
+    *, host_id: int, kind: str, instance_id: int | None = None, since: float = 0.0
+) -> list[tuple[float, dict[str, Any]]]:
+    """(t, data) of one kind, oldest first (tests, exports)."""
+    rows = TelemetrySample.objects.filter(host_id=host_id, kind=kind, t__gte=since)
+    if instance_id is not None:
+        rows = rows.filter(instance_id=instance_id)
+    return [(t, d) for t, d in rows.order_by("t").values_list("t", "data")]

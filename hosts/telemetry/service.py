@@ -1,0 +1,149 @@
+"""Write-side telemetry actions: persist + broadcast samples, page watches, probes, pruning.
+
+Samples are written in one `bulk_create` per batch (about once a second per host) and sent,
+after commit, as one `telemetry.samples` event to the host's telemetry group.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from benchmarks import selectors as sweep_selectors
+from benchmarks.models import SweepLevel
+from hosts.jobs import job_enqueue
+from hosts.models import Job, JobState, TelemetrySample, TelemetryWatch
+from hosts.telemetry import selectors
+from hosts.telemetry.conf import TelemetrySettings
+from hosts.telemetry.probes import Sample
+from specdash import realtime
+
+TELEMETRY_JOB = "telemetry.host"
+_DELETE_CHUNK = 500
+# A manager that starts re-thins only this far back before the thinning cutoff: anything older
+# was thinned by an earlier run (or is deleted at the end of its retention anyway).
+RETHIN_S = 2 * 3600.0
+
+
+def telemetry_lock_key(host_id: int) -> str:
+    return f"telemetry:host:{host_id}"
+
+
+def telemetry_samples_record(
+    *,
+    host_id: int,
+    samples: Sequence[Sample],
+    sweep_ids: Mapping[int, int] | None = None,
+    host_sweep_id: int | None = None,
+) -> int:
+    """Store one batch of a host's samples and send it as one event; returns the count."""
+    if not samples:
+        return 0
+    sweep_ids = sweep_ids or {}
+    rows = [
+        TelemetrySample(
+            host_id=host_id,
+            instance_id=s.instance_id,
+            sweep_id=sweep_ids.get(s.instance_id) if s.instance_id is not None else host_sweep_id,
+            t=s.t,
+            kind=s.kind,
+            data=s.data,
+        )
+        for s in samples
+    ]
+    with transaction.atomic():
+        TelemetrySample.objects.bulk_create(rows)
+        payload = {
+            "host_id": host_id,
+            "sent_at": time.time(),
+            "samples": [
+                selectors.sample_as_dict(s.kind, s.t, s.data, s.instance_id) for s in samples
+            ],
+        }
+        realtime.broadcast_on_commit(
+            realtime.telemetry_group(host_id), realtime.TELEMETRY_SAMPLES, payload
+        )
+    return len(rows)
+
+
+def telemetry_host_ensure(*, host_id: int) -> bool:
+    """Queue the host's telemetry job unless one is queued or running; True if queued now."""
+    lock = telemetry_lock_key(host_id)
+    if Job.objects.filter(lock_key=lock, state__in=[JobState.QUEUED, JobState.RUNNING]).exists():
+        return False
+    job_enqueue(kind=TELEMETRY_JOB, params={"host_id": host_id}, lock_key=lock)
+    return True
+
+
+def telemetry_watch(*, host_id: int) -> None:
+    """An open page wants the host's probes for the next `watch_ttl_s` (renewed by the page)."""
+    ttl = TelemetrySettings.load().watch_ttl_s
+    TelemetryWatch.objects.update_or_create(
+        host_id=host_id, defaults={"wanted_until": timezone.now() + timedelta(seconds=ttl)}
+    )
+    telemetry_host_ensure(host_id=host_id)
+
+
+def telemetry_subscribe(*, target: str, pk: int) -> dict[str, Any] | None:
+    """A page opened: claim the host's probes and return the recent history to draw first."""
+    window = selectors.telemetry_window(target=target, pk=pk)
+    if window is None:
+        return None
+    telemetry_watch(host_id=window.host_id)
+    return selectors.telemetry_snapshot(window=window)
+
+
+def telemetry_prune(*, host_id: int, now: float, thinned_until: float | None = None) -> float:
+    """Delete rows past retention and thin older rows; returns how far thinning has got.
+
+    Rows recorded during a sweep are kept as they are: they are that sweep's record.
+    """
+    conf = TelemetrySettings.load()
+    own = TelemetrySample.objects.filter(host_id=host_id, sweep__isnull=True)
+    own.filter(t__lt=now - conf.retention_s).delete()
+    step = conf.downsample_step_s
+    if step <= 0:
+        return now
+    cutoff = math.floor((now - conf.downsample_after_s) / step) * step
+    if thinned_until is None:
+        thinned_until = max(now - conf.retention_s, cutoff - RETHIN_S)
+    start = math.floor(thinned_until / step) * step
+    if cutoff <= start:
+        return thinned_until
+    seen: set[tuple[str, int | None, int]] = set()
+    drop: list[int] = []
+    rows = own.filter(t__gte=start, t__lt=cutoff).order_by("t")
+    for pk, kind, instance_id, t in rows.values_list("pk", "kind", "instance_id", "t").iterator():
+        key = (kind, instance_id, int(t // step))
+        if key in seen:
+            drop.append(pk)
+        else:
+            seen.add(key)
+    for at in range(0, len(drop), _DELETE_CHUNK):
+        TelemetrySample.objects.filter(pk__in=drop[at : at + _DELETE_CHUNK]).delete()
+    return cutoff
+
+
+def telemetry_level_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
+    """Store a level's server-side figures and tell the sweep page its row changed."""
+    with transaction.atomic():
+        level = SweepLevel.objects.select_related("sweep").filter(sweep_id=sweep_id, index=index)
+        found = level.first()
+        if found is None:
+            return False
+        found.server_metrics = metrics
+        found.save(update_fields=["server_metrics"])
+        payload = {
+            "level": sweep_selectors.level_as_dict(found),
+            "progress": sweep_selectors.sweep_progress(
+                sweep=found.sweep, levels=sweep_selectors.sweep_levels(sweep_id=sweep_id)
+            ),
+        }
+        realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_LEVEL, payload)
+    return True

@@ -1,0 +1,105 @@
+"""Per-level server figures come from /metrics counter differences over exactly the level."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from benchmarks import services
+from benchmarks.models import SweepLevel, SweepState
+from benchmarks.simulator.profiles import PROFILES
+from benchmarks.sweeps import handler
+from hosts.jobs import JobContext
+from hosts.telemetry.engine_profiles import Engine
+from hosts.telemetry.levels import LevelServerMetrics, level_server_metrics
+from hosts.telemetry.prometheus import EngineMetrics, parse_engine_metrics
+from tests.benchmarks.conftest import Simulator, load, start_simulator
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def eagle3(tmp_path: Path) -> Iterator[Simulator]:
+    # The eagle3 profile's accept length and draft depth, with cheaper steps so a short level
+    # holds a few thousand verify rounds.
+    sim = start_simulator(tmp_path, "--profile", "eagle3", "--t0-ms", "4", "--k-ms", "0.5")
+    try:
+        yield sim
+    finally:
+        sim.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_eagle3_sweep_level_accept_length_matches_the_simulators_configured_mean(
+    eagle3: Simulator, settings: Any, tmp_path: Path
+) -> None:
+    settings.SPECDASH_DATA_DIR = tmp_path / "data"
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=eagle3.base_url, levels=[4, 8],
+        load=load(model=eagle3.model, requests_per_level=None, duration=2.0, max_tokens=256,
+                  ignore_eos=True),
+    )  # fmt: skip
+    assert sweep.job_id is not None
+    ctx = JobContext(
+        job_id=sweep.job_id, kind="sweep.run", params={"sweep_id": sweep.pk}, worker_id="test"
+    )
+    result = await handler.run_sweep(ctx)
+    assert result["state"] == SweepState.COMPLETED, result
+    levels = [lv async for lv in SweepLevel.objects.filter(sweep=sweep).order_by("index")]
+    configured = PROFILES["eagle3"].accept_length
+    assert len(levels) == 2
+    for level in levels:
+        metrics = level.server_metrics
+        assert metrics["available"] and metrics["accept_length_source"] == "counters"
+        assert metrics["spec_drafts"] > 300
+        assert metrics["accept_length"] == pytest.approx(configured, rel=0.05)
+        # The interval is the level's own: its duration, not the server's lifetime.
+        assert metrics["duration_s"] == pytest.approx(level.summary["duration_s"], abs=1.0)
+    # Two levels, two disjoint intervals: the second starts after the first ended.
+    assert levels[1].server_metrics["started_at"] >= levels[0].server_metrics["ended_at"]
+
+
+def _scrape(name: str, at: float) -> EngineMetrics:
+    return parse_engine_metrics((DATA / name).read_text(), scraped_at=at)
+
+
+async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -> None:
+    scrapes = iter([_scrape("sglang_scrape1.prom", 10.0), _scrape("sglang_scrape2.prom", 20.0)])
+    saved: list[tuple[int, int, dict[str, Any]]] = []
+
+    async def scrape() -> EngineMetrics:
+        return next(scrapes)
+
+    async def save(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
+        saved.append((sweep_id, index, metrics))
+
+    marks = LevelServerMetrics(sweep_id=7, scrape=scrape, save=save)
+    await marks.observe({"event": "level_start", "level_index": 3, "concurrency": 4})
+    await marks.observe({"event": "sample", "level_index": 3})
+    await marks.observe({"event": "level_summary", "level_index": 3, "summary": {}})
+    expected = level_server_metrics(_scrape("sglang_scrape1.prom", 10.0),
+                                    _scrape("sglang_scrape2.prom", 20.0))  # fmt: skip
+    assert [(s, i) for s, i, _ in saved] == [(7, 3)]
+    assert saved[0][2] == expected
+    assert expected["engine"] == Engine.SGLANG and expected["duration_s"] == 10.0
+
+
+async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_reason() -> None:
+    import httpx
+
+    saved: list[dict[str, Any]] = []
+
+    async def scrape() -> EngineMetrics:
+        raise httpx.ConnectError("connection refused")
+
+    async def save(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
+        saved.append(metrics)
+
+    marks = LevelServerMetrics(sweep_id=1, scrape=scrape, save=save)
+    await marks.observe({"event": "level_start", "level_index": 0})
+    await marks.observe({"event": "level_summary", "level_index": 0})
+    assert saved == [{"available": False, "reason": "/metrics: connection refused"}]
