@@ -20,10 +20,12 @@ from django.conf import settings
 
 from benchmarks import selectors, services
 from benchmarks.models import SweepState
+from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from hosts.jobs import JobContext
 from hosts.models import InstanceState, Job
+from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +41,14 @@ class HandlerSettings:
 SETTINGS = HandlerSettings()
 
 
-async def _read_events(proc: LoadgenProcess, recorder: SweepRecorder) -> None:
+async def _read_events(
+    proc: LoadgenProcess, recorder: SweepRecorder, server: LevelServerMetrics | None = None
+) -> None:
     async for event in proc.events():
         await recorder.handle(event)
+        if server is not None:
+            # After the recorder, so a finished level's row exists for its server figures.
+            await server.observe(event)
 
 
 async def _tick(recorder: SweepRecorder) -> None:
@@ -104,7 +111,8 @@ def _outcome(
 async def _supervise(
     ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
-    reader = asyncio.create_task(_read_events(proc, recorder))
+    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
+    reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
     cancel_wait = asyncio.create_task(ctx.cancelled.wait())
     watchers: set[asyncio.Task[Any]] = {reader, cancel_wait}
@@ -154,6 +162,9 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     if ctx.cancelled.is_set():
         await finish(sweep_id=sweep_id, state=SweepState.CANCELLED, reason="cancelled")
         return {"sweep_id": sweep_id, "state": SweepState.CANCELLED}
+    if distributed.split_needed(plan.levels, plan.load):
+        # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
+        return await distributed.run_split_sweep(ctx, plan)
     argv = loadgen_argv(
         base_url=plan.base_url,
         model=plan.model,

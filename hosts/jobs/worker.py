@@ -14,6 +14,7 @@ import os
 import socket
 import traceback
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -28,6 +29,14 @@ from hosts.models import Job, JobState
 logger = logging.getLogger(__name__)
 
 
+# Environment variables that tune every worker of a deployment (the embedded one in
+# ``serve`` included); ``manage.py jobworker`` flags override them per process.
+LEASE_ENV = "SPECDASH_JOB_LEASE_S"
+HEARTBEAT_ENV = "SPECDASH_JOB_HEARTBEAT_S"
+MAX_JOBS_ENV = "SPECDASH_JOB_MAX_JOBS"
+POLL_ENV = "SPECDASH_JOB_POLL_S"
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     max_jobs: int = 32
@@ -36,6 +45,42 @@ class WorkerSettings:
     heartbeat_interval: float = 5.0
     # A cancelled handler gets this long to clean up before its task is cancelled outright.
     cancel_grace: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.lease_seconds <= 0 or self.heartbeat_interval <= 0 or self.max_jobs < 1:
+            raise ValueError("lease, heartbeat and max_jobs must be positive")
+        # A lease must survive a missed heartbeat or two, or a busy worker loses its own jobs.
+        if self.heartbeat_interval * 2 > self.lease_seconds:
+            raise ValueError(
+                f"heartbeat interval {self.heartbeat_interval:g}s must be at most half the "
+                f"lease ({self.lease_seconds:g}s)"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerSettings:
+        """Defaults, then ``SPECDASH_JOB_*`` variables, then explicit (non-None) overrides.
+
+        A lease shorter than the default brings the default heartbeat down to a third of it,
+        so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, key, kind in (
+            (LEASE_ENV, "lease_seconds", float),
+            (HEARTBEAT_ENV, "heartbeat_interval", float),
+            (MAX_JOBS_ENV, "max_jobs", int),
+            (POLL_ENV, "poll_interval", float),
+        ):
+            raw = env.get(name, "").strip()
+            if raw:
+                try:
+                    values[key] = kind(raw)
+                except ValueError:
+                    raise ValueError(f"{name}={raw!r} is not a number") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        lease = float(values.get("lease_seconds", cls.lease_seconds))
+        values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
+        return cls(**values)
 
 
 def default_worker_id() -> str:
@@ -121,7 +166,7 @@ def finish_job(
 class Worker:
     def __init__(self, worker_id: str | None = None, settings: WorkerSettings | None = None):
         self.worker_id = worker_id or default_worker_id()
-        self.settings = settings or WorkerSettings()
+        self.settings = settings or WorkerSettings.from_env()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}

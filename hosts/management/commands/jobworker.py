@@ -4,28 +4,41 @@ import asyncio
 import signal
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from hosts.jobs.worker import Worker, WorkerSettings
 
 
 class Command(BaseCommand):
-    help = "Run a job worker: claims queued jobs (server lifecycle, sweeps, experiments)."
+    help = (
+        "Run a job worker: claims queued jobs (server lifecycle, sweeps, experiments). "
+        "Unset flags fall back to the SPECDASH_JOB_* environment variables, then to defaults."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--worker-id", default=None)
-        parser.add_argument("--max-jobs", type=int, default=32)
-        parser.add_argument("--poll-interval", type=float, default=0.5)
-        parser.add_argument("--lease-seconds", type=float, default=30.0)
-        parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+        parser.add_argument("--max-jobs", type=int, default=None, help="default 32")
+        parser.add_argument("--poll-interval", type=float, default=None, help="seconds, 0.5")
+        parser.add_argument(
+            "--lease-seconds",
+            type=float,
+            default=None,
+            help="how long a job survives its worker's silence (default 30)",
+        )
+        parser.add_argument(
+            "--heartbeat-interval", type=float, default=None, help="seconds (default 5)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        settings = WorkerSettings(
-            max_jobs=options["max_jobs"],
-            poll_interval=options["poll_interval"],
-            lease_seconds=options["lease_seconds"],
-            heartbeat_interval=options["heartbeat_interval"],
-        )
+        try:
+            settings = WorkerSettings.from_env(
+                max_jobs=options["max_jobs"],
+                poll_interval=options["poll_interval"],
+                lease_seconds=options["lease_seconds"],
+                heartbeat_interval=options["heartbeat_interval"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         worker = Worker(worker_id=options["worker_id"], settings=settings)
         asyncio.run(self._run(worker))
 

@@ -1,0 +1,449 @@
+"""A sweep level split across several load-generator processes (shards).
+
+One load-generator process drives a bounded number of streams well (see
+``make bench-loadgen``). With ``SPECDASH_LOADGEN_MAX_STREAMS`` set, a level of concurrency C
+above it runs as ``ceil(C / max)`` shard processes, each with its share of C (and of the
+request count), all told to start at one wall-clock instant (``--start-at``). Each shard writes
+its own request records; the level summary is computed once, by
+``benchmarks.loadgen.metrics.summarize_level``, over the union of the records (never by
+averaging the shards' summaries), and carries the per-shard split with every shard that fell
+behind flagged. Unset, every sweep runs exactly as before: one process for all its levels.
+
+Shards run as children of the worker that owns the sweep job; records are tied together
+through the wall clock, so shards on several machines need synchronised clocks (NTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from benchmarks import selectors, services
+from benchmarks.loadgen.level import share
+from benchmarks.loadgen.merge import merge_client_health, merge_records
+from benchmarks.loadgen.metrics import summarize_level
+from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+from benchmarks.models import SweepState
+from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
+from hosts.jobs import JobContext
+from hosts.models import InstanceState
+
+logger = logging.getLogger(__name__)
+
+MAX_STREAMS_ENV = "SPECDASH_LOADGEN_MAX_STREAMS"
+# Between spawning the shards and their common start: a Python process takes about a second
+# to import and connect on a busy machine. A shard that misses it starts late (and is flagged).
+START_MARGIN_S = 2.0
+# A shard "fell behind" when it started this much later than the common start...
+LATE_START_S = 0.25
+# ...kept fewer than this share of its streams in flight, or served its streams at less
+# than this fraction of the best shard's per-stream throughput.
+MIN_CONCURRENCY_RATIO = 0.9
+MIN_STREAM_RATE_RATIO = 0.8
+STOP_GRACE_S = 20.0
+_STATUS_RANK = {"completed": 0, "cancelled": 1, "failed": 2}
+
+
+def max_streams() -> int:
+    """Streams per load-generator process before a level is split; 0: never split."""
+    raw = os.environ.get(MAX_STREAMS_ENV, "").strip()
+    return max(0, int(raw)) if raw else 0
+
+
+def shard_count(concurrency: int, *, streams: int, requests: int | None = None) -> int:
+    """How many processes a level of ``concurrency`` runs as (each keeps at least one stream
+    and, with a request count, at least one request)."""
+    if streams <= 0 or concurrency <= streams:
+        return 1
+    n = math.ceil(concurrency / streams)
+    return max(1, min(n, concurrency, requests if requests else n))
+
+
+def split_needed(levels: Sequence[int], load: dict[str, Any]) -> bool:
+    streams = max_streams()
+    requests = load.get("requests_per_level")
+    return any(shard_count(c, streams=streams, requests=requests) > 1 for c in levels)
+
+
+@dataclass
+class Shard:
+    """One shard's share of a level and what it reported."""
+
+    index: int
+    concurrency: int
+    requests: int | None
+    records_path: Path
+    anchor: ClockAnchor | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    run_start: dict[str, Any] = field(default_factory=dict)
+    run_end: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    last_sample: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ShardLevel:
+    """A shard's measured records on its own perf clock, with its anchor: the input of the
+    exact merge."""
+
+    index: int
+    concurrency: int
+    anchor: ClockAnchor
+    records: list[RequestRecord]
+    status: str = "completed"
+    reason: str | None = None
+    client: dict[str, Any] = field(default_factory=dict)
+    start_at: float | None = None
+
+
+def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
+    own = summarize_level(part.records, concurrency=part.concurrency, mode=mode, anchor=part.anchor)
+    measured = [r for r in part.records if not r.warmup]
+    first = min((r.start for r in measured), default=None)
+    lag = (
+        max(0.0, part.anchor.to_wall(first) - part.start_at)
+        if first is not None and part.start_at is not None
+        else None
+    )
+    tok_s = own["output_tok_s"]
+    return {
+        "index": part.index,
+        "concurrency": part.concurrency,
+        "status": part.status,
+        "requests_ok": own["requests"]["ok"],
+        "requests_failed": own["requests"]["failed"],
+        "output_tok_s": tok_s,
+        "per_stream_tok_s": tok_s / part.concurrency if tok_s is not None else None,
+        "achieved_concurrency": own["achieved_concurrency"],
+        "start_lag_s": lag,
+        "client_limited": bool(part.client.get("client_limited")),
+    }
+
+
+def _behind(row: dict[str, Any], best_rate: float | None) -> list[str]:
+    why = []
+    if row["status"] != "completed":
+        why.append(f"ended {row['status']}")
+    if row["start_lag_s"] is not None and row["start_lag_s"] > LATE_START_S:
+        why.append(f"started {row['start_lag_s']:.2f}s late")
+    if row["client_limited"]:
+        why.append("client-limited")
+    achieved = row["achieved_concurrency"]
+    if achieved is not None and achieved < MIN_CONCURRENCY_RATIO * row["concurrency"]:
+        why.append(f"kept {achieved:.1f} of {row['concurrency']} streams in flight")
+    rate = row["per_stream_tok_s"]
+    if rate is not None and best_rate and rate < MIN_STREAM_RATE_RATIO * best_rate:
+        why.append(f"{rate:.1f} tok/s per stream vs {best_rate:.1f} for the best shard")
+    return why
+
+
+def merge_shard_levels(
+    parts: Sequence[ShardLevel], *, level_index: int, mode: str = "closed"
+) -> dict[str, Any]:
+    """The level summary of a split level: ``summarize_level`` over the union of every
+    shard's records (rebased onto the first shard's clock), plus ``split``: each shard's
+    share and figures, and which shards fell behind and why."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    anchor, records = merge_records([(p.anchor, p.records) for p in parts])
+    worst = max(parts, key=lambda p: _STATUS_RANK.get(p.status, 2))
+    concurrency = sum(p.concurrency for p in parts)
+    summary = summarize_level(
+        records,
+        concurrency=concurrency,
+        mode=mode,
+        partial=worst.status != "completed",
+        anchor=anchor,
+    )
+    rows = [_shard_figures(p, mode) for p in parts]
+    rates = [r["per_stream_tok_s"] for r in rows if r["per_stream_tok_s"] is not None]
+    best = max(rates) if rates else None
+    for row in rows:
+        row["behind"] = _behind(row, best)
+    client = merge_client_health([p.client for p in parts if p.client.get("loop_lag_ms")])
+    client.setdefault("warnings", [])
+    client["warnings"] += [
+        f"shard {r['index']} fell behind: {'; '.join(r['behind'])}" for r in rows if r["behind"]
+    ]
+    client["client_limited"] = any(r["client_limited"] for r in rows)
+    summary.update(
+        level_index=level_index,
+        status=worst.status,
+        reason=worst.reason,
+        processes=len(parts),
+        client=client,
+        anchor=anchor.to_dict(),
+        split={
+            "shards": rows,
+            "behind": [r["index"] for r in rows if r["behind"]],
+            "median_per_stream_tok_s": statistics.median(rates) if rates else None,
+        },
+    )
+    return summary
+
+
+def read_shard_records(
+    shard: Shard, *, level_index: int, sweep_records: Path
+) -> list[RequestRecord]:
+    """A shard's measured records (its JSON lines carry wall-clock times) on its anchor; its
+    lines are appended to the sweep's records file under the sweep's level index, so the
+    export holds the union exactly as a one-process sweep's does."""
+    assert shard.anchor is not None
+    out = []
+    with (
+        contextlib.suppress(FileNotFoundError),
+        shard.records_path.open(encoding="utf-8") as f,
+        sweep_records.open("a", encoding="utf-8") as union,
+    ):
+        for line in f:
+            if not line.strip():
+                continue
+            data = json.loads(line)
+            union.write(json.dumps({**data, "level": level_index}) + "\n")
+            record = RequestRecord.from_json(data, shard.anchor)
+            if not record.warmup:
+                out.append(record)
+    return out
+
+
+def combine_samples(samples: Sequence[dict[str, Any]], *, concurrency: int) -> dict[str, Any]:
+    """One live sample from the shards' latest ones: counts add up; latency and client
+    figures are the worst shard's (live percentiles cannot be merged, the summary is exact)."""
+    first = samples[0]
+    out = {k: v for k, v in first.items() if k not in {"event"}}
+    for key in ("tok_s", "in_flight", "completed", "errors"):
+        out[key] = sum(s.get(key) or 0 for s in samples)
+    for key in ("ttft_p50", "loop_lag_ms", "client_cpu"):
+        values = [s[key] for s in samples if s.get(key) is not None]
+        out[key] = max(values) if values else None
+    out["client_limited"] = any(s.get("client_limited") for s in samples)
+    out["t"] = max(float(s.get("t") or 0.0) for s in samples)
+    out["concurrency"] = concurrency
+    out["shards"] = len(samples)
+    return out
+
+
+def shard_argv(
+    *,
+    base_url: str,
+    model: str,
+    load: dict[str, Any],
+    shard: Shard,
+    start_at: float,
+    run_id: str,
+) -> list[str]:
+    share_load = dict(load)
+    if shard.requests is not None:
+        share_load["requests_per_level"] = shard.requests
+    argv = loadgen_argv(
+        base_url=base_url,
+        model=model,
+        levels=[shard.concurrency],
+        load=share_load,
+        records_path=shard.records_path,
+    )
+    # Distinct run ids keep request ids apart; distinct seeds keep the prompts apart.
+    return [
+        *argv,
+        "--start-at",
+        repr(start_at),
+        "--run-id",
+        f"{run_id}-p{shard.index}",
+        "--seed",
+        str(shard.index),
+    ]
+
+
+class _Level:
+    """One split level in flight: its shard processes and the events they send."""
+
+    def __init__(self, recorder: SweepRecorder, index: int, concurrency: int) -> None:
+        self.recorder = recorder
+        self.index = index
+        self.concurrency = concurrency
+        self.shards: list[Shard] = []
+        self.procs: list[LoadgenProcess] = []
+        self._fresh: set[int] = set()
+
+    async def read(self, shard: Shard, proc: LoadgenProcess) -> None:
+        async for event in proc.events():
+            kind = event.get("event")
+            if kind == "run_start":
+                shard.run_start = event
+            elif kind == "run_end":
+                shard.run_end = event
+            elif kind == "level_summary":
+                shard.summary = dict(event.get("summary") or {})
+                if isinstance(shard.summary.get("anchor"), dict):
+                    shard.anchor = ClockAnchor(**shard.summary["anchor"])
+            elif kind == "sample":
+                shard.last_sample = event
+                self._fresh.add(shard.index)
+                if self._fresh >= {s.index for s in self.shards}:
+                    await self._emit_sample()
+            elif kind == "level_error":
+                self.recorder.level_errors.append(str(event.get("reason") or "level error"))
+
+    async def _emit_sample(self) -> None:
+        self._fresh.clear()
+        latest = [s.last_sample for s in self.shards if s.last_sample is not None]
+        sample = combine_samples(latest, concurrency=self.concurrency)
+        await self.recorder.handle({**sample, "event": "sample", "level_index": self.index})
+
+    def terminate(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+
+
+async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
+    while True:
+        row = await sync_to_async(selectors.instance_state)(instance_id=instance_id)
+        if row is None or row[0] != InstanceState.READY:
+            return "the server instance no longer exists" if row is None else str(row[0])
+        await asyncio.sleep(poll)
+
+
+async def _run_level(
+    ctx: JobContext,
+    plan: services.SweepPlan,
+    recorder: SweepRecorder,
+    index: int,
+    concurrency: int,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run one level as shards; (merged summary or None, why the sweep must stop or None)."""
+    requests = plan.load.get("requests_per_level")
+    n = shard_count(concurrency, streams=max_streams(), requests=requests)
+    level = _Level(recorder, index, concurrency)
+    base = plan.records_path.parent / f"level-{index}"
+    base.mkdir(parents=True, exist_ok=True)
+    level.shards = [
+        Shard(i, share(concurrency, i, n) or 0, share(requests, i, n), base / f"shard-{i}.jsonl")
+        for i in range(n)
+    ]
+    start_at = time.time() + START_MARGIN_S
+    for shard in level.shards:
+        argv = shard_argv(
+            base_url=plan.base_url,
+            model=plan.model,
+            load=plan.load,
+            shard=shard,
+            start_at=start_at,
+            run_id=f"s{plan.sweep_id}-l{index}",
+        )
+        level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
+    await recorder.handle(
+        {"event": "level_start", "level_index": index, "concurrency": concurrency, "t": start_at}
+    )
+    readers = [
+        asyncio.create_task(level.read(s, p))
+        for s, p in zip(level.shards, level.procs, strict=True)
+    ]
+    stoppers: list[asyncio.Task[Any]] = [asyncio.create_task(ctx.cancelled.wait())]
+    if plan.instance_id is not None:
+        stoppers.append(asyncio.create_task(_instance_gone(plan.instance_id)))
+    stop_reason: str | None = None
+    try:
+        all_read: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*readers))
+        done, _ = await asyncio.wait({all_read, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
+        if all_read not in done:
+            stopped = next(t for t in stoppers if t in done)
+            result = stopped.result()
+            crash = result if isinstance(result, str) else None
+            stop_reason = f"server crashed mid-sweep: {crash}" if crash else "cancelled"
+            level.terminate()
+            await asyncio.wait({all_read}, timeout=STOP_GRACE_S)
+        for shard, proc in zip(level.shards, level.procs, strict=True):
+            shard.exit_code = await proc.stop(grace=5)
+    finally:
+        for task in stoppers:
+            task.cancel()
+        for proc in level.procs:
+            proc.kill()
+        await asyncio.gather(*stoppers, *readers, return_exceptions=True)
+    await recorder.flush()
+    parts = []
+    for shard in level.shards:
+        if shard.anchor is None:  # it died before reporting: nothing of it can be merged
+            continue
+        records = await sync_to_async(read_shard_records)(
+            shard, level_index=index, sweep_records=plan.records_path
+        )
+        parts.append(
+            ShardLevel(
+                index=shard.index,
+                concurrency=shard.concurrency,
+                anchor=shard.anchor,
+                records=records,
+                status=str(shard.summary.get("status") or "failed"),
+                reason=shard.summary.get("reason"),
+                client=dict(shard.summary.get("client") or {}),
+                start_at=start_at,
+            )
+        )
+    if not parts:
+        return None, stop_reason or "no load-generator shard reported the level"
+    mode = str(level.shards[parts[0].index].summary.get("mode") or "closed")
+    summary = merge_shard_levels(parts, level_index=index, mode=mode)
+    if len(parts) < n:
+        summary["status"] = "failed"
+        summary["reason"] = f"{n - len(parts)} of {n} shards reported nothing"
+    if stop_reason is None and summary["status"] == "failed":
+        stop_reason = f"load generator stopped the sweep: {summary.get('reason')}"
+    return summary, stop_reason
+
+
+async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str, Any]:
+    """The ``sweep.run`` job for a sweep with split levels: level by level, shards started
+    together, merged summary recorded as the level's. Ends the sweep like the one-process
+    path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
+    recorder = SweepRecorder(plan.sweep_id)
+    finish = sync_to_async(services.sweep_finish)
+    state, reason = SweepState.COMPLETED, ""
+    try:
+        for index, concurrency in enumerate(plan.levels):
+            if ctx.cancelled.is_set():
+                state, reason = SweepState.CANCELLED, "cancelled"
+                break
+            summary, stop = await _run_level(ctx, plan, recorder, index, concurrency)
+            if summary is not None:
+                await recorder.handle(
+                    {"event": "level_summary", "level_index": index, "summary": summary}
+                )
+            if stop is not None:
+                state = SweepState.CANCELLED if stop == "cancelled" else SweepState.FAILED
+                reason = stop
+                break
+    except OSError as exc:
+        state, reason = SweepState.FAILED, f"could not start the load generator: {exc}"
+    await finish(sweep_id=plan.sweep_id, state=state, reason=reason)
+    return {
+        "sweep_id": plan.sweep_id,
+        "state": state,
+        "reason": reason,
+        "levels_finished": recorder.levels_finished,
+        "split": True,
+    }
+
+
+__all__ = [
+    "ShardLevel",
+    "combine_samples",
+    "merge_shard_levels",
+    "run_split_sweep",
+    "shard_count",
+    "split_needed",
+]
