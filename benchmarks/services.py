@@ -279,6 +279,64 @@ def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
     return sweep
 
 
+def sweep_resume(*, sweep: Sweep, user: Any = None) -> Sweep:
+    """Continue an interrupted sweep from its first level that did not complete: completed
+    levels are kept as they are; the cut level is measured again from its start."""
+    sweep.refresh_from_db()
+    if sweep.state != SweepState.INTERRUPTED:
+        raise ValidationError(
+            {"state": f"only an interrupted sweep can be resumed (this one is {sweep.state})"}
+        )
+    completed = set(
+        SweepLevel.objects.filter(sweep=sweep, state=LevelState.COMPLETED).values_list(
+            "index", flat=True
+        )
+    )
+    resume_from = next((i for i in range(len(sweep.levels)) if i not in completed), None)
+    if resume_from is None:
+        raise ValidationError({"state": "every level of this sweep completed: nothing to resume"})
+    if sweep.instance is not None and sweep.instance.state != InstanceState.READY:
+        raise ValidationError(
+            {"instance": f"server #{sweep.instance.pk} is {sweep.instance.state}, not ready"}
+        )
+    who = getattr(user, "username", "") or "the system"
+    with transaction.atomic():
+        updated = Sweep.objects.filter(pk=sweep.pk, state=SweepState.INTERRUPTED).update(
+            state=SweepState.QUEUED,
+            reason=f"resumed by {who} from level {resume_from + 1} (C={sweep.levels[resume_from]})",
+            finished_at=None,
+        )
+        if not updated:
+            raise ValidationError({"state": "the sweep changed meanwhile; reload and retry"})
+        job = job_enqueue(
+            kind=SWEEP_JOB_KIND,
+            params={"sweep_id": sweep.pk, "resume_from": resume_from},
+            lock_key=sweep_lock_key(sweep.pk),
+            user=user,
+        )
+        Sweep.objects.filter(pk=sweep.pk).update(job=job)
+        transaction.on_commit(lambda: _broadcast_state(sweep.pk))
+    sweep.refresh_from_db()
+    return sweep
+
+
+def sweep_abandon(*, sweep: Sweep, user: Any = None) -> Sweep:
+    """Close an interrupted sweep for good: it becomes cancelled, every level kept."""
+    sweep.refresh_from_db()
+    if sweep.state != SweepState.INTERRUPTED:
+        raise ValidationError(
+            {"state": f"only an interrupted sweep can be abandoned (this one is {sweep.state})"}
+        )
+    who = getattr(user, "username", "") or "the system"
+    with transaction.atomic():
+        Sweep.objects.filter(pk=sweep.pk, state=SweepState.INTERRUPTED).update(
+            state=SweepState.CANCELLED, reason=f"abandoned by {who} after: {sweep.reason}"
+        )
+        transaction.on_commit(lambda: _broadcast_state(sweep.pk))
+    sweep.refresh_from_db()
+    return sweep
+
+
 # -- recording what the job sees (sync; the async job calls these through sync_to_async) --
 
 
@@ -293,6 +351,8 @@ class SweepPlan:
     load: dict[str, Any]
     records_path: Path
     instance_id: int | None
+    # A resumed sweep runs levels[level_offset:]; the load generator numbers them from 0.
+    level_offset: int = 0
 
 
 def _broadcast_state(sweep_id: int) -> None:
@@ -312,7 +372,7 @@ def _broadcast_level(level: SweepLevel) -> None:
     realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)
 
 
-def sweep_begin(*, sweep_id: int) -> SweepPlan | None:
+def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
     """Mark a queued sweep running and return its plan; None if it is no longer queued
     (cancelled meanwhile). Fails the sweep at once if its server is not ready."""
     with transaction.atomic():
@@ -341,10 +401,11 @@ def sweep_begin(*, sweep_id: int) -> SweepPlan | None:
         sweep_id=sweep_id,
         base_url=instance.base_url if instance is not None else sweep.base_url,
         model=str(target.get("model") or "default"),
-        levels=list(sweep.levels),
+        levels=list(sweep.levels)[resume_from:],
         load=dict(sweep.load),
         records_path=records,
         instance_id=instance.pk if instance is not None else None,
+        level_offset=resume_from,
     )
 
 

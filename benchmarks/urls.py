@@ -12,6 +12,8 @@ urlpatterns = [
     path("sweeps/new/", views.sweep_new, name="sweep-new"),
     path("sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep-detail"),
     path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep-cancel"),
+    path("sweeps/<int:sweep_id>/resume/", views.sweep_resume, name="sweep-resume"),
+    path("sweeps/<int:sweep_id>/abandon/", views.sweep_abandon, name="sweep-abandon"),
     path("sweeps/<int:sweep_id>/levels.csv", views.sweep_export_csv, name="sweep-export-csv"),
     path("sweeps/<int:sweep_id>/levels.json", views.sweep_export_json, name="sweep-export-json"),
     path(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.http import (
@@ -80,6 +83,26 @@ def sweep_cancel(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
         context = {"sweep": sweep, "can_run_sweeps": True}
         return render(request, "benchmarks/sweep_detail.html#sweep-actions", context)
     return redirect("benchmarks:sweep-detail", sweep_id=sweep.pk)
+
+
+@require_POST
+@roles.sweep_operator_required
+def sweep_resume(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    return _interrupted_action(request, sweep_id, services.sweep_resume)
+
+
+@require_POST
+@roles.sweep_operator_required
+def sweep_abandon(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    return _interrupted_action(request, sweep_id, services.sweep_abandon)
+
+
+def _interrupted_action(request: HttpRequest, sweep_id: int, action: Any) -> HttpResponse:
+    try:
+        action(sweep=_sweep_or_404(sweep_id), user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("benchmarks:sweep-detail", sweep_id=sweep_id)
 
 
 @roles.viewer_required

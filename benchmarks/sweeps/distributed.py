@@ -414,7 +414,7 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""
     try:
-        for index, concurrency in enumerate(plan.levels):
+        for index, concurrency in enumerate(plan.levels, start=plan.level_offset):
             if ctx.cancelled.is_set():
                 state, reason = SweepState.CANCELLED, "cancelled"
                 break

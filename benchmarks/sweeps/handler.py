@@ -155,7 +155,8 @@ async def _supervise(
 async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     """The job handler of ``sweep.run``; params: ``{"sweep_id": ...}``."""
     sweep_id = int(ctx.params["sweep_id"])
-    plan = await sync_to_async(services.sweep_begin)(sweep_id=sweep_id)
+    resume_from = int(ctx.params.get("resume_from", 0))
+    plan = await sync_to_async(services.sweep_begin)(sweep_id=sweep_id, resume_from=resume_from)
     if plan is None:
         return {"sweep_id": sweep_id, "skipped": "not queued or server not ready"}
     finish = sync_to_async(services.sweep_finish)
@@ -179,7 +180,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
         return {"sweep_id": sweep_id, "state": SweepState.FAILED}
     logger.info("sweep %s: load generator pid %s: %s", sweep_id, proc.pid, argv)
-    recorder = SweepRecorder(sweep_id)
+    recorder = SweepRecorder(sweep_id, level_offset=plan.level_offset)
     try:
         state, reason, exit_code = await _supervise(ctx, plan, proc, recorder)
     except asyncio.CancelledError:

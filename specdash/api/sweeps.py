@@ -162,6 +162,24 @@ def sweep_cancel(
     return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
 
 
+@router.post("/sweeps/{sweep_id}/resume", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+def sweep_resume(
+    request: HttpRequest, sweep_id: int = path_id("Sweep id")
+) -> Status[dict[str, Any]]:
+    """Continue an interrupted sweep from its first level that did not complete."""
+    user = require_sweeper(request)
+    return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
+
+
+@router.post("/sweeps/{sweep_id}/abandon", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+def sweep_abandon(
+    request: HttpRequest, sweep_id: int = path_id("Sweep id")
+) -> Status[dict[str, Any]]:
+    """Close an interrupted sweep for good (cancelled, every level kept)."""
+    user = require_sweeper(request)
+    return _accepted(services.sweep_abandon(sweep=_sweep(sweep_id), user=user))
+
+
 @router.get(
     "/sweeps/{sweep_id}/levels.csv",
     response=responses({}),

@@ -166,3 +166,29 @@ def test_exports_csv_json_and_records(
     records = as_viewer.get(f"/api/v1/sweeps/{sweep.pk}/records.jsonl")
     assert records["Content-Type"] == "application/x-ndjson"
     assert json.loads(b"".join(records.streaming_content)) == {"ok": True, "output_tokens": 16}
+
+
+def test_an_interrupted_sweep_is_resumed_or_abandoned_over_the_api(
+    as_operator: ApiClient, as_viewer: ApiClient, ready: Any
+) -> None:
+    sweep = Sweep.objects.create(
+        instance=ready, profile=ready.profile, levels=[1, 2], state="interrupted",
+        reason="interrupted: worker gone",
+    )  # fmt: skip
+    SweepLevel.objects.create(sweep=sweep, index=0, concurrency=1, state="completed")
+    assert as_viewer.post(f"/api/v1/sweeps/{sweep.pk}/resume").status_code == 403
+    response = as_operator.post(f"/api/v1/sweeps/{sweep.pk}/resume")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["sweep"]["state"] == "queued"
+    assert body["job"]["kind"] == "sweep.run"
+    sweep.refresh_from_db()
+    assert sweep.job is not None and sweep.job.params == {"sweep_id": sweep.pk, "resume_from": 1}
+    # Only an interrupted sweep: the queued one is refused with the error shape.
+    refused = as_operator.post(f"/api/v1/sweeps/{sweep.pk}/abandon")
+    assert refused.status_code in {409, 422}
+    assert "only an interrupted sweep" in json.dumps(error_of(refused))
+    Sweep.objects.filter(pk=sweep.pk).update(state="interrupted")
+    abandoned = as_operator.post(f"/api/v1/sweeps/{sweep.pk}/abandon")
+    assert abandoned.status_code == 202
+    assert abandoned.json()["sweep"]["state"] == "cancelled"

@@ -1,0 +1,106 @@
+"""An interrupted sweep can be resumed from its first unfinished level, or abandoned."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.test import Client
+
+from benchmarks import services
+from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps import handler
+from hosts.jobs import JobContext
+from hosts.models import Job, JobState
+from tests.benchmarks.conftest import Simulator, level_summary_event, load
+
+
+def _interrupt_after_first_level(sweep: Sweep) -> None:
+    """What a dead worker leaves behind: level 0 completed, level 1 partial, interrupted."""
+    services.sweep_begin(sweep_id=sweep.pk)
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
+    services.sweep_finish(
+        sweep_id=sweep.pk, state=SweepState.INTERRUPTED, reason="interrupted: worker gone"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_resume_runs_only_the_unfinished_levels_and_keeps_the_completed_one(
+    simulator: Simulator,
+) -> None:
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=simulator.base_url, levels=[1, 2, 3],
+        load=load(model=simulator.model, requests_per_level=12, max_tokens=4),
+    )  # fmt: skip
+    await sync_to_async(_interrupt_after_first_level)(sweep)
+    first = await SweepLevel.objects.aget(sweep=sweep, index=0)
+
+    resumed = await sync_to_async(services.sweep_resume)(sweep=sweep)
+    assert resumed.state == SweepState.QUEUED
+    assert "from level 2 (C=2)" in resumed.reason
+    job = await Job.objects.aget(pk=resumed.job_id)
+    assert (job.kind, job.params) == ("sweep.run", {"sweep_id": sweep.pk, "resume_from": 1})
+
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+    result = await asyncio.wait_for(handler.run_sweep(ctx), 90)
+    assert result["state"] == SweepState.COMPLETED
+    levels = {lv.index: lv async for lv in SweepLevel.objects.filter(sweep=sweep)}
+    assert sorted(levels) == [0, 1, 2]
+    assert [levels[i].concurrency for i in range(3)] == [1, 2, 3]
+    assert all(lv.state == LevelState.COMPLETED for lv in levels.values())
+    assert levels[1].requests_ok == 12 and levels[2].requests_ok == 12
+    # The level measured before the interruption is untouched.
+    assert (levels[0].finished_at, levels[0].output_tok_s) == (
+        first.finished_at,
+        first.output_tok_s,
+    )
+
+
+@pytest.mark.django_db
+def test_abandon_closes_an_interrupted_sweep_and_keeps_its_levels(ready_instance: Any) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
+    _interrupt_after_first_level(sweep)
+    abandoned = services.sweep_abandon(sweep=sweep)
+    assert abandoned.state == SweepState.CANCELLED
+    assert abandoned.reason == "abandoned by the system after: interrupted: worker gone"
+    states = dict(SweepLevel.objects.filter(sweep=sweep).values_list("index", "state"))
+    assert states == {0: LevelState.COMPLETED, 1: LevelState.PARTIAL}
+    with pytest.raises(ValidationError):
+        services.sweep_resume(sweep=abandoned)
+
+
+@pytest.mark.django_db
+def test_only_an_interrupted_sweep_can_be_resumed_and_only_on_a_ready_server(
+    ready_instance: Any,
+) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
+    with pytest.raises(ValidationError, match="only an interrupted sweep"):
+        services.sweep_resume(sweep=sweep)
+    _interrupt_after_first_level(sweep)
+    ready_instance.state = "crashed"
+    ready_instance.save(update_fields=["state"])
+    sweep.refresh_from_db()
+    with pytest.raises(ValidationError, match="not ready"):
+        services.sweep_resume(sweep=sweep)
+    assert Job.objects.filter(kind="sweep.run", state=JobState.QUEUED).count() == 1  # the original
+
+
+@pytest.mark.django_db
+def test_viewers_cannot_resume_or_abandon_operators_can(
+    client: Client, viewer: Any, operator: Any, ready_instance: Any
+) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
+    _interrupt_after_first_level(sweep)
+    client.force_login(viewer)
+    assert client.post(f"/sweeps/{sweep.pk}/resume/").status_code == 403
+    assert client.post(f"/sweeps/{sweep.pk}/abandon/").status_code == 403
+    client.force_login(operator)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert 'data-testid="resume-sweep"' in page and 'data-testid="abandon-sweep"' in page
+    assert client.post(f"/sweeps/{sweep.pk}/resume/").status_code == 302
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.QUEUED
