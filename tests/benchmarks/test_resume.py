@@ -42,6 +42,7 @@ async def test_resume_runs_only_the_unfinished_levels_and_keeps_the_completed_on
     resumed = await sync_to_async(services.sweep_resume)(sweep=sweep)
     assert resumed.state == SweepState.QUEUED
     assert "from level 2 (C=2)" in resumed.reason
+    assert resumed.job_id is not None
     job = await Job.objects.aget(pk=resumed.job_id)
     assert (job.kind, job.params) == ("sweep.run", {"sweep_id": sweep.pk, "resume_from": 1})
 
