@@ -148,6 +148,8 @@ async def _host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
     return {
         "gpus": list(smi.get("gpus") or []),
         "nvidia_smi_error": smi.get("error"),
+        "driver_version": smi.get("driver_version"),
+        "cuda_version": smi.get("cuda_version"),
         "engines": answer.get("engines") or {},
         "hostname": answer.get("hostname"),
         "kernel": answer.get("kernel"),

@@ -193,6 +193,8 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
         "env": instance.get("env"),
         "server_info": instance.get("server_info"),
         "gpus": gpu_summary(probe.get("gpus") or [], instance.get("gpu_ids") or []),
+        "driver_version": probe.get("driver_version"),
+        "cuda_version": probe.get("cuda_version"),
         "host": instance.get("host"),
         "notes": sweep.notes,
         "tags": list(sweep.tags),

@@ -13,6 +13,7 @@ from .config import default_state_dir
 from .gpu import Entry, Gpu, live_entries, load_inventory, process_name
 
 DRIVER_VERSION = "580.95.05"
+CUDA_VERSION = "13.0"
 UTIL_FRESH_S = 5.0
 
 GpuField = Callable[[Gpu, "Snapshot"], str]
@@ -127,7 +128,11 @@ def render_list(state_dir: str) -> list[str]:
 def render_summary(state_dir: str) -> list[str]:
     snap = Snapshot(state_dir)
     lines = [time.strftime("%a %b %d %H:%M:%S %Y")]
-    lines += [f"NVIDIA-SMI (specdash simulator)  Driver Version: {DRIVER_VERSION}", ""]
+    lines += [
+        f"NVIDIA-SMI (specdash simulator)  Driver Version: {DRIVER_VERSION}  "
+        f"CUDA Version: {CUDA_VERSION}",
+        "",
+    ]
     for g in snap.gpus:
         used = snap.used.get(g.index, 0)
         lines.append(f"GPU {g.index}  {g.name}  {used}MiB / {g.total_mib}MiB  {_util(g, snap)}%")

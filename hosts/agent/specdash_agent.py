@@ -1273,6 +1273,20 @@ def _container_evidence() -> list[str]:
     return evidence
 
 
+def _driver_versions(exe: str) -> dict[str, Any]:
+    """Driver and CUDA versions from the plain nvidia-smi header, as an operator reads them."""
+    try:
+        proc = subprocess.run([exe], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {"driver_version": None, "cuda_version": None}
+    driver = re.search(r"Driver Version:\s*([0-9][0-9.]*)", proc.stdout)
+    cuda = re.search(r"CUDA Version:\s*([0-9][0-9.]*)", proc.stdout)
+    return {
+        "driver_version": driver.group(1) if driver else None,
+        "cuda_version": cuda.group(1) if cuda else None,
+    }
+
+
 def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
     import platform
 
@@ -1298,6 +1312,8 @@ def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
             nvidia["gpus"] = [line for line in proc.stdout.splitlines() if line.strip()]
             if proc.returncode != 0:
                 nvidia["error"] = (proc.stderr or proc.stdout).strip()[-500:]
+            else:
+                nvidia.update(_driver_versions(exe))
         except (OSError, subprocess.TimeoutExpired) as exc:
             nvidia["error"] = str(exc)
     engines: dict[str, Any] = {}

@@ -191,9 +191,18 @@ async def _stop(
             plan, f"{reason}; the stop could not be completed: {exc}", {}
         )
         return "dirty"
-    await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
+    # The probe's reading after the verification is part of the verdict, not just the chart.
+    reading = await telemetry.gpu_record_now(
+        agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id
+    )
     return await sync_to_async(steps.finish_stop)(
-        plan, reason=reason, stop=stop, verify=verify, exit_code=exit_code, failed=failed
+        plan,
+        reason=reason,
+        stop=stop,
+        verify=verify,
+        exit_code=exit_code,
+        failed=failed,
+        probe_reading=reading,
     )
 
 

@@ -269,6 +269,27 @@ def _evidence(stop: dict[str, Any] | None, verify: dict[str, Any]) -> dict[str, 
     }
 
 
+GPU_TOLERANCE_MB = 512  # the agent's default tolerance too
+
+
+def probe_gpu_problems(plan: Plan, reading: dict[str, Any] | None) -> list[str]:
+    """The telemetry probe's own reading after the stop, checked against the level before
+    the start: both readers must agree that the instance's GPUs were released."""
+    if not reading or not plan.baseline_gpu_memory:
+        return []
+    used = dict(zip(reading.get("index", []), reading.get("used", []), strict=False))
+    problems = []
+    for gpu in plan.gpu_ids:
+        before = plan.baseline_gpu_memory.get(str(gpu))
+        now = used.get(gpu)
+        if before is not None and now is not None and now > before + GPU_TOLERANCE_MB:
+            problems.append(
+                f"GPU {gpu} holds {now} MiB, {now - before} MiB above its level before start "
+                "(telemetry probe)"
+            )
+    return problems
+
+
 def finish_stop(
     plan: Plan,
     *,
@@ -277,8 +298,18 @@ def finish_stop(
     verify: dict[str, Any],
     exit_code: int | None,
     failed: bool,
+    probe_reading: dict[str, Any] | None = None,
 ) -> str:
+    probe_problems = probe_gpu_problems(plan, probe_reading)
+    if probe_problems and verify.get("verdict") == "stopped":
+        verify = {
+            **verify,
+            "verdict": "dirty",
+            "reasons": [*verify.get("reasons", []), *probe_problems],
+        }
     evidence = _evidence(stop, verify)
+    if probe_reading is not None:
+        evidence["gpu_memory_probe"] = probe_reading
     code = exit_code if exit_code is not None else stop.get("exit_code")
     if verify.get("verdict") == "stopped":
         state = InstanceState.FAILED if failed else InstanceState.STOPPED

@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from benchmarks.experiments import equivalence, services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel
 from benchmarks.models.experiments import ExperimentState
+from benchmarks.simulator import smi
 from benchmarks.simulator.model import predict_closed_loop
 from benchmarks.simulator.profiles import PROFILES
 from benchmarks.simulator.scheduler import SchedulerCore, SimRequest
@@ -120,6 +121,9 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     sweep = await Sweep.objects.aget(experiment_step=steps[1])
     assert "--seed" in sweep.environment["instance"]["launch_argv"]
     assert sweep.environment["host_probe"]["gpus"][0].startswith("GPU 0: NVIDIA")
+    # Driver and CUDA versions travel from nvidia-smi through the agent into the sweep.
+    assert sweep.environment["host_probe"]["cuda_version"] == smi.CUDA_VERSION
+    assert sweep.environment["host_probe"]["driver_version"] == smi.DRIVER_VERSION
     assert sweep.tags[:1] == ["ci"] and sweep.notes == "e2e"
 
     comparison = experiment.comparison

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,23 @@ def test_probe_reports_the_host() -> None:
     assert result["uid"] >= 0
     assert isinstance(result["container"]["detected"], bool)
     assert "sglang" in result["engines"][result["executable"]]
+
+
+def test_probe_reports_gpus_driver_and_cuda_versions_from_nvidia_smi(tmp_path: Path) -> None:
+    sim_bin = Path(__file__).resolve().parents[3] / "benchmarks" / "simulator" / "bin"
+    env = {
+        **os.environ,
+        "PATH": f"{sim_bin}:{os.environ['PATH']}",
+        "SPECDASH_SIM_STATE_DIR": str(tmp_path / "gpu"),
+        "SPECDASH_SIM_GPU_COUNT": "2",
+    }
+    smi = run_agent("probe", {}, env=env).result["nvidia_smi"]
+    assert smi["available"] is True
+    assert [g.split(":")[0] for g in smi["gpus"]] == ["GPU 0", "GPU 1"]
+    # The versions are read from nvidia-smi's own header, as an operator reads them.
+    header = subprocess.run(
+        ["nvidia-smi"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert f"Driver Version: {smi['driver_version']}" in header
+    assert f"CUDA Version: {smi['cuda_version']}" in header
+    assert smi["driver_version"] and smi["cuda_version"]
