@@ -9,8 +9,10 @@ its own request records; the level summary is computed once, by
 averaging the shards' summaries), and carries the per-shard split with every shard that fell
 behind flagged. Unset, every sweep runs exactly as before: one process for all its levels.
 
-Shards run as children of the worker that owns the sweep job; records are tied together
-through the wall clock, so shards on several machines need synchronised clocks (NTP).
+Shards run as children of the worker that owns the sweep job, or, with
+``SPECDASH_LOADGEN_SHARD_JOBS=1``, as ``sweep.shard`` jobs that any worker on any machine
+claims (``benchmarks.sweeps.shards``). Records are tied together through the wall clock, so
+shards on several machines need synchronised clocks (NTP).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
+from benchmarks.sweeps.shards import RemoteShardProcess, shard_jobs_enabled
 from hosts.jobs import JobContext
 from hosts.models import InstanceState
+from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +97,7 @@ class Shard:
     run_end: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     last_sample: dict[str, Any] | None = None
+    worker_id: str = ""  # the job worker that ran it, when shards run as jobs
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ class ShardLevel:
     reason: str | None = None
     client: dict[str, Any] = field(default_factory=dict)
     start_at: float | None = None
+    worker_id: str = ""
 
 
 def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
@@ -131,6 +137,7 @@ def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
         "achieved_concurrency": own["achieved_concurrency"],
         "start_lag_s": lag,
         "client_limited": bool(part.client.get("client_limited")),
+        "worker": part.worker_id or "coordinator",
     }
 
 
@@ -276,10 +283,10 @@ class _Level:
         self.index = index
         self.concurrency = concurrency
         self.shards: list[Shard] = []
-        self.procs: list[LoadgenProcess] = []
+        self.procs: list[LoadgenProcess | RemoteShardProcess] = []
         self._fresh: set[int] = set()
 
-    async def read(self, shard: Shard, proc: LoadgenProcess) -> None:
+    async def read(self, shard: Shard, proc: LoadgenProcess | RemoteShardProcess) -> None:
         async for event in proc.events():
             kind = event.get("event")
             if kind == "run_start":
@@ -321,6 +328,7 @@ async def _run_level(
     ctx: JobContext,
     plan: services.SweepPlan,
     recorder: SweepRecorder,
+    server: LevelServerMetrics,
     index: int,
     concurrency: int,
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -344,10 +352,21 @@ async def _run_level(
             start_at=start_at,
             run_id=f"s{plan.sweep_id}-l{index}",
         )
-        level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
-    await recorder.handle(
-        {"event": "level_start", "level_index": index, "concurrency": concurrency, "t": start_at}
-    )
+        if shard_jobs_enabled():
+            # Any worker, on any machine, may claim it; it reports through its job row.
+            level.procs.append(
+                await RemoteShardProcess.start(
+                    argv,
+                    records_path=shard.records_path,
+                    lock_key=f"sweep:{plan.sweep_id}:level:{index}:shard:{shard.index}",
+                )
+            )
+        else:
+            level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
+    started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
+               "t": start_at}  # fmt: skip
+    await recorder.handle(started)
+    await server.observe(started)
     readers = [
         asyncio.create_task(level.read(s, p))
         for s, p in zip(level.shards, level.procs, strict=True)
@@ -368,6 +387,8 @@ async def _run_level(
             await asyncio.wait({all_read}, timeout=STOP_GRACE_S)
         for shard, proc in zip(level.shards, level.procs, strict=True):
             shard.exit_code = await proc.stop(grace=5)
+            if isinstance(proc, RemoteShardProcess):
+                shard.worker_id = proc.worker_id
     finally:
         for task in stoppers:
             task.cancel()
@@ -392,6 +413,7 @@ async def _run_level(
                 reason=shard.summary.get("reason"),
                 client=dict(shard.summary.get("client") or {}),
                 start_at=start_at,
+                worker_id=shard.worker_id,
             )
         )
     if not parts:
@@ -411,6 +433,7 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
+    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""
     try:
@@ -418,11 +441,11 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
             if ctx.cancelled.is_set():
                 state, reason = SweepState.CANCELLED, "cancelled"
                 break
-            summary, stop = await _run_level(ctx, plan, recorder, index, concurrency)
+            summary, stop = await _run_level(ctx, plan, recorder, server, index, concurrency)
             if summary is not None:
-                await recorder.handle(
-                    {"event": "level_summary", "level_index": index, "summary": summary}
-                )
+                event = {"event": "level_summary", "level_index": index, "summary": summary}
+                await recorder.handle(event)
+                await server.observe(event)  # the server's own figures for exactly this level
             if stop is not None:
                 state = SweepState.CANCELLED if stop == "cancelled" else SweepState.FAILED
                 reason = stop
