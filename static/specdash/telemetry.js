@@ -234,7 +234,7 @@
         bar.style.height = pct + "%";
         cell.appendChild(bar);
         const label = document.createElement("small");
-        label.textContent = g + ": " + pct + "% · " + (util === null ? "-" : util + "%");
+        label.textContent = "GPU " + g + " " + pct + "% · " + (util === null ? "-" : util + "%");
         cell.appendChild(label);
         return cell;
       });
