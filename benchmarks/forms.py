@@ -18,13 +18,10 @@ class InstanceChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
         return f"{obj.profile.name} · #{obj.pk} on {obj.host.name}:{obj.port}"
 
 
-class SweepForm(forms.Form):
-    instance = InstanceChoiceField(
-        queryset=ServerInstance.objects.none(),
-        label="Target server",
-        empty_label="Choose a ready server",
-    )
-    name = forms.CharField(max_length=200, required=False)
+class LoadPlanForm(forms.Form):
+    """What sweeps and experiments share: the levels, the load settings, notes and tags,
+    and how the service's validation errors are shown on the fields."""
+
     levels = forms.CharField(
         initial=", ".join(str(c) for c in DEFAULT_LEVELS),
         help_text=f"Concurrency levels, comma separated (1 to {services.MAX_CONCURRENCY})",
@@ -53,12 +50,6 @@ class SweepForm(forms.Form):
         "temperature",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["instance"]
-        assert isinstance(field, InstanceChoiceField)
-        field.queryset = selectors.sweep_target_instances()
-
     def clean_levels(self) -> list[int]:
         text: str = self.cleaned_data["levels"]
         parts = [p for p in re.split(r"[,\s]+", text) if p]
@@ -69,13 +60,11 @@ class SweepForm(forms.Form):
     def clean_tags(self) -> list[str]:
         return [t.strip() for t in self.cleaned_data["tags"].split(",") if t.strip()]
 
-    def service_kwargs(self) -> dict[str, Any]:
+    def plan_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         return {
-            "instance": data["instance"],
             "levels": data["levels"],
             "load": {name: data.get(name) for name in self.LOAD_FIELDS},
-            "name": data["name"],
             "notes": data["notes"],
             "tags": data["tags"],
         }
@@ -87,3 +76,24 @@ class SweepForm(forms.Form):
             return
         for field, messages in error.message_dict.items():
             self.add_error(field if field in self.fields else None, messages)
+
+
+class SweepForm(LoadPlanForm):
+    instance = InstanceChoiceField(
+        queryset=ServerInstance.objects.none(),
+        label="Target server",
+        empty_label="Choose a ready server",
+    )
+    name = forms.CharField(max_length=200, required=False)
+
+    field_order = ["instance", "name", "levels"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["instance"]
+        assert isinstance(field, InstanceChoiceField)
+        field.queryset = selectors.sweep_target_instances()
+
+    def service_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {"instance": data["instance"], "name": data["name"], **self.plan_kwargs()}

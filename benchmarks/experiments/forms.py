@@ -3,18 +3,15 @@ live in benchmarks.experiments.services.experiment_create."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import selectors, services
+from benchmarks.forms import LoadPlanForm
 from benchmarks.models.experiments import ExperimentOrder
 from hosts.models import ServerProfile
-
-DEFAULT_EXPERIMENT_LEVELS = "1, 2, 5, 10, 30, 70, 100, 250"
 
 
 class ProfileChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -23,14 +20,7 @@ class ProfileChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
         return f"{obj.name} ({obj.host.name}:{obj.port}{spec})"
 
 
-def _parse_levels(text: str) -> list[int]:
-    parts = [p for p in re.split(r"[,\s]+", text) if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ValidationError("Use whole numbers separated by commas, e.g. 1, 2, 5, 10.")
-    return [int(p) for p in parts]
-
-
-class ExperimentForm(forms.Form):
+class ExperimentForm(LoadPlanForm):
     name = forms.CharField(max_length=200, required=False, help_text="Default: A vs B")
     profile_a = ProfileChoiceField(
         queryset=ServerProfile.objects.none(), label="Profile A (reference)"
@@ -42,20 +32,6 @@ class ExperimentForm(forms.Form):
     profile_d = ProfileChoiceField(
         queryset=ServerProfile.objects.none(), label="Profile D", required=False
     )
-    levels = forms.CharField(
-        initial=DEFAULT_EXPERIMENT_LEVELS,
-        help_text=f"Concurrency levels, comma separated (1 to {sweep_services.MAX_CONCURRENCY})",
-    )
-    requests_per_level = forms.IntegerField(
-        required=False, initial=100, help_text="Or leave empty and give a duration"
-    )
-    duration = forms.FloatField(required=False, label="Duration per level (s)")
-    warmup_requests = forms.IntegerField(initial=0, required=False, label="Warm-up requests")
-    input_tokens = forms.IntegerField(initial=128)
-    max_tokens = forms.IntegerField(initial=128, label="Max output tokens")
-    api = forms.ChoiceField(choices=[(a, a) for a in sweep_services.APIS], initial="completions")
-    ignore_eos = forms.BooleanField(required=False, initial=True, label="Ignore EOS")
-    temperature = forms.FloatField(required=False)
     repeats = forms.IntegerField(
         initial=1, min_value=1, max_value=services.MAX_REPEATS, help_text="Sweeps per profile"
     )
@@ -71,20 +47,12 @@ class ExperimentForm(forms.Form):
         label="Check output equivalence",
         help_text="Send a few fixed prompts greedily to each profile and compare the outputs",
     )
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-    tags = forms.CharField(required=False, help_text="Comma separated")
 
     PROFILE_FIELDS = ("profile_a", "profile_b", "profile_c", "profile_d")
-    LOAD_FIELDS = (
-        "requests_per_level",
-        "duration",
-        "warmup_requests",
-        "input_tokens",
-        "max_tokens",
-        "api",
-        "ignore_eos",
-        "temperature",
-    )
+    field_order = [
+        "name", *PROFILE_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS, "repeats", "order",
+        "continue_on_start_failure", "check_output_equivalence", "notes", "tags",
+    ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,35 +61,23 @@ class ExperimentForm(forms.Form):
             assert isinstance(field, ProfileChoiceField)
             field.queryset = selectors.experiment_profiles()
 
-    def clean_levels(self) -> list[int]:
-        return _parse_levels(self.cleaned_data["levels"])
-
-    def clean_tags(self) -> list[str]:
-        return [t.strip() for t in self.cleaned_data["tags"].split(",") if t.strip()]
-
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         return {
             "profiles": [data[n] for n in self.PROFILE_FIELDS if data.get(n) is not None],
-            "levels": data["levels"],
-            "load": {name: data.get(name) for name in self.LOAD_FIELDS},
             "name": data["name"],
             "repeats": data["repeats"],
             "order": data["order"],
             "continue_on_start_failure": data["continue_on_start_failure"],
             "check_output_equivalence": data["check_output_equivalence"],
-            "notes": data["notes"],
-            "tags": data["tags"],
+            **self.plan_kwargs(),
         }
 
     def add_service_error(self, error: ValidationError) -> None:
-        """Show the service's errors next to the fields they name."""
-        if not hasattr(error, "error_dict"):
-            self.add_error(None, error)
-            return
-        for field, messages in error.message_dict.items():
-            target = "profile_b" if field == "profiles" else field
-            self.add_error(target if target in self.fields else None, messages)
+        # A problem with the set of profiles shows next to the first optional choice, B.
+        if hasattr(error, "error_dict") and "profiles" in error.error_dict:
+            error.error_dict["profile_b"] = error.error_dict.pop("profiles")
+        super().add_service_error(error)
 
 
 def parse_sweep_ids(values: list[str]) -> list[int]:
