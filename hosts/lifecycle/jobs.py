@@ -22,7 +22,7 @@ from hosts.jobs import JobContext, job_handler, on_interrupted
 from hosts.lifecycle import steps
 from hosts.lifecycle.readiness import check_ready, fetch_server_info, is_healthy
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import InstanceState
+from hosts.models import InstanceState, ServerInstance
 from hosts.telemetry import manager as telemetry
 from hosts.transports import TransportError
 
@@ -233,6 +233,10 @@ async def _adopt(
         )
         return {"outcome": "lost"}
     if not status.get("alive"):
+        leftovers = [m for m in status.get("members") or [] if m.get("state") != "Z"]
+        if leftovers:
+            # Its workers outlived it (and may hold GPU memory): clean up by marker, verify.
+            return {"outcome": await _clean_up_leftovers(plan, agent, status, len(leftovers))}
         await sync_to_async(steps.mark_lost)(
             plan,
             f"Server gone after a dashboard restart (exit code {status.get('exit_code')})",
@@ -251,6 +255,25 @@ async def _adopt(
     elif not await is_healthy(client, plan.readiness):
         await sync_to_async(steps.note)(plan, "Adopted, but its health check does not answer yet")
     return await _watch(ctx, plan, agent, client)
+
+
+async def _clean_up_leftovers(
+    plan: steps.Plan, agent: Agent, status: dict[str, Any], count: int
+) -> str:
+    """The server died while nobody watched, leaving processes of its own behind."""
+    code = status.get("exit_code")
+    why = (
+        f"Server died while the dashboard was down (exit code {code}); {count} leftover process(es)"
+    )
+    if plan.state == InstanceState.READY:
+        await sync_to_async(steps.mark_crashed)(plan, code, status)
+        await _cleanup_after_crash(plan, agent)
+        state = await ServerInstance.objects.values_list("state", flat=True).aget(
+            pk=plan.instance_id
+        )
+        return str(state)
+    failed = plan.state in {InstanceState.STARTING, InstanceState.LOADING}
+    return await _stop(plan, agent, reason=why, exit_code=code, failed=failed)
 
 
 @on_interrupted("server.run")

@@ -119,3 +119,32 @@ async def test_a_server_gone_during_the_restart_is_marked_lost_with_the_evidence
     assert [m for m in status["members"] if m["state"] not in ("Z", "X")] == []
     assert not await sync_to_async(lambda: lost.gpu_claims.exists())()
     assert gpu_used_mb(sim_state) == before
+
+
+async def test_workers_that_outlived_their_server_during_the_restart_are_found_and_cleaned_up(
+    workers: Any, sim_profile: Any, sim_state: Path
+) -> None:
+    profile = await sync_to_async(sim_profile)("--fault-orphan-workers")
+    before = gpu_used_mb(sim_state)
+    instance = await start(profile)
+    await shut_down_the_first_dashboard(workers, instance.pk)
+    held = await ServerInstance.objects.aget(pk=instance.pk)
+    assert held.pid is not None
+    os.kill(held.pid, signal.SIGKILL)  # the server dies while no dashboard watches
+    orphans = [p for p in marker_pids(held.run_id) if p != held.pid and alive(p)]
+    assert orphans, "the orphan workers should survive their parent"
+    assert gpu_used_mb(sim_state) != before  # ...and keep their GPU memory
+
+    workers("dashboard-2")
+    final = await wait_state(instance.pk, InstanceState.CRASHED, InstanceState.DIRTY, timeout=60)
+    assert final.state == InstanceState.CRASHED, (final.reason, final.evidence)
+    # The clean-up after the crash runs in the same job: it ends by releasing the GPU claims
+    # once the verification found them free.
+    async with asyncio.timeout(30):
+        while await sync_to_async(lambda: final.gpu_claims.exists())():
+            await asyncio.sleep(0.1)
+    final = await ServerInstance.objects.aget(pk=instance.pk)
+    assert final.state == InstanceState.CRASHED
+    assert final.exit_code == -9
+    assert not any(alive(p) for p in orphans)
+    assert gpu_used_mb(sim_state) == before
