@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import TypeVar
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from benchmarks import selectors as bench_selectors
 from benchmarks.models import Experiment, Sweep, SweepSample
 from hosts import selectors as host_selectors
 from hosts.models import Container, Host, InstanceEvent, Job, ServerInstance, ServerProfile
 from hosts.services import instance_lock_key
+
+M = TypeVar("M", bound=Model)
 
 
 def tag_q(field: str, tag: str) -> Q:
@@ -22,6 +25,27 @@ def tag_q(field: str, tag: str) -> Q:
     # SQLite has no JSON containment lookup: match the element's JSON text, quotes included,
     # so "base" does not match "baseline". Tags are short lists, so this stays cheap.
     return Q(**{f"{field}__icontains": json.dumps(tag)})
+
+
+def _common_filters(
+    qs: QuerySet[M],
+    *,
+    state: str | None,
+    tag_field: str,
+    tag: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+) -> QuerySet[M]:
+    """The filters every run-like list shares: state, a tag, and a creation-time window."""
+    if state:
+        qs = qs.filter(state=state)
+    if tag:
+        qs = qs.filter(tag_q(tag_field, tag))
+    if created_after is not None:
+        qs = qs.filter(created_at__gte=created_after)
+    if created_before is not None:
+        qs = qs.filter(created_at__lt=created_before)
+    return qs
 
 
 def hosts() -> QuerySet[Host]:
@@ -56,16 +80,14 @@ def instances(
         qs = qs.filter(profile_id=profile_id)
     if host_id is not None:
         qs = qs.filter(host_id=host_id)
-    if state:
-        qs = qs.filter(state=state)
-    if tag:
-        qs = qs.filter(tag_q("profile__tags", tag))
-    q = Q()
-    if created_after is not None:
-        q &= Q(created_at__gte=created_after)
-    if created_before is not None:
-        q &= Q(created_at__lt=created_before)
-    return qs.filter(q)
+    return _common_filters(
+        qs,
+        state=state,
+        tag_field="profile__tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
 
 
 def instance_events(*, instance_id: int) -> QuerySet[InstanceEvent]:
@@ -95,16 +117,14 @@ def sweeps(
         qs = qs.filter(profile_id=profile_id)
     if instance_id is not None:
         qs = qs.filter(instance_id=instance_id)
-    if state:
-        qs = qs.filter(state=state)
-    if tag:
-        qs = qs.filter(tag_q("tags", tag))
-    q = Q()
-    if created_after is not None:
-        q &= Q(created_at__gte=created_after)
-    if created_before is not None:
-        q &= Q(created_at__lt=created_before)
-    return qs.filter(q)
+    return _common_filters(
+        qs,
+        state=state,
+        tag_field="tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
 
 
 def sweep_samples(*, sweep_id: int, level_index: int | None = None) -> QuerySet[SweepSample]:
@@ -136,13 +156,11 @@ def experiments(
     )
     if profile_id is not None:
         qs = qs.filter(arms__profile_id=profile_id).distinct()
-    if state:
-        qs = qs.filter(state=state)
-    if tag:
-        qs = qs.filter(tag_q("tags", tag))
-    q = Q()
-    if created_after is not None:
-        q &= Q(created_at__gte=created_after)
-    if created_before is not None:
-        q &= Q(created_at__lt=created_before)
-    return qs.filter(q)
+    return _common_filters(
+        qs,
+        state=state,
+        tag_field="tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
