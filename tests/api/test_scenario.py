@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.fixtures.dashboard import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "api-scenario-pass-123"
@@ -83,30 +84,8 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     made = board.manage("specdash", "token", "--user", "operator", "--name", "scenario")
     assert made.returncode == 0, made.stderr
     board.token = made.stdout.strip()
-    log = (var / "serve.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(board.url + "/accounts/login/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("dashboard did not start:\n" + (var / "serve.log").read_text())
-            time.sleep(0.2)
+    with serving(env=env, port=port, log_path=var / "serve.log"):
         yield board
-    finally:
-        os.killpg(server.pid, 15)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-        log.close()
 
 
 def _docs_script() -> str:

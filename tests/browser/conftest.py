@@ -7,14 +7,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.fixtures.dashboard import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -66,30 +66,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     board = Dashboard(url=f"http://127.0.0.1:{port}", env=env)
     board.manage("migrate", "--no-input", "-v", "0")
     board.manage("seed_demo")
-    log = (var / "serve.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(board.url + "/accounts/login/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("dashboard did not start:\n" + (var / "serve.log").read_text())
-            time.sleep(0.2)
+    with serving(env=env, port=port, log_path=var / "serve.log"):
         yield board
-    finally:
-        os.killpg(server.pid, 15)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-        log.close()
 
 
 @pytest.fixture(scope="session")
