@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from benchmarks.simulator.app import SimApp
+from tests.fixtures.procs import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SMI = ROOT / "benchmarks" / "simulator" / "bin" / "nvidia-smi"
@@ -92,14 +93,6 @@ def marked_pids(marker: str) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> bool:

@@ -12,7 +12,9 @@ import time
 import httpx
 import pytest
 
-from .conftest import ROOT, alive, cmdline, gpu_used, smi, wait_until
+from tests.fixtures.procs import alive
+
+from .conftest import ROOT, cmdline, gpu_used, smi, wait_until
 
 MiB_40G = 40 * 1024
 

@@ -95,12 +95,6 @@ def ppid_of(pid: int) -> int:
     return int(fields[1])
 
 
-def alive(pid: int) -> bool:
-    """Running, sleeping or stuck: anything but gone or a zombie."""
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
 def comm(pid: int) -> str:
     return Path(f"/proc/{pid}/comm").read_text().strip()
 

@@ -7,10 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.procs import alive
+
 from .helpers import (
     FAKE_ENGINE,
     agent,
-    alive,
     environ,
     pids_with_marker,
     ppid_of,

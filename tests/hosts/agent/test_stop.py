@@ -4,16 +4,9 @@ import os
 import signal
 from typing import Any
 
-from .helpers import (
-    agent,
-    alive,
-    comm,
-    pids_with_marker,
-    ppid_of,
-    start_time,
-    stat_fields,
-    wait_for,
-)
+from tests.fixtures.procs import alive
+
+from .helpers import agent, comm, pids_with_marker, ppid_of, start_time, stat_fields, wait_for
 
 
 def _identity(launched: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from .helpers import agent, alive, start_time
+from tests.fixtures.procs import alive
+
+from .helpers import agent, start_time
 
 
 def _free_port() -> int:

@@ -179,14 +179,6 @@ async def wait_state(instance_id: int, *states: str, timeout: float = 60) -> Ser
             await asyncio.sleep(0.1)
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def marker_pids(run_id: str) -> list[int]:
     return _marker_pids({run_id})
 

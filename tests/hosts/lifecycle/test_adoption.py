@@ -18,14 +18,8 @@ from asgiref.sync import sync_to_async
 
 from hosts.jobs.worker import Worker, WorkerSettings
 from hosts.models import InstanceState, Job, JobState, ServerInstance
-from tests.hosts.lifecycle.conftest import (
-    alive,
-    gpu_used_mb,
-    marker_pids,
-    request_stop,
-    start,
-    wait_state,
-)
+from tests.fixtures.procs import alive
+from tests.hosts.lifecycle.conftest import gpu_used_mb, marker_pids, request_stop, start, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

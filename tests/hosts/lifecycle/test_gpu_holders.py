@@ -16,7 +16,8 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from hosts.models import InstanceState, Job, ServerInstance
-from tests.hosts.lifecycle.conftest import alive, gpu_used_mb, request_stop, start, wait_state
+from tests.fixtures.procs import alive
+from tests.hosts.lifecycle.conftest import gpu_used_mb, request_stop, start, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,10 +14,10 @@ from django.test import AsyncClient
 
 from hosts.lifecycle.remote import transport_for
 from hosts.models import InstanceState, ServerInstance
+from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import (
     RUNNING_CT,
     STOPPED_CT,
-    alive,
     free_port,
     gpu_used_mb,
     pct_container,

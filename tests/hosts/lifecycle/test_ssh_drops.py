@@ -18,8 +18,8 @@ from asgiref.sync import sync_to_async
 from hosts.lifecycle import remote
 from hosts.models import Host, InstanceState, ServerInstance
 from hosts.transports import CommandResult, Hop, LineStream, SSHTransport, Transport
+from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import (
-    alive,
     gpu_used_mb,
     marker_pids,
     request_stop,

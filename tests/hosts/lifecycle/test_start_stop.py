@@ -16,26 +16,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from hosts.models import InstanceState, ServerInstance
-from tests.hosts.lifecycle.conftest import gpu_used_mb, request_stop, start
+from tests.fixtures.procs import alive
+from tests.hosts.lifecycle.conftest import gpu_used_mb, request_stop, start, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def wait_state(instance_id: int, *states: str, timeout: float = 60) -> ServerInstance:
-    async with asyncio.timeout(timeout):
-        while True:
-            instance = await ServerInstance.objects.aget(pk=instance_id)
-            if instance.state in states:
-                return instance
-            await asyncio.sleep(0.1)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def test_start_becomes_ready_and_stop_is_verified_with_gpu_memory_back(

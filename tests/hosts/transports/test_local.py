@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +21,7 @@ from hosts.transports import (
     diagnose,
     run_script,
 )
+from tests.fixtures.procs import alive
 from tests.hosts.transports.conftest import DOCKER, ECHO_ARGV, INCUS, LXC_ATTACH, NASTY_ARGS, PCT
 
 TIMEOUT = 30.0
@@ -29,14 +29,6 @@ TIMEOUT = 30.0
 
 def pct(ident: str = "129", **kwargs) -> ContainerHop:
     return ContainerHop("pct", ident, tool=PCT, **kwargs)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 async def wait_dead(pid: int, within: float = 20.0) -> bool:
