@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import pytest
@@ -42,21 +43,52 @@ def make_record(
     )
 
 
-def assert_close(a: Any, b: Any, path: str = "") -> None:
-    """Deep equality with floats compared to 1e-9 relative or 1e-9 absolute.
+def clock_tolerance(times: Iterable[float], *, shortest_interval_s: float) -> tuple[float, float]:
+    """(abs_tol, rel_tol) for comparing summaries of records whose times went through a shift.
 
-    The absolute part matters for sub-millisecond differences of times (send_ms): rebased onto a
-    clock 1000 s away, their last bits move by ~1e-13 s, 1e-10 in milliseconds."""
+    A perf_counter() time of magnitude T is held to one ulp(T): that is ~2e-12 s at a few hours of
+    uptime but ~2.4e-7 s at 2^30 s, so a fixed tolerance passes or fails with the machine's uptime.
+    Rebasing a time onto another clock and back rounds it twice, so a difference of two times is
+    off by at most 4 ulp of the largest magnitude it passed through, a quantile interpolated
+    between two such differences by at most twice that, and the summary prints milliseconds
+    (x1000). A rate divides by an interval no shorter than `shortest_interval_s`, which turns that
+    absolute error into a relative one. Never tighter than 1e-9, the precision of the arithmetic."""
+    ulp = math.ulp(max(abs(t) for t in times))
+    abs_tol = max(1e-9, 1000.0 * 8 * ulp)
+    rel_tol = max(1e-9, 8 * ulp / shortest_interval_s)
+    return abs_tol, rel_tol
+
+
+def shortest_interval(records: Iterable[RequestRecord]) -> float:
+    """The shortest positive gap between two successive times of one record.
+
+    Rates and the steady window's interpolated tokens divide by intervals no shorter than this."""
+    gaps: list[float] = []
+    for r in records:
+        times = [r.start, *r.chunk_times, r.end]
+        gaps.extend(b - a for a, b in itertools.pairwise(times) if b > a)
+    return min(gaps)
+
+
+def assert_close(
+    a: Any, b: Any, path: str = "", *, abs_tol: float = 1e-9, rel_tol: float = 1e-9
+) -> None:
+    """Deep equality with floats compared to `rel_tol` relative or `abs_tol` absolute.
+
+    Counts, ids and strings compare exactly. The float tolerances of a comparison of times come
+    from `clock_tolerance`, derived from the clock's resolution at the values compared."""
     if isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), f"{path}: {a} != {b}"
+        assert math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol), (
+            f"{path}: {a} != {b} (rel {rel_tol:g}, abs {abs_tol:g})"
+        )
     elif isinstance(a, dict) and isinstance(b, dict):
         assert a.keys() == b.keys(), f"{path}: keys {a.keys() ^ b.keys()}"
         for k in a:
-            assert_close(a[k], b[k], f"{path}.{k}")
+            assert_close(a[k], b[k], f"{path}.{k}", abs_tol=abs_tol, rel_tol=rel_tol)
     elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
         assert len(a) == len(b), f"{path}: lengths"
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_close(x, y, f"{path}[{i}]")
+            assert_close(x, y, f"{path}[{i}]", abs_tol=abs_tol, rel_tol=rel_tol)
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
 

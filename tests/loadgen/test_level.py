@@ -91,7 +91,9 @@ async def test_duration_mode_stops_issuing_after_the_deadline(stub):
     assert result.records
     last_start = max(r.start for r in result.records)
     first_start = min(r.start for r in result.records)
-    assert last_start - first_start < 0.55
+    # nothing is issued after the deadline; a start stamped late by a stalled loop is measured
+    woken_late_s = (result.client["loop_lag_ms"]["max"] or 0.0) / 1000
+    assert last_start - first_start < 0.55 + woken_late_s
 
 
 async def test_poisson_mode_sends_the_requested_count(stub):

@@ -20,7 +20,7 @@ from benchmarks.sweeps import distributed, handler
 from benchmarks.sweeps.distributed import ShardLevel, combine_samples, merge_shard_levels
 from hosts.jobs import JobContext
 from tests.benchmarks.conftest import Simulator, load, start_simulator
-from tests.loadgen.conftest import assert_close, make_record
+from tests.loadgen.conftest import assert_close, clock_tolerance, make_record, shortest_interval
 
 ANCHOR = ClockAnchor(t0_wall=1.7e9, t0_perf=5000.0)
 ADDED_KEYS = {"level_index", "status", "reason", "processes", "client", "anchor", "split"}
@@ -62,7 +62,12 @@ def test_merged_summary_of_two_shards_equals_the_single_process_summary_of_the_s
         [_on_own_clock(0, first, 0.0, 6), _on_own_clock(1, second, 1234.567891, 4)],
         level_index=3,
     )
-    assert_close({k: v for k, v in merged.items() if k not in ADDED_KEYS}, single)
+    abs_tol, rel_tol = clock_tolerance(
+        [r.end + 1234.567891 for r in second],
+        shortest_interval_s=shortest_interval([*first, *second]),
+    )
+    assert_close({k: v for k, v in merged.items() if k not in ADDED_KEYS}, single,
+                 abs_tol=abs_tol, rel_tol=rel_tol)  # fmt: skip
     assert merged["requests"]["ok"] == 200 and merged["concurrency"] == 10
     assert merged["level_index"] == 3 and merged["processes"] == 2
     shards = merged["split"]["shards"]

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test`: every check in stages, stopping at the first that fails, and each stage's wall time
+# printed at the end either way (CI has a time budget; this shows where it goes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make=${MAKE:-make}
+stages=(system-deps venv lint typecheck pytest pytest-clock pytest-browser)
+
+timings=()
+status=0
+report() {
+  echo
+  echo "stage timings (wall seconds):"
+  for line in "${timings[@]}"; do echo "  $line"; done
+}
+trap report EXIT
+for stage in "${stages[@]}"; do
+  echo "==> $stage"
+  start=$(date +%s%N)
+  "$make" --no-print-directory "$stage"
+  status=$?
+  end=$(date +%s%N)
+  tenths=$(((end - start) / 100000000))
+  timings+=("$(printf '%-16s %6d.%d%s' "$stage" $((tenths / 10)) $((tenths % 10)) \
+    "$([ $status -ne 0 ] && echo '  FAILED')")")
+  [ $status -ne 0 ] && exit $status
+done
+exit 0
