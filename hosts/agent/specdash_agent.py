@@ -430,6 +430,17 @@ def _try_bind(family: int, addr: str, port: int, reuse: bool) -> int | None:
     return None
 
 
+_TCP_STATE_NAMES = {
+    "01": "ESTABLISHED",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0B": "CLOSING",
+}
+
+
 def port_state(port: int) -> dict[str, Any]:
     """Whether port is free: nothing listening on it and we can bind it without SO_REUSEADDR."""
     entries = _proc_net_tcp(port)
@@ -452,11 +463,18 @@ def port_state(port: int) -> dict[str, Any]:
     holders = _socket_owners(inodes) if (in_use or listening) else []
     free = not listening and not bind_errors
     if in_use and not listening and not holders:
-        only_time_wait = bool(entries) and all(e["state"] == "06" for e in entries)
+        # Connections no process owns any more (inode 0: TIME_WAIT, or FIN_WAIT2 while a client
+        # such as a load generator or a metrics scraper keeps its end of a kept-alive connection
+        # open after the server died) block a plain bind, but servers set SO_REUSEADDR and bind
+        # anyway: the kernel ends them by itself, nothing is left to stop.
+        only_orphans = bool(entries) and all(e["state"] == "06" or not e["inode"] for e in entries)
         any_addr = "0.0.0.0"  # noqa: S104 - a test bind, closed at once
-        if only_time_wait and _try_bind(socket.AF_INET, any_addr, port, reuse=True) is None:
-            # TIME_WAIT leftovers block a plain bind; servers set SO_REUSEADDR and bind anyway.
-            notes.append("only TIME_WAIT connections on the port: bindable with SO_REUSEADDR")
+        if only_orphans and _try_bind(socket.AF_INET, any_addr, port, reuse=True) is None:
+            states = sorted({_TCP_STATE_NAMES.get(e["state"], e["state"]) for e in entries})
+            notes.append(
+                f"only connections no process owns ({', '.join(states)}) on the port: "
+                "bindable with SO_REUSEADDR"
+            )
             bind_errors = {}
             free = True
             in_use = False

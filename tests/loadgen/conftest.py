@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.loadgen.health import HealthMonitor
 from benchmarks.loadgen.records import RequestRecord
 from tests.loadgen.stub_server import StubConfig, StubServer
 
@@ -68,6 +69,15 @@ def shortest_interval(records: Iterable[RequestRecord]) -> float:
         times = [r.start, *r.chunk_times, r.end]
         gaps.extend(b - a for a, b in itertools.pairwise(times) if b > a)
     return min(gaps)
+
+
+def stall_bound_s(client_health: dict[str, Any]) -> float:
+    """How long the client's event loop may have stood still, from its own health figures.
+
+    The monitor ticks every HealthMonitor().interval seconds and measures how late each tick
+    wakes; a stall that begins just after a tick is seen short by up to one interval. Tests of
+    timing on a loaded machine allow this much, measured, instead of a fixed margin."""
+    return (client_health["loop_lag_ms"]["max"] or 0.0) / 1000 + HealthMonitor().interval
 
 
 def assert_close(

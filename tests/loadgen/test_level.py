@@ -8,6 +8,7 @@ from benchmarks.loadgen.apis import Api
 from benchmarks.loadgen.level import LevelConfig, run_level
 from benchmarks.loadgen.metrics import steady_window, summarize_level
 from benchmarks.loadgen.prompts import SyntheticPrompts
+from tests.loadgen.conftest import stall_bound_s
 from tests.loadgen.stub_server import StubConfig, StubServer
 
 
@@ -32,17 +33,22 @@ async def test_closed_loop_keeps_exactly_c_requests_in_flight():
     assert len(result.records) == 50
     assert len(result.warmup_records) == 3
     assert stub.state.max_in_flight == 5
-    # between the first and the last moment the server saw C requests in flight, it saw C
-    # nearly all the time (the rest is a worker handing its slot to its next request)
-    log = [(t, n) for t, n in stub.state.in_flight_log if t >= result.records[0].start]
-    at_c = [t for t, n in log if n == 5]
-    busy = sum(t2 - t1 for (t1, n), (t2, _) in itertools.pairwise(log) if n == 5)
-    assert busy / (at_c[-1] - at_c[0]) > 0.9
-    # and so did the client's own records
+    # Each worker hands its slot to its next request at once: the gap is the event loop's turn,
+    # so it is bounded by the loop's own measured lag (a loaded machine delays every turn alike)
+    # rather than by a fixed share of the level.
+    woken_late_s = stall_bound_s(result.client)
+    handoffs: list[float] = []
+    for slot in range(5):
+        mine = sorted((r for r in result.records if r.slot == slot), key=lambda r: r.start)
+        handoffs.extend(b.start - a.end for a, b in itertools.pairwise(mine))
+    assert handoffs and min(handoffs) >= 0
+    assert max(handoffs) <= 0.002 + woken_late_s, (max(handoffs), woken_late_s)
+    # the client's own records: the steady window is at C, and its mean in flight
+    # falls short of C by no more than the hand-offs inside it
     _, level, reached = steady_window([(r.start, r.end) for r in result.records], 5)
     assert reached and level == 5
     steady = summarize_level(result.records, concurrency=5)["steady"]
-    assert steady["mean_in_flight"] > 4.9
+    assert steady["mean_in_flight"] >= 5 - sum(handoffs) / steady["duration_s"] - 1e-9
 
 
 async def test_every_request_has_a_unique_id_sent_as_header(stub):
@@ -92,7 +98,7 @@ async def test_duration_mode_stops_issuing_after_the_deadline(stub):
     last_start = max(r.start for r in result.records)
     first_start = min(r.start for r in result.records)
     # nothing is issued after the deadline; a start stamped late by a stalled loop is measured
-    woken_late_s = (result.client["loop_lag_ms"]["max"] or 0.0) / 1000
+    woken_late_s = stall_bound_s(result.client)
     assert last_start - first_start < 0.55 + woken_late_s
 
 

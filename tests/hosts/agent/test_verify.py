@@ -145,3 +145,25 @@ def test_verify_sees_the_port_still_listening(lab) -> None:
     assert result["verdict"] == "dirty"
     assert result["port"]["holders"][0]["pid"] == pid
     assert any(f"port {port} is still listening" in r for r in result["reasons"])
+
+
+def test_verify_counts_a_port_held_only_by_orphaned_connections_as_free() -> None:
+    # The server is gone but a client (a load generator, a metrics scraper) still holds its end of
+    # a kept-alive connection: the server's side lingers in FIN_WAIT2 with no process owning it.
+    # A plain bind fails, yet a server (SO_REUSEADDR) starts on the port: nothing is left to stop.
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    server.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    try:
+        accepted, _ = server.accept()
+        accepted.close()
+        server.close()
+        result = agent("verify", {"run_id": "no-such-run", "port": port})
+        assert result["verdict"] == "stopped", result["reasons"]
+        assert result["port"]["free"] is True
+        assert "FIN_WAIT2" in result["port"]["notes"][0]
+    finally:
+        client.close()
