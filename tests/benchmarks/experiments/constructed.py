@@ -64,6 +64,12 @@ def make_sweep(
             index, concurrency, tok_s, requests=requests, jitter=jitter, seed=seed + index
         )
         lines.extend(level_records)
+        if records:
+            # The level's figure is what its records give, as a measured level's is.
+            ends = [float(r["end"]) for r in level_records]  # type: ignore[arg-type]
+            starts = [float(r["start"]) for r in level_records]  # type: ignore[arg-type]
+            span = max(ends) - min(starts)
+            tok_s = TOKENS * len(level_records) / span
         SweepLevel.objects.create(
             sweep=sweep, index=index, concurrency=concurrency,
             state=(states or {}).get(concurrency, LevelState.COMPLETED),
