@@ -279,10 +279,32 @@ def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
     return sweep
 
 
-def sweep_resume(*, sweep: Sweep, user: Any = None) -> Sweep:
+def sweep_resume(
+    *, sweep: Sweep, user: Any = None, instance: ServerInstance | None = None
+) -> Sweep:
     """Continue an interrupted sweep from its first level that did not complete: completed
-    levels are kept as they are; the cut level is measured again from its start."""
+    levels are kept as they are; the cut level is measured again from its start (its
+    records are appended under the new attempt; the earlier attempt's stay).
+
+    ``instance``: a READY server that replaces the sweep's own (an experiment whose server
+    did not survive); the sweep's environment then keeps the earlier server's snapshot in
+    ``earlier_instances``."""
     sweep.refresh_from_db()
+    if instance is not None and instance.pk != sweep.instance_id:
+        instance = ServerInstance.objects.select_related("profile", "host").get(pk=instance.pk)
+        if instance.state != InstanceState.READY:
+            raise ValidationError({"instance": f"server #{instance.pk} is {instance.state}"})
+        env = dict(sweep.environment)
+        earlier = [*env.get("earlier_instances", []), env.get("instance")]
+        target = env.get("target", {})
+        fresh = sweep_environment(
+            instance=instance,
+            base_url=instance.base_url,
+            model=str(target.get("model") or "default"),
+        )
+        sweep.environment = {**env, **fresh, "earlier_instances": earlier}
+        sweep.instance = instance
+        sweep.save(update_fields=["environment", "instance"])
     if sweep.state != SweepState.INTERRUPTED:
         raise ValidationError(
             {"state": f"only an interrupted sweep can be resumed (this one is {sweep.state})"}

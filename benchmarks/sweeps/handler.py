@@ -102,6 +102,13 @@ def _outcome(
         return SweepState.CANCELLED, f"load generator cancelled: {reason}"
     if status == "failed":
         return SweepState.FAILED, f"load generator stopped the sweep: {reason}"
+    if exit_code is not None and exit_code < 0 and not proc.terminated:
+        # Killed from outside (the OOM killer, an operator): nothing the server did; the
+        # finished levels are kept and the sweep can be resumed from the cut level.
+        return (
+            SweepState.INTERRUPTED,
+            f"interrupted: the load generator was killed by signal {-exit_code}",
+        )
     tail = proc.stderr_text()[-2000:]
     return (
         SweepState.FAILED,

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from benchmarks import services
+from benchmarks import audit, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from hosts.jobs import JobContext
@@ -175,4 +175,7 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
         levels[1].earlier_attempts[0]["requests_ok"]
         + levels[1].earlier_attempts[0]["requests_failed"]
     )
-    assert (await Sweep.objects.aget(pk=sweep.pk)).attempts == 2
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.attempts == 2
+    report = await sync_to_async(audit.audit_sweep)(sweep=sweep)
+    assert report.problems == [] and report.levels_checked == 3
