@@ -429,6 +429,10 @@ class LevelOut(Schema):
     requests_ok: int
     requests_failed: int
     reason: str
+    attempt: int = Field(description="The sweep attempt whose records this level summarises")
+    earlier_attempts: list[dict[str, Any]] = Field(
+        description="What earlier attempts of this level measured before it was run again"
+    )
     started_at: datetime | None
     finished_at: datetime | None
     summary: dict[str, Any]
