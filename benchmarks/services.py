@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from benchmarks import selectors
@@ -279,10 +279,32 @@ def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
     return sweep
 
 
-def sweep_resume(*, sweep: Sweep, user: Any = None) -> Sweep:
+def sweep_resume(
+    *, sweep: Sweep, user: Any = None, instance: ServerInstance | None = None
+) -> Sweep:
     """Continue an interrupted sweep from its first level that did not complete: completed
-    levels are kept as they are; the cut level is measured again from its start."""
+    levels are kept as they are; the cut level is measured again from its start (its
+    records are appended under the new attempt; the earlier attempt's stay).
+
+    ``instance``: a READY server that replaces the sweep's own (an experiment whose server
+    did not survive); the sweep's environment then keeps the earlier server's snapshot in
+    ``earlier_instances``."""
     sweep.refresh_from_db()
+    if instance is not None and instance.pk != sweep.instance_id:
+        instance = ServerInstance.objects.select_related("profile", "host").get(pk=instance.pk)
+        if instance.state != InstanceState.READY:
+            raise ValidationError({"instance": f"server #{instance.pk} is {instance.state}"})
+        env = dict(sweep.environment)
+        earlier = [*env.get("earlier_instances", []), env.get("instance")]
+        target = env.get("target", {})
+        fresh = sweep_environment(
+            instance=instance,
+            base_url=instance.base_url,
+            model=str(target.get("model") or "default"),
+        )
+        sweep.environment = {**env, **fresh, "earlier_instances": earlier}
+        sweep.instance = instance
+        sweep.save(update_fields=["environment", "instance"])
     if sweep.state != SweepState.INTERRUPTED:
         raise ValidationError(
             {"state": f"only an interrupted sweep can be resumed (this one is {sweep.state})"}
@@ -351,8 +373,10 @@ class SweepPlan:
     load: dict[str, Any]
     records_path: Path
     instance_id: int | None
-    # A resumed sweep runs levels[level_offset:]; the load generator numbers them from 0.
+    # A resumed sweep runs levels[level_offset:], still numbered as the sweep numbers them.
     level_offset: int = 0
+    # Which run of this sweep this is (1 = the first); written into every record.
+    attempt: int = 1
 
 
 def _broadcast_state(sweep_id: int) -> None:
@@ -382,6 +406,7 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         )
         if not updated:
             return None
+        Sweep.objects.filter(pk=sweep_id).update(attempts=models.F("attempts") + 1)
         sweep = Sweep.objects.select_related("instance__host").get(pk=sweep_id)
         records = sweep_records_file(sweep_id=sweep_id)
         records.parent.mkdir(parents=True, exist_ok=True)
@@ -406,6 +431,7 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         records_path=records,
         instance_id=instance.pk if instance is not None else None,
         level_offset=resume_from,
+        attempt=sweep.attempts,
     )
 
 
@@ -415,17 +441,44 @@ def _from_epoch(t: Any) -> datetime:
     return timezone.now()
 
 
+def _earlier_attempt(level: SweepLevel) -> dict[str, Any]:
+    """What a level's row held before the level was run again: kept beside the new run."""
+    return {
+        "attempt": level.attempt,
+        "state": level.state,
+        "reason": level.reason,
+        "requests_ok": level.requests_ok,
+        "requests_failed": level.requests_failed,
+        "output_tok_s": level.output_tok_s,
+        "summary": level.summary,
+        "server_metrics": level.server_metrics,
+        "started_at": level.started_at.isoformat() if level.started_at else None,
+        "finished_at": level.finished_at.isoformat() if level.finished_at else None,
+    }
+
+
 def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float) -> None:
+    """A level begins; a row left by an earlier attempt (a partial level) moves into
+    ``earlier_attempts`` and the row now stands for this attempt."""
     with transaction.atomic():
-        level, _ = SweepLevel.objects.update_or_create(
-            sweep_id=sweep_id,
-            index=index,
-            defaults={
-                "concurrency": concurrency,
-                "state": LevelState.RUNNING,
-                "started_at": _from_epoch(t),
-            },
+        attempt = Sweep.objects.filter(pk=sweep_id).values_list("attempts", flat=True).first()
+        attempt = max(1, attempt or 0)
+        level = (
+            SweepLevel.objects.select_for_update().filter(sweep_id=sweep_id, index=index).first()
         )
+        if level is None:
+            level = SweepLevel(sweep_id=sweep_id, index=index, attempt=attempt)
+        elif level.attempt != attempt:
+            level.earlier_attempts = [*level.earlier_attempts, _earlier_attempt(level)]
+            for name, value in level_fields_from_summary({}).items():
+                setattr(level, name, value)
+            level.server_metrics = {}
+            level.finished_at = None
+            level.attempt = attempt
+        level.concurrency = concurrency
+        level.state = LevelState.RUNNING
+        level.started_at = _from_epoch(t)
+        level.save()
         Sweep.objects.filter(pk=sweep_id).update(current_level_index=index)
         _broadcast_level(level)
 
@@ -472,7 +525,13 @@ def sweep_level_finished(*, sweep_id: int, summary: dict[str, Any]) -> SweepLeve
     with transaction.atomic():
         level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
         if level is None:
-            level = SweepLevel(sweep_id=sweep_id, index=index, started_at=timezone.now())
+            attempt = Sweep.objects.filter(pk=sweep_id).values_list("attempts", flat=True).first()
+            level = SweepLevel(
+                sweep_id=sweep_id,
+                index=index,
+                started_at=timezone.now(),
+                attempt=max(1, attempt or 0),
+            )
         for name, value in fields.items():
             setattr(level, name, value)
         level.finished_at = timezone.now()

@@ -18,7 +18,6 @@ comparison page, the CSV and the HTML report alike.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -40,6 +39,7 @@ from benchmarks.stats import (
     compare_all,
     find_saturation,
 )
+from benchmarks.sweeps.recordfile import read_record_file
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class LevelRun:
     concurrency: int
     figures: dict[str, float | None]
     records_path: str = ""
+    # The sweep attempt that measured this level: its records carry the same number.
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -85,39 +87,33 @@ class SeriesData:
     environment: list[dict[str, Any]] = field(default_factory=list)
 
 
-def read_request_points(path: Path, level_indices: Iterable[int]) -> dict[int, list[RequestPoint]]:
-    """Measured, successful requests of the given levels from a records file (JSON lines)."""
-    wanted = set(level_indices)
-    points: dict[int, list[RequestPoint]] = {i: [] for i in wanted}
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError:
-        return points
-    with handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            level = record.get("level")
-            if level not in wanted or record.get("warmup") or record.get("error_kind"):
-                continue
-            start, end = record.get("start"), record.get("end")
-            if not isinstance(start, int | float) or not isinstance(end, int | float):
-                continue
-            if end <= start:
-                continue
-            first = record.get("first_token")
-            points[level].append(
-                RequestPoint(
-                    start=float(start),
-                    end=float(end),
-                    output_tokens=int(record.get("out") or 0),
-                    ttft=float(first) - float(start) if isinstance(first, int | float) else None,
-                    e2e=float(end) - float(start),
-                )
+def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
+    """Measured, successful requests as bootstrap points (warm-up and failures left out)."""
+    points = []
+    for record in records:
+        if record.get("warmup") or record.get("error_kind"):
+            continue
+        start, end = record.get("start"), record.get("end")
+        if not isinstance(start, int | float) or not isinstance(end, int | float):
+            continue
+        if end <= start:
+            continue
+        first = record.get("first_token")
+        points.append(
+            RequestPoint(
+                start=float(start),
+                end=float(end),
+                output_tokens=int(record.get("out") or 0),
+                ttft=float(first) - float(start) if isinstance(first, int | float) else None,
+                e2e=float(end) - float(start),
             )
+        )
     return points
+
+
+def read_request_points(path: Path, index: int, attempt: int) -> list[RequestPoint]:
+    """The requests of one level attempt from a sweep's records file (see recordfile)."""
+    return request_points(read_record_file(path).level(index, attempt))
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -138,7 +134,7 @@ def _by_concurrency(runs: Sequence[LevelRun]) -> dict[int, list[LevelRun]]:
 def _requests_for(run: LevelRun) -> list[RequestPoint]:
     if not run.records_path:
         return []
-    return read_request_points(Path(run.records_path), [run.index]).get(run.index, [])
+    return read_request_points(Path(run.records_path), run.index, run.attempt)
 
 
 def _level_sample(concurrency: int, runs: Sequence[LevelRun]) -> tuple[LevelSample, str]:
@@ -181,6 +177,7 @@ def _ratio_dict(concurrency: int, ratio: Ratio) -> dict[str, Any]:
         "method": ratio.method,
         "sign": ratio.sign,
         "inconclusive": ratio.inconclusive,
+        "refused": ratio.refused,
     }
 
 
@@ -301,6 +298,12 @@ def comparison_build(
             seed=seed,
         ):
             verdicts.append(_verdict_dict(verdict, labels))
+            for lr in verdict.ratios.levels:
+                if lr.ratio.refused:
+                    warnings.append(
+                        f"{labels[verdict.candidate]}/{labels[verdict.reference]} at "
+                        f"C={lr.concurrency}: interval not shown: {lr.ratio.refused}."
+                    )
             if verdict.ratios.unmatched:
                 warnings.append(
                     f"{labels[verdict.candidate]} and {labels[verdict.reference]}: levels "

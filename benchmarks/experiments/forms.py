@@ -48,10 +48,17 @@ class ExperimentForm(LoadPlanForm):
         help_text="Send a few fixed prompts greedily to each profile and compare the outputs",
     )
 
+    auto_resume = forms.BooleanField(
+        required=False,
+        label="Resume by itself after a restart",
+        help_text="A restarted worker continues it from where it stopped (docs/operations.md)",
+    )
+
     PROFILE_FIELDS = ("profile_a", "profile_b", "profile_c", "profile_d")
     field_order = [
         "name", *PROFILE_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS, "repeats", "order",
-        "continue_on_start_failure", "check_output_equivalence", "notes", "tags",
+        "continue_on_start_failure", "check_output_equivalence", "auto_resume", "notes",
+        "tags",
     ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -70,6 +77,7 @@ class ExperimentForm(LoadPlanForm):
             "order": data["order"],
             "continue_on_start_failure": data["continue_on_start_failure"],
             "check_output_equivalence": data["check_output_equivalence"],
+            "auto_resume": data["auto_resume"],
             **self.plan_kwargs(),
         }
 

@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from benchmarks import services as sweep_services
 from benchmarks.experiments import equivalence, services
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
 from hosts.jobs import JobContext
 from hosts.lifecycle.remote import Agent, AgentFailed
@@ -59,6 +59,8 @@ class RunnerSettings:
     sweep_cancel_timeout_s: float = 60.0
     probe_timeout_s: float = 30.0
     probe_host: bool = True
+    # How many times one step's sweep is resumed after its load generator died.
+    sweep_resumes: int = 5
 
 
 SETTINGS = RunnerSettings()
@@ -182,10 +184,20 @@ class ExperimentRun:
         reason, evidence = "", None
         done = failed = 0
         try:
+            self.last_instance_id = await self._server_left_running()
             for step in self.plan.steps:
                 self._check_cancel()
+                row = await ExperimentStep.objects.aget(pk=step.step_id)
+                if row.state in FINISHED_STEP_STATES:  # a resumed run: measured before
+                    done += row.state == StepState.DONE
+                    failed += row.state == StepState.FAILED
+                    continue
                 self.current_step = step
-                if await self._run_step(step):
+                resumed = (
+                    row.instance_id is not None
+                    or await Sweep.objects.filter(experiment_step_id=step.step_id).aexists()
+                )
+                if await (self._resume_step(step, row) if resumed else self._run_step(step)):
                     done += 1
                 else:
                     failed += 1
@@ -254,6 +266,10 @@ class ExperimentRun:
         instance = await self._start(step)
         if instance is None:
             return False
+        return await self._measure(step, instance)
+
+    async def _measure(self, step: services.StepPlan, instance: ServerInstance) -> bool:
+        """From a READY server: probe, optional output check, sweep; True when it completed."""
         probe: dict[str, Any] = {}
         if self.cfg.probe_host:
             probe = await _host_probe(instance.pk, self.cfg.probe_timeout_s)
@@ -279,8 +295,26 @@ class ExperimentRun:
                 step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
             )
             return False
-        self.current_sweep_id = sweep.pk
-        final = await self._sweep_finished(sweep.pk)
+        return await self._sweep_outcome(step, sweep.pk)
+
+    async def _sweep_outcome(self, step: services.StepPlan, sweep_id: int) -> bool:
+        self.current_sweep_id = sweep_id
+        final = await self._sweep_finished(sweep_id)
+        retries = 0
+        while final.state == SweepState.INTERRUPTED and retries < self.cfg.sweep_resumes:
+            # Its load generator died under a live experiment job (killed from outside):
+            # continue from the cut level on the same server while that is still ready.
+            retries += 1
+            try:
+                await sync_to_async(sweep_services.sweep_resume)(sweep=final, user=self.plan.user)
+            except ValidationError:
+                break
+            await sync_to_async(services.experiment_history_note)(
+                experiment_id=self.plan.experiment_id,
+                entry={"event": "sweep_resumed", "step": step.index + 1, "sweep": sweep_id,
+                       "reason": final.reason},
+            )  # fmt: skip
+            final = await self._sweep_finished(sweep_id)
         self.current_sweep_id = None
         if final.state == SweepState.COMPLETED:
             await self.update(step_id=step.step_id, state=StepState.DONE, reason="")
@@ -291,6 +325,104 @@ class ExperimentRun:
             reason=f"sweep #{final.pk} {final.state}: {final.reason}".rstrip(": "),
         )
         return False
+
+    # -- resuming --
+
+    async def _server_left_running(self) -> int | None:
+        """The server an interrupted run left behind (one runs at a time per experiment)."""
+        ids = [
+            i
+            async for i in ExperimentStep.objects.filter(
+                experiment_id=self.plan.experiment_id, instance__isnull=False
+            )
+            .order_by("-index")
+            .values_list("instance_id", flat=True)
+        ]
+        for instance_id in ids:
+            if await ServerInstance.objects.filter(
+                pk=instance_id, state__in=ACTIVE_STATES
+            ).aexists() or await _lifecycle_busy(instance_id):
+                return int(instance_id)
+        return None
+
+    async def _why_not_reusable(self, step: services.StepPlan, row: ExperimentStep) -> str:
+        """ "" when the step's server can carry on: still READY (adopted after the restart),
+        the one left running, and launched exactly as its profile says now on a host that
+        reports the same GPUs, driver and engines; else why not."""
+        if row.instance_id is None:
+            return "the step had no server yet"
+        instance = await ServerInstance.objects.aget(pk=row.instance_id)
+        if instance.pk != self.last_instance_id or instance.state != InstanceState.READY:
+            return f"server #{instance.pk} is {instance.state}"
+        if instance.stop_requested:
+            return f"server #{instance.pk} is being stopped"
+        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        if instance.profile_id != profile.pk or (
+            list(instance.launch_argv),
+            dict(instance.env),
+        ) != (list(profile.launch_argv), dict(profile.env)):
+            return f"profile {profile.name} changed since server #{instance.pk} was launched"
+        if self.cfg.probe_host and row.environment and "error" not in row.environment:
+            probe = await _host_probe(instance.pk, self.cfg.probe_timeout_s)
+            keys = ("gpus", "driver_version", "cuda_version", "engines")
+            changed = [k for k in keys if probe.get(k) != row.environment.get(k)]
+            if changed:
+                return f"the host's {', '.join(changed)} changed since the step started"
+        return ""
+
+    async def _resume_step(self, step: services.StepPlan, row: ExperimentStep) -> bool:
+        """Pick up a step an interrupted run left: its server if it can carry on, else a
+        verified stop and a fresh start; its sweep resumed from the first unfinished level."""
+        note = sync_to_async(services.experiment_history_note)
+        why = await self._why_not_reusable(step, row)
+        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        if sweep is not None:
+            # Its own job ends it (a dead worker's sweep once its lease expires).
+            sweep = await self._sweep_finished(sweep.pk)
+            if sweep.state != SweepState.INTERRUPTED:
+                return await self._sweep_outcome(step, sweep.pk)
+        instance: ServerInstance | None = None
+        if not why:
+            assert row.instance_id is not None
+            instance = await ServerInstance.objects.select_related("profile", "host").aget(
+                pk=row.instance_id
+            )
+            await note(
+                experiment_id=self.plan.experiment_id,
+                entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk},
+            )
+        else:
+            await note(
+                experiment_id=self.plan.experiment_id,
+                entry={"event": "server_replaced", "step": step.index + 1, "reason": why},
+            )
+            if sweep is None:
+                return await self._run_step(step)
+            if self.last_instance_id is not None:
+                await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
+                await self._stop_last(reason_if_dirty=f"before resuming step {step.index + 1}")
+            await self.update(step_id=step.step_id, state=StepState.STARTING)
+            instance = await self._start(step)
+            if instance is None:
+                return False
+        if sweep is None:
+            return await self._measure(step, instance)
+        try:
+            await sync_to_async(sweep_services.sweep_resume)(
+                sweep=sweep, user=self.plan.user, instance=instance
+            )
+        except ValidationError as exc:
+            reason = "; ".join(exc.messages)
+            await self.update(
+                step_id=step.step_id, state=StepState.FAILED, reason=f"no resume: {reason}"
+            )
+            return False
+        await note(
+            experiment_id=self.plan.experiment_id,
+            entry={"event": "sweep_resumed", "step": step.index + 1, "sweep": sweep.pk},
+        )
+        await self.update(step_id=step.step_id, state=StepState.SWEEPING, instance_id=instance.pk)
+        return await self._sweep_outcome(step, sweep.pk)
 
     async def _start(self, step: services.StepPlan) -> ServerInstance | None:
         profile = await ServerProfile.objects.aget(pk=step.profile_id)

@@ -149,6 +149,7 @@ def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> 
                 concurrency=level.concurrency,
                 figures={name: getattr(level, name) for name in LEVEL_FIGURES},
                 records_path=records_paths.get(level.sweep_id, ""),
+                attempt=level.attempt,
             )
         )
     return runs

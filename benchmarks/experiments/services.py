@@ -8,12 +8,15 @@ group of the channel layer (specdash.realtime).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
@@ -30,6 +33,8 @@ EXPERIMENT_STEP = "experiment.step"  # {"experiment_id", "step": {...}}
 MAX_PROFILES = 8
 MAX_REPEATS = 10
 LABELS = "ABCDEFGH"
+# An experiment that keeps getting interrupted (a crash it causes itself) stops resuming.
+MAX_AUTO_RESUMES = 20
 
 
 def experiment_lock_key(experiment_id: int) -> str:
@@ -98,9 +103,13 @@ def experiment_create(
     check_output_equivalence: bool = False,
     notes: str = "",
     tags: Sequence[str] = (),
+    auto_resume: bool = False,
     user: Any = None,
 ) -> Experiment:
     """Validate, plan the steps and queue the ``experiment.run`` job.
+
+    ``auto_resume``: a worker that finds this experiment interrupted (its own restart, or a
+    dead worker's expired lease) resumes it by itself, up to MAX_AUTO_RESUMES times.
 
     ``profiles[0]`` is A, the reference every other profile is compared with. Raises
     ValidationError with errors keyed by field name.
@@ -119,6 +128,7 @@ def experiment_create(
             order=order,
             continue_on_start_failure=continue_on_start_failure,
             check_output_equivalence=check_output_equivalence,
+            auto_resume=auto_resume,
             notes=notes,
             tags=_clean_tags(tags),
             created_by=user if user is not None and user.is_authenticated else None,
@@ -242,8 +252,10 @@ class ExperimentPlan:
 def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
     """Mark a queued experiment running and return its plan; None if no longer queued."""
     with transaction.atomic():
+        # A resumed experiment keeps its first start time.
         updated = Experiment.objects.filter(pk=experiment_id, state=ExperimentState.QUEUED).update(
-            state=ExperimentState.RUNNING, started_at=timezone.now()
+            state=ExperimentState.RUNNING,
+            started_at=Coalesce(F("started_at"), Value(timezone.now())),
         )
         if not updated:
             return None
@@ -366,30 +378,94 @@ def experiment_finish(
             experiment.evidence = evidence
         experiment.finished_at = timezone.now()
         experiment.save(update_fields=["state", "reason", "evidence", "finished_at"])
-        left = StepState.CANCELLED if state == ExperimentState.CANCELLED else StepState.SKIPPED
-        _close_steps(experiment_id, left, f"the experiment ended {state}")
+        # An interrupted experiment keeps its pending steps: they are what a resume runs.
+        if state != ExperimentState.INTERRUPTED:
+            left = StepState.CANCELLED if state == ExperimentState.CANCELLED else StepState.SKIPPED
+            _close_steps(experiment_id, left, f"the experiment ended {state}")
         _broadcast_state(experiment_id)
     return True
 
 
+def _history_add(experiment_id: int, entry: dict[str, Any]) -> None:
+    """Append to the experiment's history (the row is locked by the caller's transaction)."""
+    experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
+    experiment.history = [*experiment.history, {"t": timezone.now().isoformat(), **entry}]
+    experiment.save(update_fields=["history"])
+
+
 def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
     """Interrupt hook (sync): the worker running the experiment died or shut down. The server
-    of the step in progress is left to its own lifecycle job (which is adopted in turn)."""
+    of the step in progress is left to its own lifecycle job (which is adopted in turn).
+    An experiment created with ``auto_resume`` is resumed at once by whoever runs the hook
+    (the restarted worker, or the one that saw the dead worker's lease expire)."""
     from hosts.models import Job
 
     experiment_id = int(params["experiment_id"])
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+    reason = f"interrupted: {error or 'its job worker stopped'}"
     with transaction.atomic():
-        for step in ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
+        running = ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
             state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
-        ):
-            experiment_step_update(
-                step_id=step.pk,
-                state=StepState.INTERRUPTED,
-                reason=f"interrupted: {error or 'its job worker stopped'}",
-            )
-        experiment_finish(
-            experiment_id=experiment_id,
-            state=ExperimentState.INTERRUPTED,
-            reason=f"interrupted: {error or 'its job worker stopped'}",
         )
+        at = [f"step {s.index + 1} ({s.get_state_display().lower()})" for s in running]
+        for step in running:
+            experiment_step_update(step_id=step.pk, state=StepState.INTERRUPTED, reason=reason)
+        if not experiment_finish(
+            experiment_id=experiment_id, state=ExperimentState.INTERRUPTED, reason=reason
+        ):
+            return
+        _history_add(experiment_id, {"event": "interrupted", "reason": reason, "at": at})
+    experiment = Experiment.objects.get(pk=experiment_id)
+    resumes = sum(1 for h in experiment.history if h.get("by") == AUTO_RESUMER)
+    if experiment.auto_resume and resumes < MAX_AUTO_RESUMES:
+        with contextlib.suppress(ValidationError):  # e.g. someone resumed it meanwhile
+            experiment_resume(experiment=experiment, by=AUTO_RESUMER)
+
+
+AUTO_RESUMER = "auto-resume"
+
+
+def experiment_history_note(*, experiment_id: int, entry: dict[str, Any]) -> None:
+    """What a resumed run decided (server re-used or replaced, sweep resumed), for the page."""
+    with transaction.atomic():
+        _history_add(experiment_id, entry)
+        _broadcast_state(experiment_id)
+
+
+def experiment_resume(*, experiment: Experiment, user: Any = None, by: str = "") -> Experiment:
+    """Continue an interrupted experiment: a new ``experiment.run`` job that skips the steps
+    that finished and picks up the first unfinished one where it stopped (its server re-used
+    when still ready and unchanged, its sweep resumed from the first unfinished level; see
+    runner.ExperimentRun). Steps keep their sweeps and servers; the history records it."""
+    experiment.refresh_from_db()
+    if experiment.state != ExperimentState.INTERRUPTED:
+        raise ValidationError(
+            {"state": f"only an interrupted experiment can be resumed (this one is "
+                      f"{experiment.state})"}
+        )  # fmt: skip
+    who = by or getattr(user, "username", "") or "the system"
+    with transaction.atomic():
+        updated = Experiment.objects.filter(
+            pk=experiment.pk, state=ExperimentState.INTERRUPTED
+        ).update(state=ExperimentState.QUEUED, reason=f"resumed by {who}", finished_at=None)
+        if not updated:
+            raise ValidationError({"state": "the experiment changed meanwhile; reload and retry"})
+        for step in ExperimentStep.objects.filter(
+            experiment=experiment, state=StepState.INTERRUPTED
+        ):
+            # Back to pending, finished_at cleared; the runner sees its server and sweep.
+            ExperimentStep.objects.filter(pk=step.pk).update(
+                state=StepState.PENDING, reason=f"resuming after: {step.reason}", finished_at=None
+            )
+            _broadcast_step(step.pk)
+        job = job_enqueue(
+            kind=EXPERIMENT_JOB_KIND,
+            params={"experiment_id": experiment.pk},
+            lock_key=experiment_lock_key(experiment.pk),
+            user=user,
+        )
+        Experiment.objects.filter(pk=experiment.pk).update(job=job)
+        _history_add(experiment.pk, {"event": "resumed", "by": who})
+        _broadcast_state(experiment.pk)
+    experiment.refresh_from_db()
+    return experiment

@@ -15,6 +15,11 @@ urlpatterns = [
         name="experiment-cancel",
     ),
     path(
+        "experiments/<int:experiment_id>/resume/",
+        views.experiment_resume,
+        name="experiment-resume",
+    ),
+    path(
         "experiments/<int:experiment_id>/comparison/",
         views.experiment_comparison,
         name="experiment-comparison",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -12,6 +13,7 @@ from django.utils.http import urlencode
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from benchmarks import audit
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import figures, forms, report, selectors, services
 from benchmarks.models import Experiment
@@ -45,7 +47,7 @@ def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
     )
 
 
-def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
+def _picked_sweeps(request: HttpRequest) -> list[Any]:
     ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
     reference = request.GET.get("reference", "")
     if reference.isdigit() and int(reference) in ids:
@@ -54,6 +56,11 @@ def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], lis
     sweeps = selectors.sweeps_by_ids(sweep_ids=ids)
     if len(sweeps) < 2:
         raise Http404("Pick two or more sweeps")
+    return sweeps
+
+
+def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
+    sweeps = _picked_sweeps(request)
     series = selectors.sweep_series(sweeps=sweeps)
     return comparisons.comparison_build(series=series), [s.pk for s in sweeps]
 
@@ -109,6 +116,16 @@ def experiment_cancel(request: HtmxHttpRequest, experiment_id: int) -> HttpRespo
     return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
 
 
+@require_POST
+@experiment_operator_required
+def experiment_resume(request: HtmxHttpRequest, experiment_id: int) -> HttpResponse:
+    try:
+        services.experiment_resume(experiment=_experiment_or_404(experiment_id), user=request.user)
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+
+
 def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
         "comparison": comparison,
@@ -126,6 +143,7 @@ def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpRespo
         comparison,
         experiment=experiment,
         title=f"{experiment.name}: comparison",
+        audit=audit.audit_experiment(experiment=experiment).as_dict(),
         csv_url=reverse("benchmarks:experiment-comparison-csv", args=[experiment.pk]),
         report_url=reverse("benchmarks:experiment-report", args=[experiment.pk]),
     )
@@ -180,6 +198,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     query = urlencode([("sweeps", i) for i in used])
     context = _comparison_context(
         comparison,
+        audit=audit.audit_sweeps(sweeps=_picked_sweeps(request)).as_dict(),
         title="Comparison of sweeps " + ", ".join(f"#{i}" for i in used),
         csv_url=f"{reverse('benchmarks:compare-csv')}?{query}",
         report_url=f"{reverse('benchmarks:compare-report')}?{query}",

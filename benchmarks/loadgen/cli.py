@@ -92,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-interval", type=float, default=1.0)
     p.add_argument("--output", type=Path, default=None, help="results JSON")
     p.add_argument("--records", type=Path, default=None, help="per-request JSON lines")
+    p.add_argument(
+        "--records-append",
+        action="store_true",
+        help="append to --records instead of replacing it (a resumed sweep keeps what exists)",
+    )
+    p.add_argument(
+        "--level-index-base",
+        type=int,
+        default=0,
+        help="index of the first level as the caller numbers them (a resumed sweep's offset)",
+    )
+    p.add_argument(
+        "--attempt", type=int, default=None, help="attempt number written into every record"
+    )
     p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
     p.add_argument("--run-id", default=None)
     p.add_argument(
@@ -189,7 +203,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         late = max(0.0, started - args.start_at)
         start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
     events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
-    records_f = args.records.open("w", encoding="utf-8") if args.records else None
+    records_f = open_records(args.records, append=args.records_append) if args.records else None
     levels: list[dict[str, Any]] = []
     status, reason = "completed", None
     try:
@@ -197,7 +211,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
             await _sleep_until(args.start_at, cancel)
-        for i, c in enumerate(args.concurrency):
+        for i, c in enumerate(args.concurrency, start=args.level_index_base):
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break
@@ -257,8 +271,15 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             summary = level_summary(result, processes=processes)
             levels.append(summary)
             if records_f is not None:
+                lines = []
                 for rec in (*result.warmup_records, *result.records):
-                    records_f.write(dumps(rec.to_json(result.anchor, level_index=i)) + "\n")
+                    line = rec.to_json(result.anchor, level_index=i)
+                    if args.attempt is not None:
+                        line["attempt"] = args.attempt
+                    lines.append(dumps(line) + "\n")
+                # One write per level: another writer appending to the same file (an earlier
+                # attempt still finishing) never gets between the lines of a level.
+                records_f.write("".join(lines))
                 records_f.flush()
             events.emit("level_summary", level_index=i, summary=summary)
             say(_summary_line(summary))
@@ -288,6 +309,23 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         write_output(args.output, json.dumps(json.loads(dumps(out)), indent=1) + "\n")
     events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
     return EXIT_FAILED if status == "failed" else EXIT_OK
+
+
+def open_records(path: Path, *, append: bool) -> TextIO:
+    """The records file, replaced or appended to. Appending first ends a line that a killed
+    earlier writer left half-written, so that torn line never glues onto the next record."""
+    if not append:
+        return path.open("w", encoding="utf-8")
+    torn = False
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    handle = path.open("a", encoding="utf-8")
+    if torn:
+        handle.write("\n")
+    return handle
 
 
 def write_output(path: Path, text: str) -> None:

@@ -47,6 +47,8 @@ class Experiment(models.Model):
     )
     continue_on_start_failure = models.BooleanField(default=True)
     check_output_equivalence = models.BooleanField(default=False)
+    # Opt-in: a worker that finds this experiment interrupted resumes it by itself.
+    auto_resume = models.BooleanField(default=False)
     state = models.CharField(
         max_length=12, choices=ExperimentState.choices, default=ExperimentState.QUEUED
     )
@@ -56,6 +58,8 @@ class Experiment(models.Model):
     comparison = models.JSONField(default=dict, blank=True)
     # Why a halted experiment stopped: the dirty instance and what its stop verification found.
     evidence = models.JSONField(default=dict, blank=True)
+    # Every interruption and resume, in order: {"t", "event", "reason", "step", "by"}.
+    history = models.JSONField(default=list, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -54,6 +54,9 @@ class Sweep(models.Model):
     notes = models.TextField(blank=True)
     tags = models.JSONField(default=list, blank=True)
     records_path = models.CharField(max_length=500, blank=True)
+    # How many times a job began running this sweep (1 for a sweep never resumed): every
+    # record and level carries the attempt that measured it.
+    attempts = models.PositiveIntegerField(default=0)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -101,6 +104,10 @@ class SweepLevel(models.Model):
     requests_ok = models.PositiveIntegerField(default=0)
     requests_failed = models.PositiveIntegerField(default=0)
     reason = models.TextField(blank=True, help_text="Why the level was cut short")
+    # The sweep attempt whose records this row summarises (records carry the same number).
+    attempt = models.PositiveIntegerField(default=1)
+    # What earlier attempts of this level measured before it was run again (never dropped).
+    earlier_attempts = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -28,6 +28,13 @@ built from repeats; prefer repeats when they exist.
 
 ``none``: neither is possible (single values); the point is ``value_B / value_A`` and the
 bounds are None, so callers can tell "no uncertainty known" from "conclusive".
+
+One truth for the point (``level_ratio``): whatever the method, the point is always
+``value_B / value_A``, the ratio of the two figures a table row shows; repeats or requests
+only give the interval. An interval that does not contain that point, or a bootstrap whose
+requests give a throughput ratio more than ``AGREEMENT`` away from it (the requests are not
+the ones the figures were computed from), is a bug in the data or the code: it is refused
+(bounds None, ``refused`` says why) rather than published beside a point it contradicts.
 """
 
 from __future__ import annotations
@@ -51,6 +58,10 @@ RequestStatistic = Callable[[Sequence[RequestPoint]], float]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_N_BOOT = 2000
+# How far (relative) a bootstrap's own point may sit from the row's ratio: the level figure
+# and the slot-rate throughput of the same requests agree to rounding, so 1% already means
+# the requests belong to some other level or run.
+AGREEMENT = 0.01
 
 
 def _check_confidence(confidence: float) -> None:
@@ -165,11 +176,15 @@ def level_ratio(
     seed: int = 0,
     statistic: RequestStatistic | None = None,
 ) -> Ratio:
-    """B/A at one level: repeats when both have >= 2, else a request bootstrap, else none."""
+    """B/A at one level: the point is always ``b.value / a.value`` (see the module notes);
+    the interval from repeats when both have >= 2, else a request bootstrap, else none."""
+    if a.value <= 0 or b.value <= 0:
+        raise ValueError(f"C={a.concurrency}: values must be > 0 for a ratio")
+    point = b.value / a.value
     if len(a.repeats) >= 2 and len(b.repeats) >= 2:
-        return ratio_from_repeats(a.repeats, b.repeats, confidence=confidence)
-    if a.requests and b.requests:
-        return ratio_from_requests(
+        interval = ratio_from_repeats(a.repeats, b.repeats, confidence=confidence)
+    elif a.requests and b.requests:
+        interval = ratio_from_requests(
             a.requests,
             b.requests,
             confidence=confidence,
@@ -177,9 +192,28 @@ def level_ratio(
             seed=seed,
             statistic=statistic,
         )
-    if a.value <= 0 or b.value <= 0:
-        raise ValueError(f"C={a.concurrency}: values must be > 0 for a ratio")
-    return Ratio(b.value / a.value, None, None, "none", confidence)
+    else:
+        return Ratio(point, None, None, "none", confidence)
+    return publishable(point, interval)
+
+
+def publishable(point: float, interval: Ratio) -> Ratio:
+    """``interval``'s bounds around ``point``, or no bounds and the reason they were refused."""
+    assert interval.low is not None and interval.high is not None
+    refused = ""
+    if abs(interval.point / point - 1.0) > AGREEMENT:
+        refused = (
+            f"the {interval.method} data give B/A = {interval.point:.4g}, not the row's "
+            f"{point:.4g}: they are not the data the figures were computed from"
+        )
+    elif not interval.low <= point <= interval.high:
+        refused = (
+            f"the {interval.method} interval {interval.low:.4g}-{interval.high:.4g} does not "
+            f"contain the point {point:.4g}"
+        )
+    if refused:
+        return Ratio(point, None, None, "none", interval.confidence, refused=refused)
+    return Ratio(point, interval.low, interval.high, interval.method, interval.confidence)
 
 
 def level_seed(seed: int, concurrency: int) -> int:

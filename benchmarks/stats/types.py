@@ -128,6 +128,9 @@ class Ratio:
     high: float | None
     method: RatioMethod
     confidence: float
+    # Why an interval was computed but not published (it did not contain its own point, or
+    # its data disagreed with the figures the point comes from); "" when none was refused.
+    refused: str = ""
 
     @property
     def has_interval(self) -> bool:

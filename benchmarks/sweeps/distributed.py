@@ -204,7 +204,7 @@ def merge_shard_levels(
 
 
 def read_shard_records(
-    shard: Shard, *, level_index: int, sweep_records: Path
+    shard: Shard, *, level_index: int, sweep_records: Path, attempt: int | None = None
 ) -> list[RequestRecord]:
     """A shard's measured records (its JSON lines carry wall-clock times) on its anchor; its
     lines are appended to the sweep's records file under the sweep's level index, so the
@@ -220,7 +220,10 @@ def read_shard_records(
             if not line.strip():
                 continue
             data = json.loads(line)
-            union.write(json.dumps({**data, "level": level_index}) + "\n")
+            tags: dict[str, int] = {"level": level_index}
+            if attempt is not None:
+                tags["attempt"] = attempt
+            union.write(json.dumps({**data, **tags}) + "\n")
             record = RequestRecord.from_json(data, shard.anchor)
             if not record.warmup:
                 out.append(record)
@@ -336,7 +339,8 @@ async def _run_level(
     requests = plan.load.get("requests_per_level")
     n = shard_count(concurrency, streams=max_streams(), requests=requests)
     level = _Level(recorder, index, concurrency)
-    base = plan.records_path.parent / f"level-{index}"
+    # Per attempt: a resumed level's shards never overwrite the files of an earlier run.
+    base = plan.records_path.parent / f"level-{index}-attempt-{plan.attempt}"
     base.mkdir(parents=True, exist_ok=True)
     level.shards = [
         Shard(i, share(concurrency, i, n) or 0, share(requests, i, n), base / f"shard-{i}.jsonl")
@@ -401,7 +405,7 @@ async def _run_level(
         if shard.anchor is None:  # it died before reporting: nothing of it can be merged
             continue
         records = await sync_to_async(read_shard_records)(
-            shard, level_index=index, sweep_records=plan.records_path
+            shard, level_index=index, sweep_records=plan.records_path, attempt=plan.attempt
         )
         parts.append(
             ShardLevel(

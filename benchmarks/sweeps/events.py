@@ -53,11 +53,8 @@ class SweepRecorder:
         store: SweepStore | None = None,
         batch_seconds: float = realtime.SAMPLE_BATCH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
-        level_offset: int = 0,
     ) -> None:
         self.sweep_id = sweep_id
-        # A resumed sweep's load generator numbers its levels from 0.
-        self.level_offset = level_offset
         self.store: SweepStore = store if store is not None else ServiceStore()
         self.batch_seconds = batch_seconds
         self.clock = clock
@@ -72,10 +69,6 @@ class SweepRecorder:
         self._lock = asyncio.Lock()
 
     async def handle(self, event: dict[str, Any]) -> None:
-        if self.level_offset and "level_index" in event:
-            event = {**event, "level_index": int(event["level_index"]) + self.level_offset}
-            if isinstance(event.get("summary"), dict):
-                event["summary"] = {**event["summary"], "level_index": event["level_index"]}
         kind = event.get("event")
         if kind == "sample":
             self._samples.append(event)

@@ -36,6 +36,8 @@ class HandlerSettings:
     # Time the load generator gets to report the partial level after SIGTERM; well under the
     # worker's cancel grace, so the job finishes the sweep itself.
     stop_grace_seconds: float = 20.0
+    # On a worker shutdown: how long the job waits for the load generator to exit.
+    cancel_wait_seconds: float = 5.0
 
 
 SETTINGS = HandlerSettings()
@@ -100,6 +102,13 @@ def _outcome(
         return SweepState.CANCELLED, f"load generator cancelled: {reason}"
     if status == "failed":
         return SweepState.FAILED, f"load generator stopped the sweep: {reason}"
+    if exit_code is not None and exit_code < 0 and not proc.terminated:
+        # Killed from outside (the OOM killer, an operator): nothing the server did; the
+        # finished levels are kept and the sweep can be resumed from the cut level.
+        return (
+            SweepState.INTERRUPTED,
+            f"interrupted: the load generator was killed by signal {-exit_code}",
+        )
     tail = proc.stderr_text()[-2000:]
     return (
         SweepState.FAILED,
@@ -172,6 +181,9 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         levels=plan.levels,
         load=plan.load,
         records_path=plan.records_path,
+        level_index_base=plan.level_offset,
+        attempt=plan.attempt,
+        append_records=True,
     )
     try:
         proc = await LoadgenProcess.start(argv, cwd=settings.BASE_DIR)
@@ -180,12 +192,18 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
         return {"sweep_id": sweep_id, "state": SweepState.FAILED}
     logger.info("sweep %s: load generator pid %s: %s", sweep_id, proc.pid, argv)
-    recorder = SweepRecorder(sweep_id, level_offset=plan.level_offset)
+    # The load generator reports the sweep's own level indices: recorder and server figures
+    # take them as they come.
+    recorder = SweepRecorder(sweep_id)
     try:
         state, reason, exit_code = await _supervise(ctx, plan, proc, recorder)
     except asyncio.CancelledError:
         # The worker is shutting down: stop the load (the interrupt hook records the sweep).
+        # Wait a moment for it to write the cut level's records, so they are in the file
+        # (under this attempt) before anyone resumes the sweep and appends the next one.
         proc.terminate()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait(SETTINGS.cancel_wait_seconds))
         raise
     except Exception as exc:
         proc.kill()

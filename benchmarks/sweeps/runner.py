@@ -27,9 +27,16 @@ def loadgen_argv(
     levels: list[int],
     load: dict[str, Any],
     records_path: Path,
+    level_index_base: int = 0,
+    attempt: int | None = None,
+    append_records: bool = False,
     python: str = sys.executable,
 ) -> list[str]:
-    """The command line of one sweep's load generator (an argv list: no shell anywhere)."""
+    """The command line of one sweep's load generator (an argv list: no shell anywhere).
+
+    A sweep's own process appends to the sweep's records file and numbers its levels as the
+    sweep does (``level_index_base``), with the sweep's attempt in every record, so a resumed
+    run writes beside the levels already measured and never over them."""
     argv = [
         python,
         "-m",
@@ -61,6 +68,12 @@ def loadgen_argv(
     if load.get("ignore_eos"):
         argv.append("--ignore-eos")
     argv += ["--events", "-", "--records", str(records_path), "--quiet"]
+    if append_records:
+        argv.append("--records-append")
+    if level_index_base:
+        argv += ["--level-index-base", str(level_index_base)]
+    if attempt is not None:
+        argv += ["--attempt", str(attempt)]
     return argv
 
 

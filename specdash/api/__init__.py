@@ -18,7 +18,7 @@ API_PREFIX = "/api/v1"
 
 
 def build_api() -> NinjaAPI:
-    from specdash.api import experiments, hosts, instances, jobs, sweeps
+    from specdash.api import audit, experiments, hosts, instances, jobs, sweeps
 
     api = NinjaAPI(
         title="specdash API",
@@ -32,7 +32,7 @@ def build_api() -> NinjaAPI:
         docs_decorator=docs_guard,
     )
     errors.install(api)
-    for module in (hosts, instances, sweeps, experiments, jobs):
+    for module in (hosts, instances, sweeps, experiments, jobs, audit):
         api.add_router("", module.router)
     return api
 

@@ -97,6 +97,7 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dic
         order=payload.order,
         continue_on_start_failure=payload.continue_on_start_failure,
         check_output_equivalence=payload.check_output_equivalence,
+        auto_resume=payload.auto_resume,
         notes=payload.notes,
         tags=payload.tags,
         user=user,
@@ -123,6 +124,19 @@ def experiment_cancel(
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
     user = require_sweeper(request)
     return _accepted(services.experiment_cancel(experiment=_experiment(experiment_id), user=user))
+
+
+@router.post(
+    "/experiments/{experiment_id}/resume",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+)
+def experiment_resume(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Status[dict[str, Any]]:
+    """Resume an interrupted experiment from its first unfinished step and level (its server
+    re-used when still ready and unchanged). 422 unless it is interrupted."""
+    user = require_sweeper(request)
+    return _accepted(services.experiment_resume(experiment=_experiment(experiment_id), user=user))
 
 
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))

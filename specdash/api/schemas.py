@@ -429,6 +429,10 @@ class LevelOut(Schema):
     requests_ok: int
     requests_failed: int
     reason: str
+    attempt: int = Field(description="The sweep attempt whose records this level summarises")
+    earlier_attempts: list[dict[str, Any]] = Field(
+        description="What earlier attempts of this level measured before it was run again"
+    )
     started_at: datetime | None
     finished_at: datetime | None
     summary: dict[str, Any]
@@ -496,6 +500,7 @@ class ExperimentIn(In):
     order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
     continue_on_start_failure: bool = True
     check_output_equivalence: bool = False
+    auto_resume: bool = Field(False, description="Resume by itself after a worker restart")
     notes: Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)] = ""
     tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
         default_factory=list, max_length=50
@@ -553,6 +558,8 @@ class ExperimentOut(Schema):
     tags: list[str]
     notes: str
     has_comparison: bool
+    auto_resume: bool
+    history: list[dict[str, Any]] = Field(description="Every interruption and resume, in order")
     created_by: str | None
     created_at: datetime
     started_at: datetime | None
@@ -607,6 +614,7 @@ class RatioOut(Schema):
     method: str
     sign: int
     inconclusive: bool
+    refused: str = Field("", description="Why an interval was computed but not published")
 
 
 class VerdictOut(Schema):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from benchmarks import services
+from benchmarks import audit, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from hosts.jobs import JobContext
@@ -105,3 +108,74 @@ def test_viewers_cannot_resume_or_abandon_operators_can(
     assert client.post(f"/sweeps/{sweep.pk}/resume/").status_code == 302
     sweep.refresh_from_db()
     assert sweep.state == SweepState.QUEUED
+
+
+async def _wait_for(condition: Any, *, seconds: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
+    slow_simulator: Simulator,
+) -> None:
+    """The reported loss: a resume rewrote records.jsonl with only the resumed level, all
+    labelled level 0, and left the resumed levels without server figures."""
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=slow_simulator.base_url, levels=[1, 2, 3],
+        load=load(model=slow_simulator.model, requests_per_level=6, max_tokens=48),
+    )  # fmt: skip
+    assert sweep.job_id is not None
+    job = await Job.objects.aget(pk=sweep.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+    first_run = asyncio.create_task(handler.run_sweep(ctx))
+
+    async def level_1_running() -> bool:
+        return await SweepLevel.objects.filter(
+            sweep=sweep, index=1, state=LevelState.RUNNING
+        ).aexists()
+
+    await _wait_for(level_1_running)
+    first_run.cancel()  # what a worker shutting down does to its jobs
+    with pytest.raises(asyncio.CancelledError):
+        await first_run
+    await sync_to_async(handler.sweep_on_interrupted)(job.pk, job.params)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.INTERRUPTED
+    records = Path(sweep.records_path)
+    before = await asyncio.to_thread(records.read_text)
+    cut = await SweepLevel.objects.aget(sweep=sweep, index=1)
+    assert cut.state == LevelState.PARTIAL
+
+    resumed = await sync_to_async(services.sweep_resume)(sweep=sweep)
+    assert resumed.job_id is not None
+    job = await Job.objects.aget(pk=resumed.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+    result = await asyncio.wait_for(handler.run_sweep(ctx), 120)
+    assert result["state"] == SweepState.COMPLETED
+
+    after = await asyncio.to_thread(records.read_text)
+    assert after.startswith(before), "the resume rewrote what the first run had written"
+    lines = [json.loads(line) for line in after.splitlines() if line.strip()]
+    counts = collections.Counter((r["level"], r["attempt"]) for r in lines if not r.get("warmup"))
+    levels = {lv.index: lv async for lv in SweepLevel.objects.filter(sweep=sweep)}
+    assert [levels[i].attempt for i in range(3)] == [1, 2, 2]
+    for index, level in levels.items():
+        assert level.state == LevelState.COMPLETED
+        assert counts[(index, level.attempt)] == level.requests_ok == 6
+        # Server figures for every level, the resumed ones included.
+        assert level.server_metrics.get("available") is True, level.server_metrics
+        assert level.server_metrics["generation_tokens"] > 0
+    # The cut level's first attempt is kept beside the new one, never merged into it.
+    assert [e["attempt"] for e in levels[1].earlier_attempts] == [1]
+    assert levels[1].earlier_attempts[0]["state"] == LevelState.PARTIAL
+    assert sum(n for (index, attempt), n in counts.items() if attempt == 1 and index == 1) == (
+        levels[1].earlier_attempts[0]["requests_ok"]
+        + levels[1].earlier_attempts[0]["requests_failed"]
+    )
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.attempts == 2
+    report = await sync_to_async(audit.audit_sweep)(sweep=sweep)
+    assert report.problems == [] and report.levels_checked == 3

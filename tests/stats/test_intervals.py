@@ -153,3 +153,38 @@ def test_curve_rejects_duplicate_levels_and_sorts_the_rest():
     with pytest.raises(ValueError, match="duplicate"):
         Curve("a", [LevelSample(2, 1.0), LevelSample(2, 2.0)])
     assert Curve("a", [LevelSample(4, 1.0), LevelSample(1, 2.0)]).concurrencies == (1, 4)
+
+
+def test_the_point_is_always_the_ratio_of_the_level_figures_and_the_interval_contains_it():
+    reqs_a = closed_loop_requests(concurrency=2, per_slot=20, tok_per_s=50, seed=1)
+    reqs_b = closed_loop_requests(concurrency=2, per_slot=20, tok_per_s=60, seed=2)
+    a = LevelSample.from_requests(2, reqs_a)
+    b = LevelSample.from_requests(2, reqs_b)
+    r = level_ratio(a, b, n_boot=300)
+    assert r.method == "bootstrap-requests" and not r.refused
+    assert r.point == b.value / a.value
+    low, high = bounds(r)
+    assert low <= r.point <= high
+
+
+def test_a_bootstrap_over_requests_that_are_not_the_rows_is_refused():
+    """The reported case: B's requests came from another level (C=100 labelled C=1), so the
+    bootstrap said 3.7x while the row's figures said 1.05x."""
+    a_reqs = closed_loop_requests(concurrency=1, per_slot=30, tok_per_s=90, seed=1)
+    b_reqs = closed_loop_requests(concurrency=1, per_slot=30, tok_per_s=340, seed=2)
+    a = LevelSample.from_requests(1, a_reqs)
+    b = LevelSample(1, a.value * 1.053, requests=b_reqs)  # the row shows B at 1.053 x A
+    r = level_ratio(a, b, n_boot=300)
+    assert r.point == pytest.approx(1.053)
+    assert (r.low, r.high, r.method) == (None, None, "none")
+    assert "not the data the figures were computed from" in r.refused
+
+
+def test_repeats_whose_interval_excludes_the_point_are_refused():
+    # A value that is not the mean of its repeats: the log-t interval sits around 1.0, the
+    # row's figures say 2.0.
+    a = LevelSample(4, 50.0, repeats=[100.0, 101.0, 99.0])
+    b = LevelSample(4, 100.0, repeats=[100.0, 100.5, 99.5])
+    r = level_ratio(a, b)
+    assert r.point == 2.0
+    assert not r.has_interval and r.refused

@@ -68,6 +68,47 @@ class Command(BaseCommand):
         wait.add_argument("--state", action="append", help="Instance states to wait for")
         wait.add_argument("--timeout", type=float, default=3600.0)
 
+        audit = sub.add_parser(
+            "audit",
+            help="Recompute stored summaries and comparisons from the raw records "
+            "(local database and records files; exit status 1 when anything disagrees)",
+        )
+        target = audit.add_mutually_exclusive_group(required=True)
+        target.add_argument("--sweep", type=int)
+        target.add_argument("--experiment", type=int)
+        target.add_argument("--all", action="store_true")
+
+        experiment = sub.add_parser("experiment", help="A/B experiments: create, wait, ...")
+        verbs = experiment.add_subparsers(dest="verb", required=True)
+        create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
+        create.add_argument("profiles", nargs="+", help="Profile names or ids, A first")
+        create.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
+        amount = create.add_mutually_exclusive_group()
+        amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
+        amount.add_argument("--duration", type=float, help="Seconds per level")
+        create.add_argument("--max-tokens", type=int, default=128)
+        create.add_argument("--input-tokens", type=int, default=128)
+        create.add_argument("--repeats", type=int, default=1)
+        create.add_argument("--order", choices=["sequential", "interleaved"], default="sequential")
+        create.add_argument("--name", default="")
+        create.add_argument("--tag", action="append", default=[])
+        create.add_argument(
+            "--auto-resume", action="store_true", help="Resume by itself after a worker restart"
+        )
+        create.add_argument("--wait", action="store_true", help="Wait until it finishes")
+        for verb, text in (
+            ("wait", "Wait until it finishes"),
+            ("resume", "Resume an interrupted experiment"),
+            ("cancel", "Cancel it (its server gets a verified stop)"),
+            ("compare", "Print its comparison"),
+        ):
+            parser_ = verbs.add_parser(verb, help=text)
+            parser_.add_argument("id", type=int)
+            if verb in {"wait", "resume"}:
+                parser_.add_argument("--timeout", type=float, default=24 * 3600.0)
+            if verb == "resume":
+                parser_.add_argument("--wait", action="store_true", help="Wait until it finishes")
+
         compare = sub.add_parser("compare", help="Compare sweeps (first = reference)")
         compare.add_argument("sweeps", nargs="*", type=int)
         compare.add_argument("--experiment", type=int, help="Or an experiment's comparison")
@@ -75,6 +116,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "token":
             self._token(options)
+            return
+        if options["action"] == "audit":
+            self._audit(options)
             return
         if not options["token"]:
             raise CommandError("Give --token or set SPECDASH_TOKEN (see `specdash token`).")
@@ -101,6 +145,77 @@ class Command(BaseCommand):
         expires = timezone.now() + timedelta(days=days) if days else None
         _token, secret = api_token_create(user=user, name=options["name"], expires_at=expires)
         self.stdout.write(secret)
+
+    def _audit(self, options: dict[str, Any]) -> None:
+        # Local, like `token`: it reads the database and the records files themselves, so
+        # it also works while no dashboard is running (right after a crash, say).
+        from benchmarks import audit
+        from benchmarks.models import Experiment, Sweep
+
+        if options["sweep"] is not None:
+            sweep = Sweep.objects.filter(pk=options["sweep"]).first()
+            if sweep is None:
+                raise CommandError(f"No sweep #{options['sweep']}.")
+            report = audit.audit_sweep(sweep=sweep)
+        elif options["experiment"] is not None:
+            experiment = Experiment.objects.filter(pk=options["experiment"]).first()
+            if experiment is None:
+                raise CommandError(f"No experiment #{options['experiment']}.")
+            report = audit.audit_experiment(experiment=experiment)
+        else:
+            report = audit.audit_all()
+        body = report.as_dict()
+        lines = [
+            f"audit of {report.target}: {'ok' if report.ok else 'FAILED'} "
+            f"({report.levels_checked} levels, {report.records_checked} records, "
+            f"{report.comparisons_checked} comparisons checked)",
+            *(f"  {p}" for p in report.problems),
+        ]
+        self._out(options, body, "\n".join(lines))
+        if not report.ok:
+            raise CommandError(
+                f"audit failed: {len(report.problems)} disagreement(s)", returncode=1
+            )
+
+    def _experiment(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        verb = options["verb"]
+        if verb == "create":
+            load: dict[str, Any] = {
+                "max_tokens": options["max_tokens"],
+                "input_tokens": options["input_tokens"],
+            }
+            if options["duration"] is not None:
+                load["duration"] = options["duration"]
+            else:
+                load["requests_per_level"] = options["requests"] or 20
+            body = client.post(
+                "/experiments",
+                {
+                    "profiles": [client.profile_id(p) for p in options["profiles"]],
+                    "levels": options["levels"], "load": load, "name": options["name"],
+                    "repeats": options["repeats"], "order": options["order"],
+                    "tags": options["tag"], "auto_resume": options["auto_resume"],
+                },
+            )  # fmt: skip
+            experiment = body["experiment"]
+        elif verb == "resume":
+            experiment = client.post(f"/experiments/{options['id']}/resume")["experiment"]
+        elif verb == "cancel":
+            experiment = client.post(f"/experiments/{options['id']}/cancel")["experiment"]
+        elif verb == "compare":
+            self._compare(client, {**options, "experiment": options["id"], "sweeps": []})
+            return
+        else:
+            experiment = {"id": options["id"]}
+        if verb == "wait" or options.get("wait"):
+            timeout = options.get("timeout") or 24 * 3600.0
+            experiment = client.wait_finished(f"/experiments/{experiment['id']}", timeout=timeout)
+        text = f"experiment {experiment['id']} {experiment['state']}"
+        if experiment.get("reason"):
+            text += f": {experiment['reason']}"
+        self._out(options, experiment, text)
+        if verb == "wait" and experiment["state"] != "completed":
+            raise CommandError(text, returncode=1)
 
     def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         page = client.get("/profiles", limit=200)

@@ -3,6 +3,7 @@ crossover and saturation it reports, and what it leaves out."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,33 @@ def test_a_profile_whose_greedy_output_changes_between_its_own_runs_is_flagged()
     b = next(p for p in summary["profiles"] if p["label"] == "B")
     assert summary["flagged"] == ["B"] and not b["deterministic"] and not b["equivalent"]
     assert b["differences"][0]["prompt"] == "p2" and b["differences"][0]["common_prefix_chars"] == 4
+
+
+def test_every_ratio_point_is_the_ratio_of_its_rows_figures(profiles: Any, tmp_path: Path) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 8: 500}, tmp=tmp_path, jitter=0.3)
+    b = make_sweep(spec, {1: 101, 8: 250}, tmp=tmp_path, jitter=0.3, seed=11)
+    result = _compare(a, b)
+    for row in result["rows"]:
+        cells = {c["label"]: c for c in row["cells"]}
+        (ratio,) = row["ratios"]
+        assert ratio["point"] == cells["B"]["output_tok_s"] / cells["A"]["output_tok_s"]
+
+
+def test_an_interval_from_records_of_another_level_is_refused_and_warned_about(
+    profiles: Any, tmp_path: Path
+) -> None:
+    """The reported case: a resume relabelled B's C=8 requests as level 0 (C=1)."""
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 8: 500}, tmp=tmp_path)
+    b = make_sweep(spec, {1: 105, 8: 400}, tmp=tmp_path, seed=11)
+    path = Path(b.records_path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**r, "level": 0}) + "\n" for r in lines if r["level"] == 1))
+    result = _compare(a, b)
+    (v,) = result["verdicts"]
+    c1 = next(r for r in v["ratios"] if r["concurrency"] == 1)
+    assert (c1["method"], c1["low"], c1["high"]) == ("none", None, None)
+    assert c1["point"] == pytest.approx(1.05, rel=0.05)
+    assert "not the data the figures were computed from" in c1["refused"]
+    assert any("C=1: interval not shown" in w for w in result["warnings"])

@@ -204,4 +204,5 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     assert experiment.state == ExperimentState.INTERRUPTED
     assert experiment.reason == "interrupted: worker gone stopped renewing its lease"
     states = [s.state for s in _steps(experiment.pk)]
-    assert states == [StepState.INTERRUPTED, StepState.SKIPPED]
+    # The step never started stays pending: a resume runs it.
+    assert states == [StepState.INTERRUPTED, StepState.PENDING]

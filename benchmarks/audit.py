@@ -1,0 +1,290 @@
+"""The audit: every stored figure recomputed from the raw records and compared (read only).
+
+For a sweep: each level row's summary is recomputed by the load generator's own
+``summarize_level`` from that level attempt's records (benchmarks.sweeps.recordfile) and
+compared with the stored summary and its headline columns (counts, tokens, tok/s,
+percentiles); records that belong to no level attempt, and lines that are not records, are
+reported. For an experiment: its sweeps, then its stored comparison against one rebuilt from
+the same levels and records, and the one-truth rule (every ratio point is the ratio of the
+figures in its row; every interval contains its point).
+
+Used by ``manage.py specdash audit``, ``GET /api/v1/audit`` and the comparison page.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.experiments import comparison as comparisons
+from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.loadgen.metrics import summarize_level
+from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
+from benchmarks.services import level_fields_from_summary
+from benchmarks.sweeps.recordfile import RecordFile, read_record_file
+
+# Records keep times to 1 us, so recomputed durations and rates agree to about 1e-6; a
+# record lost, duplicated or altered moves a figure by far more than these.
+REL_TOL = 1e-4
+ABS_TOL_MS = 0.01
+DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+DIST_KEYS = ("count", "mean", "p50", "p90", "p99")
+SCALARS = ("output_tokens", "duration_s", "output_tok_s", "achieved_concurrency")
+COLUMNS = (
+    "output_tok_s",
+    "steady_output_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "achieved_concurrency",
+    "requests_ok",
+    "requests_failed",
+)
+
+
+@dataclass
+class AuditReport:
+    target: str
+    problems: list[str] = field(default_factory=list)
+    levels_checked: int = 0
+    records_checked: int = 0
+    comparisons_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def extend(self, other: AuditReport) -> None:
+        self.problems += other.problems
+        self.levels_checked += other.levels_checked
+        self.records_checked += other.records_checked
+        self.comparisons_checked += other.comparisons_checked
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "levels_checked": self.levels_checked,
+            "records_checked": self.records_checked,
+            "comparisons_checked": self.comparisons_checked,
+        }
+
+
+def _close(a: Any, b: Any, *, abs_tol: float = 0.0) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        return bool(a == b)
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return bool(a == b)
+        return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=abs_tol)
+    return bool(a == b)
+
+
+def _differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+    out = []
+    for key in ("total", "ok", "failed"):
+        a, b = (stored.get("requests") or {}).get(key), (fresh.get("requests") or {}).get(key)
+        if a != b:
+            out.append(f"requests {key}: stored {a}, records give {b}")
+    for key in SCALARS:
+        if not _close(stored.get(key), fresh.get(key), abs_tol=1e-9):
+            out.append(f"{key}: stored {stored.get(key)}, records give {fresh.get(key)}")
+    for name in DISTRIBUTIONS:
+        a_dist, b_dist = stored.get(name) or {}, fresh.get(name) or {}
+        for key in DIST_KEYS:
+            a, b = a_dist.get(key), b_dist.get(key)
+            if not _close(a, b, abs_tol=ABS_TOL_MS):
+                out.append(f"{name} {key}: stored {a}, records give {b}")
+    return out
+
+
+def audit_level(level: SweepLevel, records: list[dict[str, Any]]) -> list[str]:
+    """Disagreements between one level row and the records of its attempt."""
+    where = f"level {level.index} (C={level.concurrency}, attempt {level.attempt})"
+    measured = [r for r in records if not r.get("warmup")]
+    problems = []
+    summary = level.summary or {}
+    if not summary:
+        ok = sum(1 for r in measured if not r.get("error_kind"))
+        if measured and ok != level.requests_ok:
+            problems.append(f"{where}: {level.requests_ok} requests stored, {ok} in the records")
+        return problems
+    anchor_data = summary.get("anchor")
+    if not isinstance(anchor_data, dict):
+        return [f"{where}: the summary has no clock anchor to recompute it with"]
+    try:
+        anchor = ClockAnchor(float(anchor_data["t0_wall"]), float(anchor_data["t0_perf"]))
+        parsed = [RequestRecord.from_json(r, anchor) for r in records]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"{where}: a record cannot be read: {type(exc).__name__}: {exc}"]
+    fresh = summarize_level(
+        parsed,
+        concurrency=int(summary.get("concurrency") or level.concurrency),
+        mode=str(summary.get("mode") or "closed"),
+        partial=bool(summary.get("partial")),
+        anchor=anchor,
+    )
+    problems += [f"{where}: {d}" for d in _differences(summary, fresh)]
+    columns = level_fields_from_summary(summary)
+    for name in COLUMNS:
+        if not _close(getattr(level, name), columns[name], abs_tol=1e-9):
+            problems.append(
+                f"{where}: column {name} is {getattr(level, name)}, its summary says "
+                f"{columns[name]}"
+            )
+    return problems
+
+
+def _known_attempts(level: SweepLevel) -> set[int]:
+    earlier = {int(e.get("attempt") or 0) for e in level.earlier_attempts or []}
+    return {level.attempt, *earlier}
+
+
+def audit_sweep(*, sweep: Sweep) -> AuditReport:
+    report = AuditReport(target=f"sweep #{sweep.pk}")
+    levels = list(SweepLevel.objects.filter(sweep=sweep).order_by("index"))
+    records: RecordFile | None = None
+    if sweep.records_path:
+        records = read_record_file(Path(sweep.records_path))
+        if not records.exists and any(lv.requests_ok for lv in levels):
+            report.problems.append(f"sweep #{sweep.pk}: its records file {records.path} is gone")
+        for number in records.bad_lines:
+            report.problems.append(f"sweep #{sweep.pk}: records line {number} is not a record")
+        if records.unlabelled:
+            report.problems.append(
+                f"sweep #{sweep.pk}: {records.unlabelled} records carry no level index"
+            )
+        by_index = {lv.index: lv for lv in levels}
+        for (index, attempt), rows in sorted(records.by_level.items()):
+            level = by_index.get(index)
+            if level is None or attempt not in _known_attempts(level):
+                report.problems.append(
+                    f"sweep #{sweep.pk}: {len(rows)} records of level {index} attempt "
+                    f"{attempt} belong to no level of this sweep"
+                )
+    for level in levels:
+        if level.state not in (LevelState.COMPLETED, LevelState.PARTIAL):
+            continue
+        rows = records.level(level.index, level.attempt) if records is not None else []
+        if records is None and level.summary:
+            # Sweeps recorded without a file (imported, constructed) have nothing to recompute.
+            continue
+        report.levels_checked += 1
+        report.records_checked += len(rows)
+        report.problems += [f"sweep #{sweep.pk} {p}" for p in audit_level(level, rows)]
+    return report
+
+
+def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:
+    """Every ratio point is B's row figure over A's; every published interval contains it."""
+    problems = []
+    metric = str(result.get("metric") or comparisons.METRIC)
+    for row in result.get("rows") or []:
+        cells = {c.get("label"): c for c in row.get("cells") or []}
+        for ratio in row.get("ratios") or []:
+            point = ratio.get("point")
+            if point is None:
+                continue
+            a = (cells.get(ratio.get("reference")) or {}).get(metric)
+            b = (cells.get(ratio.get("candidate")) or {}).get(metric)
+            c = row.get("concurrency")
+            if not isinstance(a, int | float) or not isinstance(b, int | float) or a <= 0:
+                problems.append(f"{where} C={c}: a ratio without both figures in its row")
+                continue
+            if not math.isclose(point, b / a, rel_tol=1e-9):
+                problems.append(
+                    f"{where} C={c}: ratio point {point:.6g} is not the row's "
+                    f"{b:.6g} / {a:.6g} = {b / a:.6g}"
+                )
+            low, high = ratio.get("low"), ratio.get("high")
+            if low is not None and high is not None and not low <= point <= high:
+                problems.append(
+                    f"{where} C={c}: interval {low:.6g}-{high:.6g} does not contain {point:.6g}"
+                )
+    return problems
+
+
+def _comparison_digest(result: dict[str, Any]) -> dict[str, Any]:
+    """What a comparison asserts: figures per row, ratios, crossover, saturation."""
+    metric = str(result.get("metric") or comparisons.METRIC)
+    return {
+        "rows": [
+            (
+                row.get("concurrency"),
+                [(c.get("label"), c.get("runs"), c.get(metric)) for c in row.get("cells") or []],
+                [(r.get("point"), r.get("low"), r.get("high")) for r in row.get("ratios") or []],
+            )
+            for row in result.get("rows") or []
+        ],
+        "crossover": [
+            (v.get("crossover") or {}).get("last") or {} for v in result.get("verdicts") or []
+        ],
+        "saturation": [s.get("saturation") for s in result.get("series") or []],
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return _close(a, b, abs_tol=1e-12)
+
+
+def audit_comparison(*, experiment: Experiment) -> AuditReport:
+    """The stored comparison against one rebuilt now from the same levels and records."""
+    report = AuditReport(target=f"experiment #{experiment.pk} comparison")
+    # As stored now (the caller's object may predate the experiment's end).
+    rows = Experiment.objects.filter(pk=experiment.pk).values_list("comparison", flat=True)
+    stored: dict[str, Any] = rows.first() or {}
+    fresh = comparisons.comparison_build(
+        series=experiment_selectors.experiment_series(experiment=experiment),
+        equivalence_runs=experiment_selectors.experiment_equivalence_runs(experiment=experiment),
+    )
+    where = f"experiment #{experiment.pk}"
+    report.problems += _ratio_rule(fresh, where)
+    if stored:
+        report.comparisons_checked += 1
+        report.problems += _ratio_rule(stored, f"{where} (stored)")
+        a, b = _comparison_digest(stored), _comparison_digest(fresh)
+        for key in a:
+            if not _same(a[key], b[key]):
+                report.problems.append(
+                    f"{where}: the stored comparison's {key} differs from one rebuilt from "
+                    f"the records: stored {a[key]}, rebuilt {b[key]}"
+                )
+    return report
+
+
+def audit_experiment(*, experiment: Experiment) -> AuditReport:
+    report = AuditReport(target=f"experiment #{experiment.pk}")
+    for sweep in Sweep.objects.filter(experiment_step__experiment=experiment).order_by("pk"):
+        report.extend(audit_sweep(sweep=sweep))
+    report.extend(audit_comparison(experiment=experiment))
+    return report
+
+
+def audit_sweeps(*, sweeps: list[Sweep]) -> AuditReport:
+    """Several sweeps (a comparison of picked sweeps): each one's levels and records."""
+    report = AuditReport(target="sweeps " + ", ".join(f"#{s.pk}" for s in sweeps))
+    for sweep in sweeps:
+        report.extend(audit_sweep(sweep=sweep))
+    return report
+
+
+def audit_all() -> AuditReport:
+    report = AuditReport(target="everything")
+    for sweep in Sweep.objects.order_by("pk"):
+        report.extend(audit_sweep(sweep=sweep))
+    for experiment in Experiment.objects.order_by("pk"):
+        report.extend(audit_comparison(experiment=experiment))
+    return report

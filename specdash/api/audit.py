@@ -1,0 +1,57 @@
+"""The audit: stored level summaries and comparisons recomputed from the raw records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from benchmarks import audit
+from benchmarks.models import Experiment, Sweep
+from specdash.api import errors
+from specdash.api.auth import require_viewer
+from specdash.api.common import responses
+from specdash.api.schemas import Id
+
+router = Router(tags=["audit"])
+
+
+class AuditQuery(Schema):
+    sweep: Id | None = Field(None, description="Audit one sweep")
+    experiment: Id | None = Field(None, description="Audit one experiment and its sweeps")
+    all: bool = Field(False, description="Audit every sweep and experiment")
+
+
+class AuditOut(Schema):
+    target: str
+    ok: bool = Field(description="True when every stored figure matches its records")
+    problems: list[str]
+    levels_checked: int
+    records_checked: int
+    comparisons_checked: int
+
+
+@router.get("/audit", response=responses({200: AuditOut}), summary="Audit stored figures")
+def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> dict[str, Any]:
+    """Recompute every level summary (counts, tokens, tok/s, percentiles) from the records
+    and every comparison (ratios, intervals, crossover, saturation) from those levels;
+    ``ok`` is false and ``problems`` lists each disagreement. Give exactly one of
+    ``sweep``, ``experiment`` or ``all=true``."""
+    require_viewer(request)
+    chosen = [query.sweep is not None, query.experiment is not None, query.all]
+    if sum(chosen) != 1:
+        raise errors.ApiError(
+            422, errors.VALIDATION, "Give exactly one of sweep, experiment or all=true."
+        )
+    if query.sweep is not None:
+        sweep = Sweep.objects.filter(pk=query.sweep).first()
+        if sweep is None:
+            raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{query.sweep}.")
+        return audit.audit_sweep(sweep=sweep).as_dict()
+    if query.experiment is not None:
+        experiment = Experiment.objects.filter(pk=query.experiment).first()
+        if experiment is None:
+            raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{query.experiment}.")
+        return audit.audit_experiment(experiment=experiment).as_dict()
+    return audit.audit_all().as_dict()

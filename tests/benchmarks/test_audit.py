@@ -1,0 +1,157 @@
+"""The audit recomputes stored figures from the raw records and reports every disagreement."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from benchmarks import audit, services
+from benchmarks.experiments import services as experiment_services
+from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps import handler
+from hosts.jobs import JobContext
+from hosts.models import Job, ServerProfile
+from tests.benchmarks.conftest import Simulator, load
+from tests.benchmarks.experiments.constructed import make_sweep
+
+
+@pytest.fixture
+def measured(simulator: Simulator, transactional_db: Any) -> Sweep:
+    """A sweep measured for real by the load generator against the simulator."""
+    sweep = services.sweep_create(
+        base_url=simulator.base_url, levels=[1, 3],
+        load=load(model=simulator.model, requests_per_level=9, max_tokens=6),
+    )  # fmt: skip
+    assert sweep.job_id is not None
+    job = Job.objects.get(pk=sweep.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+
+    async def run() -> dict[str, Any]:
+        return await asyncio.wait_for(handler.run_sweep(ctx), 90)
+
+    result = async_to_sync(run)()
+    assert result["state"] == SweepState.COMPLETED
+    sweep.refresh_from_db()
+    return sweep
+
+
+def _rewrite(path: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in change(records)))
+
+
+def test_a_sweep_as_measured_passes_the_audit(measured: Sweep) -> None:
+    report = audit.audit_sweep(sweep=measured)
+    assert report.problems == []
+    assert report.levels_checked == 2 and report.records_checked == 18
+    call_command("specdash", "audit", "--sweep", str(measured.pk))  # exit status 0
+
+
+def test_a_lost_record_is_reported_with_its_level_and_fails_the_command(measured: Sweep) -> None:
+    path = Path(measured.records_path)
+    dropped = False
+
+    def drop_one_of_level_1(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        nonlocal dropped
+        out = []
+        for r in records:
+            if r["level"] == 1 and not dropped:
+                dropped = True
+                continue
+            out.append(r)
+        return out
+
+    _rewrite(path, drop_one_of_level_1)
+    report = audit.audit_sweep(sweep=measured)
+    assert any("level 1 (C=3, attempt 1): requests total: stored 9, records give 8" in p
+               for p in report.problems), report.problems  # fmt: skip
+    assert not any("level 0" in p for p in report.problems)
+    with pytest.raises(CommandError) as failure:
+        call_command("specdash", "audit", "--sweep", str(measured.pk))
+    assert failure.value.returncode == 1
+
+
+def test_an_altered_or_duplicated_record_and_a_torn_line_are_reported(measured: Sweep) -> None:
+    path = Path(measured.records_path)
+
+    def alter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        records[0] = {**records[0], "out": records[0]["out"] + 50}
+        return [*records, records[-1]]
+
+    _rewrite(path, alter)
+    with path.open("a") as f:
+        f.write('{"level": 1, "id": "torn')
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert any("level 0" in p and "output_tokens" in p for p in problems), problems
+    assert any("level 1" in p and "requests total: stored 9, records give 10" in p
+               for p in problems), problems  # fmt: skip
+    assert any("is not a record" in p for p in problems), problems
+
+
+def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(
+    measured: Sweep,
+) -> None:
+    path = Path(measured.records_path)
+    _rewrite(path, lambda rs: [*rs, {**rs[0], "level": 7}, {**rs[0], "attempt": 3}])
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert any("records of level 7 attempt 1 belong to no level" in p for p in problems)
+    assert any("records of level 0 attempt 3 belong to no level" in p for p in problems)
+
+
+def test_a_corrupted_summary_or_headline_column_is_reported(measured: Sweep) -> None:
+    level = SweepLevel.objects.get(sweep=measured, index=1)
+    level.summary = {**level.summary, "ttft_ms": {**level.summary["ttft_ms"], "p50": 1e6}}
+    level.save(update_fields=["summary"])
+    SweepLevel.objects.filter(sweep=measured, index=0).update(output_tok_s=12345.0)
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert any("level 1" in p and "ttft_ms p50: stored 1000000.0" in p for p in problems)
+    assert any("level 0" in p and "column output_tok_s is 12345.0" in p for p in problems)
+
+
+@pytest.mark.django_db
+def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page_and_api(
+    client: Client, viewer: Any, make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    pair = make_profile(name="baseline"), make_profile(name="eagle", speculative=True)
+    experiment = experiment_services.experiment_create(
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}
+    )
+    for step in experiment.steps.select_related("arm"):
+        values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}
+        make_sweep(step.arm.profile, values, tmp=tmp_path, step=step)
+    experiment_services.experiment_store_comparison(experiment_id=experiment.pk)
+    experiment_services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    client.force_login(viewer)
+    assert audit.audit_experiment(experiment=experiment).problems == []
+    page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert 'data-testid="audit-warning"' not in page
+    assert client.get("/api/v1/audit", {"experiment": experiment.pk}).json()["ok"] is True
+
+    # The stored comparison claims another figure for B at C=8 than its levels hold.
+    stored = Experiment.objects.get(pk=experiment.pk).comparison
+    for row in stored["rows"]:
+        if row["concurrency"] == 8:
+            row["ratios"][0]["point"] *= 1.5
+    Experiment.objects.filter(pk=experiment.pk).update(comparison=stored)
+
+    problems = audit.audit_experiment(experiment=experiment).problems
+    assert any("C=8: ratio point" in p and "is not the row's" in p for p in problems), problems
+    assert any("stored comparison's rows differs" in p for p in problems), problems
+    page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert 'data-testid="audit-warning"' in page and "is not the row&#x27;s" in page
+    body = client.get("/api/v1/audit", {"experiment": experiment.pk}).json()
+    assert body["ok"] is False and body["problems"] == problems
+    assert client.get("/api/v1/audit", {"sweep": 1, "all": True}).status_code == 422
+
+
+@pytest.mark.django_db
+def test_the_audit_endpoint_needs_a_login(client: Client) -> None:
+    assert client.get("/api/v1/audit", {"all": True}).status_code == 401
