@@ -76,7 +76,9 @@ def cluster(tmp_path: Path, postgres_server: Postgres) -> Iterator[Cluster]:
 def instance_cleanup(url: str) -> None:
     """A simulator the test left running (a failure midway) is killed by its recorded pid."""
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT pid FROM hosts_serverinstance WHERE pid IS NOT NULL").fetchall()
+        rows = conn.execute(
+            "SELECT pid FROM hosts_serverinstance WHERE pid IS NOT NULL AND state <> 'stopped'"
+        ).fetchall()
     for (pid,) in rows:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
