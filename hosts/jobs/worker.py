@@ -446,7 +446,7 @@ class Worker:
             task = self._tasks.get(job_id)
             if task is not None and now > deadline and job_id not in self._forced:
                 logger.warning(
-                    "job %s did not stop within the %.0f s cancel grace; forcing it",
+                    "job %s did not stop within the %g s cancel grace; forcing it",
                     job_id,
                     self.settings.cancel_grace,
                 )
