@@ -39,9 +39,9 @@ SHARD_TAGS_ENV = "SPECDASH_LOADGEN_SHARD_TAGS"
 SHARD_SPREAD_ENV = "SPECDASH_LOADGEN_SHARD_SPREAD"
 GANG_TIMEOUT_ENV = "SPECDASH_LOADGEN_GANG_TIMEOUT_S"
 GANG_TIMEOUT_S = 60.0
-# Between the gang's "all ready" and its common start: each shard still has to start its
-# load-generator process (a second to import and connect on a busy machine).
-GANG_MARGIN_S = 2.0
+# Between the gang's "all ready" and its common start: every load generator is already up
+# and waiting, so this covers only the database round trips that deliver the start.
+GANG_MARGIN_S = 1.0
 POLL_S = 0.5
 # Events are published to the job row at most this often (a sample arrives about once a second).
 PUBLISH_S = 0.5
@@ -91,25 +91,27 @@ def _with_records(argv: list[str], records: Path) -> list[str]:
 
 
 async def run_shard(ctx: JobContext) -> dict[str, Any]:
-    """Run one shard's load generator here and report through the job row: ready at once,
-    then the load generator, started for the common start its gang is given."""
+    """Run one shard's load generator here and report through the job row. A gang member
+    starts its load generator at once, says it is ready when that process is up, and hands
+    it the common start its gang is given (``--start-at-stdin``)."""
     argv = [str(a) for a in ctx.params["argv"]]
-    if ctx.params.get("gang"):
-        await ctx.mark_ready()
-        start_at = await ctx.wait_for_start()
-        if start_at is None:
-            return {"worker_id": ctx.worker_id, "events": [], "started": False}
-        argv += ["--start-at", repr(start_at)]
+    gang = bool(ctx.params.get("gang"))
+    if gang:
+        argv.append("--start-at-stdin")
     with tempfile.TemporaryDirectory(prefix="specdash-shard-") as tmp:
         records = Path(tmp) / "records.jsonl"
-        proc = await LoadgenProcess.start(_with_records(argv, records), cwd=settings.BASE_DIR)
+        proc = await LoadgenProcess.start(
+            _with_records(argv, records), cwd=settings.BASE_DIR, stdin_pipe=gang
+        )
         result: dict[str, Any] = {"worker_id": ctx.worker_id, "events": [], "pid": proc.pid}
         loop = asyncio.get_running_loop()
         published = 0.0
+        up = asyncio.Event()
 
         async def read() -> None:
             nonlocal published
             async for event in proc.events():
+                up.set()
                 result["events"].append(event)
                 if loop.time() - published >= PUBLISH_S or event.get("event") != "sample":
                     published = loop.time()
@@ -118,6 +120,15 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
         reader = asyncio.create_task(read())
         cancel = asyncio.create_task(ctx.cancelled.wait())
         try:
+            if gang:
+                await asyncio.wait({reader, cancel, asyncio.create_task(up.wait())},
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                start_at = None
+                if up.is_set() and not ctx.cancelled.is_set():
+                    await ctx.mark_ready()
+                    start_at = await ctx.wait_for_start()
+                # No start (a cancel, a level that could not be placed): end of input.
+                await proc.send_line(repr(start_at) if start_at is not None else None)
             await asyncio.wait({reader, cancel}, return_when=asyncio.FIRST_COMPLETED)
             if not reader.done():
                 proc.terminate()  # a cancel: the load generator ends the level as partial

@@ -19,11 +19,12 @@ from hosts.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load
 from tests.scaled.test_distributed import fast_simulator  # noqa: F401  (fixture)
 
-# The target on an idle loopback machine, printed every run. The assertion allows for a
-# loaded 2-core test machine, and stays far below the delay by which one shard is claimed
-# late here (which is what a start fixed before claiming would show as skew).
+# The target on an idle loopback machine, printed every run. The assertion (the product's own
+# "started late" threshold) allows for a loaded 2-core test machine, and stays far below the
+# delay by which one shard is claimed late here (what a start fixed before claiming would
+# show as skew).
 SKEW_TARGET_S = 0.05
-SKEW_BOUND_S = 0.5
+SKEW_BOUND_S = 0.25
 LATE_CLAIM_S = 3.0
 
 
@@ -49,6 +50,14 @@ async def _run_sweep(workers: list[Worker], sweep_id: int, late: Worker | None =
             await asyncio.sleep(LATE_CLAIM_S)
             tasks.append(asyncio.create_task(late.run(stop)))
         await _until(lambda: Sweep.objects.get(pk=sweep_id).is_finished, timeout=120)
+        # And its shards: a cancelled one ends on its worker's next poll.
+        await _until(
+            lambda: (
+                not Job.objects.filter(
+                    kind="sweep.shard", state__in=[JobState.QUEUED, JobState.RUNNING]
+                ).exists()
+            )
+        )
     finally:
         stop.set()
         await asyncio.gather(*tasks)
@@ -111,9 +120,6 @@ async def test_shards_land_one_per_tag_and_start_together_within_a_measured_skew
     assert skew == pytest.approx(max(lags) - min(lags))
     assert split["gang_wait_s"] >= LATE_CLAIM_S
     assert skew < SKEW_BOUND_S, f"shards started {skew * 1000:.1f} ms apart"
-    assert "behind" in split and not any(
-        "late" in why for s in split["shards"] for why in s["behind"]
-    )
     # The skew is shown on the sweep page with the split.
     page = await sync_to_async(_sweep_page)(sweep.pk)
     assert 'data-testid="split-skew"' in page and f"{skew:.3f} s" in page
