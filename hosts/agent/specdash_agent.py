@@ -72,7 +72,8 @@ Fencing: any command whose arguments have both ``run_dir`` and ``controller`` (a
 the id of the job driving that run; a job that takes over has a higher one) is checked under
 an flock on ``<run_dir>/controller.lock`` held for the whole command: a controller lower than
 the highest one seen is refused (ok false, ``superseded: true``) and nothing is done. Every
-check appends ``{t, controller, command, accepted}`` to ``<run_dir>/controllers.log``.
+check appends ``{t, controller, command, accepted}`` to ``<run_dir>/controllers.log`` (moved to
+``controllers.log.1`` past 1 MiB).
 """
 
 from __future__ import annotations
@@ -1372,6 +1373,9 @@ COMMANDS = {
 MUTATING = ("launch", "stop", "kill_pids")
 
 
+CONTROLLER_LOG_MAX_BYTES = 1 << 20
+
+
 class Superseded(AgentError):
     """A call from a controller that another one took over from."""
 
@@ -1415,7 +1419,12 @@ def _fenced(run_dir: str, controller: int, command: str) -> Any:
         except (OSError, ValueError):
             highest = 0
         accepted = controller >= highest
-        with open(os.path.join(run_dir, "controllers.log"), "a") as log:
+        log_path = os.path.join(run_dir, "controllers.log")
+        with contextlib.suppress(OSError):
+            # A server watched for days is asked every second: keep the last one or two MiB.
+            if os.path.getsize(log_path) > CONTROLLER_LOG_MAX_BYTES:
+                os.replace(log_path, log_path + ".1")
+        with open(log_path, "a") as log:
             entry = {"t": time.time(), "controller": controller, "command": command,
                      "accepted": accepted}  # fmt: skip
             log.write(json.dumps(entry) + "\n")
