@@ -385,3 +385,45 @@ def test_a_reaper_killed_between_the_reap_and_its_hook_leaves_the_hook_owed_and_
     assert job.hook_owed == ""
     effects = list(Job.objects.filter(kind="test.hook_effect"))
     assert [e.params for e in effects] == [{"for": job.pk}]
+
+
+# --- placement ---------------------------------------------------------------------------
+
+
+def test_worker_kinds_tags_and_machine_come_from_the_environment_and_flags_override() -> None:
+    env = {"SPECDASH_JOB_KINDS": "sweep.shard, sweep.run", "SPECDASH_JOB_TAGS": "b,a,",
+           "SPECDASH_JOB_MACHINE": "load-1"}  # fmt: skip
+    settings = WorkerSettings.from_env(env)
+    assert (settings.kinds, settings.tags, settings.machine) == (
+        ("sweep.run", "sweep.shard"),
+        ("a", "b"),
+        "load-1",
+    )
+    flags = WorkerSettings.from_env(env, kinds="server.run", tags=None, machine="gpu-2")
+    assert (flags.kinds, flags.tags, flags.machine) == (("server.run",), ("a", "b"), "gpu-2")
+    assert WorkerSettings.from_env({}).kinds == ()
+
+
+@pytest.mark.django_db
+def test_a_worker_claims_only_its_kinds_and_tagged_jobs_only_with_the_tag() -> None:
+    tagged = job_enqueue(kind="test.echo", params={"value": 1}, tag="gpu-box")
+    other_kind = job_enqueue(kind="test.boom")
+    assert claim_next_job(worker_id="w", lease_seconds=30, kinds=("test.echo",)) is None
+    picked = claim_next_job(
+        worker_id="w", lease_seconds=30, kinds=("test.echo",), tags=("gpu-box",)
+    )
+    assert picked is not None and picked.pk == tagged.pk
+    untagged = claim_next_job(worker_id="w", lease_seconds=30, tags=("gpu-box",))
+    assert untagged is not None and untagged.pk == other_kind.pk
+
+
+@pytest.mark.django_db
+def test_jobs_sharing_a_spread_key_never_run_together_on_one_machine() -> None:
+    first = job_enqueue(kind="test.echo", params={"value": 1}, spread_key="level:1")
+    second = job_enqueue(kind="test.echo", params={"value": 2}, spread_key="level:1")
+    a = claim_next_job(worker_id="w1", lease_seconds=30, machine="m1")
+    assert a is not None and (a.pk, a.machine) == (first.pk, "m1")
+    # Another worker on the same machine: the partial unique index refuses the claim.
+    assert claim_next_job(worker_id="w2", lease_seconds=30, machine="m1") is None
+    b = claim_next_job(worker_id="w3", lease_seconds=30, machine="m2")
+    assert b is not None and (b.pk, b.machine) == (second.pk, "m2")
