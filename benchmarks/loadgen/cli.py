@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -115,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="epoch seconds (time.time() clock) at which the first level starts; "
         "starts at once when already past",
     )
+    p.add_argument(
+        "--start-at-stdin",
+        action="store_true",
+        help="after run_start, read the --start-at value as one line on stdin (a gang start "
+        "given once every process of the gang is up); end of input cancels the run",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -203,6 +210,25 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         late = max(0.0, started - args.start_at)
         start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
     events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
+    if args.start_at_stdin:
+        # Imported, connected to its reader, prompts built: only the start is missing, so
+        # the processes of a gang are all ready when it is given and start within a timer tick.
+        line = await _stdin_line(cancel)
+        try:
+            args.start_at = _epoch(line.strip()) if line.strip() else None
+        except argparse.ArgumentTypeError as exc:
+            say(f"[bad start on stdin: {exc}]")
+            args.start_at = None
+        if args.start_at is None:
+            stop.set("no start was given")
+        else:
+            late = max(0.0, time.time() - args.start_at)
+            start = {
+                "start_at": args.start_at,
+                "start_at_passed": late > 0,
+                "start_at_late_s": late,
+            }
+            events.emit("start_given", **start)
     records_f = open_records(args.records, append=args.records_append) if args.records else None
     levels: list[dict[str, Any]] = []
     status, reason = "completed", None
@@ -337,6 +363,29 @@ def write_output(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+async def _stdin_line(cancel: asyncio.Event) -> str:
+    """One line from stdin, or "" on a cancel or end of input. Read in a daemon thread: a
+    blocked read must not keep a cancelled process from exiting."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not got.done():
+            got.set_result(line)
+
+    def read() -> None:
+        line = sys.stdin.readline()
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(deliver, line)
+
+    threading.Thread(target=read, name="start-at-stdin", daemon=True).start()
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
+    pending: set[asyncio.Future[Any]] = {got, waiter}
+    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    return got.result() if got.done() else ""
 
 
 async def _sleep_until(wall: float, cancel: asyncio.Event) -> None:

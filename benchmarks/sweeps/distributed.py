@@ -41,7 +41,14 @@ from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
-from benchmarks.sweeps.shards import RemoteShardProcess, shard_jobs_enabled
+from benchmarks.sweeps.shards import (
+    PlacementError,
+    RemoteShardProcess,
+    gang_barrier,
+    gang_timeout,
+    shard_jobs_enabled,
+    shard_placement,
+)
 from hosts.jobs import JobContext
 from hosts.models import InstanceState
 from hosts.telemetry.levels import LevelServerMetrics
@@ -158,6 +165,13 @@ def _behind(row: dict[str, Any], best_rate: float | None) -> list[str]:
     return why
 
 
+def start_skew(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Between the first and the last shard to send its first measured request: how far
+    apart the shards of a level really began (None with fewer than two that began)."""
+    lags = [r["start_lag_s"] for r in rows if r.get("start_lag_s") is not None]
+    return max(lags) - min(lags) if len(lags) >= 2 else None
+
+
 def merge_shard_levels(
     parts: Sequence[ShardLevel], *, level_index: int, mode: str = "closed"
 ) -> dict[str, Any]:
@@ -198,6 +212,7 @@ def merge_shard_levels(
             "shards": rows,
             "behind": [r["index"] for r in rows if r["behind"]],
             "median_per_stream_tok_s": statistics.median(rates) if rates else None,
+            "start_skew_s": start_skew(rows),
         },
     )
     return summary
@@ -253,7 +268,7 @@ def shard_argv(
     model: str,
     load: dict[str, Any],
     shard: Shard,
-    start_at: float,
+    start_at: float | None,
     run_id: str,
 ) -> list[str]:
     share_load = dict(load)
@@ -266,11 +281,12 @@ def shard_argv(
         load=share_load,
         records_path=shard.records_path,
     )
-    # Distinct run ids keep request ids apart; distinct seeds keep the prompts apart.
+    # Distinct run ids keep request ids apart; distinct seeds keep the prompts apart. Without
+    # a start (a gang-started shard job), the shard is given it once its gang is ready.
+    start = ["--start-at", repr(start_at)] if start_at is not None else []
     return [
         *argv,
-        "--start-at",
-        repr(start_at),
+        *start,
         "--run-id",
         f"{run_id}-p{shard.index}",
         "--seed",
@@ -346,7 +362,19 @@ async def _run_level(
         Shard(i, share(concurrency, i, n) or 0, share(requests, i, n), base / f"shard-{i}.jsonl")
         for i in range(n)
     ]
-    start_at = time.time() + START_MARGIN_S
+    as_jobs = shard_jobs_enabled()
+    # Shard jobs are gang-started (their start is set once all are claimed and ready);
+    # local children share the machine and can be given a start ahead right away.
+    start_at: float | None = None if as_jobs else time.time() + START_MARGIN_S
+    gang: dict[str, Any] = {}
+    try:
+        asks = (
+            shard_placement(n=n, spread_key=f"sweep:{plan.sweep_id}:level:{index}")
+            if as_jobs
+            else []
+        )
+    except PlacementError as exc:
+        return None, f"level {index} (C={concurrency}) cannot be placed: {exc}"
     for shard in level.shards:
         argv = shard_argv(
             base_url=plan.base_url,
@@ -356,17 +384,28 @@ async def _run_level(
             start_at=start_at,
             run_id=f"s{plan.sweep_id}-l{index}",
         )
-        if shard_jobs_enabled():
-            # Any worker, on any machine, may claim it; it reports through its job row.
+        if as_jobs:
+            # Any worker meeting its placement, on any machine, may claim it; it reports
+            # through its job row.
             level.procs.append(
                 await RemoteShardProcess.start(
                     argv,
                     records_path=shard.records_path,
                     lock_key=f"sweep:{plan.sweep_id}:level:{index}:shard:{shard.index}",
+                    gang=True,
+                    **asks[shard.index],
                 )
             )
         else:
             level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
+    if as_jobs:
+        remote = [p for p in level.procs if isinstance(p, RemoteShardProcess)]
+        try:
+            start_at, waited = await gang_barrier(remote, wait_s=gang_timeout())
+        except PlacementError as exc:
+            return None, f"level {index} (C={concurrency}) cannot be placed: {exc}"
+        gang = {"gang_wait_s": waited}
+    assert start_at is not None
     started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
                "t": start_at}  # fmt: skip
     await recorder.handle(started)
@@ -424,6 +463,7 @@ async def _run_level(
         return None, stop_reason or "no load-generator shard reported the level"
     mode = str(level.shards[parts[0].index].summary.get("mode") or "closed")
     summary = merge_shard_levels(parts, level_index=index, mode=mode)
+    summary["split"].update(gang)
     if len(parts) < n:
         summary["status"] = "failed"
         summary["reason"] = f"{n - len(parts)} of {n} shards reported nothing"

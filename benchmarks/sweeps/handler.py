@@ -231,3 +231,15 @@ def sweep_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
         state=SweepState.INTERRUPTED,
         reason=f"interrupted: {error or 'its job worker stopped'}",
     )
+
+
+def sweep_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
+    """Forced-cancel hook (sync): the sweep job ignored its cancel past the grace and its task
+    was cancelled outright. The sweep ends cancelled, saying so; the level in progress stays
+    as partial."""
+    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+    services.sweep_finish(
+        sweep_id=int(params["sweep_id"]),
+        state=SweepState.CANCELLED,
+        reason=error or "cancelled; did not stop within the grace; forced",
+    )

@@ -103,10 +103,13 @@ class LoadgenProcess:
         self.terminated = False
 
     @classmethod
-    async def start(cls, argv: list[str], *, cwd: Path | None = None) -> LoadgenProcess:
+    async def start(
+        cls, argv: list[str], *, cwd: Path | None = None, stdin_pipe: bool = False
+    ) -> LoadgenProcess:
+        """``stdin_pipe``: keep its stdin open for ``send_line`` (``--start-at-stdin``)."""
         process = await asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=cwd,
@@ -117,6 +120,17 @@ class LoadgenProcess:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    async def send_line(self, text: str | None) -> None:
+        """A line on its stdin, then end of input (None: end of input only)."""
+        stdin = self.process.stdin
+        if stdin is None:
+            return
+        with contextlib.suppress(ConnectionError):
+            if text is not None:
+                stdin.write(f"{text}\n".encode())
+                await stdin.drain()
+            stdin.close()
 
     async def _drain_stderr(self) -> None:
         # Read stderr continuously: a full pipe would block the child.

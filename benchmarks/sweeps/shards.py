@@ -6,6 +6,13 @@ of the coordinating worker: each shard becomes a ``sweep.shard`` job that any wo
 through its job row: events as they come, then its request records. The coordinator reads
 them through ``RemoteShardProcess``, which behaves like a local ``LoadgenProcess``, so the
 exact merge of ``distributed`` is the same whichever machine each shard ran on.
+
+Placement: ``SPECDASH_LOADGEN_SHARD_TAGS=a,b`` sends shard i to a worker started with tag i
+(``jobworker --tags``); ``SPECDASH_LOADGEN_SHARD_SPREAD=1`` runs a level's shards one per
+machine. Gang start: a shard that is claimed says it is ready and waits; once every shard
+of the level is claimed and ready, the coordinator gives them one common start, so a shard
+claimed late no longer starts late. A level whose shards are not all claimed within
+``SPECDASH_LOADGEN_GANG_TIMEOUT_S`` fails, saying which shard could not be placed where.
 """
 
 from __future__ import annotations
@@ -20,21 +27,57 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.utils import timezone
 
 from benchmarks.sweeps.runner import LoadgenProcess
 from hosts.jobs import JobContext, job_cancel, job_enqueue
-from hosts.models import Job
+from hosts.jobs.fence import gang_members, gang_start
+from hosts.models import Job, JobState
 
 SHARD_JOBS_ENV = "SPECDASH_LOADGEN_SHARD_JOBS"
 SHARD_JOB_KIND = "sweep.shard"
+SHARD_TAGS_ENV = "SPECDASH_LOADGEN_SHARD_TAGS"
+SHARD_SPREAD_ENV = "SPECDASH_LOADGEN_SHARD_SPREAD"
+GANG_TIMEOUT_ENV = "SPECDASH_LOADGEN_GANG_TIMEOUT_S"
+GANG_TIMEOUT_S = 60.0
+# Between the gang's "all ready" and its common start: every load generator is already up
+# and waiting, so this covers only the database round trips that deliver the start.
+GANG_MARGIN_S = 1.0
 POLL_S = 0.5
 # Events are published to the job row at most this often (a sample arrives about once a second).
 PUBLISH_S = 0.5
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def shard_jobs_enabled() -> bool:
-    return os.environ.get(SHARD_JOBS_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return _flag(SHARD_JOBS_ENV)
+
+
+def shard_tags() -> list[str]:
+    return [t.strip() for t in os.environ.get(SHARD_TAGS_ENV, "").split(",") if t.strip()]
+
+
+def gang_timeout() -> float:
+    raw = os.environ.get(GANG_TIMEOUT_ENV, "").strip()
+    return float(raw) if raw else GANG_TIMEOUT_S
+
+
+class PlacementError(Exception):
+    """The shards of a level cannot all be placed as asked (reported, never doubled up)."""
+
+
+def shard_placement(*, n: int, spread_key: str) -> list[dict[str, str]]:
+    """Each shard's placement ask (``tag``, ``spread_key``) for a level of ``n`` shards."""
+    tags = shard_tags()
+    if tags and n > len(tags):
+        raise PlacementError(
+            f"{n} shards but only {len(tags)} tags ({', '.join(tags)}) in {SHARD_TAGS_ENV}: "
+            "one shard per tag, so this level cannot be placed"
+        )
+    spread = spread_key if _flag(SHARD_SPREAD_ENV) else ""
+    return [{"tag": tags[i] if tags else "", "spread_key": spread} for i in range(n)]
 
 
 def _with_records(argv: list[str], records: Path) -> list[str]:
@@ -47,31 +90,45 @@ def _with_records(argv: list[str], records: Path) -> list[str]:
     return out
 
 
-def _publish(job_id: int, result: dict[str, Any]) -> None:
-    Job.objects.filter(pk=job_id).update(result=result, heartbeat_at=timezone.now())
-
-
 async def run_shard(ctx: JobContext) -> dict[str, Any]:
-    """Run one shard's load generator here and report through the job row."""
+    """Run one shard's load generator here and report through the job row. A gang member
+    starts its load generator at once, says it is ready when that process is up, and hands
+    it the common start its gang is given (``--start-at-stdin``)."""
     argv = [str(a) for a in ctx.params["argv"]]
+    gang = bool(ctx.params.get("gang"))
+    if gang:
+        argv.append("--start-at-stdin")
     with tempfile.TemporaryDirectory(prefix="specdash-shard-") as tmp:
         records = Path(tmp) / "records.jsonl"
-        proc = await LoadgenProcess.start(_with_records(argv, records), cwd=settings.BASE_DIR)
+        proc = await LoadgenProcess.start(
+            _with_records(argv, records), cwd=settings.BASE_DIR, stdin_pipe=gang
+        )
         result: dict[str, Any] = {"worker_id": ctx.worker_id, "events": [], "pid": proc.pid}
         loop = asyncio.get_running_loop()
         published = 0.0
+        up = asyncio.Event()
 
         async def read() -> None:
             nonlocal published
             async for event in proc.events():
+                up.set()
                 result["events"].append(event)
                 if loop.time() - published >= PUBLISH_S or event.get("event") != "sample":
                     published = loop.time()
-                    await sync_to_async(_publish)(ctx.job_id, dict(result))
+                    await ctx.publish(dict(result))
 
         reader = asyncio.create_task(read())
         cancel = asyncio.create_task(ctx.cancelled.wait())
         try:
+            if gang:
+                await asyncio.wait({reader, cancel, asyncio.create_task(up.wait())},
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                start_at = None
+                if up.is_set() and not ctx.cancelled.is_set():
+                    await ctx.mark_ready()
+                    start_at = await ctx.wait_for_start()
+                # No start (a cancel, a level that could not be placed): end of input.
+                await proc.send_line(repr(start_at) if start_at is not None else None)
             await asyncio.wait({reader, cancel}, return_when=asyncio.FIRST_COMPLETED)
             if not reader.done():
                 proc.terminate()  # a cancel: the load generator ends the level as partial
@@ -102,10 +159,21 @@ class RemoteShardProcess:
 
     @classmethod
     async def start(
-        cls, argv: list[str], *, records_path: Path, lock_key: str
+        cls,
+        argv: list[str],
+        *,
+        records_path: Path,
+        lock_key: str,
+        tag: str = "",
+        spread_key: str = "",
+        gang: bool = False,
     ) -> RemoteShardProcess:
         job = await sync_to_async(job_enqueue)(
-            kind=SHARD_JOB_KIND, params={"argv": argv}, lock_key=lock_key
+            kind=SHARD_JOB_KIND,
+            params={"argv": argv, "gang": gang},
+            lock_key=lock_key,
+            tag=tag,
+            spread_key=spread_key,
         )
         return cls(job, records_path)
 
@@ -154,3 +222,48 @@ class RemoteShardProcess:
 
     def stderr_text(self) -> str:
         return ""
+
+
+def _not_ready(job: Job) -> str:
+    ask = []
+    if job.tag:
+        ask.append(f"a worker tagged {job.tag!r}")
+    if job.spread_key:
+        ask.append("a machine no other shard of the level runs on")
+    where = f" (needs {' and '.join(ask)})" if ask else ""
+    if job.state == JobState.QUEUED:
+        return f"job {job.pk} was never claimed{where}"
+    if job.state == JobState.RUNNING:
+        return f"job {job.pk} was claimed by {job.worker_id} but never said it was ready"
+    return f"job {job.pk} ended {job.state} before the start: {job.error[:200] or 'no reason'}"
+
+
+async def gang_barrier(
+    procs: list[RemoteShardProcess], *, wait_s: float, margin: float = GANG_MARGIN_S
+) -> tuple[float, float]:
+    """Wait until every shard job is claimed and ready, then give them one common start;
+    (the start, seconds waited). PlacementError naming each shard not ready at the timeout
+    (or ended early); the shards are then cancelled."""
+    import time
+
+    ids = [p.job_id for p in procs]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    while True:
+        jobs = await sync_to_async(gang_members)(ids)
+        ended = [j for j in jobs if j.is_finished]
+        ready = [j for j in jobs if j.state == JobState.RUNNING and j.ready_at is not None]
+        if len(ready) == len(ids):
+            start_at = time.time() + margin
+            if await sync_to_async(gang_start)(job_ids=ids, start_at=start_at):
+                return start_at, loop.time() - began
+        elif ended or loop.time() - began > wait_s:
+            missing = [j for j in jobs if j not in ready]
+            for proc in procs:
+                await proc._cancel()
+            why = "; ".join(f"shard {ids.index(j.pk)}: {_not_ready(j)}" for j in missing)
+            raise PlacementError(
+                f"{len(missing)} of {len(ids)} shards not placed within {wait_s:g} s "
+                f"(the level was not started, and no shard was doubled up): {why}"
+            )
+        await asyncio.sleep(POLL_S / 5)

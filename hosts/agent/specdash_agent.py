@@ -67,6 +67,13 @@ log_tail {run_dir, lines? [50], max_bytes? [65536]}
 probe {pythons? [[]]}
   -> {ok, hostname, uid, user, kernel, python, executable, container: {detected, evidence},
       nvidia_smi: {available, gpus: [str], error}, engines: {python: {package: version|null}}}
+
+Fencing: any command whose arguments have both ``run_dir`` and ``controller`` (an integer,
+the id of the job driving that run; a job that takes over has a higher one) is checked under
+an flock on ``<run_dir>/controller.lock`` held for the whole command: a controller lower than
+the highest one seen is refused (ok false, ``superseded: true``) and nothing is done. Every
+check appends ``{t, controller, command, accepted}`` to ``<run_dir>/controllers.log`` (moved to
+``controllers.log.1`` past 1 MiB).
 """
 
 from __future__ import annotations
@@ -1384,6 +1391,13 @@ COMMANDS = {
 MUTATING = ("launch", "stop", "kill_pids")
 
 
+CONTROLLER_LOG_MAX_BYTES = 1 << 20
+
+
+class Superseded(AgentError):
+    """A call from a controller that another one took over from."""
+
+
 def run_command(argv: list[str]) -> dict[str, Any]:
     if not argv:
         raise AgentError("usage: python3 - <command> '<json>' ({})".format(", ".join(COMMANDS)))
@@ -1399,7 +1413,44 @@ def run_command(argv: list[str]) -> dict[str, Any]:
     if argv[0] in MUTATING:
         # A dropped ssh/pct connection must not cut a launch or stop in half.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    controller, run_dir = args.get("controller"), args.get("run_dir")
+    if isinstance(controller, int) and isinstance(run_dir, str) and run_dir:
+        with _fenced(run_dir, controller, argv[0]):
+            return handler(args)
     return handler(args)
+
+
+@contextlib.contextmanager
+def _fenced(run_dir: str, controller: int, command: str) -> Any:
+    """One controller at a time per run: the lock is held for the whole command, so a call
+    from a job that was taken over either finished before the new one's first call or is
+    refused."""
+    if not os.path.isabs(run_dir):
+        raise AgentError("run_dir must be an absolute path")
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    with open(os.path.join(run_dir, "controller.lock"), "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        path = os.path.join(run_dir, "controller")
+        try:
+            with open(path) as f:
+                highest = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            highest = 0
+        accepted = controller >= highest
+        log_path = os.path.join(run_dir, "controllers.log")
+        with contextlib.suppress(OSError):
+            # A server watched for days is asked every second: keep the last one or two MiB.
+            if os.path.getsize(log_path) > CONTROLLER_LOG_MAX_BYTES:
+                os.replace(log_path, log_path + ".1")
+        with open(log_path, "a") as log:
+            entry = {"t": time.time(), "controller": controller, "command": command,
+                     "accepted": accepted}  # fmt: skip
+            log.write(json.dumps(entry) + "\n")
+        if not accepted:
+            raise Superseded(f"superseded: job {highest} now controls this run, not {controller}")
+        if controller > highest:
+            write_atomic(path, f"{controller}\n")
+        yield
 
 
 def main(argv: list[str]) -> int:
@@ -1408,6 +1459,8 @@ def main(argv: list[str]) -> int:
     try:
         result = run_command(argv)
         result = {"ok": result.pop("ok", True), **result}
+    except Superseded as exc:
+        result = {"ok": False, "error": str(exc), "superseded": True}
     except AgentError as exc:
         result = {"ok": False, "error": str(exc)}
     except Exception as exc:

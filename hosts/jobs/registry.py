@@ -1,20 +1,36 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 
+class LeaseLost(BaseException):
+    """This worker no longer owns the job: its lease expired (it may already be reaped and
+    adopted) or a write conditional on owning it matched nothing.
+
+    A BaseException, like ``CancelledError``, so that a handler's ``except Exception`` clean-up
+    (a stop, a failure record) does not run: whatever is done after this is done by a worker
+    that lost the job, beside the one that took it over."""
+
+
 @dataclass
 class JobContext:
-    """What a handler gets: its parameters and a cancel signal it must honour."""
+    """What a handler gets: its parameters, a cancel signal it must honour, and the lease
+    check it calls before anything it does against the outside world."""
 
     job_id: int
     kind: str
     params: dict[str, Any]
     worker_id: str
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    # time.monotonic() until which the lease is surely ours (renewal start + lease). The
+    # monotonic clock keeps running while the process is stopped, so a worker that wakes up
+    # after SIGSTOP or a long stall sees at once that this has passed.
+    lease_deadline: float = float("inf")
+    lost: str = ""  # why the job is no longer ours; empty while it is
 
     async def sleep_or_cancel(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True if a cancel arrived meanwhile."""
@@ -24,12 +40,62 @@ class JobContext:
             return False
         return True
 
+    def check_lease(self) -> None:
+        """Raise ``LeaseLost`` unless the lease is surely still ours. Cheap (no query): call it
+        before every action on a server or host."""
+        if not self.lost and time.monotonic() > self.lease_deadline:
+            self.lost = "its lease expired before it was renewed"
+        if self.lost:
+            raise LeaseLost(f"job {self.job_id}: {self.lost}")
+
+    async def publish(self, result: dict[str, Any]) -> None:
+        """Write progress into the job's ``result``, only while this worker owns it."""
+        from hosts.jobs.fence import job_publish
+
+        self.check_lease()
+        if not await _in_thread(job_publish)(
+            job_id=self.job_id, worker_id=self.worker_id, result=result
+        ):
+            self.lost = "its row is no longer running under this worker"
+            raise LeaseLost(f"job {self.job_id}: {self.lost}")
+
+    async def mark_ready(self) -> None:
+        """Gang start: this member is claimed and prepared."""
+        from hosts.jobs.fence import job_mark_ready
+
+        self.check_lease()
+        if not await _in_thread(job_mark_ready)(job_id=self.job_id, worker_id=self.worker_id):
+            self.lost = "its row is no longer running under this worker"
+            raise LeaseLost(f"job {self.job_id}: {self.lost}")
+
+    async def wait_for_start(self, poll: float = 0.05) -> float | None:
+        """Gang start: the common wall-clock start its gang was given; None on a cancel."""
+        from hosts.jobs.fence import job_start_at
+
+        while not self.cancelled.is_set():
+            self.check_lease()
+            start_at: float | None = await _in_thread(job_start_at)(job_id=self.job_id)
+            if start_at is not None:
+                return start_at
+            if await self.sleep_or_cancel(poll):
+                break
+        return None
+
+
+def _in_thread(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    from asgiref.sync import sync_to_async
+
+    return sync_to_async(func)
+
 
 Handler = Callable[[JobContext], Awaitable[dict[str, Any] | None]]
+# Sync hooks, run in one transaction with the clearing of the job's owed follow-up: they may
+# run again after a crash before their commit, so what they do must be idempotent.
 InterruptHook = Callable[[int, dict[str, Any]], None]
 
 _handlers: dict[str, Handler] = {}
-_interrupt_hooks: dict[str, InterruptHook] = {}
+_interrupt_hooks: dict[str, list[InterruptHook]] = {}
+_forced_cancel_hooks: dict[str, list[InterruptHook]] = {}
 
 
 def job_handler(kind: str) -> Callable[[Handler], Handler]:
@@ -40,12 +106,31 @@ def job_handler(kind: str) -> Callable[[Handler], Handler]:
     return register
 
 
+def _add(table: dict[str, list[InterruptHook]], kind: str, func: InterruptHook) -> None:
+    hooks = table.setdefault(kind, [])
+    if func not in hooks:
+        hooks.append(func)
+
+
 def on_interrupted(kind: str) -> Callable[[InterruptHook], InterruptHook]:
-    """Register a sync hook run when a job of this kind is found with an expired lease, so
-    the domain objects it drove (a sweep, an instance) show the truth."""
+    """Register a sync hook run when a job of this kind is found with an expired lease or its
+    worker shut down, so the domain objects it drove (a sweep, an instance) show the truth.
+    Several hooks may be registered for one kind; they run in registration order."""
 
     def register(func: InterruptHook) -> InterruptHook:
-        _interrupt_hooks[kind] = func
+        _add(_interrupt_hooks, kind, func)
+        return func
+
+    return register
+
+
+def on_cancel_forced(kind: str) -> Callable[[InterruptHook], InterruptHook]:
+    """Register the clean-up a job of this kind needs when a cancel ran past its grace and its
+    task was cancelled outright (for ``server.run``: a verified stop). A kind without one gets
+    its interrupt hooks, so what it drove at least stops showing as running."""
+
+    def register(func: InterruptHook) -> InterruptHook:
+        _add(_forced_cancel_hooks, kind, func)
         return func
 
     return register
@@ -55,8 +140,25 @@ def handler_for(kind: str) -> Handler | None:
     return _handlers.get(kind)
 
 
+def _combined(hooks: list[InterruptHook]) -> InterruptHook | None:
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def run_all(job_id: int, params: dict[str, Any]) -> None:
+        for hook in hooks:
+            hook(job_id, params)
+
+    return run_all
+
+
 def interrupt_hook_for(kind: str) -> InterruptHook | None:
-    return _interrupt_hooks.get(kind)
+    return _combined(_interrupt_hooks.get(kind, []))
+
+
+def forced_cancel_hook_for(kind: str) -> InterruptHook | None:
+    return _combined(_forced_cancel_hooks.get(kind) or _interrupt_hooks.get(kind, []))
 
 
 def load_handlers() -> None:

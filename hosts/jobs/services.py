@@ -14,11 +14,20 @@ def job_enqueue(
     params: dict[str, Any] | None = None,
     lock_key: str = "",
     user: Any = None,
+    tag: str = "",
+    spread_key: str = "",
 ) -> Job:
-    """Queue a job; a worker picks it up within its poll interval."""
+    """Queue a job; a worker picks it up within its poll interval. ``tag``: only a worker
+    started with that tag may claim it; jobs sharing a ``spread_key`` run on distinct
+    machines (a second one waits rather than doubling up)."""
     created_by = user if user is not None and user.is_authenticated else None
     return Job.objects.create(
-        kind=kind, params=params or {}, lock_key=lock_key, created_by=created_by
+        kind=kind,
+        params=params or {},
+        lock_key=lock_key,
+        created_by=created_by,
+        tag=tag,
+        spread_key=spread_key,
     )
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
 from collections.abc import Mapping
@@ -21,9 +22,18 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from hosts.jobs.registry import JobContext, handler_for, interrupt_hook_for, load_handlers
+from hosts.jobs.fence import job_finish, job_renew
+from hosts.jobs.registry import (
+    JobContext,
+    LeaseLost,
+    forced_cancel_hook_for,
+    handler_for,
+    interrupt_hook_for,
+    load_handlers,
+)
 from hosts.models import Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -35,6 +45,14 @@ LEASE_ENV = "SPECDASH_JOB_LEASE_S"
 HEARTBEAT_ENV = "SPECDASH_JOB_HEARTBEAT_S"
 MAX_JOBS_ENV = "SPECDASH_JOB_MAX_JOBS"
 POLL_ENV = "SPECDASH_JOB_POLL_S"
+KINDS_ENV = "SPECDASH_JOB_KINDS"  # comma-separated job kinds this worker claims (empty: all)
+TAGS_ENV = "SPECDASH_JOB_TAGS"  # comma-separated tags: it also claims jobs asking for one
+MACHINE_ENV = "SPECDASH_JOB_MACHINE"  # what "one per machine" counts; default: the host name
+
+HOOK_INTERRUPTED = "interrupted"
+HOOK_CANCEL_FORCED = "cancel_forced"
+CANCELLED_REASON = "cancelled on request; stopped within the grace"
+FORCED_REASON = "cancelled on request; did not stop within the grace; forced"
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,9 @@ class WorkerSettings:
     heartbeat_interval: float = 5.0
     # A cancelled handler gets this long to clean up before its task is cancelled outright.
     cancel_grace: float = 60.0
+    kinds: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    machine: str = ""
 
     def __post_init__(self) -> None:
         if self.lease_seconds <= 0 or self.heartbeat_interval <= 0 or self.max_jobs < 1:
@@ -77,24 +98,50 @@ class WorkerSettings:
                     values[key] = kind(raw)
                 except ValueError:
                     raise ValueError(f"{name}={raw!r} is not a number") from None
+        for name, key in ((KINDS_ENV, "kinds"), (TAGS_ENV, "tags")):
+            values[key] = _names(env.get(name, ""))
+        values["machine"] = env.get(MACHINE_ENV, "").strip()
+        for key in ("kinds", "tags"):
+            if isinstance(overrides.get(key), str):
+                overrides[key] = _names(overrides[key])
         values.update({k: v for k, v in overrides.items() if v is not None})
         lease = float(values.get("lease_seconds", cls.lease_seconds))
         values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
         return cls(**values)
 
 
+def _names(raw: str) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in raw.split(",") if part.strip()}))
+
+
+def default_machine() -> str:
+    return socket.gethostname()
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def claim_next_job(*, worker_id: str, lease_seconds: float) -> Job | None:
-    """Claim the oldest queued job whose lock is free; None when there is none.
+def claim_next_job(
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    kinds: tuple[str, ...] = (),
+    tags: tuple[str, ...] = (),
+    machine: str = "",
+) -> Job | None:
+    """Claim the oldest queued job whose lock is free and whose placement this worker meets;
+    None when there is none.
 
     The conditional UPDATE (state still 'queued') is atomic in SQLite and PostgreSQL, so
-    exactly one worker wins a job. A job whose lock key is held by a running job violates
-    the partial unique constraint and is skipped until that job ends.
+    exactly one worker wins a job. A job whose lock key is held by a running job, or whose
+    spread key already runs on this machine, violates a partial unique constraint and is
+    skipped until that job ends.
     """
     queued = Job.objects.filter(state=JobState.QUEUED).order_by("created_at", "pk")
+    if kinds:
+        queued = queued.filter(kind__in=kinds)
+    queued = queued.filter(Q(tag="") | Q(tag__in=tags)) if tags else queued.filter(tag="")
     if connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():
             candidates = list(queued.select_for_update(skip_locked=True)[:20])
@@ -107,6 +154,7 @@ def claim_next_job(*, worker_id: str, lease_seconds: float) -> Job | None:
                 won = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
                     state=JobState.RUNNING,
                     worker_id=worker_id,
+                    machine=machine or default_machine(),
                     started_at=now,
                     heartbeat_at=now,
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
@@ -118,12 +166,14 @@ def claim_next_job(*, worker_id: str, lease_seconds: float) -> Job | None:
     return None
 
 
-def renew_leases(*, worker_id: str, job_ids: list[int], lease_seconds: float) -> None:
-    """Extend the leases of our running jobs."""
-    now = timezone.now()
-    Job.objects.filter(pk__in=job_ids, worker_id=worker_id, state=JobState.RUNNING).update(
-        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease_seconds)
-    )
+def renew_leases(*, worker_id: str, job_ids: list[int], lease_seconds: float) -> list[int]:
+    """Extend the leases of our running jobs; the ids whose renewal matched no row (reaped,
+    so no longer ours)."""
+    return [
+        job_id
+        for job_id in job_ids
+        if not job_renew(job_id=job_id, worker_id=worker_id, lease_seconds=lease_seconds)
+    ]
 
 
 def cancel_requested_ids(*, job_ids: list[int]) -> set[int]:
@@ -132,34 +182,90 @@ def cancel_requested_ids(*, job_ids: list[int]) -> set[int]:
     )
 
 
+# Owed hooks that failed wait this long (doubling up to the cap) before the next attempt.
+HOOK_RETRY_S = 1.0
+HOOK_RETRY_MAX_S = 60.0
+_hook_retry: dict[int, tuple[float, float]] = {}  # job id -> (next attempt, current wait)
+
+
 def reap_expired_jobs() -> list[int]:
-    """Mark running jobs whose worker stopped renewing its lease as interrupted."""
+    """Mark running jobs whose worker stopped renewing its lease as interrupted, then run
+    every owed follow-up (these reaps', and any a reaper that died left behind)."""
     now = timezone.now()
     reaped = []
     for job in Job.objects.filter(state=JobState.RUNNING, lease_expires_at__lt=now):
+        # The reap and the debt of its hook in one UPDATE: nothing can fall between them.
         updated = Job.objects.filter(
             pk=job.pk, state=JobState.RUNNING, lease_expires_at__lt=now
         ).update(
             state=JobState.INTERRUPTED,
             finished_at=now,
             error=f"worker {job.worker_id} stopped renewing its lease",
+            hook_owed=HOOK_INTERRUPTED,
         )
         if updated:
             reaped.append(job.pk)
-            hook = interrupt_hook_for(job.kind)
-            if hook is not None:
-                try:
-                    hook(job.pk, job.params)
-                except Exception:
-                    logger.exception("interrupt hook for job %s failed", job.pk)
+    run_owed_hooks()
     return reaped
 
 
+def run_owed_hooks() -> list[int]:
+    """Run every owed follow-up not waiting for a retry; the ids done."""
+    loop_now = time.monotonic()
+    done = []
+    for job_id in Job.objects.exclude(hook_owed="").values_list("pk", flat=True):
+        next_try, _ = _hook_retry.get(job_id, (0.0, 0.0))
+        if loop_now >= next_try and run_owed_hook(job_id):
+            done.append(job_id)
+    return done
+
+
+def run_owed_hook(job_id: int) -> bool:
+    """Run a job's owed hook in one transaction with the clearing of the debt: either both
+    commit, or (a crash, an exception) neither does and the hook stays owed. True if done."""
+    try:
+        with transaction.atomic():
+            job = Job.objects.filter(pk=job_id).exclude(hook_owed="").first()
+            if job is None:
+                return False
+            # Conditional, first: the write lock (SQLite) or row lock (PostgreSQL) that makes
+            # a second worker attempting the same debt wait, then find it paid.
+            if not Job.objects.filter(pk=job_id, hook_owed=job.hook_owed).update(hook_owed=""):
+                return False
+            if job.hook_owed == HOOK_CANCEL_FORCED:
+                hook = forced_cancel_hook_for(job.kind)
+            else:
+                hook = interrupt_hook_for(job.kind)
+            if hook is not None:
+                hook(job.pk, job.params)
+    except Exception:
+        _, wait = _hook_retry.get(job_id, (0.0, HOOK_RETRY_S / 2))
+        wait = min(HOOK_RETRY_MAX_S, wait * 2)
+        _hook_retry[job_id] = (time.monotonic() + wait, wait)
+        logger.exception("owed hook of job %s failed; retried in %.0f s", job_id, wait)
+        return False
+    _hook_retry.pop(job_id, None)
+    return True
+
+
 def finish_job(
-    *, job_id: int, state: str, result: dict[str, Any] | None = None, error: str = ""
-) -> None:
-    Job.objects.filter(pk=job_id).update(
-        state=state, result=result or {}, error=error, finished_at=timezone.now()
+    *,
+    job_id: int,
+    state: str,
+    result: dict[str, Any] | None = None,
+    error: str = "",
+    worker_id: str | None = None,
+) -> bool:
+    """The final state. With ``worker_id`` (what workers use), fenced: False and nothing
+    written when the job is no longer running under that worker."""
+    if worker_id is not None:
+        return job_finish(
+            job_id=job_id, worker_id=worker_id, state=state, result=result, error=error
+        )
+    return bool(
+        Job.objects.filter(pk=job_id).update(
+            state=state, result=result or {}, error=error, finished_at=timezone.now()
+        )
     )
 
 
@@ -170,6 +276,7 @@ class Worker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}
+        self._forced: set[int] = set()
 
     @property
     def running_job_ids(self) -> list[int]:
@@ -177,28 +284,38 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         load_handlers()
-        logger.info("job worker %s started", self.worker_id)
+        logger.info(
+            "job worker %s started (machine %s, kinds %s, tags %s)",
+            self.worker_id,
+            self.settings.machine or default_machine(),
+            ",".join(self.settings.kinds) or "all",
+            ",".join(self.settings.tags) or "none",
+        )
         loop = asyncio.get_running_loop()
         next_heartbeat = 0.0
         try:
             while not stop.is_set():
+                # First, before any query: a loop that stalled past a lease must not act on
+                # the jobs another worker may have taken over meanwhile.
+                self._fence_expired()
                 # A long-lived process must drop connections the database closed on it.
                 await sync_to_async(close_old_connections)()
                 await sync_to_async(reap_expired_jobs)()
                 while len(self._tasks) < self.settings.max_jobs:
+                    claimed_at = time.monotonic()
                     job = await sync_to_async(claim_next_job)(
-                        worker_id=self.worker_id, lease_seconds=self.settings.lease_seconds
+                        worker_id=self.worker_id,
+                        lease_seconds=self.settings.lease_seconds,
+                        kinds=self.settings.kinds,
+                        tags=self.settings.tags,
+                        machine=self.settings.machine,
                     )
                     if job is None:
                         break
-                    self._start(job)
+                    self._start(job, lease_deadline=claimed_at + self.settings.lease_seconds)
                 if self._tasks:
                     if loop.time() >= next_heartbeat:
-                        await sync_to_async(renew_leases)(
-                            worker_id=self.worker_id,
-                            job_ids=list(self._tasks),
-                            lease_seconds=self.settings.lease_seconds,
-                        )
+                        await self._heartbeat()
                         next_heartbeat = loop.time() + self.settings.heartbeat_interval
                     await self._signal_cancels()
                 self._enforce_cancel_grace(loop.time())
@@ -207,35 +324,113 @@ class Worker:
         finally:
             await self._shutdown()
 
-    def _start(self, job: Job) -> None:
-        ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id=self.worker_id)
+    def _start(self, job: Job, *, lease_deadline: float) -> None:
+        ctx = JobContext(
+            job_id=job.pk,
+            kind=job.kind,
+            params=job.params,
+            worker_id=self.worker_id,
+            lease_deadline=lease_deadline,
+        )
         self._contexts[job.pk] = ctx
         self._tasks[job.pk] = asyncio.create_task(self._execute(ctx), name=f"job-{job.pk}")
 
+    async def _heartbeat(self) -> None:
+        started = time.monotonic()
+        ids = list(self._tasks)
+        lost = await sync_to_async(renew_leases)(
+            worker_id=self.worker_id, job_ids=ids, lease_seconds=self.settings.lease_seconds
+        )
+        for job_id in ids:
+            ctx = self._contexts.get(job_id)
+            if ctx is not None and job_id not in lost and not ctx.lost:
+                ctx.lease_deadline = started + self.settings.lease_seconds
+        for job_id in lost:
+            self._lose(job_id, "its lease renewal matched no row (reaped by another worker)")
+
+    def _fence_expired(self) -> None:
+        now = time.monotonic()
+        for job_id, ctx in list(self._contexts.items()):
+            if now > ctx.lease_deadline:
+                self._lose(job_id, "its lease expired before it was renewed")
+
+    def _lose(self, job_id: int, why: str) -> None:
+        """Stop driving a job this worker no longer owns, at once and without a word to
+        the database or the server: the reaper and the adopting job own what comes next."""
+        ctx = self._contexts.get(job_id)
+        task = self._tasks.get(job_id)
+        if ctx is None or task is None:
+            return
+        if not ctx.lost:
+            ctx.lost = why
+            logger.warning("job %s lost by worker %s: %s; stopping it", job_id, self.worker_id, why)
+        task.cancel()
+
     async def _execute(self, ctx: JobContext) -> None:
         handler = handler_for(ctx.kind)
+        fenced = sync_to_async(job_finish)
         try:
             if handler is None:
                 raise LookupError(f"no handler for job kind {ctx.kind!r}")
             result = await handler(ctx)
-            state = JobState.CANCELLED if ctx.cancelled.is_set() else JobState.SUCCEEDED
-            await sync_to_async(finish_job)(job_id=ctx.job_id, state=state, result=result)
+            ctx.check_lease()
+            if ctx.cancelled.is_set():
+                state, error = JobState.CANCELLED, CANCELLED_REASON
+            else:
+                state, error = JobState.SUCCEEDED, ""
+            if not await fenced(
+                job_id=ctx.job_id, worker_id=self.worker_id, state=state, result=result, error=error
+            ):
+                self._report_loss(ctx, f"not recording {state}")
+        except LeaseLost as exc:
+            ctx.lost = ctx.lost or str(exc)
+            self._report_loss(ctx, "stopped driving it")
         except asyncio.CancelledError:
-            await sync_to_async(finish_job)(
-                job_id=ctx.job_id, state=JobState.INTERRUPTED, error="worker shut down"
-            )
-            hook = interrupt_hook_for(ctx.kind)
-            if hook is not None:
-                await sync_to_async(hook)(ctx.job_id, ctx.params)
+            if ctx.lost:
+                self._report_loss(ctx, "stopped driving it")
+                return
+            if ctx.job_id in self._forced:
+                # The user asked for this cancel: the record says so, and the kind's clean-up
+                # (owed in the same write, so it survives this worker) deals with the rest.
+                await fenced(
+                    job_id=ctx.job_id,
+                    worker_id=self.worker_id,
+                    state=JobState.CANCELLED,
+                    error=FORCED_REASON,
+                    hook_owed=HOOK_CANCEL_FORCED,
+                )
+                await sync_to_async(run_owed_hook)(ctx.job_id)
+                return
+            if await fenced(
+                job_id=ctx.job_id,
+                worker_id=self.worker_id,
+                state=JobState.INTERRUPTED,
+                error="worker shut down",
+                hook_owed=HOOK_INTERRUPTED,
+            ):
+                await sync_to_async(run_owed_hook)(ctx.job_id)
             raise
         except Exception as exc:
             logger.exception("job %s (%s) failed", ctx.job_id, ctx.kind)
             error = f"{exc}\n{traceback.format_exc(limit=8)}"
-            await sync_to_async(finish_job)(job_id=ctx.job_id, state=JobState.FAILED, error=error)
+            if not await fenced(
+                job_id=ctx.job_id, worker_id=self.worker_id, state=JobState.FAILED, error=error
+            ):
+                self._report_loss(ctx, "not recording its failure")
         finally:
             self._tasks.pop(ctx.job_id, None)
             self._contexts.pop(ctx.job_id, None)
             self._cancel_deadlines.pop(ctx.job_id, None)
+            self._forced.discard(ctx.job_id)
+
+    def _report_loss(self, ctx: JobContext, what: str) -> None:
+        logger.warning(
+            "job %s is no longer run by worker %s (%s): %s",
+            ctx.job_id,
+            self.worker_id,
+            ctx.lost or "its row is no longer running under this worker",
+            what,
+        )
 
     async def _signal_cancels(self) -> None:
         cancel_ids = await sync_to_async(cancel_requested_ids)(job_ids=list(self._tasks))
@@ -249,7 +444,13 @@ class Worker:
     def _enforce_cancel_grace(self, now: float) -> None:
         for job_id, deadline in list(self._cancel_deadlines.items()):
             task = self._tasks.get(job_id)
-            if task is not None and now > deadline:
+            if task is not None and now > deadline and job_id not in self._forced:
+                logger.warning(
+                    "job %s did not stop within the %g s cancel grace; forcing it",
+                    job_id,
+                    self.settings.cancel_grace,
+                )
+                self._forced.add(job_id)
                 task.cancel()
 
     async def _shutdown(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from asgiref.sync import sync_to_async
 
-from hosts.jobs import JobContext, job_handler, on_interrupted
+from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts.lifecycle import steps
 from hosts.lifecycle.readiness import check_ready, fetch_server_info, is_healthy
 from hosts.lifecycle.remote import Agent, AgentFailed
@@ -51,10 +51,18 @@ async def _call_with_retries(
     raise last
 
 
+def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
+    """The agent of a job that drives a server: it stops at once when the job's lease is lost,
+    and the agent itself refuses a job that was taken over (a higher job id controls)."""
+    return Agent.for_host(plan.host, plan.container).fence(
+        guard=ctx.check_lease, controller=ctx.job_id
+    )
+
+
 @job_handler("server.run")
 async def run_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
-    agent = Agent.for_host(plan.host, plan.container)
+    agent = _fenced_agent(ctx, plan)
     await telemetry.ensure_for_host(plan.host.pk)
     # No keep-alive: a pooled connection left open to a server that then dies leaves a
     # closing socket on its port, which the stop verification would rightly see as bound.
@@ -281,17 +289,38 @@ def _reattach_later(job_id: int, params: dict[str, Any]) -> None:
     steps.enqueue_adoption(params["instance_id"])
 
 
+@on_cancel_forced("server.run")
+def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
+    """A cancelled owner that did not stop within the grace leaves a server nobody drives:
+    a ``server.stop`` (targeted stop, then verification) takes it over. Idempotent: nothing
+    is queued when a job for the instance is already queued or running."""
+    from hosts.models import Job, JobState
+    from hosts.services import instance_lock_key
+
+    instance_id = int(params["instance_id"])
+    lock = instance_lock_key(instance_id)
+    if Job.objects.filter(lock_key=lock, state__in=[JobState.QUEUED, JobState.RUNNING]).exists():
+        return
+    job_enqueue(
+        kind="server.stop",
+        params={"instance_id": instance_id, "reason": "Its job was cancelled and did not stop "
+                "within the grace; forced, then stopped and verified"},
+        lock_key=lock,
+    )  # fmt: skip
+
+
 @job_handler("server.stop")
 async def stop_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
-    agent = Agent.for_host(plan.host, plan.container)
-    return {"outcome": await _stop(plan, agent, reason="Stop requested")}
+    agent = _fenced_agent(ctx, plan)
+    reason = str(ctx.params.get("reason") or "Stop requested")
+    return {"outcome": await _stop(plan, agent, reason=reason)}
 
 
 @job_handler("server.kill_holders")
 async def kill_holders(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
-    agent = Agent.for_host(plan.host, plan.container)
+    agent = _fenced_agent(ctx, plan)
     try:
         killed = await agent.call(
             "kill_pids",

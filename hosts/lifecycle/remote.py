@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,18 @@ class Agent:
         self.transport = transport
         self.path_prepend = path_prepend
         self.env = dict(env or {})
+        # Fencing (see ``fence``): checked before and after every call; the controller id
+        # goes with every call that names a run directory, for the agent's own check.
+        self.guard: Callable[[], None] | None = None
+        self.controller: int | None = None
+
+    def fence(self, *, guard: Callable[[], None], controller: int) -> Agent:
+        """Tie this agent to the job that drives a server: ``guard`` (the job's lease check)
+        raises before any call once the job is lost, and the agent refuses calls from a
+        controller lower than one it has seen for the run (a job that took over)."""
+        self.guard = guard
+        self.controller = controller
+        return self
 
     @classmethod
     def for_host(cls, host: Host, container: Container | None) -> Agent:
@@ -107,6 +120,10 @@ class Agent:
         (with ``check``) or an agent that could not run."""
         import json
 
+        if self.guard is not None:
+            self.guard()
+        if self.controller is not None and "run_dir" in args:
+            args = {**args, "controller": self.controller}
         result = await run_script(
             self.transport,
             AGENT_SOURCE,
@@ -123,6 +140,13 @@ class Agent:
                 f"{self.transport.describe()}: the agent started but its answer was lost "
                 f"(exit {result.returncode}): {detail}"
             )
+        if self.guard is not None:
+            # An answer that arrives after the lease was lost is not acted on.
+            self.guard()
+        if answer is not None and answer.get("superseded"):
+            from hosts.jobs import LeaseLost
+
+            raise LeaseLost(f"{command}: {answer.get('error')}")
         if answer is None:
             raise AgentFailed(
                 command, {"error": result.error or "no answer", "stderr": result.stderr[-2000:]}

@@ -14,7 +14,7 @@ class JobState(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
-    INTERRUPTED = "interrupted", "Interrupted"  # its worker died (lease expired)
+    INTERRUPTED = "interrupted", "Interrupted"  # its worker died (lease expired) or shut down
 
 
 FINISHED_JOB_STATES = frozenset(
@@ -30,11 +30,24 @@ class Job(models.Model):
     # partial unique constraint lets only one of them run at a time, across all workers.
     lock_key = models.CharField(max_length=100, blank=True)
     worker_id = models.CharField(max_length=100, blank=True)
+    # Placement: only a worker with this tag may claim it (blank: any worker); jobs sharing a
+    # spread key run on distinct machines (the partial unique index below), never doubled up.
+    tag = models.CharField(max_length=64, blank=True)
+    spread_key = models.CharField(max_length=100, blank=True)
+    machine = models.CharField(max_length=100, blank=True)  # the claiming worker's machine
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     result = models.JSONField(default=dict, blank=True)
+    # Why it ended other than by succeeding: the failure, the interruption or the cancel.
     error = models.TextField(blank=True)
+    # The follow-up a reap or a forced cancel owes ("interrupted" / "cancel_forced"), set in
+    # the same UPDATE as the final state and cleared in the transaction of the hook's own
+    # writes, so a reaper that dies in between leaves it owed and any worker runs it later.
+    hook_owed = models.CharField(max_length=16, blank=True)
+    # Gang start: when the job said it was ready, and the common start its gang was given.
+    ready_at = models.DateTimeField(null=True, blank=True)
+    start_at = models.FloatField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -44,13 +57,23 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["state", "created_at"], name="job_state_created")]
+        indexes = [
+            models.Index(fields=["state", "created_at"], name="job_state_created"),
+            models.Index(
+                fields=["hook_owed"], condition=~models.Q(hook_owed=""), name="job_hook_owed"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["lock_key"],
                 condition=models.Q(state="running") & ~models.Q(lock_key=""),
                 name="job_one_running_per_lock",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["spread_key", "machine"],
+                condition=models.Q(state="running") & ~models.Q(spread_key=""),
+                name="job_one_running_per_spread_machine",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -227,8 +227,14 @@ class JobOut(Schema):
     finished: bool
     params: dict[str, Any]
     result: dict[str, Any]
-    error: str
+    error: str = Field(
+        description="Why it ended other than succeeding: the failure, the interruption (worker "
+        "shut down, lease not renewed) or the cancel (within the grace, or forced)"
+    )
     cancel_requested: bool
+    worker_id: str = Field(description="The worker that claimed it")
+    machine: str = Field(description="That worker's machine, as one-per-machine placement counts")
+    tag: str = Field(description="The worker tag it asked for (empty: any worker)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

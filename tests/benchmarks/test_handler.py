@@ -226,3 +226,44 @@ async def test_worker_shutdown_mid_sweep_stops_the_load_generator_and_interrupts
     assert sweep.state == SweepState.INTERRUPTED and sweep.reason == "interrupted: worker shut down"
     levels = await sync_to_async(_levels)(sweep.pk)
     assert levels[0].state == LevelState.PARTIAL
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancelled_saying_so(
+    slow_simulator: Simulator,
+) -> None:
+    from hosts.jobs import job_cancel
+    from hosts.jobs.worker import FORCED_REASON
+
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=slow_simulator.base_url, levels=[2],
+        load=load(model=slow_simulator.model, requests_per_level=None, duration=60, max_tokens=16),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    # No grace at all: the cancel is forced at the poll that sees it.
+    worker = Worker(
+        worker_id="w-forced", settings=WorkerSettings(poll_interval=0.1, cancel_grace=0)
+    )
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until(lambda: SweepSample.objects.filter(sweep_id=sweep.pk).exists())
+        loadgens = [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if "benchmarks.loadgen" in p.cmdline()
+        ]
+        assert len(loadgens) == 1
+        job = await Job.objects.aget(pk=sweep.job_id or 0)
+        await sync_to_async(job_cancel)(job=job)
+        await _until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, JOB_TIMEOUT)
+    _gone, alive = await asyncio.to_thread(psutil.wait_procs, loadgens, 20)
+    assert not alive
+    job = await Job.objects.aget(pk=sweep.job_id or 0)
+    assert (job.state, job.error) == (JobState.CANCELLED, FORCED_REASON)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert (sweep.state, sweep.reason) == (SweepState.CANCELLED, FORCED_REASON)
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert levels[0].state == LevelState.PARTIAL

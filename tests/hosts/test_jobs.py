@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 from typing import Any
@@ -10,8 +14,26 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from hosts.jobs import JobContext, job_cancel, job_enqueue, job_handler, on_interrupted
-from hosts.jobs.worker import Worker, WorkerSettings, claim_next_job, reap_expired_jobs
+from hosts.jobs import (
+    JobContext,
+    LeaseLost,
+    job_cancel,
+    job_enqueue,
+    job_handler,
+    on_cancel_forced,
+    on_interrupted,
+)
+from hosts.jobs.fence import job_finish, job_publish
+from hosts.jobs.worker import (
+    CANCELLED_REASON,
+    FORCED_REASON,
+    HOOK_INTERRUPTED,
+    Worker,
+    WorkerSettings,
+    claim_next_job,
+    reap_expired_jobs,
+    renew_leases,
+)
 from hosts.models import Job, JobState
 
 interrupted_calls: list[int] = []
@@ -157,3 +179,251 @@ async def test_worker_shutdown_marks_its_running_jobs_interrupted() -> None:
     job = await Job.objects.aget(pk=job.pk)
     assert job.state == JobState.INTERRUPTED
     assert job.pk in interrupted_calls
+
+
+# --- fencing, outcomes, owed hooks ------------------------------------------------------
+
+forced_calls: list[int] = []
+stubborn_saw_cancel: list[int] = []
+
+
+@job_handler("test.stubborn")
+async def _stubborn(ctx: JobContext) -> dict[str, Any]:
+    """Ignores its cancel: only an outright task cancel ends it."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        stubborn_saw_cancel.append(ctx.job_id)
+        raise
+    return {}
+
+
+@on_interrupted("test.stubborn")
+def _stubborn_interrupted(job_id: int, params: dict[str, Any]) -> None:
+    interrupted_calls.append(job_id)
+
+
+@on_cancel_forced("test.stubborn")
+def _stubborn_forced(job_id: int, params: dict[str, Any]) -> None:
+    forced_calls.append(job_id)
+
+
+async def _drive(worker: Worker, predicate: Any, timeout: float = 20) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        async with asyncio.timeout(timeout):
+            while not await sync_to_async(predicate)():
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+
+
+def _fast_worker(**kw: Any) -> Worker:
+    return Worker(
+        worker_id="test-worker",
+        settings=WorkerSettings(poll_interval=0.05, heartbeat_interval=0.2, **kw),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_cancel_within_the_grace_ends_cancelled_saying_so() -> None:
+    job = await sync_to_async(job_enqueue)(kind="test.wait_for_cancel")
+
+    def running_then_cancel() -> bool:
+        current = Job.objects.get(pk=job.pk)
+        if current.state == JobState.RUNNING and not current.cancel_requested:
+            job_cancel(job=current)
+        return current.is_finished
+
+    await _drive(_fast_worker(), running_then_cancel)
+    job = await Job.objects.aget(pk=job.pk)
+    assert (job.state, job.error, job.hook_owed) == (JobState.CANCELLED, CANCELLED_REASON, "")
+    assert job.result == {"cleaned_up": True}
+    assert job.pk not in interrupted_calls
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_cancel_that_overruns_the_grace_ends_cancelled_forced_with_the_kinds_clean_up() -> (
+    None
+):
+    job = await sync_to_async(job_enqueue)(kind="test.stubborn")
+
+    def running_then_cancel() -> bool:
+        current = Job.objects.get(pk=job.pk)
+        if current.state == JobState.RUNNING and not current.cancel_requested:
+            job_cancel(job=current)
+        return current.is_finished
+
+    await _drive(_fast_worker(cancel_grace=0.3), running_then_cancel)
+    job = await Job.objects.aget(pk=job.pk)
+    assert (job.state, job.error) == (JobState.CANCELLED, FORCED_REASON)
+    assert "did not stop within the grace; forced" in job.error
+    assert job.hook_owed == ""  # the clean-up ran, and the debt is paid
+    assert stubborn_saw_cancel.count(job.pk) == 1
+    assert forced_calls.count(job.pk) == 1
+    # A cancel is not a dead worker: the interrupt hook (adoption, for a server) is not run.
+    assert job.pk not in interrupted_calls
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_worker_shutdown_is_interrupted_not_cancelled() -> None:
+    job = await sync_to_async(job_enqueue)(kind="test.stubborn")
+    await _drive(_fast_worker(), lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING)
+    job = await Job.objects.aget(pk=job.pk)
+    assert (job.state, job.error) == (JobState.INTERRUPTED, "worker shut down")
+    assert job.pk in interrupted_calls and job.pk not in forced_calls
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_reaped_job_is_dropped_by_its_worker_and_never_overwritten() -> None:
+    job = await sync_to_async(job_enqueue)(kind="test.wait_for_cancel")
+    worker = _fast_worker(lease_seconds=30)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        async with asyncio.timeout(20):
+            while (await Job.objects.aget(pk=job.pk)).state != JobState.RUNNING:
+                await asyncio.sleep(0.05)
+        # Another worker reaps it (as after a stall of this one past its lease): the reap's
+        # own UPDATE, with its hook owed.
+        reaped = await Job.objects.filter(pk=job.pk, state=JobState.RUNNING).aupdate(
+            state=JobState.INTERRUPTED,
+            error="worker test-worker stopped renewing its lease",
+            finished_at=timezone.now(),
+            hook_owed=HOOK_INTERRUPTED,
+        )
+        assert reaped == 1
+        # This worker's next renewal matches no row: it stops the job's task at once; its
+        # next poll pays the owed hook.
+        async with asyncio.timeout(20):
+            while worker.running_job_ids or (await Job.objects.aget(pk=job.pk)).hook_owed:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+    job = await Job.objects.aget(pk=job.pk)
+    assert job.state == JobState.INTERRUPTED and "test-worker stopped renewing" in job.error
+    assert job.result == {}  # the handler's "cleaned_up" was never written over it
+    # The owed hook was paid once (by a worker's poll), not again when the task was dropped.
+    assert interrupted_calls.count(job.pk) == 1 and job.hook_owed == ""
+
+
+@pytest.mark.django_db
+def test_writes_about_a_job_are_fenced_by_its_worker_and_state() -> None:
+    job = job_enqueue(kind="test.echo", params={"value": 1})
+    assert claim_next_job(worker_id="w1", lease_seconds=30) is not None
+    assert not job_publish(job_id=job.pk, worker_id="w2", result={"x": 1})
+    assert not job_finish(job_id=job.pk, worker_id="w2", state=JobState.SUCCEEDED)
+    assert job_publish(job_id=job.pk, worker_id="w1", result={"x": 1})
+    Job.objects.filter(pk=job.pk).update(state=JobState.INTERRUPTED, error="reaped")
+    assert not job_finish(job_id=job.pk, worker_id="w1", state=JobState.SUCCEEDED)
+    assert renew_leases(worker_id="w1", job_ids=[job.pk], lease_seconds=30) == [job.pk]
+    job.refresh_from_db()
+    assert (job.state, job.error, job.result) == (JobState.INTERRUPTED, "reaped", {"x": 1})
+
+
+async def test_a_context_past_its_lease_deadline_refuses_to_act() -> None:
+    ctx = JobContext(job_id=1, kind="k", params={}, worker_id="w", lease_deadline=0.0)
+    with pytest.raises(LeaseLost, match="lease expired"):
+        ctx.check_lease()
+    with pytest.raises(LeaseLost):
+        await ctx.publish({"events": []})  # refused before any query
+
+
+# The reaper, as its own process: it reaps, its hook starts writing, and the process is
+# SIGKILLed before the hook's transaction commits.
+KILLED_REAPER = """
+import os, signal, django
+django.setup()
+from hosts.jobs import job_enqueue, on_interrupted
+from hosts.jobs.worker import reap_expired_jobs
+
+@on_interrupted("test.owed")
+def hook(job_id, params):
+    job_enqueue(kind="test.hook_effect", params={"for": job_id})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+reap_expired_jobs()
+"""
+
+
+@on_interrupted("test.owed")
+def _owed_hook(job_id: int, params: dict[str, Any]) -> None:
+    # Idempotent, as hooks must be: the debt may be paid again after a crash before commit.
+    if not Job.objects.filter(kind="test.hook_effect", params__for=job_id).exists():
+        job_enqueue(kind="test.hook_effect", params={"for": job_id})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reaper_killed_between_the_reap_and_its_hook_leaves_the_hook_owed_and_another_pays_it() -> (
+    None
+):
+    job = job_enqueue(kind="test.owed")
+    assert claim_next_job(worker_id="dead-worker", lease_seconds=30) is not None
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "specdash.settings",
+        "SPECDASH_DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+    }
+    connection.close()  # the file is shared with the reaper process
+    reaper = subprocess.run(
+        [sys.executable, "-c", KILLED_REAPER], env=env, capture_output=True, timeout=120
+    )
+    assert reaper.returncode == -signal.SIGKILL, reaper.stderr.decode()[-2000:]
+    job.refresh_from_db()
+    # The reap committed with its debt; the hook's own write died with the process.
+    assert (job.state, job.hook_owed) == (JobState.INTERRUPTED, HOOK_INTERRUPTED)
+    assert not Job.objects.filter(kind="test.hook_effect").exists()
+
+    # Any worker's next poll pays it, once.
+    assert reap_expired_jobs() == []
+    assert reap_expired_jobs() == []
+    job.refresh_from_db()
+    assert job.hook_owed == ""
+    effects = list(Job.objects.filter(kind="test.hook_effect"))
+    assert [e.params for e in effects] == [{"for": job.pk}]
+
+
+# --- placement ---------------------------------------------------------------------------
+
+
+def test_worker_kinds_tags_and_machine_come_from_the_environment_and_flags_override() -> None:
+    env = {"SPECDASH_JOB_KINDS": "sweep.shard, sweep.run", "SPECDASH_JOB_TAGS": "b,a,",
+           "SPECDASH_JOB_MACHINE": "load-1"}  # fmt: skip
+    settings = WorkerSettings.from_env(env)
+    assert (settings.kinds, settings.tags, settings.machine) == (
+        ("sweep.run", "sweep.shard"),
+        ("a", "b"),
+        "load-1",
+    )
+    flags = WorkerSettings.from_env(env, kinds="server.run", tags=None, machine="gpu-2")
+    assert (flags.kinds, flags.tags, flags.machine) == (("server.run",), ("a", "b"), "gpu-2")
+    assert WorkerSettings.from_env({}).kinds == ()
+
+
+@pytest.mark.django_db
+def test_a_worker_claims_only_its_kinds_and_tagged_jobs_only_with_the_tag() -> None:
+    tagged = job_enqueue(kind="test.echo", params={"value": 1}, tag="gpu-box")
+    other_kind = job_enqueue(kind="test.boom")
+    assert claim_next_job(worker_id="w", lease_seconds=30, kinds=("test.echo",)) is None
+    picked = claim_next_job(
+        worker_id="w", lease_seconds=30, kinds=("test.echo",), tags=("gpu-box",)
+    )
+    assert picked is not None and picked.pk == tagged.pk
+    untagged = claim_next_job(worker_id="w", lease_seconds=30, tags=("gpu-box",))
+    assert untagged is not None and untagged.pk == other_kind.pk
+
+
+@pytest.mark.django_db
+def test_jobs_sharing_a_spread_key_never_run_together_on_one_machine() -> None:
+    first = job_enqueue(kind="test.echo", params={"value": 1}, spread_key="level:1")
+    second = job_enqueue(kind="test.echo", params={"value": 2}, spread_key="level:1")
+    a = claim_next_job(worker_id="w1", lease_seconds=30, machine="m1")
+    assert a is not None and (a.pk, a.machine) == (first.pk, "m1")
+    # Another worker on the same machine: the partial unique index refuses the claim.
+    assert claim_next_job(worker_id="w2", lease_seconds=30, machine="m1") is None
+    b = claim_next_job(worker_id="w3", lease_seconds=30, machine="m2")
+    assert b is not None and (b.pk, b.machine) == (second.pk, "m2")

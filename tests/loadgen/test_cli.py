@@ -46,10 +46,11 @@ def stub_process(tmp_path):
 class Loadgen:
     """The CLI as the dashboard runs it: a subprocess whose stdout is the event stream."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], *, stdin: bool = False) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.loadgen", "--events", "-", "--quiet", *args],
             cwd=ROOT,
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -270,6 +271,48 @@ def test_sigterm_while_waiting_for_start_at_cancels_before_any_level(stub_proces
     assert lg.events[-1]["event"] == "run_end"
     assert lg.events[-1]["status"] == "cancelled"
     assert lg.events[-1]["levels"] == 0
+
+
+def test_a_start_given_on_stdin_after_run_start_holds_the_first_level_until_then(stub_process):
+    _, port = stub_process
+    lg = Loadgen(_short_run(port, "--start-at-stdin"), stdin=True)
+    run_start = lg.wait_for(lambda e: e["event"] == "run_start")
+    assert "start_at" not in run_start  # up and waiting: the start is not known yet
+    time.sleep(1.0)
+    assert lg.of("level_start") == []
+    start_at = time.time() + 1.5
+    assert lg.proc.stdin is not None
+    lg.proc.stdin.write(f"{start_at!r}\n")
+    lg.proc.stdin.close()
+    assert lg.finish(60) == 0
+    (given,) = lg.of("start_given")
+    assert given["start_at"] == start_at and given["start_at_passed"] is False
+    (level_start,) = lg.of("level_start")
+    assert level_start["t"] >= start_at
+    assert lg.events[-1]["status"] == "completed"
+
+
+def test_end_of_input_instead_of_a_start_cancels_before_any_level(stub_process):
+    _, port = stub_process
+    lg = Loadgen(_short_run(port, "--start-at-stdin"), stdin=True)
+    lg.wait_for(lambda e: e["event"] == "run_start")
+    assert lg.proc.stdin is not None
+    lg.proc.stdin.close()
+    assert lg.finish(30) == 0
+    assert lg.of("level_start") == []
+    assert lg.events[-1]["status"] == "cancelled"
+
+
+def test_sigterm_while_waiting_for_a_start_on_stdin_exits_promptly(stub_process):
+    _, port = stub_process
+    lg = Loadgen(_short_run(port, "--start-at-stdin"), stdin=True)
+    lg.wait_for(lambda e: e["event"] == "run_start")
+    t0 = time.monotonic()
+    lg.proc.send_signal(signal.SIGTERM)
+    # The blocked read is in a daemon thread: it does not keep the process alive.
+    assert lg.finish(30) == 0
+    assert time.monotonic() - t0 < 15.0
+    assert lg.events[-1]["status"] == "cancelled" and lg.of("level_start") == []
 
 
 @pytest.mark.parametrize("value", ["soon", "-5", "nan", str(int(time.time() * 1000))])

@@ -28,6 +28,19 @@ class Command(BaseCommand):
         parser.add_argument(
             "--heartbeat-interval", type=float, default=None, help="seconds (default 5)"
         )
+        parser.add_argument(
+            "--kinds",
+            default=None,
+            help="comma-separated job kinds to claim, e.g. sweep.shard (default: all)",
+        )
+        parser.add_argument(
+            "--tags",
+            default=None,
+            help="comma-separated tags: jobs asking for one of them may run here",
+        )
+        parser.add_argument(
+            "--machine", default=None, help='what "one per machine" counts (default: host name)'
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -36,6 +49,9 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 lease_seconds=options["lease_seconds"],
                 heartbeat_interval=options["heartbeat_interval"],
+                kinds=options["kinds"],
+                tags=options["tags"],
+                machine=options["machine"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
