@@ -213,9 +213,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     if args.start_at_stdin:
         # Imported, connected to its reader, prompts built: only the start is missing, so
         # the processes of a gang are all ready when it is given and start within a timer tick.
-        line = await _stdin_line(cancel)
+        given = (await _stdin_line(cancel)).strip()
         try:
-            args.start_at = _epoch(line.strip()) if line.strip() else None
+            args.start_at = _epoch(given) if given else None
         except argparse.ArgumentTypeError as exc:
             say(f"[bad start on stdin: {exc}]")
             args.start_at = None
@@ -299,10 +299,10 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             if records_f is not None:
                 lines = []
                 for rec in (*result.warmup_records, *result.records):
-                    line = rec.to_json(result.anchor, level_index=i)
+                    row = rec.to_json(result.anchor, level_index=i)
                     if args.attempt is not None:
-                        line["attempt"] = args.attempt
-                    lines.append(dumps(line) + "\n")
+                        row["attempt"] = args.attempt
+                    lines.append(dumps(row) + "\n")
                 # One write per level: another writer appending to the same file (an earlier
                 # attempt still finishing) never gets between the lines of a level.
                 records_f.write("".join(lines))
