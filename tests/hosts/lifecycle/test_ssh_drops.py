@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from hosts.lifecycle import remote
 from hosts.models import Host, InstanceState, ServerInstance
@@ -168,7 +169,7 @@ async def test_a_stop_cut_by_a_dying_ssh_master_is_retried_and_completes(
 ) -> None:
     # Workers that ignore SIGTERM keep the far-side stop busy for the whole grace period,
     # which leaves time to kill the ssh master connection while the stop is running.
-    monkeypatch.setenv("SPECDASH_STOP_GRACE_S", "4")
+    monkeypatch.setattr(settings, "SPECDASH_STOP_GRACE_S", 4)  # the profiles' default
     made = interpose(monkeypatch)
     host = await sync_to_async(ssh_host)(sshd)
     profile = await sync_to_async(sim_profile)("--fault-ignore-sigterm", host=host)
