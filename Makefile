@@ -16,10 +16,11 @@ $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-i
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+# exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
 run: $(VENV)/.runtime-installed
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py seed_demo
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT) --exit-with-parent
 
 test: $(VENV)/.dev-installed lint typecheck pytest pytest-browser
 
