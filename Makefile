@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint typecheck pytest pytest-browser bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test lint typecheck pytest pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ pytest: $(VENV)/.dev-installed
 
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -m browser
+
+# The lifecycle torture alone, with its table of case -> outcome on the terminal.
+torture: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest -q -s tests/hosts/lifecycle/test_torture.py
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 

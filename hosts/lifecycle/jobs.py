@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,7 +30,7 @@ from hosts.lifecycle.readiness import (
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import InstanceState, ServerInstance
 from hosts.telemetry import manager as telemetry
-from hosts.transports import TransportError
+from hosts.transports import HopError, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -45,16 +46,25 @@ async def _call_with_retries(
     *,
     timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
     check: bool = True,
+    retry: Callable[[TransportError], bool] = lambda exc: True,
 ) -> dict[str, Any]:
     last: Exception | None = None
     for attempt in range(REMOTE_RETRIES):
         try:
             return await agent.call(command, args, timeout=timeout, check=check)
         except TransportError as exc:
+            if not retry(exc):
+                raise
             last = exc
             await asyncio.sleep(0.5 * (attempt + 1))
     assert last is not None
     raise last
+
+
+def _connection_problem(exc: TransportError) -> bool:
+    """Worth asking again: the connection failed or dropped. A container hop that answered
+    (missing, not running) will answer the same."""
+    return not (isinstance(exc, HopError) and exc.hop_index > 1)
 
 
 @job_handler("server.run")
@@ -71,7 +81,12 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
         try:
             # Read-only, so a dropped connection is simply asked again, like launch and stop.
             preflight = await _call_with_retries(
-                agent, "preflight", plan.preflight_args(), timeout=60, check=False
+                agent,
+                "preflight",
+                plan.preflight_args(),
+                timeout=60,
+                check=False,
+                retry=_connection_problem,
             )
         except TransportError as exc:
             # The error names the hop that failed: the ssh connection or the container.

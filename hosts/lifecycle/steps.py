@@ -355,8 +355,8 @@ def finish_stop(
             log_tail=plan.last_log,
         )
         return str(state)
-    mark_dirty(plan, f"{reason}; not clean: {_dirty_reasons(verify, probe_reading)}", evidence,
-               exit_code=code)  # fmt: skip
+    why = _dirty_reasons(verify, probe_reading, plan.gpu_ids)
+    mark_dirty(plan, f"{reason}; not clean: {why}", evidence, exit_code=code)
     return InstanceState.DIRTY
 
 
@@ -377,7 +377,9 @@ def _verified_summary(stop: dict[str, Any], verify: dict[str, Any]) -> str:
     return f"terminated {terminated}, killed {killed}; port closed; {gpus}"
 
 
-def _dirty_reasons(verify: dict[str, Any], probe_reading: dict[str, Any] | None) -> str:
+def _dirty_reasons(
+    verify: dict[str, Any], probe_reading: dict[str, Any] | None, gpus: list[int]
+) -> str:
     """The verification's reasons, plus what nvidia-smi says when no process could be named:
     memory held with no fd holder is a process in another namespace, or the driver's own."""
     text = "; ".join(verify.get("reasons", []))
@@ -389,11 +391,12 @@ def _dirty_reasons(verify: dict[str, Any], probe_reading: dict[str, Any] | None)
         if isinstance(memory, dict)
         else {}
     )
-    if not held and probe_reading:
+    probe_found = any("(telemetry probe)" in r for r in verify.get("reasons", []))
+    if not held and probe_reading and probe_found:
         used = dict(
             zip(probe_reading.get("index", []), probe_reading.get("used", []), strict=False)
         )
-        held = {str(i): {"used_mb": used.get(i)} for i in sorted(used)}
+        held = {str(i): {"used_mb": used.get(i)} for i in gpus if i in used}
     if not held:
         return text
     seen = ", ".join(f"GPU {i}: {m.get('used_mb')} MiB used" for i, m in sorted(held.items()))
@@ -476,7 +479,7 @@ def finish_cleanup(
             **fields,
         )
         return str(final)
-    why = f"Clean-up stop not clean: {_dirty_reasons(verify, None)}"
+    why = f"Clean-up stop not clean: {_dirty_reasons(verify, None, plan.gpu_ids)}"
     if not claims.port_holder:
         mark_dirty(plan, why, evidence)
         return InstanceState.DIRTY
