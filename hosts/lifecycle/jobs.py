@@ -346,6 +346,9 @@ async def _adopt_unrecorded_launch(
         f"Found {len(live)} process(es) of this run by marker after a dashboard restart "
         "(launched while the dashboard was down)",
     )
+    if plan.state == InstanceState.STOPPING:  # a clean-up of these was already under way
+        why = "Stop resumed after a dashboard restart (processes found by marker)"
+        return {"outcome": await _stop(plan, agent, reason=why, failed=True)}
     launch: dict[str, Any] | None = None
     refusal: AgentFailed | None = None
     # The repeated launch of the same run id re-attaches (the supervisor's server.json);
