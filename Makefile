@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv lint typecheck pytest pytest-clock pytest-browser bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test system-deps venv lint typecheck pytest pytest-clock pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,11 @@ $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-i
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+# exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
 run: $(VENV)/.runtime-installed
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py seed_demo
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT) --exit-with-parent
 
 # Every check, in stages, with each stage's wall time at the end (scripts/test.sh). It installs
 # the system packages the tests need (scripts/system-deps.sh), so a fresh clone needs nothing else.
@@ -51,6 +52,10 @@ pytest-clock: $(VENV)/.dev-installed
 
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -m browser
+
+# The lifecycle torture alone, with its table of case -> outcome on the terminal.
+torture: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest -q -s tests/hosts/lifecycle/test_torture.py
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 

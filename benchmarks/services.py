@@ -562,6 +562,34 @@ def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> No
         realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_SAMPLES, {"samples": payload})
 
 
+# Request failures a server that died causes: refused connections, streams cut off.
+CRASH_ERROR_KINDS = ("connect", "disconnect", "protocol")
+
+
+def sweep_levels_cut_by_crash(*, sweep_id: int, from_index: int = 0) -> list[int]:
+    """After the server crashed mid-sweep: a level the load generator finished with requests
+    lost to the dead server is partial, not completed (comparisons count completed levels
+    only). Returns the indexes changed."""
+    changed = []
+    with transaction.atomic():
+        levels = SweepLevel.objects.select_for_update().filter(
+            sweep_id=sweep_id, index__gte=from_index, state=LevelState.COMPLETED
+        )
+        for level in levels:
+            causes = ((level.summary or {}).get("requests") or {}).get("errors_by_cause") or {}
+            lost = {k: int(causes[k]) for k in CRASH_ERROR_KINDS if causes.get(k)}
+            if not lost:
+                continue
+            level.state = LevelState.PARTIAL
+            level.reason = "server crashed during this level: " + ", ".join(
+                f"{n} {kind} error(s)" for kind, n in lost.items()
+            )
+            level.save(update_fields=["state", "reason"])
+            _broadcast_level(level)
+            changed.append(level.index)
+    return changed
+
+
 def sweep_finish(*, sweep_id: int, state: str, reason: str = "") -> bool:
     """End a sweep (completed, cancelled, failed, interrupted); a level still running
     becomes partial with the same reason. False if the sweep had already ended."""

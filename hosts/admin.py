@@ -116,7 +116,10 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["name", "served_model_name", "notes"]
     fieldsets = [
         (None, {"fields": ["name", "engine", "host", "container", "speculative", "tags", "notes"]}),
-        ("Launch", {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids"]}),
+        (
+            "Launch",
+            {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]},
+        ),
         (
             "Readiness and endpoints",
             {

@@ -211,6 +211,50 @@ def instance_transition(
     return instance
 
 
+def instance_begin_cleanup(*, instance_id: int, message: str) -> tuple[str, list[int]]:
+    """Start a verified clean-up stop of an instance that already ended (failed, crashed,
+    lost): like any stop it holds the port and its still-free GPUs while it stops. When
+    another instance holds the port by now, the instance stays where it is. Returns who
+    holds the port ("" when it was taken back) and the GPUs other instances hold."""
+    instance = ServerInstance.objects.get(pk=instance_id)
+    others = sorted(
+        GpuClaim.objects.filter(host_id=instance.host_id, gpu_index__in=instance.gpu_ids)
+        .exclude(instance_id=instance_id)
+        .values_list("gpu_index", flat=True)
+    )
+    try:
+        with transaction.atomic():
+            instance_transition(
+                instance_id=instance_id, state=InstanceState.STOPPING, message=message
+            )
+            held = set(
+                GpuClaim.objects.filter(instance_id=instance_id).values_list("gpu_index", flat=True)
+            )
+            GpuClaim.objects.bulk_create(
+                [
+                    GpuClaim(host_id=instance.host_id, gpu_index=g, instance_id=instance_id)
+                    for g in instance.gpu_ids
+                    if g not in others and g not in held
+                ]
+            )
+    except IntegrityError:
+        holder = (
+            ServerInstance.objects.filter(
+                host_id=instance.host_id, port=instance.port, state__in=sorted(HOLDING_STATES)
+            )
+            .exclude(pk=instance_id)
+            .first()
+        )
+        who = f"instance #{holder.pk} ({holder.state})" if holder else "another instance"
+        instance_record_event(
+            instance=instance,
+            message=f"{message}: port {instance.port} is held by {who} now, so it is not "
+            "checked and the instance stays " + str(instance.state),
+        )
+        return who, others
+    return "", others
+
+
 def instance_release_claims(*, instance_id: int) -> None:
     """Free the GPUs of an instance whose clean-up verified them free (after a crash)."""
     GpuClaim.objects.filter(instance_id=instance_id).delete()

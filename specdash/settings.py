@@ -158,6 +158,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Per-instance run directories (logs, exit codes) on the machine that runs a server.
 # The far-side agent creates each run directory 0700, so a shared /tmp is acceptable here.
 SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs")  # noqa: S108
+# The default TERM-to-KILL grace of a new server profile (each profile has its own).
+SPECDASH_STOP_GRACE_S = int(os.environ.get("SPECDASH_STOP_GRACE_S", "10"))
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
 

@@ -39,6 +39,11 @@ class HandlerSettings:
     # On a worker shutdown: how long the job waits for the load generator to exit.
     cancel_wait_seconds: float = 5.0
 
+    # How long a load generator that gave up waits for the lifecycle's verdict on the server:
+    # its watch notices a death within one poll (1 s) plus an agent call, and this job's
+    # poll adds one more second.
+    crash_settle_seconds: float = 6.0
+
 
 SETTINGS = HandlerSettings()
 
@@ -69,6 +74,18 @@ async def _watch_instance(instance_id: int, poll: float) -> str:
         if state != InstanceState.READY:
             return f"{state}: {reason}" if reason else str(state)
         await asyncio.sleep(poll)
+
+
+async def _crash_behind(
+    recorder: SweepRecorder, crash_watch: asyncio.Task[str], settle: float
+) -> str | None:
+    """A load generator can give up on a dead server (connection errors in a row) before the
+    lifecycle has marked it crashed: a run that did not complete waits for that verdict, so
+    the sweep names the cause instead of the symptom."""
+    if (recorder.run_end or {}).get("status") == "completed":
+        return None
+    done, _ = await asyncio.wait({crash_watch}, timeout=settle)
+    return crash_watch.result() if done else None
 
 
 async def _drain(reader: asyncio.Task[None], proc: LoadgenProcess, grace: float) -> None:
@@ -145,6 +162,8 @@ async def _supervise(
         elif reader.exception() is not None:
             proc.terminate()
             reader.result()
+        elif crash_watch is not None:
+            crash = await _crash_behind(recorder, crash_watch, SETTINGS.crash_settle_seconds)
         exit_code = await proc.wait(SETTINGS.stop_grace_seconds)
         if exit_code is None:
             exit_code = await proc.stop(grace=5)
@@ -157,6 +176,10 @@ async def _supervise(
             return_exceptions=True,
         )
     await recorder.flush()
+    if crash is not None:
+        await sync_to_async(services.sweep_levels_cut_by_crash)(
+            sweep_id=plan.sweep_id, from_index=plan.level_offset
+        )
     state, reason = _outcome(recorder, proc, exit_code=exit_code, cancelled=cancelled, crash=crash)
     return state, reason, exit_code
 

@@ -49,6 +49,7 @@ verify {run_id, port?, gpus? [[]], baseline_gpu_mem_mb? {index: mib}, tolerance_
         pid?, pgid?, sid?, start_time?, device_dirs?}
   -> {ok, verdict: "stopped"|"dirty", reasons: [str], members: [MEMBER], port: PORT|null,
       gpu_memory: "unknown"|{index: {used_mb, baseline_mb, ok}}, holders: [HOLDER]}
+  ``ok`` is null when the reading or the baseline is missing (not compared, not a pass).
   HOLDER = PROC + {gpus: [int], all_gpus: bool, devices: [path], counts: bool}
   Holders come only from a scan of /proc/*/fd for ``*/dev/nvidia<N>``, ``*/dev/nvidiactl`` and
   ``*/dev/nvidia-uvm`` (``all_gpus``); nvidia-smi pids are never used (in a container they are
@@ -1178,9 +1179,11 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
                 dev = by_index.get(index)
                 used = dev["used_mb"] if dev is not None else None
                 base = baseline.get(index)
-                ok = used is None or base is None or used <= base + tolerance
+                # Without a reading or a level from before the start nothing was compared:
+                # null, not a pass.
+                ok = None if used is None or base is None else used <= base + tolerance
                 gpu_memory[str(index)] = {"used_mb": used, "baseline_mb": base, "ok": ok}
-                if not ok:
+                if ok is False:
                     reasons.append(
                         f"GPU {index} memory not released: {used} MiB used,"
                         f" baseline {base} MiB (+{tolerance})"

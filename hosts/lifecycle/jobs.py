@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,11 +21,16 @@ from asgiref.sync import sync_to_async
 
 from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts.lifecycle import steps
-from hosts.lifecycle.readiness import check_ready, fetch_server_info, is_healthy
+from hosts.lifecycle.readiness import (
+    ReadinessResult,
+    check_ready,
+    fetch_server_info,
+    is_healthy,
+)
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import InstanceState, ServerInstance
 from hosts.telemetry import manager as telemetry
-from hosts.transports import TransportError
+from hosts.transports import HopError, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +45,16 @@ async def _call_with_retries(
     args: dict[str, Any],
     *,
     timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
+    check: bool = True,
+    retry: Callable[[TransportError], bool] = lambda exc: True,
 ) -> dict[str, Any]:
     last: Exception | None = None
     for attempt in range(REMOTE_RETRIES):
         try:
-            return await agent.call(command, args, timeout=timeout)
+            return await agent.call(command, args, timeout=timeout, check=check)
         except TransportError as exc:
+            if not retry(exc):
+                raise
             last = exc
             await asyncio.sleep(0.5 * (attempt + 1))
     assert last is not None
@@ -59,6 +69,12 @@ def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
     )
 
 
+def _connection_problem(exc: TransportError) -> bool:
+    """Worth asking again: the connection failed or dropped. A container hop that answered
+    (missing, not running) will answer the same."""
+    return not (isinstance(exc, HopError) and exc.hop_index > 1)
+
+
 @job_handler("server.run")
 async def run_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
@@ -71,8 +87,14 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
         if ctx.params.get("adopt"):
             return await _adopt(ctx, plan, agent, client)
         try:
-            preflight = await agent.call(
-                "preflight", plan.preflight_args(), timeout=60, check=False
+            # Read-only, so a dropped connection is simply asked again, like launch and stop.
+            preflight = await _call_with_retries(
+                agent,
+                "preflight",
+                plan.preflight_args(),
+                timeout=60,
+                check=False,
+                retry=_connection_problem,
             )
         except TransportError as exc:
             # The error names the hop that failed: the ssh connection or the container.
@@ -85,9 +107,21 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
             )
             return {"outcome": "failed"}
         baseline = steps.baseline_from_preflight(preflight, plan.gpu_ids)
+        await sync_to_async(steps.record_baseline)(plan, baseline)
         try:
             launch = await _call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
-        except (TransportError, AgentFailed) as exc:
+        except AgentFailed as exc:
+            # The supervisor recorded why (127: the argv could not be executed) and the log.
+            code = exc.answer.get("exit_code")
+            await sync_to_async(steps.fail)(
+                plan,
+                f"Launch failed ({steps.exit_phrase(code)}): {exc.answer.get('error')}",
+                {"launch": exc.answer},
+                exit_code=code,
+                log_tail="\n".join(exc.answer.get("log_tail") or []),
+            )
+            return {"outcome": "failed"}
+        except TransportError as exc:
             await steps.afail(plan, f"Launch failed: {exc}")
             return {"outcome": "failed"}
         plan = await sync_to_async(steps.record_launch)(plan, launch, baseline)
@@ -107,7 +141,14 @@ async def _wait_until_ready(
     while True:
         if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
             return await _stop(plan, agent, reason="Stop requested while loading")
-        result = await check_ready(client, plan.readiness)
+        # One probe never runs past the readiness budget (its HTTP timeout alone is 10 s).
+        remaining = max(deadline - loop.time(), 0.05)
+        try:
+            result = await asyncio.wait_for(check_ready(client, plan.readiness), remaining)
+        except TimeoutError:
+            result = ReadinessResult(
+                False, last_stage or "connect", f"no answer within {remaining:.1f} s"
+            )
         if result.ready:
             info = await fetch_server_info(client, plan.readiness.base_url)
             await sync_to_async(steps.mark_ready)(plan, info)
@@ -129,7 +170,7 @@ async def _wait_until_ready(
                     return await _stop(
                         plan,
                         agent,
-                        reason=f"Server exited with code {code} before it was ready",
+                        reason=steps.exited_before_ready(code),
                         exit_code=code,
                         failed=True,
                     )
@@ -229,10 +270,7 @@ async def _adopt(
 ) -> dict[str, Any]:
     """Re-attach to an instance whose owning job was interrupted, or mark it lost."""
     if plan.pid is None:
-        await sync_to_async(steps.mark_lost)(
-            plan, "The dashboard restarted before the server was launched"
-        )
-        return {"outcome": "lost"}
+        return await _adopt_unrecorded_launch(ctx, plan, agent, client)
     try:
         status = await _call_with_retries(agent, "status", plan.status_args(), timeout=30)
     except (TransportError, AgentFailed) as exc:
@@ -247,7 +285,7 @@ async def _adopt(
             return {"outcome": await _clean_up_leftovers(plan, agent, status, len(leftovers))}
         await sync_to_async(steps.mark_lost)(
             plan,
-            f"Server gone after a dashboard restart (exit code {status.get('exit_code')})",
+            f"Server gone after a dashboard restart ({steps.exit_phrase(status.get('exit_code'))})",
             evidence={"status": status},
         )
         return {"outcome": "lost"}
@@ -271,7 +309,8 @@ async def _clean_up_leftovers(
     """The server died while nobody watched, leaving processes of its own behind."""
     code = status.get("exit_code")
     why = (
-        f"Server died while the dashboard was down (exit code {code}); {count} leftover process(es)"
+        f"Server died while the dashboard was down ({steps.exit_phrase(code)}); "
+        f"{count} leftover process(es)"
     )
     if plan.state == InstanceState.READY:
         await sync_to_async(steps.mark_crashed)(plan, code, status)
@@ -282,6 +321,77 @@ async def _clean_up_leftovers(
         return str(state)
     failed = plan.state in {InstanceState.STARTING, InstanceState.LOADING}
     return await _stop(plan, agent, reason=why, exit_code=code, failed=failed)
+
+
+async def _adopt_unrecorded_launch(
+    ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
+) -> dict[str, Any]:
+    """The owner went away before it recorded a launch, but the agent carries on when the
+    dashboard dies: the server may be running with nobody knowing its pid. Its processes
+    carry the marker, so ask for them before declaring anything."""
+    try:
+        found = await _call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
+    except (TransportError, AgentFailed) as exc:
+        await sync_to_async(steps.mark_lost)(
+            plan, f"Could not look for the server after a dashboard restart: {exc}"
+        )
+        return {"outcome": "lost"}
+    live = [m for m in found.get("members") or [] if m.get("state") not in ("Z", "X")]
+    if not live:
+        log = await _run_dir_log(agent, plan)
+        launched = bool(log.get("exists"))
+        reason = (
+            "The server launched while the dashboard restarted has exited; no process of this "
+            "run is left (marker scan)"
+            if launched
+            else "The dashboard restarted before the server was launched: no process carries "
+            "its marker and its run directory has no log"
+        )
+        await sync_to_async(steps.mark_lost)(plan, reason, evidence={"members": found, "log": log})
+        return {"outcome": "lost"}
+    await sync_to_async(steps.note)(
+        plan,
+        f"Found {len(live)} process(es) of this run by marker after a dashboard restart "
+        "(launched while the dashboard was down)",
+    )
+    if plan.state == InstanceState.STOPPING:  # a clean-up of these was already under way
+        why = "Stop resumed after a dashboard restart (processes found by marker)"
+        return {"outcome": await _stop(plan, agent, reason=why, failed=True)}
+    launch: dict[str, Any] | None = None
+    refusal: AgentFailed | None = None
+    # The repeated launch of the same run id re-attaches (the supervisor's server.json);
+    # the supervisor may be a moment from writing it, hence the second try.
+    for _ in range(2):
+        try:
+            launch = await _call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+            break
+        except AgentFailed as exc:
+            refusal = exc
+            await asyncio.sleep(1.0)
+        except TransportError as exc:
+            await sync_to_async(steps.mark_dirty)(
+                plan, f"Found the run's processes after a restart, then lost the host: {exc}", {}
+            )
+            return {"outcome": "dirty"}
+    if launch is None:
+        # Processes of the run but no server (it died, its workers live on): stop, verify.
+        why = (
+            f"The dashboard restarted during the launch; {len(live)} process(es) of the run "
+            f"were left without a server ({refusal})"
+        )
+        return {"outcome": await _stop(plan, agent, reason=why, failed=True)}
+    plan = await sync_to_async(steps.record_launch)(plan, launch, plan.baseline_gpu_memory)
+    outcome = await _wait_until_ready(ctx, plan, agent, client)
+    if outcome != "ready":
+        return {"outcome": outcome}
+    return await _watch(ctx, plan, agent, client)
+
+
+async def _run_dir_log(agent: Agent, plan: steps.Plan) -> dict[str, Any]:
+    try:
+        return await agent.call("log_tail", {"run_dir": plan.run_dir, "lines": 20}, timeout=30)
+    except (TransportError, AgentFailed) as exc:
+        return {"exists": None, "error": str(exc)}
 
 
 @on_interrupted("server.run")
@@ -313,8 +423,29 @@ def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
 async def stop_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
+    if plan.state in steps.CLEANUP_STATES:
+        return {"outcome": await _cleanup_stop(plan, agent)}
     reason = str(ctx.params.get("reason") or "Stop requested")
     return {"outcome": await _stop(plan, agent, reason=reason)}
+
+
+async def _cleanup_stop(plan: steps.Plan, agent: Agent) -> str:
+    """A verified stop of an instance that already ended (failed, crashed, lost) and may
+    have left processes behind. Its port and GPUs may belong to another instance by now:
+    those are left out of the verification rather than taken back."""
+    others = await sync_to_async(steps.begin_cleanup)(plan)
+    verify_args = plan.verify_args()
+    if others.port_holder:
+        verify_args["port"] = None
+    verify_args["gpus"] = [g for g in plan.gpu_ids if g not in others.gpus]
+    try:
+        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
+        verify = await _call_with_retries(agent, "verify", verify_args, timeout=60)
+    except (TransportError, AgentFailed) as exc:
+        return await sync_to_async(steps.finish_cleanup)(
+            plan, others, stop={}, verify={"verdict": "unknown", "reasons": [str(exc)]}
+        )
+    return await sync_to_async(steps.finish_cleanup)(plan, others, stop=stop, verify=verify)
 
 
 @job_handler("server.kill_holders")

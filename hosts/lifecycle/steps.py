@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +34,8 @@ STATUS_INTERVAL_S = float(os.environ.get("SPECDASH_STATUS_INTERVAL_S", "1.0"))
 WATCH_INTERVAL_S = float(os.environ.get("SPECDASH_WATCH_INTERVAL_S", "1.0"))
 LOST_AFTER_S = float(os.environ.get("SPECDASH_LOST_AFTER_S", "120"))
 LOG_LINES = 60
+# Ended instances a Stop cleans up after (with a verified stop of whatever is left).
+CLEANUP_STATES = frozenset({InstanceState.FAILED, InstanceState.CRASHED, InstanceState.LOST})
 
 
 @dataclass
@@ -155,7 +158,7 @@ def load_plan(instance_id: int) -> Plan:
             model=profile.served_model_name,
         ),
         readiness_timeout_s=float(profile.readiness_timeout_s),
-        grace_s=float(os.environ.get("SPECDASH_STOP_GRACE_S", "10")),
+        grace_s=float(profile.stop_grace_s),
         pid=instance.pid,
         pgid=instance.pgid,
         sid=instance.sid,
@@ -164,6 +167,34 @@ def load_plan(instance_id: int) -> Plan:
         baseline_gpu_memory={str(k): int(v) for k, v in instance.baseline_gpu_memory.items()},
         last_log=instance.log_tail,
     )
+
+
+def exit_phrase(code: int | None) -> str:
+    """How an exit status reads in a reason: the supervisor records -N for signal N."""
+    if code is None:
+        return "no exit code recorded"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    if code in (126, 127):
+        return f"exit code {code}: the command could not be executed"
+    return f"exit code {code}"
+
+
+def exited_before_ready(code: int | None) -> str:
+    if code is not None and 0 <= code < 126:
+        return f"Server exited with code {code} before it was ready"
+    return f"Server exited before it was ready ({exit_phrase(code)})"
+
+
+def record_baseline(plan: Plan, baseline: dict[str, int]) -> None:
+    """Kept before the launch, so an adopter after a restart still has the level to verify
+    against (the launch answer may never have been recorded)."""
+    ServerInstance.objects.filter(pk=plan.instance_id).update(baseline_gpu_memory=baseline)
+    plan.baseline_gpu_memory = baseline
 
 
 def baseline_from_preflight(preflight: dict[str, Any], gpu_ids: list[int]) -> dict[str, int]:
@@ -313,11 +344,7 @@ def finish_stop(
     code = exit_code if exit_code is not None else stop.get("exit_code")
     if verify.get("verdict") == "stopped":
         state = InstanceState.FAILED if failed else InstanceState.STOPPED
-        terminated, killed = len(stop.get("terminated", [])), len(stop.get("killed", []))
-        summary = (
-            f"terminated {terminated}, killed {killed}; port closed; "
-            "GPU memory back to its level before start"
-        )
+        summary = _verified_summary(stop, verify)
         services.instance_transition(
             instance_id=plan.instance_id,
             state=state,
@@ -328,13 +355,56 @@ def finish_stop(
             log_tail=plan.last_log,
         )
         return str(state)
-    mark_dirty(
-        plan,
-        f"{reason}; not clean: {'; '.join(verify.get('reasons', []))}",
-        evidence,
-        exit_code=code,
-    )
+    why = _dirty_reasons(verify, probe_reading, plan.gpu_ids)
+    mark_dirty(plan, f"{reason}; not clean: {why}", evidence, exit_code=code)
     return InstanceState.DIRTY
+
+
+def _verified_summary(stop: dict[str, Any], verify: dict[str, Any]) -> str:
+    terminated, killed = len(stop.get("terminated", [])), len(stop.get("killed", []))
+    memory = verify.get("gpu_memory")
+    if not isinstance(memory, dict) or not memory:
+        gpus = "GPU memory not read (no GPUs, or nvidia-smi unavailable)"
+    elif all(m.get("ok") is True for m in memory.values()):
+        gpus = "GPU memory back to its level before start"
+    else:
+        # A missing reading or level before the start is not a pass: say what was seen.
+        seen = ", ".join(
+            f"GPU {i}: {m.get('used_mb')} MiB now, {m.get('baseline_mb')} MiB before start"
+            for i, m in sorted(memory.items())
+        )
+        gpus = f"GPU memory not compared where a reading is missing ({seen})"
+    return f"terminated {terminated}, killed {killed}; port closed; {gpus}"
+
+
+def _dirty_reasons(
+    verify: dict[str, Any], probe_reading: dict[str, Any] | None, gpus: list[int]
+) -> str:
+    """The verification's reasons, plus what nvidia-smi says when no process could be named:
+    memory held with no fd holder is a process in another namespace, or the driver's own."""
+    text = "; ".join(verify.get("reasons", []))
+    if any(h.get("counts") for h in verify.get("holders", [])):
+        return text
+    memory = verify.get("gpu_memory")
+    held = (
+        {i: m for i, m in memory.items() if m.get("ok") is False}
+        if isinstance(memory, dict)
+        else {}
+    )
+    probe_found = any("(telemetry probe)" in r for r in verify.get("reasons", []))
+    if not held and probe_reading and probe_found:
+        used = dict(
+            zip(probe_reading.get("index", []), probe_reading.get("used", []), strict=False)
+        )
+        held = {str(i): {"used_mb": used.get(i)} for i in gpus if i in used}
+    if not held:
+        return text
+    seen = ", ".join(f"GPU {i}: {m.get('used_mb')} MiB used" for i, m in sorted(held.items()))
+    return (
+        f"{text}; no process holds the GPU device files (fd scan); nvidia-smi reports {seen} "
+        "(a process outside this container's PID namespace, or memory the driver has not "
+        "released yet)"
+    )
 
 
 def mark_dirty(
@@ -362,13 +432,79 @@ def mark_dirty(
     )
 
 
+@dataclass(frozen=True)
+class CleanupClaims:
+    """What other instances hold of an ended instance's port and GPUs at its clean-up."""
+
+    came_from: str
+    port_holder: str
+    gpus: list[int]
+
+
+def begin_cleanup(plan: Plan) -> CleanupClaims:
+    came_from = plan.state
+    holder, gpus = services.instance_begin_cleanup(
+        instance_id=plan.instance_id,
+        message=f"Clean-up stop of a {came_from} instance: its leftovers are stopped and verified",
+    )
+    if not holder:
+        plan.state = InstanceState.STOPPING
+    return CleanupClaims(came_from=came_from, port_holder=holder, gpus=gpus)
+
+
+def finish_cleanup(
+    plan: Plan, claims: CleanupClaims, *, stop: dict[str, Any], verify: dict[str, Any]
+) -> str:
+    """A failed or crashed instance stays failed or crashed (its reason is the story); a lost
+    one whose leftovers are verified gone is stopped."""
+    evidence = _evidence(stop, verify)
+    if claims.port_holder:
+        evidence["not_checked"] = f"port {plan.port} (held by {claims.port_holder})"
+    if claims.gpus:
+        evidence["gpus_not_checked"] = claims.gpus
+    if verify.get("verdict") == "stopped":
+        final = (
+            claims.came_from
+            if claims.came_from in {InstanceState.FAILED, InstanceState.CRASHED}
+            else InstanceState.STOPPED
+        )
+        fields: dict[str, Any] = {"evidence": evidence, "stop_requested": False}
+        if final == InstanceState.STOPPED:
+            fields["reason"] = ""
+        services.instance_transition(
+            instance_id=plan.instance_id,
+            state=final,
+            message=f"Clean-up stop verified: {_verified_summary(stop, verify)}",
+            release_claims=True,
+            **fields,
+        )
+        return str(final)
+    why = f"Clean-up stop not clean: {_dirty_reasons(verify, None, plan.gpu_ids)}"
+    if not claims.port_holder:
+        mark_dirty(plan, why, evidence)
+        return InstanceState.DIRTY
+    # Dirty would hold a port that is someone else's now: it stays where it was, with the
+    # evidence, and a later Stop can try again.
+    instance = ServerInstance.objects.get(pk=plan.instance_id)
+    services.instance_transition(
+        instance_id=plan.instance_id,
+        state=instance.state,
+        message=why,
+        reason=f"{instance.reason}; {why}" if instance.reason else why,
+        evidence=evidence,
+        stop_requested=False,
+        release_claims=False,
+    )
+    return str(instance.state)
+
+
 def mark_crashed(plan: Plan, exit_code: int | None, status: dict[str, Any]) -> None:
     log = "\n".join((status.get("log") or {}).get("lines") or []) or plan.last_log
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.CRASHED,
-        message=f"Server process died after it was ready (exit code {exit_code})",
-        reason=f"crashed with exit code {exit_code}",
+        message=f"Server process died after it was ready ({exit_phrase(exit_code)})",
+        reason=f"crashed: {exit_phrase(exit_code)}",
         exit_code=exit_code,
         log_tail=log,
         release_claims=False,
@@ -401,13 +537,14 @@ def mark_lost(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -
     )
 
 
-def fail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
+def fail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None, **fields: Any) -> None:
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.FAILED,
         message=reason,
         reason=reason,
         evidence=evidence or {},
+        **fields,
     )
 
 

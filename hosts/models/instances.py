@@ -44,14 +44,20 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     InstanceState.READY: frozenset(
         {InstanceState.STOPPING, InstanceState.CRASHED, InstanceState.LOST}
     ),
+    # A clean-up stop of a failed or crashed instance ends in the state it came from.
     InstanceState.STOPPING: frozenset(
-        {InstanceState.STOPPED, InstanceState.DIRTY, InstanceState.FAILED, InstanceState.LOST}
+        {InstanceState.STOPPED, InstanceState.DIRTY, InstanceState.FAILED, InstanceState.LOST,
+         InstanceState.CRASHED}
     ),
     InstanceState.DIRTY: frozenset({InstanceState.STOPPING, InstanceState.STOPPED}),
-    InstanceState.FAILED: frozenset(),
+    # Leftovers happen: an ended instance gets a verified clean-up stop on request.
+    InstanceState.FAILED: frozenset({InstanceState.STOPPING}),
     # A crash is shown at once; the clean-up that follows may find leftovers (dirty).
-    InstanceState.CRASHED: frozenset({InstanceState.DIRTY}),
-    InstanceState.LOST: frozenset({InstanceState.READY, InstanceState.STOPPING}),
+    InstanceState.CRASHED: frozenset({InstanceState.DIRTY, InstanceState.STOPPING}),
+    # STOPPED directly: a clean-up that found nothing, its port meanwhile held by another.
+    InstanceState.LOST: frozenset(
+        {InstanceState.READY, InstanceState.STOPPING, InstanceState.STOPPED}
+    ),
     InstanceState.STOPPED: frozenset(),
 }  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -182,6 +183,11 @@ class Engine(models.TextChoices):
     CUSTOM = "custom", "Custom"
 
 
+def default_stop_grace_s() -> int:
+    """A new profile's stop grace: the deployment's SPECDASH_STOP_GRACE_S (10 s)."""
+    return int(settings.SPECDASH_STOP_GRACE_S)
+
+
 class ServerProfile(models.Model):
     name = models.CharField(max_length=120, unique=True)
     engine = models.CharField(max_length=12, choices=Engine.choices, default=Engine.SGLANG)
@@ -201,6 +207,12 @@ class ServerProfile(models.Model):
     readiness_path = models.CharField(max_length=200, default="/health")
     readiness_status = models.PositiveSmallIntegerField(default=200)
     readiness_timeout_s = models.PositiveIntegerField(default=600)
+    stop_grace_s = models.PositiveIntegerField(
+        default=default_stop_grace_s,
+        validators=[MaxValueValidator(3600)],
+        help_text="Seconds between SIGTERM and SIGKILL when the server is stopped (a large model "
+        "may need minutes to release its GPUs)",
+    )
     api_host = models.CharField(
         max_length=255,
         blank=True,

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, StringConstraints
 
 from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import selectors as exp_selectors
+from hosts.models.registry import default_stop_grace_s
 
 # Database ids are 64-bit; a larger number can only be a miss, and must not overflow SQL.
 MAX_ID = 2**63 - 1
@@ -147,6 +148,7 @@ class ProfileOut(Schema):
     readiness_path: str
     readiness_status: int
     readiness_timeout_s: int
+    stop_grace_s: int
     api_host: str
     openai_base_path: str
     served_model_name: str
@@ -182,6 +184,7 @@ class ProfileIn(In):
     readiness_path: _Path = "/health"
     readiness_status: int = Field(200, ge=100, le=599)
     readiness_timeout_s: int = Field(600, ge=1, le=86_400)
+    stop_grace_s: int = Field(default_factory=default_stop_grace_s, ge=0, le=3600)
     api_host: Annotated[str, StringConstraints(max_length=255, pattern=_TEXT)] = ""
     openai_base_path: _Path = "/v1"
     served_model_name: _Path = ""
@@ -208,6 +211,7 @@ class ProfilePatch(In):
     readiness_path: _Path | None = None
     readiness_status: int | None = Field(None, ge=100, le=599)
     readiness_timeout_s: int | None = Field(None, ge=1, le=86_400)
+    stop_grace_s: int | None = Field(None, ge=0, le=3600)
     api_host: Annotated[str, StringConstraints(max_length=255, pattern=_TEXT)] | None = None
     openai_base_path: _Path | None = None
     served_model_name: _Path | None = None

@@ -1,9 +1,44 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+PR_SET_PDEATHSIG = 1
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Fail before anything starts (the job worker included) when the port is taken: Daphne
+    only logs a listen failure and exits 0."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CommandError(f"cannot serve on {host}:{port}: {exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # As Twisted listens: SO_REUSEADDR, so a port in TIME_WAIT is not "taken".
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise CommandError(f"cannot serve on {host}:{port}: {exc.strerror}") from exc
+
+
+def _exit_with_parent() -> None:
+    """SIGTERM (the graceful shutdown) when the parent dies, even by SIGKILL: `make run`
+    killed alone must not leave the dashboard and its job worker running orphaned."""
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise CommandError(f"prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}")
+    if os.getppid() != parent:  # it died before the request took effect
+        raise CommandError("the parent process exited before the dashboard started")
 
 
 class Command(BaseCommand):
@@ -19,8 +54,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-worker", action="store_true", help="Serve only; jobs run in jobworker processes"
         )
+        parser.add_argument(
+            "--exit-with-parent",
+            action="store_true",
+            help="Shut down when the parent process dies (Linux; used by `make run`)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["exit_with_parent"]:
+            _exit_with_parent()
+        _check_bindable(options["host"], options["port"])
         # Importing daphne.server installs Twisted's asyncio reactor on its own loop.
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server, twisted_loop
@@ -29,7 +72,22 @@ class Command(BaseCommand):
         from hosts.jobs.worker import Worker
         from specdash.asgi import application
 
-        server = Server(
+        announce = f"specdash is at http://{options['host']}:{options['port']}/"
+        failures: list[str] = []
+
+        class _Server(Server):  # type: ignore[misc]
+            # Say where it serves only once it listens, and remember a listen failure.
+            def listen_success(self, port: Any) -> None:
+                super().listen_success(port)
+                out.write(announce)
+                out.flush()
+
+            def listen_error(self, failure: Any) -> None:
+                failures.append(str(failure.getErrorMessage()))
+                super().listen_error(failure)
+
+        out = self.stdout
+        server = _Server(
             application=application,
             endpoints=build_endpoint_description_strings(
                 host=options["host"], port=options["port"]
@@ -56,6 +114,8 @@ class Command(BaseCommand):
             reactor.callWhenRunning(start_worker)
             # zope interface methods are declared without self, which confuses mypy.
             reactor.addSystemEventTrigger("before", "shutdown", stop_worker)  # type: ignore[arg-type]
-        self.stdout.write(f"specdash is at http://{options['host']}:{options['port']}/")
-        self.stdout.flush()
         server.run()
+        if failures:
+            raise CommandError(
+                f"could not listen on {options['host']}:{options['port']}: " + "; ".join(failures)
+            )

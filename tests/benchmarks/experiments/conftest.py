@@ -33,7 +33,7 @@ def sim_state(tmp_path: Path) -> Path:
 def sim_host(db: Any, sim_state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Host:
     monkeypatch.setattr(settings, "SPECDASH_RUN_ROOT", str(tmp_path / "runs"))
     # Short lifecycle polls keep a step's stop and start in the second range.
-    monkeypatch.setenv("SPECDASH_STOP_GRACE_S", "5")
+    monkeypatch.setattr(settings, "SPECDASH_STOP_GRACE_S", 5)  # the profiles' default
     return Host.objects.create(
         name="sim", kind=HostKind.LOCAL, path_prepend=str(SIM_BIN),
         command_env={"SPECDASH_SIM_STATE_DIR": str(sim_state), "SPECDASH_SIM_GPU_COUNT": "2"},

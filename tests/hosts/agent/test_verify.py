@@ -167,3 +167,21 @@ def test_verify_counts_a_port_held_only_by_orphaned_connections_as_free() -> Non
         assert "FIN_WAIT2" in result["port"]["notes"][0]
     finally:
         client.close()
+
+
+def test_a_gpu_without_a_level_from_before_the_start_is_not_counted_as_released(lab) -> None:
+    # Nothing was compared (no baseline recorded): the answer says so instead of "ok".
+    env = lab.fake_nvidia_smi([_gpu(0, 60000), _gpu(1, 10)], app_pids=[])
+    launched = lab.launch_engine("--workers", "1")
+    lab.wait_engine(launched, workers=1)
+    assert agent("stop", {**_identity(launched), "grace_seconds": 5}, env=env)["clean"] is True
+    verify = agent(
+        "verify",
+        {**_identity(launched), "gpus": [0, 1], "baseline_gpu_mem_mb": {"1": 0},
+         "device_dirs": [str(lab.tmp / "dev")]},
+        env=env,
+    )  # fmt: skip
+    assert verify["gpu_memory"] == {
+        "0": {"used_mb": 60000, "baseline_mb": None, "ok": None},
+        "1": {"used_mb": 10, "baseline_mb": 0, "ok": True},
+    }

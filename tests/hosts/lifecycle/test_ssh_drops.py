@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from hosts.lifecycle import remote
 from hosts.models import Host, InstanceState, ServerInstance
@@ -168,7 +169,7 @@ async def test_a_stop_cut_by_a_dying_ssh_master_is_retried_and_completes(
 ) -> None:
     # Workers that ignore SIGTERM keep the far-side stop busy for the whole grace period,
     # which leaves time to kill the ssh master connection while the stop is running.
-    monkeypatch.setenv("SPECDASH_STOP_GRACE_S", "4")
+    monkeypatch.setattr(settings, "SPECDASH_STOP_GRACE_S", 4)  # the profiles' default
     made = interpose(monkeypatch)
     host = await sync_to_async(ssh_host)(sshd)
     profile = await sync_to_async(sim_profile)("--fault-ignore-sigterm", host=host)
@@ -215,3 +216,29 @@ async def _far_side_agent(command: str, run_id: str, timeout: float = 30) -> int
         while (pid := _agent_pid(command, run_id)) is None:
             await asyncio.sleep(0.05)
     return pid
+
+
+async def test_a_preflight_cut_by_a_dropped_connection_is_retried_and_the_start_goes_on(
+    sshd: Any,
+    jobs: Any,
+    sim_profile: Any,
+    ssh_host: Any,
+    ssh_control: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def drop_before_the_first_preflight(command: str, attempt: int) -> None:
+        if command == "preflight" and attempt == 1:
+            for pid in ssh_master_pids(ssh_control):
+                os.kill(pid, signal.SIGKILL)
+            raise ssh_hop(made[0].real).hop_error("connection lost (server not responding)")
+
+    made = interpose(monkeypatch, before=drop_before_the_first_preflight)
+    host = await sync_to_async(ssh_host)(sshd)
+    profile = await sync_to_async(sim_profile)(host=host)
+    instance = await start(profile)
+    owner = asyncio.create_task(jobs.run_next(instance.pk))
+    ready = await wait_state(instance.pk, InstanceState.READY, InstanceState.FAILED, timeout=90)
+    assert ready.state == InstanceState.READY, ready.reason
+    assert made[0].attempts("preflight") == ["HopError", "ok"]
+    await request_stop(ready)
+    assert (await asyncio.wait_for(owner, 90))["outcome"] == "stopped"

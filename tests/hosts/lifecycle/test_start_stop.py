@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from hosts.models import InstanceState, ServerInstance
 from tests.fixtures.procs import alive
@@ -115,7 +116,7 @@ async def test_stop_finds_every_worker_and_escalates(
     flags: tuple[str, ...],
     expect_killed: bool,
 ) -> None:
-    monkeypatch.setenv("SPECDASH_STOP_GRACE_S", "2")
+    monkeypatch.setattr(settings, "SPECDASH_STOP_GRACE_S", 2)  # the profiles' default
     profile = await sync_to_async(sim_profile)(*flags)
     before = gpu_used_mb(sim_state)
     instance = await start(profile)
