@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -109,7 +110,7 @@ def test_every_websocket_route_is_covered() -> None:
 @pytest.mark.parametrize("path", _ws_paths())
 async def test_anonymous_websocket_is_refused(path: str) -> None:
     communicator = WebsocketCommunicator(
-        application, "/" + path, headers=[(b"origin", b"http://127.0.0.1")]
+        application, "/" + path, headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     )
     connected, _code = await communicator.connect()
     assert not connected
@@ -123,6 +124,35 @@ async def test_websocket_from_a_foreign_origin_is_refused() -> None:
     )
     connected, _ = await communicator.connect()
     assert not connected
+
+
+def _viewer_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _opens(origin: bytes, host: bytes, cookie: bytes) -> bool:
+    headers = [(b"origin", origin), (b"host", host), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/ws/instances/1/", headers=headers)
+    connected, _ = await communicator.connect(timeout=10)
+    await communicator.disconnect()
+    return connected
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_from_another_port_of_an_allowed_host_is_refused(
+    viewer: Any, make_profile: Any
+) -> None:
+    profile = await sync_to_async(make_profile)()
+    await ServerInstance.objects.acreate(pk=1, profile=profile, host_id=profile.host_id, port=1)
+    cookie = await sync_to_async(_viewer_cookie)(viewer)
+    # The page the dashboard served opens its socket; a page on another port does not.
+    assert await _opens(b"http://127.0.0.1:8000", b"127.0.0.1:8000", cookie)
+    assert await _opens(b"http://[::1]:8000", b"[::1]:8000", cookie)
+    assert not await _opens(b"http://127.0.0.1:9999", b"127.0.0.1:8000", cookie)
+    assert not await _opens(b"http://127.0.0.1", b"127.0.0.1:8000", cookie)
+    assert not await _opens(b"http://evil.example:8000", b"evil.example:8000", cookie)
 
 
 @pytest.mark.django_db
