@@ -155,9 +155,10 @@ STATIC_ROOT = Path(os.environ.get("SPECDASH_STATIC_ROOT", VAR_DIR / "staticfiles
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Per-instance run directories (logs, exit codes) on the machine that runs a server.
-# The far-side agent creates each run directory 0700, so a shared /tmp is acceptable here.
-SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs")  # noqa: S108
+# Per-instance run directories (logs, exit codes) on the machine that runs a server. The
+# far-side agent replaces {uid} with the remote user's uid (one root per user) and refuses a
+# root another user owns or can write to, or a symlink: a shared /tmp cannot be taken over.
+SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs-{uid}")  # noqa: S108
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
 
