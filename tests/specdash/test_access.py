@@ -158,7 +158,7 @@ async def test_a_websocket_from_another_port_of_an_allowed_host_is_refused(
 @pytest.mark.django_db
 def test_a_user_without_a_role_cannot_read(client: Client, django_user_model: Any) -> None:
     django_user_model.objects.create_user("nobody", password="nobody-pass-123")
-    client.login(username="nobody", password="nobody-pass-123")
+    client.force_login(django_user_model.objects.get(username="nobody"))
     assert client.get("/servers/").status_code == 403
 
 
