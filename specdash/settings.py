@@ -69,6 +69,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "specdash.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -80,6 +81,22 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy of every response (why each part: specdash/csp.py); an empty
+# SPECDASH_CSP sends none (for a proxy that sets its own).
+_CSP = [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:",
+    "font-src 'self' data:",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+]
+SPECDASH_CSP = os.environ.get("SPECDASH_CSP", "; ".join(_CSP))
 
 ROOT_URLCONF = "specdash.urls"
 ASGI_APPLICATION = "specdash.asgi.application"
@@ -180,6 +197,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # far-side agent replaces {uid} with the remote user's uid (one root per user) and refuses a
 # root another user owns or can write to, or a symlink: a shared /tmp cannot be taken over.
 SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs-{uid}")  # noqa: S108
+# Sweeps against a base URL (a server specdash did not start) may target only these
+# prefixes when set (comma-separated, e.g. "http://10.0.0.5:8000,https://llm.internal/v1");
+# empty allows any http(s) URL, fine for one team, not for a shared deployment.
+SPECDASH_SWEEP_BASE_URLS = _env_list("SPECDASH_SWEEP_BASE_URLS", "")
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
 
