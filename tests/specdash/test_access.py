@@ -118,6 +118,19 @@ async def test_anonymous_websocket_is_refused(path: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", _ws_paths())
+async def test_a_websocket_of_a_user_without_a_role_is_refused_as_forbidden(
+    path: str, django_user_model: Any
+) -> None:
+    nobody = await django_user_model.objects.acreate(username="nobody")
+    cookie = await sync_to_async(_viewer_cookie)(nobody)
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/" + path, headers=headers)
+    connected, code = await communicator.connect(timeout=10)
+    assert (connected, code) == (False, 4403)
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_websocket_from_a_foreign_origin_is_refused() -> None:
     communicator = WebsocketCommunicator(
         application, "/ws/instances/1/", headers=[(b"origin", b"http://evil.example")]
