@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -183,6 +184,32 @@ def _clean_tags(tags: Sequence[str]) -> list[str]:
     return out
 
 
+def _origin_and_path(url: str) -> tuple[str, str, int, str] | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    except ValueError:
+        return None
+    return parts.scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/") + "/"
+
+
+def base_url_allowed(url: str) -> bool:
+    """Whether a sweep may target ``url`` (one not started by specdash): any URL unless
+    ``SPECDASH_SWEEP_BASE_URLS`` lists prefixes, as a shared deployment should, so the load
+    generator cannot be aimed at arbitrary addresses on the workers' network."""
+    prefixes = settings.SPECDASH_SWEEP_BASE_URLS
+    if not prefixes:
+        return True
+    target = _origin_and_path(url)
+    if target is None:
+        return False
+    for prefix in prefixes:
+        allowed = _origin_and_path(prefix)
+        if allowed is not None and target[:3] == allowed[:3] and target[3].startswith(allowed[3]):
+            return True
+    return False
+
+
 def sweep_create(
     *,
     instance: ServerInstance | None = None,
@@ -213,6 +240,11 @@ def sweep_create(
             URLValidator(schemes=["http", "https"])(base_url)
         except ValidationError:
             raise ValidationError({"base_url": "Enter an http(s) URL."}) from None
+        if not base_url_allowed(base_url):
+            allowed = ", ".join(settings.SPECDASH_SWEEP_BASE_URLS)
+            raise ValidationError(
+                {"base_url": f"This deployment runs sweeps only against {allowed}."}
+            )
         target_url = base_url.rstrip("/")
     errors: dict[str, list[str]] = {}
     cleaned_levels: list[int] = []

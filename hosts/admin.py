@@ -3,6 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -193,12 +195,26 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [*self.readonly_fields, "user"] if obj is not None else list(self.readonly_fields)
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # Only a superuser mints tokens for other accounts (tokens.can_issue_token); everyone
+        # else is offered, and may submit, only themselves.
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model()._default_manager.filter(pk=request.user.pk or 0)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
-        from specdash.api.tokens import DISPLAY_PREFIX_LENGTH, new_secret, token_digest
+        from specdash.api.tokens import (
+            DISPLAY_PREFIX_LENGTH,
+            can_issue_token,
+            new_secret,
+            token_digest,
+        )
 
         if change:
             super().save_model(request, obj, form, change)
             return
+        if not can_issue_token(actor=request.user, user=obj.user):
+            raise PermissionDenied("Only a superuser creates tokens for other accounts.")
         secret = new_secret()
         obj.token_hash = token_digest(secret)
         obj.prefix = secret[:DISPLAY_PREFIX_LENGTH]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,14 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "axes",
     "hosts",
     "benchmarks",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "specdash.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -75,7 +78,25 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy of every response (why each part: specdash/csp.py); an empty
+# SPECDASH_CSP sends none (for a proxy that sets its own).
+_CSP = [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:",
+    "font-src 'self' data:",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+]
+SPECDASH_CSP = os.environ.get("SPECDASH_CSP", "; ".join(_CSP))
 
 ROOT_URLCONF = "specdash.urls"
 ASGI_APPLICATION = "specdash.asgi.application"
@@ -140,6 +161,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Login throttling (django-axes, see specdash/throttle.py): after SPECDASH_LOGIN_FAILURE_LIMIT
+# wrong passwords for one username from one address, that pair waits the cool-off.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = _env_bool("SPECDASH_LOGIN_THROTTLE", True)
+AXES_FAILURE_LIMIT = int(os.environ.get("SPECDASH_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(seconds=int(os.environ.get("SPECDASH_LOGIN_COOLOFF_S", "900")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "specdash.throttle.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_VERBOSE = False
+SPECDASH_TRUSTED_PROXIES = int(os.environ.get("SPECDASH_TRUSTED_PROXIES", "0"))
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -155,9 +193,14 @@ STATIC_ROOT = Path(os.environ.get("SPECDASH_STATIC_ROOT", VAR_DIR / "staticfiles
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Per-instance run directories (logs, exit codes) on the machine that runs a server.
-# The far-side agent creates each run directory 0700, so a shared /tmp is acceptable here.
-SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs")  # noqa: S108
+# Per-instance run directories (logs, exit codes) on the machine that runs a server. The
+# far-side agent replaces {uid} with the remote user's uid (one root per user) and refuses a
+# root another user owns or can write to, or a symlink: a shared /tmp cannot be taken over.
+SPECDASH_RUN_ROOT = os.environ.get("SPECDASH_RUN_ROOT", "/tmp/specdash-runs-{uid}")  # noqa: S108
+# Sweeps against a base URL (a server specdash did not start) may target only these
+# prefixes when set (comma-separated, e.g. "http://10.0.0.5:8000,https://llm.internal/v1");
+# empty allows any http(s) URL, fine for one team, not for a shared deployment.
+SPECDASH_SWEEP_BASE_URLS = _env_list("SPECDASH_SWEEP_BASE_URLS", "")
 # The default TERM-to-KILL grace of a new server profile (each profile has its own).
 SPECDASH_STOP_GRACE_S = int(os.environ.get("SPECDASH_STOP_GRACE_S", "10"))
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.

@@ -4,7 +4,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from hosts import selectors
+from hosts.roles import viewer_required
 
 
+# The overview lists SSH destinations, containers and running servers: viewers only.
+@viewer_required
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html", selectors.dashboard_overview())

@@ -20,6 +20,10 @@ launch {run_id, argv: [str], env? {str: str}, workdir?, run_dir, port?}
   -> {ok, already_running, run_id, pid, supervisor_pid, pgid, sid, start_time, boot_id,
       cmdline: [str], log_path, run_dir}
   A refusal (live members without a live server, exec failure) is ok false with ``error``.
+  ``{uid}`` in run_dir (and in status/stop/log_tail's) is this user's uid. run_dir and its
+  parent (the run root) are created 0700; an existing one that is a symlink, belongs to
+  another user or is writable by others is refused ("unsafe run directory: ..."), as is a
+  parent chain someone else could swap out (not root's or ours, or writable and not sticky).
   The server runs in its own process group inside the supervisor's session; the supervisor
   writes ``<run_dir>/server.json`` (the launch answer) and, when the server exits,
   ``<run_dir>/exit_code``: the exit status, or ``-N`` when signal N killed it. A server that
@@ -600,11 +604,77 @@ def gpu_holders(
 
 def write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
+    # O_EXCL|O_NOFOLLOW: never write through a name someone else put there first.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def expand_run_dir(path: str) -> str:
+    """``{uid}`` in a run directory is this user's uid: one private run root per user."""
+    return path.replace("{uid}", str(os.getuid()))
+
+
+def _trusted_ancestors(path: str) -> None:
+    # Above the run root, every directory must belong to root or to us, and one others may
+    # write to must be sticky (as /tmp is): otherwise they could swap the root out.
+    uid = os.getuid()
+    current = os.path.realpath(path)
+    while True:
+        st = os.stat(current)
+        if st.st_uid not in (0, uid):
+            raise AgentError(
+                f"unsafe run directory: {current} belongs to uid {st.st_uid}, not to root or"
+                f" this user (uid {uid}); set SPECDASH_RUN_ROOT to a private directory"
+            )
+        if st.st_mode & 0o022 and not st.st_mode & 0o1000:
+            raise AgentError(
+                f"unsafe run directory: {current} is writable by others and not sticky;"
+                " set SPECDASH_RUN_ROOT to a private directory"
+            )
+        parent = os.path.dirname(current)
+        if parent == current:
+            return
+        current = parent
+
+
+def private_dir(path: str) -> None:
+    """Create ``path`` 0700, or accept an existing one only if it is a real directory (not a
+    symlink) owned by this user that nobody else can write to; refuse anything else."""
+    import stat
+
+    uid = os.getuid()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise AgentError(f"unsafe run directory: {path} is a symlink; remove it or choose another")
+    if not stat.S_ISDIR(st.st_mode):
+        raise AgentError(f"unsafe run directory: {path} is not a directory")
+    if st.st_uid != uid:
+        raise AgentError(
+            f"unsafe run directory: {path} belongs to uid {st.st_uid}, not this user"
+            f" (uid {uid}); another user may have created it: remove it or set"
+            " SPECDASH_RUN_ROOT to a private directory"
+        )
+    if st.st_mode & 0o022:
+        raise AgentError(
+            f"unsafe run directory: {path} is writable by group or others (mode"
+            f" {stat.S_IMODE(st.st_mode):o}); remove it or make it 0700"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)  # ours and unwritable by others: safe to tighten
+
+
+def private_run_dir(run_dir: str) -> None:
+    """The run root (``run_dir``'s parent) and ``run_dir`` itself, both private."""
+    root = os.path.dirname(run_dir.rstrip("/"))
+    _trusted_ancestors(os.path.dirname(root))
+    private_dir(root)
+    private_dir(run_dir)
 
 
 def read_exit_code(run_dir: str | None) -> int | None:
@@ -683,6 +753,11 @@ def _req_str(args: dict[str, Any], key: str) -> str:
     if not value:
         raise AgentError(f"{key} is required")
     return value
+
+
+def _opt_run_dir(args: dict[str, Any]) -> str | None:
+    value = _opt_str(args, "run_dir")
+    return expand_run_dir(value) if value else value
 
 
 def _run_id(args: dict[str, Any]) -> str:
@@ -892,7 +967,7 @@ def _spawn_supervisor(spec: dict[str, Any], env: dict[str, str], log_path: str) 
                 os._exit(0)
             os.close(read_fd)
             null = os.open(os.devnull, os.O_RDONLY)
-            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
             os.dup2(null, 0)
             os.dup2(out, 1)
             os.dup2(out, 2)
@@ -956,17 +1031,20 @@ def cmd_launch(args: dict[str, Any]) -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, str) for k, v in env_arg.items()
     ):
         raise AgentError("env must map strings to strings")
-    run_dir = _req_str(args, "run_dir")
-    if not os.path.isabs(run_dir):
-        raise AgentError("run_dir must be an absolute path")
+    run_dir = expand_run_dir(_req_str(args, "run_dir"))
+    if not os.path.isabs(run_dir) or ".." in run_dir.split("/"):
+        raise AgentError("run_dir must be an absolute path without '..'")
     workdir = _opt_str(args, "workdir")
     if workdir is not None and not os.path.isdir(workdir):
         raise AgentError(f"workdir does not exist: {workdir}")
     port = _opt_int(args, "port")
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    os.chmod(run_dir, 0o700)
+    # supervisor.py and launch.json are written here and then run: nobody else may own, be
+    # able to write to, or redirect (symlink) the run root or the run directory.
+    private_run_dir(run_dir)
     # Two launches of one run (a retry racing the original) must not both get past the check.
-    lock_fd = os.open(os.path.join(run_dir, ".launch.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    lock_fd = os.open(
+        os.path.join(run_dir, ".launch.lock"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600
+    )
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         return _launch_locked(run_id, argv, env_arg, workdir, run_dir, port)
@@ -1039,7 +1117,7 @@ def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
     if same and st is not None:
         ident["pgid"] = ident["pgid"] if ident["pgid"] is not None else st.pgid
         ident["sid"] = ident["sid"] if ident["sid"] is not None else st.sid
-    run_dir = _opt_str(args, "run_dir")
+    run_dir = _opt_run_dir(args)
     port = _opt_int(args, "port")
     lines = _opt_int(args, "log_lines", 50) or 0
     found = find_members(**ident)
@@ -1066,7 +1144,7 @@ def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
     grace = _opt_float(args, "grace_seconds", 10.0)
     kill_wait = _opt_float(args, "kill_wait_seconds", 5.0)
     supervisor_pid = _opt_int(args, "supervisor_pid")
-    run_dir = _opt_str(args, "run_dir")
+    run_dir = _opt_run_dir(args)
     started = time.monotonic()
     termed: dict[int, int] = {}  # pid -> start_time
     killed: dict[int, int] = {}
@@ -1245,7 +1323,7 @@ def cmd_kill_pids(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_log_tail(args: dict[str, Any]) -> dict[str, Any]:
-    run_dir = _req_str(args, "run_dir")
+    run_dir = expand_run_dir(_req_str(args, "run_dir"))
     result = log_tail(
         os.path.join(run_dir, "server.log"),
         _opt_int(args, "lines", 50) or 0,

@@ -110,8 +110,20 @@ async def _aprobe(target: _Target, timeout: float) -> ProbeReport:  # noqa: ASYN
     return report(True, facts=facts)
 
 
-async def _aprobe_many(targets: list[_Target], timeout: float) -> list[ProbeReport]:  # noqa: ASYNC109
-    return list(await asyncio.gather(*(_aprobe(t, timeout) for t in targets)))
+def _refused(label: str, exc: TransportError) -> ProbeReport:
+    # A stored value the transport refuses (a row written before the model validated it, or
+    # by hand) is that target's answer, not a crash of the whole batch.
+    return ProbeReport(label, "", False, 0.0, error=f"cannot build the connection: {exc}")
+
+
+async def _aprobe_many(
+    targets: list[_Target | ProbeReport],
+    timeout: float,  # noqa: ASYNC109
+) -> list[ProbeReport]:
+    async def one(target: _Target | ProbeReport) -> ProbeReport:
+        return target if isinstance(target, ProbeReport) else await _aprobe(target, timeout)
+
+    return list(await asyncio.gather(*(one(t) for t in targets)))
 
 
 def host_probe_many(
@@ -122,7 +134,12 @@ def host_probe_many(
     """Test the connection to each (host, container) at once, waiting at most ``timeout``
     seconds in all: hostname, user, container detection, GPUs, engine versions, or the hop
     that failed. Synchronous (for the admin); never raises for an unreachable target."""
-    prepared = [_target(host, container) for host, container in targets]
+    prepared: list[_Target | ProbeReport] = []
+    for host, container in targets:
+        try:
+            prepared.append(_target(host, container))
+        except TransportError as exc:
+            prepared.append(_refused(str(container) if container is not None else str(host), exc))
     return async_to_sync(_aprobe_many)(prepared, timeout)
 
 

@@ -16,6 +16,8 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Hostnames, users and container ids end up as argv items of ssh/pct/docker: refusing a
 # leading "-" and shell-ish characters stops option injection (``-oProxyCommand=...``).
 SAFE_TOKEN_RE = re.compile(r"^[A-Za-z0-9_.@:\[\]%+-]+$")
+# What ssh's -o option syntax splits on or treats specially inside a path.
+UNSAFE_PATH_RE = re.compile(r"[\s\"'\\\x00-\x1f\x7f]")
 
 
 def validate_safe_token(value: str) -> None:
@@ -127,8 +129,21 @@ class Host(models.Model):
         return self.name
 
     def clean(self) -> None:
+        errors: dict[str, str] = {}
         if self.kind == HostKind.SSH and not self.address:
-            raise ValidationError({"address": "An SSH host needs an address."})
+            errors["address"] = "An SSH host needs an address."
+        # Both go to ssh as option values (``-i path``, ``-o UserKnownHostsFile=path``): the
+        # transport refuses what ssh would read as an option or split; so does the registry,
+        # or a stored value would only fail later, at the first connection.
+        for name in ("identity_file", "known_hosts_file"):
+            value = getattr(self, name)
+            if value and (value.startswith("-") or UNSAFE_PATH_RE.search(value)):
+                errors[name] = (
+                    "A path without a leading '-', whitespace, quotes or backslashes, "
+                    "e.g. /home/me/.ssh/id_ed25519."
+                )
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def destination(self) -> str:

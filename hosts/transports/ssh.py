@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -15,7 +17,7 @@ from hosts.transports.local import LocalTransport
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 SSH_FAILED = 255  # ssh's own errors; a remote command can exit 255 too
-CONTROL_NAME_LEN = 40  # %C is a sha1 in hex
+CONTROL_NAME_LEN = 40  # hex digits of the control socket's name (as long as ssh's %C)
 UNIX_PATH_MAX = 107
 
 # (pattern in ssh's stderr, operator-level reason); the first match wins.
@@ -150,9 +152,27 @@ class SSHTransport(Hop):
             raise TransportConfigError(f"ssh control directory path too long: {self.control_dir}")
         return [
             "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={control}/%C",
+            "-o", f"ControlPath={control}/{self.control_name()}",
             "-o", f"ControlPersist={self.control_persist}",
         ]  # fmt: skip
+
+    def control_name(self) -> str:
+        """The master socket's name: a digest of everything that decides how the connection
+        is made. ssh's own ``%C`` covers only host, port, user and jump, so two host entries
+        differing in identity or known_hosts settings would share one master, and the
+        second would run over the first's connection without its own checks."""
+        settings = [
+            self.host,
+            self.user,
+            self.port,
+            self.jump,
+            self.identity_file,
+            self.known_hosts_file,
+            self.host_key_policy,
+            self.connect_timeout,
+        ]
+        digest = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
+        return digest[:CONTROL_NAME_LEN]
 
     def label(self) -> str:
         port = f":{self.port}" if self.port is not None else ""

@@ -17,6 +17,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from ninja.openapi.docs import DocsBase
 
+from hosts import roles
 from specdash.api import errors
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ def docs_asset(request: HttpRequest, name: str) -> FileResponse:
 
 
 def docs_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """The schema and the docs page need a login (or a token) like everything else: the
-    page sends browsers to the login form, the schema answers 401 in the error shape."""
+    """The schema and the docs page need a login (or a token) and the viewer role like the
+    API itself: the page sends browsers to the login form, the schema answers 401, and a user
+    without a role gets 403, both in the error shape."""
     from specdash.api.auth import api_auth
 
     methods = api_auth()
@@ -66,6 +68,11 @@ def docs_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
             if request.path.endswith("/docs"):
                 return redirect_to_login(request.get_full_path())
             return _json_error(401, errors.NOT_AUTHENTICATED, "Send a bearer token or log in.")
+        if not roles.can_view(user):
+            # The schema names every operation and parameter: the API's readers only.
+            return _json_error(
+                403, errors.PERMISSION_DENIED, "Your role does not allow reading this."
+            )
         return view(request, *args, **kwargs)
 
     return login_not_required(wrapper)

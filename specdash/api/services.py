@@ -24,8 +24,22 @@ def _check_references(model: type[models.Model], data: dict[str, Any]) -> None:
         raise ValidationError(errors)
 
 
+def _refuse_nulls(model: type[models.Model], data: dict[str, Any]) -> None:
+    # full_clean() skips blank-able fields whose value is empty, None included, so an explicit
+    # null would reach the NOT NULL column and fail there: it is a field error here instead.
+    errors = {
+        field.attname: "This field cannot be null"
+        + ('; send "" to clear it.' if isinstance(field, models.CharField) and field.blank else ".")
+        for field in model._meta.concrete_fields
+        if not field.null and field.attname in data and data[field.attname] is None
+    }
+    if errors:
+        raise ValidationError(errors)
+
+
 def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
     """Create a Host, Container or ServerProfile; raises ValidationError keyed by field."""
+    _refuse_nulls(model, data)
     _check_references(model, data)
     obj = model(**data)
     obj.full_clean()
@@ -36,6 +50,7 @@ def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
 
 def registry_update(*, obj: M, data: dict[str, Any]) -> M:
     """Apply the given fields, validate the whole object, save."""
+    _refuse_nulls(type(obj), data)
     _check_references(type(obj), data)
     for name, value in data.items():
         setattr(obj, name, value)

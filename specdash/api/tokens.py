@@ -52,6 +52,15 @@ def api_token_create(
     return token, raw
 
 
+def can_issue_token(*, actor: Any, user: Any) -> bool:
+    """Who may mint a token for whom: anyone for themselves, only a superuser for others.
+
+    A token carries its owner's roles and its secret is shown to whoever creates it, so
+    minting one for another account is acting as that account (a staff member with the
+    admin's token permission would otherwise become any superuser)."""
+    return bool(actor.is_active and (actor.is_superuser or actor.pk == user.pk))
+
+
 def api_token_revoke(*, token: ApiToken) -> ApiToken:
     """Revoke at once (idempotent): the next request with it gets 401."""
     if token.revoked_at is None:

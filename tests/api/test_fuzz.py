@@ -3,6 +3,12 @@
 In-process against the WSGI app, as an operator who is also registry staff (so every
 operation runs past its permission check), with a fixed seed: no response may be a 5xx,
 and every response must match the documented status codes, content types and schemas.
+Creates run too; every generated address or URL is rewritten to loopback first, so nothing
+a create stores could point a later connection (a probe, a sweep) off this machine.
+
+The generator rarely sends one explicit ``null`` on its own (other fields in the same body
+are usually invalid too), so a second, exhaustive test sends exactly that for every nullable
+body field of every write operation.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.test import Client
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -24,7 +31,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from benchmarks.models import Sweep, SweepLevel, SweepSample
-from hosts.models import Host, HostKind, InstanceState, ServerInstance, ServerProfile
+from hosts.models import Container, Host, HostKind, InstanceState, ServerInstance, ServerProfile
 from hosts.roles import OPERATORS
 from specdash.api import api
 from specdash.api.tokens import api_token_create
@@ -32,6 +39,24 @@ from specdash.api.tokens import api_token_create
 RAW_SCHEMA = api.get_openapi_schema()
 schema = schemathesis.openapi.from_dict(RAW_SCHEMA)
 schema.app = get_wsgi_application()
+# Body fields that name somewhere to connect to, and the loopback value each gets.
+LOOPBACK = {
+    "address": "127.0.0.1",
+    "api_host": "127.0.0.1",
+    "jump_host": "127.0.0.1",
+    "base_url": "http://127.0.0.1:9/v1",
+}
+
+
+@schema.hook("map_body")
+def keep_addresses_on_loopback(context: Any, body: Any) -> Any:
+    if isinstance(body, dict):
+        return {
+            k: LOOPBACK[k] if k in LOOPBACK and isinstance(v, str) else v for k, v in body.items()
+        }
+    return body
+
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -91,3 +116,42 @@ def test_the_openapi_schema_is_valid_openapi() -> None:
 )
 def test_api_fuzz_has_no_server_errors_or_schema_violations(case: Any, fuzz_token: str) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_token}"}, checks=CHECKS)
+
+
+def _nullable_body_fields() -> list[tuple[str, str, str]]:
+    found = []
+    for path, operations in RAW_SCHEMA["paths"].items():
+        for method, operation in operations.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            ref = content.get("application/json", {}).get("schema", {}).get("$ref", "")
+            if not ref:
+                continue
+            body_schema = RAW_SCHEMA["components"]["schemas"][ref.rsplit("/", 1)[1]]
+            for name, prop in body_schema.get("properties", {}).items():
+                if {"type": "null"} in prop.get("anyOf", []):
+                    found.append((method, path, name))
+    return found
+
+
+NULLABLE_FIELDS = _nullable_body_fields()
+
+
+def test_the_null_walk_finds_the_registry_patches() -> None:
+    assert ("patch", "/api/v1/hosts/{host_id}", "identity_file") in NULLABLE_FIELDS
+    assert ("patch", "/api/v1/containers/{container_id}", "label") in NULLABLE_FIELDS
+
+
+@pytest.mark.django_db
+def test_an_explicit_null_on_any_write_field_is_never_a_server_error(fuzz_token: str) -> None:
+    host = Host.objects.get(name="fuzz-host")
+    Container.objects.create(host=host, kind="docker", ident="fuzz", label="fuzz")
+    ids = {"host_id": host.pk, "container_id": Container.objects.get().pk}
+    client = Client(headers={"Authorization": f"Bearer {fuzz_token}"})
+    answers = {}
+    for method, path, name in NULLABLE_FIELDS:
+        url = path
+        for param in ("host_id", "container_id", "profile_id", "instance_id", "sweep_id"):
+            url = url.replace(f"{{{param}}}", str(ids.get(param, 1)))
+        response = getattr(client, method)(url, {name: None}, content_type="application/json")
+        answers[(method, path, name)] = response.status_code
+    assert {k: v for k, v in answers.items() if v >= 500} == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
@@ -35,6 +36,17 @@ def test_the_schema_needs_authentication(anonymous: ApiClient, as_viewer: ApiCli
     schema = as_viewer.get("/api/v1/openapi.json").json()
     assert schema["info"]["title"] == "specdash API"
     assert "/api/v1/sweeps" in schema["paths"]
+
+
+def test_the_schema_and_docs_need_a_role(
+    client: Client, django_user_model: type[User], token_for: Callable[..., str]
+) -> None:
+    nobody = django_user_model.objects.create_user("nobody")
+    refused = ApiClient(token_for(nobody)).get("/api/v1/openapi.json")
+    assert refused.status_code == 403 and error_of(refused)["code"] == "permission_denied"
+    client.force_login(nobody)
+    assert client.get("/api/v1/docs").status_code == 403
+    assert b"/api/v1/sweeps" not in client.get("/api/v1/docs").content
 
 
 def test_the_docs_page_sends_anonymous_browsers_to_the_login(client: Client) -> None:

@@ -160,3 +160,41 @@ def test_bad_pagination_is_a_validation_error(as_viewer: ApiClient, params: dict
     response = as_viewer.get("/api/v1/profiles", **params)
     assert response.status_code == 422
     assert error_of(response)["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("hosts", "identity_file"),
+        ("hosts", "notes"),
+        ("containers", "label"),
+        ("containers", "ident"),
+    ],
+)
+def test_an_explicit_null_is_a_field_error_not_a_server_error(
+    as_staff: ApiClient, local_host: Host, kind: str, field: str
+) -> None:
+    target: Host | Container = local_host
+    if kind == "containers":
+        target = Container.objects.create(host=local_host, kind="docker", ident="c1", label="one")
+    response = as_staff.patch(f"/api/v1/{kind}/{target.pk}", {field: None})
+    assert response.status_code == 422, response.content
+    assert field in error_of(response)["fields"]
+    target.refresh_from_db()
+    assert getattr(target, field) == {"label": "one", "ident": "c1"}.get(field, "")
+
+
+@pytest.mark.parametrize("field", ["identity_file", "known_hosts_file"])
+@pytest.mark.parametrize("value", ["-oProxyCommand=sh -c id", "/keys/my key", "/k/'x'"])
+def test_ssh_option_paths_are_validated_by_the_model(
+    as_staff: ApiClient, local_host: Host, field: str, value: str
+) -> None:
+    created = as_staff.post(
+        "/api/v1/hosts", {"name": "bad", "kind": "ssh", "address": "h", field: value}
+    )
+    assert created.status_code == 422 and field in error_of(created)["fields"]
+    assert not Host.objects.filter(name="bad").exists()
+    patched = as_staff.patch(f"/api/v1/hosts/{local_host.pk}", {field: value})
+    assert patched.status_code == 422 and field in error_of(patched)["fields"]
+    local_host.refresh_from_db()
+    assert getattr(local_host, field) == ""

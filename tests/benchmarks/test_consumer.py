@@ -16,6 +16,7 @@ from tests.benchmarks.conftest import load, sample_event
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")
 
 
 def _session_cookie(user: Any) -> bytes:
@@ -27,7 +28,7 @@ def _session_cookie(user: Any) -> bytes:
 async def _connect(
     path: str, cookie: bytes | None = None
 ) -> tuple[WebsocketCommunicator, bool, Any]:
-    headers = [ORIGIN] + ([(b"cookie", cookie)] if cookie else [])
+    headers = [ORIGIN, HOST] + ([(b"cookie", cookie)] if cookie else [])
     communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await communicator.connect(timeout=10)
     return communicator, connected, code

@@ -81,12 +81,25 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+def csp_violations() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def page(browser: Browser, csp_violations: list[str]) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
+    # Whatever a browser test does, nothing on the page may break the Content-Security-Policy
+    # (a test that provokes a violation on purpose empties the list after checking it).
+    violations = csp_violations
+    page.on(
+        "console",
+        lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
     yield page
     context.close()
+    assert violations == [], violations
 
 
 def login(page: Page, dashboard: Dashboard) -> None:

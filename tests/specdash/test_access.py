@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -109,11 +110,24 @@ def test_every_websocket_route_is_covered() -> None:
 @pytest.mark.parametrize("path", _ws_paths())
 async def test_anonymous_websocket_is_refused(path: str) -> None:
     communicator = WebsocketCommunicator(
-        application, "/" + path, headers=[(b"origin", b"http://127.0.0.1")]
+        application, "/" + path, headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     )
     connected, _code = await communicator.connect()
     assert not connected
     await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", _ws_paths())
+async def test_a_websocket_of_a_user_without_a_role_is_refused_as_forbidden(
+    path: str, django_user_model: Any
+) -> None:
+    nobody = await django_user_model.objects.acreate(username="nobody")
+    cookie = await sync_to_async(_viewer_cookie)(nobody)
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/" + path, headers=headers)
+    connected, code = await communicator.connect(timeout=10)
+    assert (connected, code) == (False, 4403)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -125,10 +139,39 @@ async def test_websocket_from_a_foreign_origin_is_refused() -> None:
     assert not connected
 
 
+def _viewer_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _opens(origin: bytes, host: bytes, cookie: bytes) -> bool:
+    headers = [(b"origin", origin), (b"host", host), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/ws/instances/1/", headers=headers)
+    connected, _ = await communicator.connect(timeout=10)
+    await communicator.disconnect()
+    return connected
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_from_another_port_of_an_allowed_host_is_refused(
+    viewer: Any, make_profile: Any
+) -> None:
+    profile = await sync_to_async(make_profile)()
+    await ServerInstance.objects.acreate(pk=1, profile=profile, host_id=profile.host_id, port=1)
+    cookie = await sync_to_async(_viewer_cookie)(viewer)
+    # The page the dashboard served opens its socket; a page on another port does not.
+    assert await _opens(b"http://127.0.0.1:8000", b"127.0.0.1:8000", cookie)
+    assert await _opens(b"http://[::1]:8000", b"[::1]:8000", cookie)
+    assert not await _opens(b"http://127.0.0.1:9999", b"127.0.0.1:8000", cookie)
+    assert not await _opens(b"http://127.0.0.1", b"127.0.0.1:8000", cookie)
+    assert not await _opens(b"http://evil.example:8000", b"evil.example:8000", cookie)
+
+
 @pytest.mark.django_db
 def test_a_user_without_a_role_cannot_read(client: Client, django_user_model: Any) -> None:
     django_user_model.objects.create_user("nobody", password="nobody-pass-123")
-    client.login(username="nobody", password="nobody-pass-123")
+    client.force_login(django_user_model.objects.get(username="nobody"))
     assert client.get("/servers/").status_code == 403
 
 
@@ -170,3 +213,25 @@ def test_start_is_post_only(client: Client, operator: Any, make_profile: Any) ->
     profile = make_profile()
     client.force_login(operator)
     assert client.get(f"/servers/profiles/{profile.pk}/start/").status_code == 405
+
+
+# What a logged-in user without a role may open: their own token page (a token carries
+# exactly its owner's roles, so it grants nothing), the docs' static assets, and the way out.
+NO_ROLE_NAMES = PUBLIC_NAMES | {"account-tokens", "account-token-revoke", "api-docs-asset"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "name"), ALL_URLS)
+def test_a_logged_in_user_without_a_role_reads_nothing(
+    client: Client, django_user_model: Any, path: str, name: str | None
+) -> None:
+    if name in NO_ROLE_NAMES:
+        return
+    client.force_login(django_user_model.objects.create_user("nobody"))
+    response = client.get(path)
+    # 422: an API operation whose required query is missing refuses before its role check,
+    # which is fine as long as no data comes back.
+    assert response.status_code in {302, 401, 403, 404, 405, 422}, (path, response.status_code)
+    if response.status_code == 302:
+        # Only the admin answers a non-staff user with its own login form.
+        assert response["Location"].startswith("/admin/login/"), (path, response["Location"])

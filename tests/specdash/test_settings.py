@@ -100,6 +100,9 @@ def test_seed_demo_is_idempotent_and_registers_the_two_simulated_profiles(
     eagle = ServerProfile.objects.get(name="Simulated SGLang EAGLE-3")
     assert eagle.speculative and "eagle3" in eagle.launch_argv
     from django.contrib.auth import authenticate
+    from django.test import RequestFactory
 
-    user = authenticate(username="operator", password="demo-pass-123")
+    # With login throttling on, authentication wants the request it counts failures for.
+    login = RequestFactory().post("/accounts/login/")
+    user = authenticate(login, username="operator", password="demo-pass-123")
     assert user is not None and user.groups.filter(name="operators").exists()

@@ -112,3 +112,19 @@ def test_only_staff_can_test_a_connection(operator: Any, local_host: Host) -> No
     response = run_action(client, "host", "test_host_connection", [local_host.pk])
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_a_stored_value_the_transport_refuses_fails_only_its_own_report(
+    admin_client: Client, local_host: Host, tmp_path: Any
+) -> None:
+    marker = tmp_path / "ran"
+    bad = Host.objects.create(name="bad", kind=HostKind.SSH, address="127.0.0.1")
+    # As a row written before the model validated the field (update() skips full_clean).
+    Host.objects.filter(pk=bad.pk).update(identity_file=f"-oProxyCommand=touch {marker}")
+    response = run_action(admin_client, "host", "test_host_connection", [bad.pk, local_host.pk])
+    assert response.status_code == 200
+    page = response.content.decode()
+    bad_report, good_report = reports_of(page)  # ordered by name: "bad" < "local"
+    assert "cannot build the connection: unusable identity path" in bad_report
+    assert 'data-testid="probe-ok"' in good_report
+    assert not marker.exists()

@@ -92,7 +92,7 @@ async def test_a_viewer_gets_recent_history_first_then_live_batches(
     cookie = await sync_to_async(_cookie)(viewer)
     communicator = WebsocketCommunicator(
         application, f"/ws/telemetry/hosts/{local_host.pk}/",
-        headers=[(b"origin", b"http://127.0.0.1"), (b"cookie", cookie)],
+        headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
     )  # fmt: skip
     connected, _ = await communicator.connect(timeout=10)
     assert connected
@@ -114,7 +114,7 @@ async def test_a_page_about_nothing_is_refused(viewer: Any) -> None:
     cookie = await sync_to_async(_cookie)(viewer)
     communicator = WebsocketCommunicator(
         application, "/ws/telemetry/sweeps/999/",
-        headers=[(b"origin", b"http://127.0.0.1"), (b"cookie", cookie)],
+        headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
     )  # fmt: skip
     connected, code = await communicator.connect(timeout=10)
     assert not connected and code == 4404

@@ -23,11 +23,14 @@ SSH_PREFIX = [
     "-o", "ServerAliveCountMax=3",
     "-o", "StrictHostKeyChecking=yes",
 ]  # fmt: skip
-MUX = [
-    "-o", "ControlMaster=auto",
-    "-o", f"ControlPath={CTL}/%C",
-    "-o", "ControlPersist=10m",
-]  # fmt: skip
+
+
+def mux(transport: SSHTransport) -> list[str]:
+    return [
+        "-o", "ControlMaster=auto",
+        "-o", f"ControlPath={CTL}/{transport.control_name()}",
+        "-o", "ControlPersist=10m",
+    ]  # fmt: skip
 
 
 def pve(**kwargs: object) -> SSHTransport:
@@ -40,13 +43,14 @@ def test_local_command_line_is_argv_itself():
 
 
 def test_ssh_command_line_has_batch_options_multiplexing_and_one_quoted_command():
-    line = pve(known_hosts_file="/etc/kh", identity_file="/k/id").command_line(["echo", "a b"])
+    transport = pve(known_hosts_file="/etc/kh", identity_file="/k/id")
+    line = transport.command_line(["echo", "a b"])
     assert line == [
         *SSH_PREFIX,
         "-o", "UserKnownHostsFile=/etc/kh",
         "-i", "/k/id", "-o", "IdentitiesOnly=yes",
         "-p", "22",
-        *MUX,
+        *mux(transport),
         "root@pve",
         "echo 'a b'",
     ]  # fmt: skip
@@ -103,11 +107,12 @@ def test_container_hop_uses_the_given_tool_path():
 
 
 def test_ssh_then_pct_quotes_the_whole_inner_command_once():
-    chain = ContainerHop("pct", "129", inner=pve())
+    ssh = pve()
+    chain = ContainerHop("pct", "129", inner=ssh)
     argv = ["python3", "-c", "print('hi'); import os", "a b", "$(x)"]
     line = chain.command_line(argv)
     remote = line[-1]
-    assert line[:-2] == [*SSH_PREFIX, "-p", "22", *MUX]
+    assert line[:-2] == [*SSH_PREFIX, "-p", "22", *mux(ssh)]
     assert shlex.split(remote) == ["pct", "exec", "129", "--", *argv]
     assert remote == shlex.join(["pct", "exec", "129", "--", *argv])
 
@@ -222,3 +227,16 @@ def test_build_chain_refuses_ssh_settings_on_a_container_hop():
 def test_empty_argv_is_refused():
     with pytest.raises(ValueError):
         ContainerHop("pct", "129", inner=pve()).command_line([])
+
+
+def test_the_master_socket_name_covers_identity_and_known_hosts_settings():
+    names = {
+        pve().control_name(),
+        pve(identity_file="/k/a").control_name(),
+        pve(identity_file="/k/b").control_name(),
+        pve(known_hosts_file="/etc/kh").control_name(),
+        pve(host_key_policy="accept-new").control_name(),
+    }
+    assert len(names) == 5
+    assert all(len(n) == 40 and int(n, 16) >= 0 for n in names)
+    assert pve(identity_file="/k/a").control_name() == pve(identity_file="/k/a").control_name()

@@ -324,3 +324,17 @@ async def test_pct_missing_on_the_host_is_hop_2_not_found(make_ssh, sshd: SshSer
         await run_script(chain, "echo 'SPECDASH-RESULT 1'\n", timeout=TIMEOUT)
     assert info.value.hop_index == 2
     assert info.value.message == f"/nonexistent/pct not found on {sshd.user}@127.0.0.1"
+
+
+async def test_entries_differing_only_in_known_hosts_do_not_share_a_master(
+    make_ssh, control_dir, wrong_known_hosts
+):
+    trusted = make_ssh()
+    assert (await trusted.run(["true"], timeout=TIMEOUT)).ok
+    assert await trusted.control("check")
+    # Same destination, but a known_hosts without this server's key: its own check must
+    # run, not be skipped by riding on the first entry's live master connection.
+    with pytest.raises(HopError, match="host key verification failed"):
+        await make_ssh(known_hosts_file=wrong_known_hosts).run(["true"], timeout=TIMEOUT)
+    assert len(list(control_dir.iterdir())) == 1
+    await trusted.close()
