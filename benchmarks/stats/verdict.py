@@ -138,7 +138,8 @@ def compare(
     if reference.speculative != candidate.speculative:
         disable_above = _disable_above(ratios, crossover, candidate.speculative)
         if disable_above:
-            options = speculation_switches(disable_above)
+            spec = candidate if candidate.speculative else reference
+            options = speculation_switches(disable_above, spec.engine)
     verdict = Verdict(
         reference=reference.name,
         candidate=candidate.name,
