@@ -15,7 +15,9 @@ _EVENTS = [
     {"choices": [{"text": "a", "finish_reason": None}], "usage": {"completion_tokens": 1}},
     {"choices": [{"text": "b", "finish_reason": "length"}], "usage": {"completion_tokens": 2}},
 ]
-_BODY = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _EVENTS) + b"data: [DONE]\n\n"
+_BODY = (
+    b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in _EVENTS) + b"data: [DONE]\n\n"
+)
 _RESPONSE = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY
