@@ -20,9 +20,10 @@ QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 DEFAULT_DIP_TOLERANCE_S = 0.05
 # Events of one request that arrive less than this after the previous one are one delivery: the
 # tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
-# of a verify step as its own event, tens of microseconds apart) or read together. Decode steps
-# of real engines are milliseconds apart; 1 ms leaves room for a busy client's event loop.
-DELIVERY_GAP_S = 0.001
+# of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
+# sometimes 2-3, on a loaded one) or read together. Decode steps of the engines measured are
+# several milliseconds apart.
+DELIVERY_GAP_S = 0.002
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:

@@ -79,6 +79,8 @@ def test_events_arriving_together_are_one_delivery_whose_gap_is_spread_over_its_
 def test_deliveries_chain_events_closer_than_the_gap_threshold():
     groups = deliveries([0.0, 0.0005, 0.0009, 0.0030, 0.0031], [1, 2, 1, 1, 1], gap=0.001)
     assert groups == [(0.0, 4), (0.0030, 2)]
+    # the default: 2 ms
+    assert deliveries([0.0, 0.0019, 0.0038, 0.0100], [1, 1, 1, 1]) == [(0.0, 3), (0.0100, 1)]
     # chunks further apart than the threshold stay what they were: itl_ms is unchanged for them
     s = summarize_level(two_requests(), concurrency=2)
     assert s["itl_ms"] == s["itl_event_ms"]
