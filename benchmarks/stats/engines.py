@@ -139,6 +139,15 @@ def speculation_switches(disable_above: int, engine: str = "") -> tuple[EngineOp
     return tuple(row.render(disable_above) for row in options_for(engine))
 
 
+def option_names(engine: str) -> str:
+    """The table's options for a known engine, for advice without a threshold, e.g.
+    "llama.cpp: --spec-type, --spec-draft-n-max"; "" for an engine the table does not know."""
+    if engine not in ENGINE_NAMES:
+        return ""
+    names = ", ".join(row.option for row in ENGINE_OPTIONS if row.engine == engine)
+    return f"{ENGINE_NAMES[engine]}: {names}"
+
+
 def describe(options: tuple[EngineOption, ...]) -> str:
     """One clause for the verdict's text, e.g. "TensorRT-LLM max_concurrency=1"."""
     return "; ".join(f"{option.engine} {option.value}" for option in options)

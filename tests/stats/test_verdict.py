@@ -78,6 +78,20 @@ def test_the_recommendation_names_the_options_of_the_engine_under_test(engine, n
     assert all(o.source.startswith("https://github.com/") and o.version for o in v.engine_options)
 
 
+def test_advice_without_a_threshold_still_names_the_engine_under_tests_options():
+    base = Curve.from_values("base", {1: 90.0, 8: 500.0}, engine="llamacpp")
+    ahead = Curve.from_values("spec", {1: 120.0, 8: 520.0}, speculative=True, engine="llamacpp")
+    behind = Curve.from_values("spec", {1: 80.0, 8: 400.0}, speculative=True, engine="llamacpp")
+    assert "keep it on (llama.cpp: --spec-type, --spec-draft-n-max)." in compare(base, ahead).text
+    never = compare(base, behind).text
+    assert "serve without it (llama.cpp: --spec-type, --spec-draft-n-max)." in never
+    # the simulator is no engine of the table: the sentence stays as it was
+    sim = compare(
+        Curve.from_values("b", {1: 90.0}), Curve.from_values("s", {1: 99.0}, speculative=True)
+    )
+    assert sim.text.endswith("keep it on.")
+
+
 def test_the_engine_options_table_has_a_source_and_version_for_every_row():
     from benchmarks.stats.engines import ENGINE_NAMES, ENGINE_OPTIONS
 
