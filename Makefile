@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv lint typecheck pytest pytest-clock pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test system-deps venv engines engines-llamacpp lint typecheck pytest pytest-clock pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(VENV)/.runtime-installed: requirements.txt
 $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-installed
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
+
+# Real inference engines for the tests marked by engine (built once per machine, into a cache
+# outside the clone keyed by version: engines/build_llama_server.sh).
+engines: engines-llamacpp
+
+engines-llamacpp: $(VENV)/.dev-installed
+	PYTHON=$(PY) engines/build_llama_server.sh
 
 # exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
 run: $(VENV)/.runtime-installed

@@ -172,7 +172,7 @@ def _target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
         )
         if served:
             return str(served)
-    return "default"
+    return ""  # not known: the sweep job asks the server (/v1/models) before the first level
 
 
 def _clean_tags(tags: Sequence[str]) -> list[str]:
@@ -457,7 +457,7 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
     return SweepPlan(
         sweep_id=sweep_id,
         base_url=instance.base_url if instance is not None else sweep.base_url,
-        model=str(target.get("model") or "default"),
+        model=str(target.get("model") or ""),
         levels=list(sweep.levels)[resume_from:],
         load=dict(sweep.load),
         records_path=records,

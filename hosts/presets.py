@@ -37,9 +37,15 @@ PRESETS: dict[str, EnginePreset] = {
     ),
     "llamacpp": EnginePreset(
         port=8080,
-        readiness_path="/health",
-        metrics_path="/metrics",
-        argv_template=["llama-server", "-m", "MODEL.gguf", "--port", "8080", "--metrics"],
+        readiness_path="/health",  # 503 while loading, then 200
+        metrics_path="/metrics",  # only with --metrics
+        # Speculation needs -md AND --spec-type draft-simple (default none: the draft loads but
+        # drafts nothing); drop those four arguments for the baseline. -np: parallel slots.
+        argv_template=[
+            "llama-server", "-m", "MODEL.gguf", "-md", "DRAFT.gguf",
+            "--spec-type", "draft-simple", "--spec-draft-n-max", "3",
+            "-np", "4", "--host", "127.0.0.1", "--port", "8080", "--metrics",
+        ],
     ),
     "simulator": EnginePreset(
         port=30000,
@@ -52,6 +58,32 @@ PRESETS: dict[str, EnginePreset] = {
     ),
     "custom": EnginePreset(port=8000, readiness_path="/health", metrics_path=""),
 }  # fmt: skip
+
+
+def llamacpp_argv(
+    binary: str,
+    model: str,
+    *,
+    port: int,
+    draft: str | None = None,
+    draft_n_max: int = 3,
+    slots: int = 4,
+    context: int = 0,
+    threads: int | None = None,
+) -> list[str]:
+    """A llama-server command line (the preset's, filled in): with `draft`, speculative."""
+    argv = [binary, "-m", model]
+    if draft is not None:
+        argv += ["-md", draft, "--spec-type", "draft-simple"]
+        argv += ["--spec-draft-n-max", str(draft_n_max)]
+    argv += ["-np", str(slots), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
+    if context:
+        argv += ["-c", str(context)]  # total: each slot gets context / slots
+    if threads is not None:
+        argv += ["-t", str(threads), "-tb", str(threads)]
+        if draft is not None:
+            argv += ["-td", str(threads), "-tbd", str(threads)]
+    return argv
 
 
 def preset_for(engine: str) -> EnginePreset:

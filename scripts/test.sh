@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
-stages=(system-deps venv lint typecheck pytest pytest-clock pytest-browser)
+stages=(system-deps venv engines lint typecheck pytest pytest-clock pytest-browser)
 
 timings=()
 status=0

@@ -85,6 +85,7 @@ class SeriesData:
     sweep_ids: tuple[int, ...]
     runs: tuple[LevelRun, ...]
     environment: list[dict[str, Any]] = field(default_factory=list)
+    engine: str = ""  # the profile's engine key
 
 
 def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
@@ -165,7 +166,8 @@ def _curve(series: SeriesData) -> tuple[Curve, dict[int, str]]:
         sample, source = _level_sample(concurrency, level_runs)
         levels.append(sample)
         sources[concurrency] = source
-    return Curve(series.name, levels, speculative=series.speculative), sources
+    curve = Curve(series.name, levels, speculative=series.speculative, engine=series.engine)
+    return curve, sources
 
 
 def _ratio_dict(concurrency: int, ratio: Ratio) -> dict[str, Any]:
@@ -231,7 +233,14 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
         "speculative_name": v.candidate if v.candidate_speculative else v.reference,
         "disable_speculation_above": v.disable_speculation_above,
         "engine_options": [
-            {"engine": o.engine, "setting": o.setting, "value": o.value, "note": o.note}
+            {
+                "engine": o.engine,
+                "setting": o.setting,
+                "value": o.value,
+                "note": o.note,
+                "source": o.source,
+                "version": o.version,
+            }
             for o in v.engine_options
         ],
     }

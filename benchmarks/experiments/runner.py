@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import equivalence, services
+from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
@@ -276,9 +277,16 @@ class ExperimentRun:
             await self.update(step_id=step.step_id, state=StepState.STARTING, environment=probe)
         if self.plan.check_output_equivalence:
             await self.update(step_id=step.step_id, state=StepState.CHECKING_OUTPUTS)
+            model = instance.profile.served_model_name
+            try:
+                model = model or await discover_model(instance.base_url)
+            except ModelDiscoveryError as exc:
+                reason = f"no model name for the output check: {exc}"
+                await self.update(step_id=step.step_id, state=StepState.FAILED, reason=reason)
+                return False
             result = await equivalence.equivalence_probe(
                 base_url=instance.base_url,
-                model=instance.profile.served_model_name or "default",
+                model=model,
                 api_path=instance.profile.openai_base_path,
             )
             await self.update(

@@ -204,7 +204,13 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
 
 
 def _series(
-    *, label: str, name: str, speculative: bool, profile_id: int | None, sweeps: Sequence[Sweep]
+    *,
+    label: str,
+    name: str,
+    speculative: bool,
+    profile_id: int | None,
+    sweeps: Sequence[Sweep],
+    engine: str = "",
 ) -> SeriesData:
     ids = [s.pk for s in sweeps]
     paths = {s.pk: s.records_path for s in sweeps}
@@ -216,6 +222,7 @@ def _series(
         sweep_ids=tuple(ids),
         runs=tuple(_level_runs(_completed_levels(ids), paths)),
         environment=[_environment_summary(s) for s in sweeps],
+        engine=engine,
     )
 
 
@@ -233,6 +240,7 @@ def experiment_series(*, experiment: Experiment) -> list[SeriesData]:
                 speculative=arm.profile.speculative,
                 profile_id=arm.profile_id,
                 sweeps=sweeps,
+                engine=arm.profile.engine,
             )
         )
     return out
@@ -268,6 +276,7 @@ def sweep_series(*, sweeps: Sequence[Sweep]) -> list[SeriesData]:
                 speculative=bool(sweep.profile.speculative) if sweep.profile else False,
                 profile_id=sweep.profile_id,
                 sweeps=[sweep],
+                engine=sweep.profile.engine if sweep.profile else "",
             )
         )
     return out

@@ -25,6 +25,7 @@ from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, SyntheticPrompts, load_dataset
+from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -64,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
     p.add_argument("--api", choices=[a.value for a in Api], default="completions")
-    p.add_argument("--model", default="default")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the served model name (default: the first id the server lists at /v1/models)",
+    )
     p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
     stop = p.add_mutually_exclusive_group(required=True)
     stop.add_argument("--requests-per-level", type=int, help="measured requests per level")
@@ -202,6 +207,16 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
     prompts = _prompts(args)
+    discovery_error = None
+    if args.model is None:
+        # SGLang's /generate needs no model name; the OpenAI APIs do.
+        args.model = ""
+        if args.api != Api.GENERATE.value:
+            try:
+                args.model = await discover_model(args.base_url)
+                say(f"[model {args.model!r}, from {args.base_url}/v1/models]")
+            except ModelDiscoveryError as exc:
+                discovery_error = f"no model name to send: {exc}"
     params = _params(args)
     started = time.time()
     start: dict[str, Any] = {}
@@ -233,11 +248,16 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     levels: list[dict[str, Any]] = []
     status, reason = "completed", None
     try:
-        if args.start_at is not None and not start["start_at_passed"]:
+        if discovery_error is not None:
+            events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
+            say(discovery_error)
+            status, reason = "failed", discovery_error
+        levels_to_run = [] if discovery_error is not None else args.concurrency
+        if args.start_at is not None and not start["start_at_passed"] and levels_to_run:
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
             await _sleep_until(args.start_at, cancel)
-        for i, c in enumerate(args.concurrency, start=args.level_index_base):
+        for i, c in enumerate(levels_to_run, start=args.level_index_base):
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break

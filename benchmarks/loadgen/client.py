@@ -6,6 +6,13 @@ from __future__ import annotations
 # category (connect, timeout, http_<status>, disconnect, protocol, server_error, cancelled, other).
 # Cancellation is the one exception that propagates, after the record has been filled in, so
 # that the task really ends.
+#
+# A server may close a kept-alive connection between two requests (llama-server does), and a
+# request that goes out on it just then fails with "Server disconnected without sending a
+# response": a race of connection reuse, not a failure of the server. Such a request is sent
+# once more and `rec.retries` counts it, but only when the connection had served an earlier
+# request (no TCP connect in this attempt) and no response header had arrived, so the server
+# cannot have started on it. Anything else is recorded as the failure it is.
 import asyncio
 import json
 import ssl
@@ -13,7 +20,7 @@ import time
 
 import httpx
 
-from benchmarks.loadgen.apis import Api, TokenCounter, make_handler
+from benchmarks.loadgen.apis import Api, ChunkHandler, TokenCounter, make_handler
 from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.sse import DONE, SSEDecoder
 
@@ -85,42 +92,90 @@ async def send_request(
     live: TokenCounter | None = None,
     total_timeout: float = 600.0,
 ) -> RequestRecord:
-    """POST one streamed request and fill `rec` (its request_id becomes the X-Request-Id header)."""
-    perf = time.perf_counter
-    loads = _DECODE
-    handler = make_handler(api, rec, live)
-    handle = handler.handle
-    fast = handler.handle_fast
+    """POST one streamed request and fill `rec` (its request_id becomes the X-Request-Id header).
+
+    A request whose reused connection turns out closed before any response byte is sent once
+    more (`rec.retries`); its `start` stays the first attempt's, so its latency includes it.
+    """
     headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream",
         "Accept-Encoding": "identity",
         "X-Request-Id": rec.request_id,
     }
-    done = False
+    rec.start = time.perf_counter()
+    for attempt in range(1 + MAX_STALE_RETRIES):
+        trace = _Trace(rec)
+        handler = make_handler(api, rec, live)
+        stale = await _attempt(client, url, content, headers, trace, rec, handler, total_timeout)
+        if stale is None:
+            return rec
+        if attempt == MAX_STALE_RETRIES or trace.connected or trace.answered:
+            _fail(rec, "disconnect", stale)
+            return rec
+        rec.retries += 1
+    return rec
 
-    async def trace(event: str, info: object) -> None:
-        # httpcore's trace hook: a few calls per request, none per chunk.
+
+# One retry: a second stale connection in a row is no longer a race but a server closing
+# connections, and that is for the record to show.
+MAX_STALE_RETRIES = 1
+
+
+class _Trace:
+    """httpcore's trace hook for one attempt: a few calls per request, none per chunk."""
+
+    __slots__ = ("answered", "connected", "rec")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec = rec
+        self.connected = False  # a TCP connect happened: the connection was not reused
+        self.answered = False  # response headers began to arrive
+
+    async def __call__(self, event: str, info: object) -> None:
         if event == "http11.send_request_headers.started":
-            rec.sent = perf()
+            self.rec.sent = time.perf_counter()
         elif event == "http11.send_request_body.complete":
-            rec.written = perf()
+            self.rec.written = time.perf_counter()
+        elif event == "connection.connect_tcp.started":
+            self.connected = True
+        elif event == "http11.receive_response_headers.complete":
+            self.answered = True
 
-    extensions = {"trace": trace}
-    now = rec.start = perf()
+
+async def _attempt(
+    client: httpx.AsyncClient,
+    url: str,
+    content: bytes,
+    headers: dict[str, str],
+    trace: _Trace,
+    rec: RequestRecord,
+    handler: ChunkHandler,
+    total_timeout: float,
+) -> httpx.TransportError | None:
+    """One try. Returns the error when the connection closed before any response (nothing is
+    recorded then: the caller retries or records it), else None with `rec` filled in."""
+    perf = time.perf_counter
+    loads = _DECODE
+    handle = handler.handle
+    fast = handler.handle_fast
+    done = False
+    responded = False
+    now = rec.start
     try:
         async with (
             asyncio.timeout(total_timeout),
             client.stream(
-                "POST", url, content=content, headers=headers, extensions=extensions
+                "POST", url, content=content, headers=headers, extensions={"trace": trace}
             ) as resp,
         ):
+            responded = True
             if resp.status_code != 200:
                 body = await resp.aread()
                 rec.end = perf()
                 rec.error_kind = f"http_{resp.status_code}"
                 rec.error = _http_error_text(body)
-                return rec
+                return None
             decoder = SSEDecoder()
             feed = decoder.feed
             async for raw in resp.aiter_raw():
@@ -155,7 +210,13 @@ async def send_request(
     except (TimeoutError, httpx.TimeoutException) as exc:
         _fail(rec, "timeout", exc)
         handler.finish()
-    except (httpx.ReadError, httpx.WriteError, httpx.CloseError) as exc:
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+        if not responded:
+            return exc  # closed before any response: "Server disconnected without sending..."
+        kind = "protocol" if isinstance(exc, httpx.RemoteProtocolError) else "disconnect"
+        _fail(rec, kind, exc)
+        handler.finish()
+    except httpx.CloseError as exc:
         _fail(rec, "disconnect", exc)
         handler.finish()
     except (httpx.ProtocolError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -164,7 +225,7 @@ async def send_request(
     except Exception as exc:  # a request must never take the level down
         _fail(rec, "other", exc)
         handler.finish()
-    return rec
+    return None
 
 
 def _fail(rec: RequestRecord, kind: str, exc: BaseException) -> None:

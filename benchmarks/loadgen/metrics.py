@@ -5,9 +5,11 @@ from __future__ import annotations
 # Nothing here depends on the order of the records: sums use math.fsum and quantiles sort first, so
 # the summary of the union of several processes' records is the same number however they are
 # concatenated. That is what makes a multi-process level exact.
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
@@ -16,6 +18,12 @@ QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 # Dips of the in-flight count below its target shorter than this are a closed-loop worker handing
 # its slot from one request to the next, not idle capacity.
 DEFAULT_DIP_TOLERANCE_S = 0.05
+# Events of one request that arrive less than this after the previous one are one delivery: the
+# tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
+# of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
+# sometimes 2-3, on a loaded one) or read together. Decode steps of the engines measured are
+# several milliseconds apart.
+DELIVERY_GAP_S = 0.002
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -134,22 +142,51 @@ def window_tokens(times: Sequence[float], tokens: Sequence[int], a: float, b: fl
     return total
 
 
-def _token_samples(
-    rec: RequestRecord, itl: list[float], itl_chunk: list[float], per_chunk: Counter[int]
-) -> None:
-    times, toks = rec.chunk_times, rec.chunk_tokens
-    per_chunk.update(toks)
-    prev = times[0] if times else 0.0
-    for i in range(1, len(times)):
-        t = times[i]
-        n = toks[i]
-        gap = t - prev
-        itl_chunk.append(gap)
-        if n == 1:
-            itl.append(gap)
-        elif n > 1:
-            itl.extend([gap / n] * n)
+def deliveries(
+    times: Sequence[float], tokens: Sequence[int], gap: float = DELIVERY_GAP_S
+) -> list[tuple[float, int]]:
+    """(arrival of its first event, tokens) per delivery: runs of events each arriving less
+    than `gap` after the previous one."""
+    out: list[tuple[float, int]] = []
+    prev = None
+    for t, n in zip(times, tokens, strict=True):
+        if prev is not None and t - prev < gap:
+            start, count = out[-1]
+            out[-1] = (start, count + n)
+        else:
+            out.append((t, n))
         prev = t
+    return out
+
+
+def _spread(samples: list[float], gap: float, n: int) -> None:
+    if n == 1:
+        samples.append(gap)
+    elif n > 1:
+        samples.extend([gap / n] * n)
+
+
+@dataclass(slots=True)
+class _TokenSamples:
+    itl: list[float] = field(default_factory=list)
+    itl_event: list[float] = field(default_factory=list)
+    itl_chunk: list[float] = field(default_factory=list)
+    itl_delivery: list[float] = field(default_factory=list)
+    per_chunk: Counter[int] = field(default_factory=Counter)
+    per_delivery: Counter[int] = field(default_factory=Counter)
+
+    def add(self, rec: RequestRecord) -> None:
+        times, toks = rec.chunk_times, rec.chunk_tokens
+        self.per_chunk.update(toks)
+        for i in range(1, len(times)):
+            gap = times[i] - times[i - 1]
+            self.itl_chunk.append(gap)
+            _spread(self.itl_event, gap, toks[i])
+        groups = deliveries(times, toks)
+        self.per_delivery.update(n for _, n in groups)
+        for (prev, _), (t, n) in itertools.pairwise(groups):
+            self.itl_delivery.append(t - prev)
+            _spread(self.itl, t - prev, n)
 
 
 def summarize_level(
@@ -183,6 +220,8 @@ def summarize_level(
             "ok": len(ok),
             "failed": len(failed),
             "errors_by_cause": {k: by_cause[k] for k in sorted(by_cause, key=str)},
+            # requests sent twice: their kept-alive connection was closed before a response
+            "retried": sum(1 for r in measured if r.retries),
         },
     }
 
@@ -211,11 +250,9 @@ def summarize_level(
     e2e: list[float] = []
     tpot: list[float] = []
     decode: list[float] = []
-    itl: list[float] = []
-    itl_chunk: list[float] = []
+    tokens = _TokenSamples()
     send: list[float] = []
     ttft_sent: list[float] = []
-    per_chunk: Counter[int] = Counter()
     chunk_est = out_est = 0
     for r in ok:
         total = r.end - r.start
@@ -234,7 +271,7 @@ def summarize_level(
             tpot.append((total - first) / (r.output_tokens - 1))
             if total > first:
                 decode.append((r.output_tokens - 1) / (total - first))
-        _token_samples(r, itl, itl_chunk, per_chunk)
+        tokens.add(r)
 
     out["ttft_ms"] = distribution(ttft, scale=1e3)
     # The client's own send path, and TTFT counted from the request on the wire: the part of
@@ -242,14 +279,21 @@ def summarize_level(
     out["send_ms"] = distribution(send, scale=1e3)
     out["ttft_after_send_ms"] = distribution(ttft_sent, scale=1e3)
     out["tpot_ms"] = distribution(tpot, scale=1e3)
-    out["itl_ms"] = distribution(itl, scale=1e3)
-    out["itl_chunk_ms"] = distribution(itl_chunk, scale=1e3)
+    # Token-level ITL over deliveries (docs/measurement.md); per event and per chunk beside it.
+    out["itl_ms"] = distribution(tokens.itl, scale=1e3)
+    out["itl_event_ms"] = distribution(tokens.itl_event, scale=1e3)
+    out["itl_chunk_ms"] = distribution(tokens.itl_chunk, scale=1e3)
+    out["itl_delivery_ms"] = distribution(tokens.itl_delivery, scale=1e3)
     out["e2e_ms"] = distribution(e2e, scale=1e3)
     out["decode_tok_s"] = distribution(decode)
+    per_chunk, per_delivery = tokens.per_chunk, tokens.per_delivery
     out["tokens_per_chunk"] = {str(n): per_chunk[n] for n in sorted(per_chunk)}
     n_chunks = sum(per_chunk.values())
     chunked_tokens = sum(n * c for n, c in per_chunk.items())
     out["mean_tokens_per_chunk"] = chunked_tokens / n_chunks if n_chunks else None
+    n_deliveries = sum(per_delivery.values())
+    out["mean_tokens_per_delivery"] = chunked_tokens / n_deliveries if n_deliveries else None
+
     out["estimated"] = {
         "chunk_tokens": chunk_est,
         "output_tokens": out_est,

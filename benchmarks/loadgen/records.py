@@ -79,6 +79,9 @@ class RequestRecord:
     finish_reason: str | None = None
     error_kind: str | None = None
     error: str | None = None
+    # Times the request was sent again because the kept-alive connection it went out on had
+    # been closed by the server before any byte of a response (see client.send_request).
+    retries: int = 0
 
     @property
     def ok(self) -> bool:
@@ -105,6 +108,7 @@ class RequestRecord:
             finish_reason=self.finish_reason,
             error_kind=self.error_kind,
             error=self.error,
+            retries=self.retries,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -139,6 +143,8 @@ class RequestRecord:
         if self.error_kind is not None:
             d["error_kind"] = self.error_kind
             d["error"] = self.error
+        if self.retries:
+            d["retries"] = self.retries
         return d
 
     @classmethod
@@ -167,4 +173,5 @@ class RequestRecord:
             finish_reason=d.get("finish"),
             error_kind=d.get("error_kind"),
             error=d.get("error"),
+            retries=d.get("retries", 0),
         )

@@ -88,6 +88,7 @@ class Curve:
     levels: Sequence[LevelSample]
     speculative: bool = False
     unit: str = "tok/s"
+    engine: str = ""  # the profile's engine key: which engine's options a recommendation names
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.levels, key=lambda level: level.concurrency))
@@ -104,9 +105,10 @@ class Curve:
         *,
         speculative: bool = False,
         unit: str = "tok/s",
+        engine: str = "",
     ) -> Curve:
         levels = [LevelSample(c, v) for c, v in values.items()]
-        return cls(name, levels, speculative=speculative, unit=unit)
+        return cls(name, levels, speculative=speculative, unit=unit, engine=engine)
 
     @property
     def concurrencies(self) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from benchmarks.stats.crossover import Crossover, find_crossover
-from benchmarks.stats.engines import EngineOption, describe, speculation_switches
+from benchmarks.stats.engines import EngineOption, describe, option_names, speculation_switches
 from benchmarks.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
 from benchmarks.stats.saturation import DEFAULT_TOLERANCE, Saturation, find_saturation
 from benchmarks.stats.types import Curve, LevelRatio, Ratio, RatioCurve
@@ -138,7 +138,8 @@ def compare(
     if reference.speculative != candidate.speculative:
         disable_above = _disable_above(ratios, crossover, candidate.speculative)
         if disable_above:
-            options = speculation_switches(disable_above)
+            spec = candidate if candidate.speculative else reference
+            options = speculation_switches(disable_above, spec.engine)
     verdict = Verdict(
         reference=reference.name,
         candidate=candidate.name,
@@ -215,9 +216,12 @@ def _with_text(v: Verdict, reference: Curve, candidate: Curve) -> Verdict:
         f"({v.saturation_ratio:.2f}x {v.reference}'s)."
     )
     spec_name = candidate.name if candidate.speculative else reference.name
+    # Without a threshold the advice still names the engine's own options (when it is known).
+    names = option_names(candidate.engine if candidate.speculative else reference.engine)
+    see = f" ({names})" if names else ""
     if v.disable_speculation_above == 0:
         sentences.append(
-            f"Speculation ({spec_name}) does not win at any tested level: serve without it."
+            f"Speculation ({spec_name}) does not win at any tested level: serve without it{see}."
         )
     elif v.disable_speculation_above is not None:
         sentences.append(
@@ -226,6 +230,6 @@ def _with_text(v: Verdict, reference: Curve, candidate: Curve) -> Verdict:
         )
     elif reference.speculative != candidate.speculative:
         sentences.append(
-            f"Speculation ({spec_name}) is still ahead at the top tested level: keep it on."
+            f"Speculation ({spec_name}) is still ahead at the top tested level: keep it on{see}."
         )
     return replace(v, text=" ".join(sentences))

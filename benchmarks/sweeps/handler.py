@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchmarks import selectors, services
+from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
@@ -195,6 +197,15 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     if ctx.cancelled.is_set():
         await finish(sweep_id=sweep_id, state=SweepState.CANCELLED, reason="cancelled")
         return {"sweep_id": sweep_id, "state": SweepState.CANCELLED}
+    if not plan.model and (plan.load.get("api") or "completions") != "generate":
+        # Asked once here, not by each load-generator process of a split level, and a server
+        # that cannot say fails the sweep before any load (instead of every request's 404).
+        try:
+            plan = dataclasses.replace(plan, model=await discover_model(plan.base_url))
+        except ModelDiscoveryError as exc:
+            reason = f"no model name to send: {exc}"
+            await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
+            return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
     if distributed.split_needed(plan.levels, plan.load):
         # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
         return await distributed.run_split_sweep(ctx, plan)

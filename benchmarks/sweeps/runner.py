@@ -45,8 +45,7 @@ def loadgen_argv(
         base_url,
         "--api",
         str(load.get("api") or "completions"),
-        "--model",
-        model,
+        *(["--model", model] if model else []),
         "--concurrency",
         ",".join(str(c) for c in levels),
     ]

@@ -66,9 +66,10 @@ async def is_healthy(client: httpx.AsyncClient, target: ReadinessTarget) -> bool
 
 
 async def fetch_server_info(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
-    """Whatever the engine says about itself (SGLang /server_info, vLLM /version)."""
+    """Whatever the engine says about itself (SGLang /server_info, vLLM /version, llama-server
+    /props: its build, slots and context)."""
     info: dict[str, Any] = {}
-    for path in ("/server_info", "/version"):
+    for path in ("/server_info", "/version", "/props"):
         try:
             response = await client.get(base_url + path)
             if response.status_code == 200:

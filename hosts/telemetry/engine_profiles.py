@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hosts.telemetry import llamacpp
+
 
 class Engine(StrEnum):
     SGLANG = "sglang"
@@ -145,35 +147,11 @@ VLLM = EngineProfile(
     },
 )
 
+# llama.cpp's names live in their own module, read against a real build.
 LLAMACPP = EngineProfile(
     engine=Engine.LLAMACPP,
-    gauges={
-        GaugeKey.RUNNING: ("llamacpp:requests_processing",),
-        GaugeKey.QUEUED: ("llamacpp:requests_deferred",),
-        # `llamacpp:predicted_tokens_seconds` is deliberately absent: it is tokens per second
-        # of decode time per slot, not wall-clock throughput, so the counter rate is used.
-        GaugeKey.KV_USAGE: ("llamacpp:kv_cache_usage_ratio",),
-    },
-    counters={
-        CounterKey.PROMPT_TOKENS: ("llamacpp:prompt_tokens_total",),
-        CounterKey.GENERATION_TOKENS: (
-            "llamacpp:tokens_predicted_total",
-            "llamacpp:n_tokens_predicted_total",
-        ),
-        # llama-server counts drafted and accepted tokens but not verify steps, so it gives an
-        # acceptance rate and no accept length. The spelling has changed between releases.
-        CounterKey.SPEC_DRAFT_TOKENS: (
-            "llamacpp:n_drafted_total",
-            "llamacpp:tokens_drafted_total",
-            "llamacpp:spec_decode_num_draft_tokens_total",
-        ),
-        CounterKey.SPEC_ACCEPTED_TOKENS: (
-            "llamacpp:n_accepted_total",
-            "llamacpp:n_drafted_accepted_total",
-            "llamacpp:tokens_drafted_accepted_total",
-            "llamacpp:spec_decode_num_accepted_tokens_total",
-        ),
-    },
+    gauges={GaugeKey(key): names for key, names in llamacpp.GAUGES.items()},
+    counters={CounterKey(key): names for key, names in llamacpp.COUNTERS.items()},
     histograms={},
 )
 

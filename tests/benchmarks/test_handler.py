@@ -160,7 +160,7 @@ async def test_a_load_generator_that_dies_fails_the_sweep_with_its_exit_code_and
     script = "import sys; print('Traceback: something broke', file=sys.stderr); sys.exit(7)"
     monkeypatch.setattr(handler, "loadgen_argv", lambda **_: [sys.executable, "-c", script])
     sweep = await sync_to_async(services.sweep_create)(
-        base_url="http://127.0.0.1:9", levels=[1], load=load()
+        base_url="http://127.0.0.1:9", levels=[1], load=load(model="m")
     )
     result = await asyncio.wait_for(handler.run_sweep(_context(sweep)), JOB_TIMEOUT)
     sweep = await Sweep.objects.aget(pk=sweep.pk)
@@ -267,3 +267,48 @@ async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancel
     assert (sweep.state, sweep.reason) == (SweepState.CANCELLED, FORCED_REASON)
     levels = await sync_to_async(_levels)(sweep.pk)
     assert levels[0].state == LevelState.PARTIAL
+
+
+async def _run_to_end(sweep: Sweep) -> Sweep:
+    stop = asyncio.Event()
+    worker = Worker(worker_id="test-worker", settings=WorkerSettings(poll_interval=0.1))
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until(lambda: Job.objects.get(pk=sweep.job_id or 0).is_finished, timeout=JOB_TIMEOUT)
+    finally:
+        stop.set()
+        await task
+    return await Sweep.objects.aget(pk=sweep.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sweep_without_a_model_name_sends_the_one_the_server_lists(
+    simulator: Simulator,
+) -> None:
+    # The simulator answers 404 to any other model name, as vLLM does.
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=simulator.base_url, levels=[1], load=load(requests_per_level=5, max_tokens=4)
+    )
+    assert sweep.environment["target"]["model"] == ""
+    sweep = await _run_to_end(sweep)
+    assert (sweep.state, sweep.reason) == (SweepState.COMPLETED, ""), sweep.reason
+    (level,) = (await sync_to_async(_levels)(sweep.pk)).values()
+    assert level.summary["requests"]["ok"] == 5 and level.summary["requests"]["failed"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sweep_whose_server_lists_no_model_fails_before_any_level(tmp_path: Path) -> None:
+    from tests.loadgen.test_stale_connection import ClosingServer
+
+    fake = ClosingServer(serve=0)  # accepts connections, never answers
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        sweep = await sync_to_async(services.sweep_create)(
+            base_url=f"http://127.0.0.1:{port}", levels=[1, 2], load=load(requests_per_level=5)
+        )
+        sweep = await _run_to_end(sweep)
+    assert sweep.state == SweepState.FAILED
+    assert sweep.reason.startswith(f"no model name to send: GET http://127.0.0.1:{port}/v1/models")
+    assert "served model name" in sweep.reason
+    assert await sync_to_async(_levels)(sweep.pk) == {}

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+STUB_MODEL = "stub-model"
+
 
 @dataclass
 class StubConfig:
@@ -102,6 +104,16 @@ class StubServer:
             st = self.state
             stats = {"in_flight": st.in_flight, "requests": len(st.request_ids)}
             payload = json.dumps(stats).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+            return
+        if method == "GET" and path == "/v1/models":  # what a run without --model asks first
+            models = {"object": "list", "data": [{"id": STUB_MODEL, "object": "model"}]}
+            payload = json.dumps(models).encode()
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(payload)}\r\n\r\n".encode()

@@ -458,3 +458,38 @@ def test_closing_the_event_pipe_while_waiting_for_start_at_ends_the_run(stub_pro
     assert result["status"] == "cancelled"
     assert result["levels"] == []
     assert _stub_stats(port)["requests"] == 0
+
+
+def test_without_model_the_served_model_is_asked_of_the_server_and_sent(stub_process, tmp_path):
+    _, port = stub_process
+    base = f"http://127.0.0.1:{port}"
+    lg = Loadgen(["--base-url", base, "--concurrency", "1", "--requests-per-level", "2"])
+    assert lg.finish() == 0
+    assert lg.of("run_start")[0]["params"]["model"] == "stub-model"
+    assert lg.of("level_summary")[0]["summary"]["requests"]["ok"] == 2
+
+
+def test_without_model_and_no_model_list_the_run_fails_clearly_before_any_level(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    lg = Loadgen(
+        [
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "2",
+        ]
+    )
+    assert lg.finish() == 3
+    assert lg.of("level_start") == []
+    (error,) = lg.of("level_error")
+    assert error["reason"].startswith(
+        f"no model name to send: GET http://127.0.0.1:{port}/v1/models"
+    )
+    assert "--model" in error["reason"]
+    assert lg.events[-1]["status"] == "failed"

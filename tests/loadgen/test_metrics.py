@@ -5,6 +5,7 @@ import random
 import pytest
 
 from benchmarks.loadgen.metrics import (
+    deliveries,
     distribution,
     quantile,
     steady_window,
@@ -22,7 +23,13 @@ def two_requests():
 
 def test_latencies_from_hand_built_records():
     s = summarize_level(two_requests(), concurrency=2)
-    assert s["requests"] == {"total": 2, "ok": 2, "failed": 0, "errors_by_cause": {}}
+    assert s["requests"] == {
+        "total": 2,
+        "ok": 2,
+        "failed": 0,
+        "errors_by_cause": {},
+        "retried": 0,
+    }
     assert s["ttft_ms"]["count"] == 2
     assert s["ttft_ms"]["mean"] == pytest.approx(150.0)
     assert s["e2e_ms"]["max"] == pytest.approx(450.0)
@@ -48,6 +55,35 @@ def test_multi_token_chunk_spreads_its_gap_over_its_tokens():
     assert chunk["p50"] == pytest.approx(100.0)
     assert s["tokens_per_chunk"] == {"1": 3, "2": 2, "3": 1}
     assert s["mean_tokens_per_chunk"] == pytest.approx(10 / 6)
+
+
+def test_events_arriving_together_are_one_delivery_whose_gap_is_spread_over_its_tokens():
+    # llama-server under speculation: each accepted token is its own event, tens of microseconds
+    # apart, then the next verify step ~24 ms later. 1 + 3 x (4 events of 1 token).
+    chunks = [(0.100, 1)]
+    for step in range(1, 4):
+        t = 0.100 + 0.024 * step
+        chunks += [(t + 0.00003 * i, 1) for i in range(4)]
+    s = summarize_level([make_record("a", 0.0, chunks)], concurrency=1)
+    itl = s["itl_ms"]
+    assert itl["count"] == 12  # every token after the first delivery
+    assert itl["p50"] == pytest.approx(6.0)  # 24 ms over 4 tokens
+    assert itl["mean"] * itl["count"] == pytest.approx(72.0)  # = the decode time, as before
+    # the per-event figure, still there, sees three quarters of the gaps as ~0
+    assert s["itl_event_ms"]["p50"] == pytest.approx(0.03, abs=1e-6)
+    assert s["itl_delivery_ms"]["count"] == 3 and s["itl_delivery_ms"]["p50"] == pytest.approx(24.0)
+    assert s["mean_tokens_per_delivery"] == pytest.approx(13 / 4)
+    assert s["mean_tokens_per_chunk"] == 1
+
+
+def test_deliveries_chain_events_closer_than_the_gap_threshold():
+    groups = deliveries([0.0, 0.0005, 0.0009, 0.0030, 0.0031], [1, 2, 1, 1, 1], gap=0.001)
+    assert groups == [(0.0, 4), (0.0030, 2)]
+    # the default: 2 ms
+    assert deliveries([0.0, 0.0019, 0.0038, 0.0100], [1, 1, 1, 1]) == [(0.0, 3), (0.0100, 1)]
+    # chunks further apart than the threshold stay what they were: itl_ms is unchanged for them
+    s = summarize_level(two_requests(), concurrency=2)
+    assert s["itl_ms"] == s["itl_event_ms"]
 
 
 def test_throughput_concurrency_and_steady_window():

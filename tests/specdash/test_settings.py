@@ -89,9 +89,11 @@ def test_secret_key_is_generated_once_into_an_ignored_file(tmp_path: Path) -> No
 
 @pytest.mark.django_db
 def test_seed_demo_is_idempotent_and_registers_the_two_simulated_profiles(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("SPECDASH_DEMO_PASSWORD", "demo-pass-123")
+    # No engine built (tests/engines/test_llamacpp_demo.py covers the machine that has one).
+    monkeypatch.setenv("SPECDASH_ENGINE_CACHE", str(tmp_path / "no-engines"))
     call_command("seed_demo")
     call_command("seed_demo")
     assert Host.objects.get().name == "local"

@@ -40,7 +40,8 @@ def test_scenario_verdict_fields(scenario):
     assert v.candidate_saturation.throughput == 354
     assert v.saturation_ratio == pytest.approx(354 / 773)
     engines = {option.engine for option in v.engine_options}
-    assert engines == {"vLLM", "TensorRT-LLM", "SGLang"}
+    # Curves without an engine (the simulator's, a custom server's) get every engine's options.
+    assert engines == {"llama.cpp", "vLLM", "TensorRT-LLM", "SGLang"}
 
 
 def test_scenario_verdict_text(scenario):
@@ -51,11 +52,56 @@ def test_scenario_verdict_text(scenario):
         "at C=250 baseline delivers 2.18x the throughput."
     )
     assert "disable speculation above C=1" in text
-    assert "num_speculative_tokens_per_batch_size" in text
-    assert "disable_by_batch_size=2" in text
+    assert "num_speculative_tokens_per_batch_size=[[1, 1, K], [2, MAX_NUM_SEQS, 0]]" in text
+    # Removed from vLLM (it refuses to start with it): never recommended.
+    assert "disable_by_batch_size" not in text
     assert "TensorRT-LLM max_concurrency=1" in text
-    assert "SGLang: none upstream" in text
+    assert 'SGLang --speculative-adaptive --speculative-adaptive-config FILE.json with {"1"' in text
+    assert '"2": {"candidate_steps": [0]}' in text
     assert "saturates at ~773 tok/s from C=70" in text
+
+
+@pytest.mark.parametrize(
+    ("engine", "names", "expected"),
+    [
+        ("llamacpp", {"llama.cpp"}, "llama.cpp --spec-type none on the server for loads above C=1"),
+        ("vllm", {"vLLM"}, "vLLM num_speculative_tokens_per_batch_size=[[1, 1, K]"),
+        ("sglang", {"SGLang"}, "SGLang --speculative-adaptive"),
+    ],
+)
+def test_the_recommendation_names_the_options_of_the_engine_under_test(engine, names, expected):
+    baseline = Curve.from_values("baseline", BASELINE, engine=engine)
+    spec = Curve.from_values("spec", EAGLE3, speculative=True, engine=engine)
+    v = compare(baseline, spec)
+    assert {o.engine for o in v.engine_options} == names
+    assert expected in v.text
+    assert all(o.source.startswith("https://github.com/") and o.version for o in v.engine_options)
+
+
+def test_advice_without_a_threshold_still_names_the_engine_under_tests_options():
+    base = Curve.from_values("base", {1: 90.0, 8: 500.0}, engine="llamacpp")
+    ahead = Curve.from_values("spec", {1: 120.0, 8: 520.0}, speculative=True, engine="llamacpp")
+    behind = Curve.from_values("spec", {1: 80.0, 8: 400.0}, speculative=True, engine="llamacpp")
+    assert "keep it on (llama.cpp: --spec-type, --spec-draft-n-max)." in compare(base, ahead).text
+    never = compare(base, behind).text
+    assert "serve without it (llama.cpp: --spec-type, --spec-draft-n-max)." in never
+    # the simulator is no engine of the table: the sentence stays as it was
+    sim = compare(
+        Curve.from_values("b", {1: 90.0}), Curve.from_values("s", {1: 99.0}, speculative=True)
+    )
+    assert sim.text.endswith("keep it on.")
+
+
+def test_the_engine_options_table_has_a_source_and_version_for_every_row():
+    from benchmarks.stats.engines import ENGINE_NAMES, ENGINE_OPTIONS
+
+    assert {row.engine for row in ENGINE_OPTIONS} == set(ENGINE_NAMES)
+    for row in ENGINE_OPTIONS:
+        assert row.option in row.syntax  # what to write names the option
+        assert row.source.startswith("https://github.com/") and row.version
+        assert "disable_by_batch_size" not in row.syntax
+    load_switches = {row.engine for row in ENGINE_OPTIONS if row.switches_by_load}
+    assert load_switches == {"vllm", "sglang", "trtllm"}  # llama.cpp has none
 
 
 def test_the_recommendation_holds_when_the_speculative_profile_is_the_reference(scenario):

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -10,7 +11,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandParser
 
+from engines.paths import llama_server_binary
 from hosts.models import Engine, Host, HostKind, ServerProfile
+from hosts.presets import llamacpp_argv
 from hosts.roles import OPERATORS, ensure_roles
 
 SIMULATOR_BIN = settings.BASE_DIR / "benchmarks" / "simulator" / "bin"
@@ -47,6 +50,35 @@ def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
     ]
 
 
+def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
+    """A real llama-server pair on this machine's CPU (when `make engines` has built it): the
+    project's tiny target alone, and with its draft (agreement 2/3, so 3 tokens per verify
+    step); [] when the engine or the `gguf` package (a dev requirement) is missing."""
+    binary = llama_server_binary()
+    if not binary.is_file():
+        return []
+    try:
+        from engines.models import write_pair
+    except ImportError:  # numpy/gguf: installed with requirements-dev.txt
+        return []
+    pair = write_pair(models_dir)
+    out = []
+    for name, port, draft in (
+        ("llama.cpp baseline (tiny, CPU)", 8081, None),
+        ("llama.cpp draft-simple (tiny, CPU)", 8082, str(pair.draft)),
+    ):
+        out.append(
+            {
+                "name": name,
+                "speculative": draft is not None,
+                "port": port,
+                "argv": llamacpp_argv(str(binary), str(pair.target), port=port, draft=draft),
+                "tags": ["llama.cpp", "draft" if draft else "baseline"],
+            }
+        )
+    return out
+
+
 class Command(BaseCommand):
     help = "Create the demo registry (a local host, two simulated servers) and an operator login."
 
@@ -80,6 +112,22 @@ class Command(BaseCommand):
                     "readiness_path": "/health",
                     "readiness_timeout_s": 60,
                     "served_model_name": "specdash-sim",
+                    "speculative": spec["speculative"],
+                    "tags": spec["tags"],
+                },
+            )
+        for spec in llamacpp_profiles(models_dir=settings.VAR_DIR / "models"):
+            ServerProfile.objects.get_or_create(
+                name=spec["name"],
+                defaults={
+                    "engine": Engine.LLAMACPP,
+                    "host": host,
+                    "launch_argv": spec["argv"],
+                    "port": spec["port"],
+                    "gpu_ids": [],
+                    "readiness_path": "/health",
+                    "metrics_path": "/metrics",
+                    "readiness_timeout_s": 120,
                     "speculative": spec["speculative"],
                     "tags": spec["tags"],
                 },

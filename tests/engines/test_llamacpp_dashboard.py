@@ -1,0 +1,237 @@
+"""specdash driving a real llama-server: lifecycle, sweeps with per-level server figures, and
+an A/B experiment, through the real agent, job worker, sweep job and load generator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from benchmarks import services as sweep_services
+from benchmarks.experiments import services as experiment_services
+from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
+from benchmarks.models.experiments import ExperimentState
+from engines.models import ModelPair
+from hosts import services
+from hosts.jobs.worker import Worker, WorkerSettings
+from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
+from hosts.presets import llamacpp_argv
+from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, free_port, pids_alive
+from tests.hosts.lifecycle.conftest import _db_ok, _marker_pids
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.django_db(transaction=True)]
+
+MAX_TOKENS = 64
+
+
+@pytest.fixture
+def local_host(db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Host:
+    monkeypatch.setattr(settings, "SPECDASH_RUN_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("SPECDASH_STOP_GRACE_S", "5")
+    return Host.objects.create(name="cpu", kind=HostKind.LOCAL)
+
+
+@pytest.fixture
+def llamacpp_profile(
+    local_host: Host, llama_server_bin: Path, tiny_models: dict[float, ModelPair]
+) -> Callable[..., ServerProfile]:
+    """A llama-server profile on this machine's CPU; `agreement=None` is the baseline."""
+
+    def make(agreement: float | None, *, name: str, slots: int = 8) -> ServerProfile:
+        pair = tiny_models[agreement if agreement is not None else AGREEMENTS[0]]
+        port = free_port()
+        argv = llamacpp_argv(
+            str(llama_server_bin), str(pair.target), port=port,
+            draft=str(pair.draft) if agreement is not None else None, draft_n_max=N_MAX,
+            slots=slots, context=slots * 512, threads=THREADS,
+        )  # fmt: skip
+        # No served model name: specdash asks the server (/v1/models).
+        return ServerProfile.objects.create(
+            name=name, engine=Engine.LLAMACPP, host=local_host, launch_argv=argv, port=port,
+            gpu_ids=[], readiness_timeout_s=120, speculative=agreement is not None,
+            metrics_path="/metrics", readiness_path="/health",
+        )  # fmt: skip
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers() -> Iterator[None]:
+    yield
+    run_ids = set(ServerInstance.objects.values_list("run_id", flat=True)) if _db_ok() else set()
+    for pid in _marker_pids(run_ids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[Worker]:
+    stop = asyncio.Event()
+    w = Worker(worker_id="llamacpp-test", settings=WorkerSettings(poll_interval=0.1))
+    task = asyncio.create_task(w.run(stop))
+    try:
+        yield w
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def wait_state(instance_id: int, *states: str, timeout: float = 150) -> ServerInstance:
+    async with asyncio.timeout(timeout):
+        while True:
+            instance = await ServerInstance.objects.aget(pk=instance_id)
+            if instance.state in states:
+                return instance
+            await asyncio.sleep(0.1)
+
+
+async def until(check: Callable[[], Any], timeout: float) -> None:
+    async with asyncio.timeout(timeout):
+        while not await sync_to_async(check)():
+            await asyncio.sleep(0.2)
+
+
+async def start_ready(profile: ServerProfile) -> ServerInstance:
+    instance = await sync_to_async(services.instance_start)(profile=profile)
+    ready = await wait_state(instance.pk, InstanceState.READY, InstanceState.FAILED)
+    assert ready.state == InstanceState.READY, (ready.reason, ready.log_tail)
+    return ready
+
+
+async def stop_verified(instance: ServerInstance) -> ServerInstance:
+    await sync_to_async(services.instance_stop)(instance=instance)
+    final = await wait_state(instance.pk, InstanceState.STOPPED, InstanceState.DIRTY)
+    assert final.state == InstanceState.STOPPED, (final.reason, final.evidence)
+    return final
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def test_llama_server_starts_ready_stops_verified_and_a_kill_is_a_crash(
+    worker: Worker, llamacpp_profile: Callable[..., ServerProfile]
+) -> None:
+    profile = await sync_to_async(llamacpp_profile)(AGREEMENTS[0], name="llama.cpp draft")
+    ready = await start_ready(profile)
+    assert ready.pid and pids_alive(ready.pid)
+    # What the engine says about itself is kept (llama-server's /props).
+    assert ready.server_info["props"]["total_slots"] == 8
+    stopped = await stop_verified(ready)
+    assert not pids_alive(ready.pid) and port_free(profile.port)
+    states = [s async for s in stopped.events.filter(kind="state").values_list("state", flat=True)]
+    assert states == ["loading", "ready", "stopping", "stopped"]
+
+    again = await start_ready(profile)
+    assert again.pid is not None
+    os.kill(again.pid, signal.SIGKILL)
+    crashed = await wait_state(again.pk, InstanceState.CRASHED, InstanceState.DIRTY, timeout=30)
+    assert crashed.state == InstanceState.CRASHED
+    assert crashed.exit_code == -9
+    assert port_free(profile.port)
+
+
+async def test_a_port_taken_by_another_process_is_refused_before_llama_server_starts(
+    worker: Worker, llamacpp_profile: Callable[..., ServerProfile]
+) -> None:
+    profile = await sync_to_async(llamacpp_profile)(None, name="llama.cpp baseline")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", profile.port))
+    holder.listen()
+    try:
+        instance = await sync_to_async(services.instance_start)(profile=profile)
+        failed = await wait_state(instance.pk, InstanceState.FAILED, InstanceState.READY)
+    finally:
+        holder.close()
+    assert failed.state == InstanceState.FAILED
+    assert str(profile.port) in failed.reason
+    assert failed.pid is None  # refused by the preflight: llama-server never ran
+
+
+def _levels(sweep_id: int) -> list[SweepLevel]:
+    return list(SweepLevel.objects.filter(sweep_id=sweep_id).order_by("index"))
+
+
+@pytest.mark.parametrize("agreement", AGREEMENTS)
+async def test_sweep_levels_show_llamacpps_accept_length_and_its_token_count(
+    worker: Worker,
+    llamacpp_profile: Callable[..., ServerProfile],
+    tiny_models: dict[float, ModelPair],
+    agreement: float,
+) -> None:
+    profile = await sync_to_async(llamacpp_profile)(agreement, name=f"llama.cpp {agreement:.2f}")
+    instance = await start_ready(profile)
+    load = {"api": "completions", "requests_per_level": 12, "max_tokens": MAX_TOKENS,
+            "input_tokens": 6, "temperature": 0.0}  # fmt: skip
+    sweep = await sync_to_async(sweep_services.sweep_create)(
+        instance=instance, levels=[1, 2, 4], load=load
+    )
+    await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=180)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.COMPLETED, sweep.reason
+    expected = tiny_models[agreement].expected(n_max=N_MAX, max_tokens=MAX_TOKENS).accept_length
+    levels = await sync_to_async(_levels)(sweep.pk)
+    assert [lv.concurrency for lv in levels] == [1, 2, 4]
+    for level in levels:
+        server = level.server_metrics
+        assert server["available"], server
+        assert server["engine"] == "llamacpp"
+        # The client's token count is the server's own counter delta over the level, exactly.
+        assert level.summary["output_tokens"] == server["generation_tokens"] == 12 * MAX_TOKENS
+        assert server["accept_length_source"] == "counters"
+        assert server["accept_length"] == pytest.approx(expected, rel=0.05)
+        assert level.summary["requests"]["failed"] == 0
+    await stop_verified(instance)
+
+
+def _steps(experiment_id: int) -> list[ExperimentStep]:
+    return list(ExperimentStep.objects.filter(experiment_id=experiment_id).order_by("index"))
+
+
+async def test_experiment_baseline_against_draft_has_identical_outputs_and_names_llamacpp_options(
+    worker: Worker, llamacpp_profile: Callable[..., ServerProfile]
+) -> None:
+    baseline = await sync_to_async(llamacpp_profile)(None, name="llama.cpp baseline")
+    draft = await sync_to_async(llamacpp_profile)(AGREEMENTS[0], name="llama.cpp draft")
+    load = {"api": "completions", "requests_per_level": 16, "max_tokens": MAX_TOKENS,
+            "input_tokens": 6, "temperature": 0.0}  # fmt: skip
+    experiment = await sync_to_async(experiment_services.experiment_create)(
+        profiles=[baseline, draft], levels=[1, 2], load=load, check_output_equivalence=True
+    )
+    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=300)
+    experiment = await Experiment.objects.aget(pk=experiment.pk)
+    assert experiment.state == ExperimentState.COMPLETED, experiment.reason
+    steps = await sync_to_async(_steps)(experiment.pk)
+    assert [s.state for s in steps] == [StepState.DONE, StepState.DONE]
+    comparison = experiment.comparison
+    eq = comparison["equivalence"]
+    assert eq["checked"] and eq["flagged"] == []
+    assert [p["equivalent"] for p in eq["profiles"]] == [True, True]
+    texts = [s.equivalence["outputs"][0]["text"] for s in steps]
+    assert texts[0] and texts[0] == texts[1]
+    (verdict,) = comparison["verdicts"]
+    text = verdict["text"]
+    # Whatever the load made of the ratios (on a quiet machine speculation pays at C=1 and not
+    # at C=2; on a loaded one either can move), the advice is about the engine under test:
+    # llama.cpp's options, nobody else's.
+    assert "--spec-type" in text and "--spec-draft-n-max" in text, text
+    if verdict["disable_speculation_above"]:
+        assert {o["engine"] for o in verdict["engine_options"]} == {"llama.cpp"}
+        assert "llama.cpp --spec-type none on the server for loads above C=" in text
+    else:
+        assert "(llama.cpp: --spec-type, --spec-draft-n-max)" in text
+    assert "vLLM" not in text and "SGLang" not in text and "TensorRT-LLM" not in text

@@ -1,0 +1,93 @@
+"""The load generator against a real llama-server under speculation (no dashboard)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engines.models import ModelPair
+from tests.engines.conftest import LlamaServer, completion
+
+pytestmark = pytest.mark.llamacpp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def loadgen(server: LlamaServer, tmp_path: Path, *args: str) -> tuple[dict, list[dict]]:
+    out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
+    argv = [sys.executable, "-m", "benchmarks.loadgen", "--base-url", server.base_url,
+            "--output", str(out), "--records", str(records), "--quiet", *args]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = records.read_text().splitlines()
+    return json.loads(out.read_text()), [json.loads(line) for line in lines]
+
+
+def test_hundreds_of_requests_across_levels_have_no_transport_errors_and_match_the_counters(
+    draft_server: LlamaServer, tmp_path: Path
+) -> None:
+    before = draft_server.metrics()
+    # No --model: the name comes from the server's /v1/models.
+    result, records = loadgen(
+        draft_server, tmp_path,
+        "--concurrency", "1,2,4,8", "--requests-per-level", "130", "--max-tokens", "8",
+        "--input-tokens", "6", "--temperature", "0",
+    )  # fmt: skip
+    after = draft_server.metrics()
+    listed = httpx.get(draft_server.base_url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    assert result["params"]["model"] == listed
+    levels = result["levels"]
+    assert [lv["status"] for lv in levels] == ["completed"] * 4
+    assert sum(lv["requests"]["total"] for lv in levels) == 520
+    for level in levels:
+        assert level["requests"]["failed"] == 0, level["requests"]["errors_by_cause"]
+    assert all(r.get("error_kind") is None for r in records)
+    # Every token the client counted is one the server says it generated, and no more: a
+    # retried request was never started by the server.
+    served = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert sum(lv["output_tokens"] for lv in levels) == served == 520 * 8
+
+
+def test_token_level_itl_over_deliveries_matches_the_servers_own_decode_time_per_token(
+    draft_server: LlamaServer, tiny_models: dict[float, ModelPair], tmp_path: Path
+) -> None:
+    max_tokens = 64
+    # The server's own decode time: each response's `timings.predicted_ms`, whose sum is the
+    # counter `llamacpp:tokens_predicted_seconds_total` (checked here on non-streamed requests,
+    # then read over the streamed run, whose responses the load generator does not keep).
+    before = draft_server.metrics()
+    timings = [completion(draft_server, f"warm {i}", max_tokens)["timings"] for i in range(2)]
+    after = draft_server.metrics()
+    assert all(t["draft_n"] > 0 and t["draft_n_accepted"] > 0 for t in timings)  # speculating
+    seconds = "llamacpp:tokens_predicted_seconds_total"
+    assert after[seconds] - before[seconds] == pytest.approx(
+        sum(t["predicted_ms"] for t in timings) / 1e3, rel=0.01, abs=1e-3
+    )
+    result, records = loadgen(
+        draft_server, tmp_path,
+        "--concurrency", "1", "--requests-per-level", "12", "--max-tokens", str(max_tokens),
+        "--input-tokens", "6", "--temperature", "0",
+    )  # fmt: skip
+    end = draft_server.metrics()
+    tokens = end["llamacpp:tokens_predicted_total"] - after["llamacpp:tokens_predicted_total"]
+    server_ms = (end[seconds] - after[seconds]) * 1e3 / tokens
+    (level,) = result["levels"]
+    assert all(r["out"] == max_tokens for r in records) and tokens == 12 * max_tokens
+    # The mean of the samples is the decode time per token by construction; the median is the
+    # figure a reader sees, and equals it where the steps are regular (a loaded machine's
+    # scheduling delays make the distribution skewed: mean above median).
+    assert level["itl_ms"]["mean"] == pytest.approx(server_ms, rel=0.05)
+    assert level["itl_ms"]["p50"] == pytest.approx(server_ms, rel=0.10)
+    # llama-server sends each token of a verify step as its own event, back to back: the
+    # per-event figure is mostly those short gaps; the delivery figure is the real one.
+    assert level["mean_tokens_per_chunk"] == 1
+    assert level["itl_event_ms"]["p50"] < 0.5 * level["itl_ms"]["p50"]
+    # Deliveries group the events of a step (3 tokens here; fewer where a loaded machine
+    # spreads a step's events wider than the gap, more where a lagging reader gets two steps
+    # in one read).
+    assert level["mean_tokens_per_delivery"] > 1.5
