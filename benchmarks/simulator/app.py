@@ -196,7 +196,15 @@ class SimApp:
                 "error": error,
             }
         )
-        self.metrics.observe_request(sim.arrival, chunks, finish, reason)
+        self.metrics.observe_request(
+            sim.arrival,
+            chunks,
+            finish,
+            reason,
+            prompt_tokens=sim.prompt_tokens,
+            generated=sim.generated,
+            verify_steps=sim.steps,
+        )
         if reason != "abort":
             self.completed += 1
             limit = self.config.crash_after_requests

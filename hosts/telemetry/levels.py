@@ -18,6 +18,7 @@ import httpx
 from asgiref.sync import sync_to_async
 
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
+from hosts.telemetry.engine_profiles import PROFILES
 from hosts.telemetry.probes import scrape_metrics
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError
 
@@ -49,6 +50,13 @@ def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
         "accept_length_source": interval.accept_length_source,
         "acceptance_rate": interval.acceptance_rate,
         "acceptance_rate_source": interval.acceptance_rate_source,
+        "requests": interval.requests,
+        "tokens_per_step": interval.tokens_per_step,
+        "tokens_per_step_source": interval.tokens_per_step_source,
+        # What each server-side latency measures (docs/measurement.md): vLLM's ITL is one
+        # sample per engine step (a verify step under speculation), SGLang's one per token.
+        "itl_unit": "engine_step" if PROFILES[interval.engine].itl_per_engine_step else "token",
+        "ttft_resolution_s": interval.ttft_resolution_s,
         "ttft_s": _summary(interval.ttft),
         "itl_s": _summary(interval.itl),
         "e2e_s": _summary(interval.e2e),

@@ -55,13 +55,21 @@ def test_sglang_interval_uses_counter_differences_not_lifetime_values():
     assert interval.generation_tokens == 120_000
     assert interval.generation_tps == pytest.approx(1200)
     assert interval.prompt_tps == pytest.approx(6000)
-    # 8 replicas x (500 drafts, 1250 accepted) in this interval: 1 + 2.5, whereas the
-    # lifetime figure after the interval is 1 + 22000 / 12000.
-    assert interval.spec_drafts == 4000
-    assert interval.spec_accepted_tokens == 10_000
-    assert interval.accept_length == pytest.approx(3.5)
-    assert interval.accept_length_source == "counters"
-    assert after.lifetime_accept_length() == pytest.approx(1 + 22_000 / 12_000)
+    # SGLang 0.5.23 exports no drafted/accepted-token counter, only verify calls: 8 replicas x
+    # 5995 verify calls and 100 finished requests (is_streaming summed) in this interval, so
+    # accept length = (120000 - 100) / 47960 = 2.5, whereas the engine's gauge at the end
+    # (its last 40 decode passes) reads 3.5.
+    assert interval.spec_drafts == 47_960
+    assert interval.requests == 100
+    assert interval.spec_accepted_tokens is None
+    assert interval.accept_length == pytest.approx(2.5)
+    assert interval.accept_length_source == "verify_counters"
+    assert after.spec_accept_length == pytest.approx(3.5)
+    # Within 1% of SGLang's own per-request definition, completion tokens / verify calls.
+    assert interval.accept_length == pytest.approx(120_000 / 47_960, rel=0.01)
+    # Every SGLang decode step is a verify step: tokens per step is the same figure.
+    assert interval.tokens_per_step == interval.accept_length
+    assert interval.tokens_per_step_source == "verify_counters"
     # No draft-token counter: the rate comes from the engine's gauge.
     assert interval.acceptance_rate == pytest.approx(0.625)
     assert interval.acceptance_rate_source == "gauge"

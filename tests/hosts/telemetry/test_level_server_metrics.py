@@ -54,7 +54,7 @@ async def test_eagle3_sweep_level_accept_length_matches_the_simulators_configure
     assert len(levels) == 2
     for level in levels:
         metrics = level.server_metrics
-        assert metrics["available"] and metrics["accept_length_source"] == "counters"
+        assert metrics["available"] and metrics["accept_length_source"] == "verify_counters"
         assert metrics["spec_drafts"] > 300
         assert metrics["accept_length"] == pytest.approx(configured, rel=0.05)
         # The interval is the level's own: its duration, not the server's lifetime.
