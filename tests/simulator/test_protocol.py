@@ -211,8 +211,9 @@ async def test_vllm_metrics_style_names():
     values = {s.name: s.value for f in families.values() for s in f.samples}
     assert values["vllm:generation_tokens_total"] == 20
     drafts = values["vllm:spec_decode_num_drafts_total"]
+    # The first token comes from prefill (undrafted); the other 19 from the drafted steps.
     assert 1 + values["vllm:spec_decode_num_accepted_tokens_total"] / drafts == pytest.approx(
-        20 / drafts
+        (20 - 1) / drafts
     )
     assert values["vllm:spec_decode_num_draft_tokens_total"] == 3 * drafts
 
