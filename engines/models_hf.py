@@ -18,8 +18,10 @@ Writing needs torch and safetensors (the vLLM venv has both); run with that venv
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -254,19 +256,31 @@ def _write_json(path: Path, data: object) -> None:
     tmp.replace(path)
 
 
+def fingerprint() -> str:
+    """Names the construction: a changed table or tokenizer writes new directories."""
+    spec = json.dumps([CYCLE, DRAFT_MISS_EVERY, MARGIN, config_json(), tokenizer_json()])
+    return hashlib.sha256(spec.encode()).hexdigest()[:10]
+
+
+def model_dirs(root: Path) -> dict[str, Path]:
+    tag = fingerprint()
+    return {name: root / f"{name}-{tag}" for name in ("tiny-llama-target", "tiny-llama-draft")}
+
+
 def write_all(root: Path) -> dict[str, Path]:
     """Target and draft under `root` (written to a temporary name, then renamed: atomic)."""
     paths = {}
-    for name, draft in (("tiny-llama-target", False), ("tiny-llama-draft", True)):
-        final = root / name
+    for (name, final), draft in zip(model_dirs(root).items(), (False, True), strict=True):
         if (final / "model.safetensors").is_file():
             paths[name] = final
             continue
-        tmp = root / f".{name}.partial"
+        tmp = root / f".{final.name}.{os.getpid()}.partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)  # an incomplete earlier write
         write_model(tmp, draft=draft)
-        tmp.replace(final)
+        try:
+            tmp.rename(final)
+        except OSError:  # another writer got there first: its copy is the same model
+            shutil.rmtree(tmp, ignore_errors=True)
         paths[name] = final
     return paths
 

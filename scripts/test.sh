@@ -4,7 +4,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
-stages=(system-deps venv lint typecheck pytest pytest-clock pytest-browser)
+# engines-vllm builds the real vLLM (CPU) once per version into the engine cache; pytest-vllm
+# serves it (docs/engines.md).
+stages=(system-deps venv lint typecheck pytest pytest-clock pytest-browser engines-vllm pytest-vllm)
 
 timings=()
 status=0

@@ -60,6 +60,9 @@ class SimApp:
         path, method = scope["path"], scope["method"]
         try:
             methods = ROUTES.get(path)
+            if path == "/version" and self.config.metrics_style != "vllm":
+                # SGLang 0.5.23 has no /version (srt/entrypoints/http_server.py); vLLM does.
+                methods = None
             if methods is None:
                 raise ApiError(
                     404, f"Route {path} not found.", type_="NotFoundError", code="not_found"

@@ -302,3 +302,11 @@ async def test_client_disconnect_aborts_the_request(tmp_path):
     assert record["error"] == "client disconnected"
     assert record["completion_tokens"] < 1000
     assert not app.core.running and app.core.aborted == 1
+
+
+async def test_version_route_exists_in_vllm_style_only():
+    # SGLang 0.5.23's HTTP server (srt/entrypoints/http_server.py) has no /version; vLLM's has.
+    sglang = await call(make_app(), "GET", "/version")
+    assert sglang.status == 404
+    vllm = await call(make_app(metrics_style="vllm"), "GET", "/version")
+    assert vllm.status == 200
