@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.experiments.conftest import worker  # noqa: F401
 from tests.hosts.lifecycle.conftest import _kill_leftovers, jobs, sim_host, sim_state  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]

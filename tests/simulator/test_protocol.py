@@ -43,8 +43,14 @@ async def test_include_usage_puts_usage_on_the_last_chunk_before_done():
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
     assert last["choices"] == []
-    assert last["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    # Shaped as SGLang 0.5.23's UsageInfo (srt/entrypoints/openai/protocol.py): details null.
+    assert last["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                             "prompt_tokens_details": None}  # fmt: skip
     assert all("usage" not in json.loads(e) for e in events[:-2])
+    vllm = (await call(make_app(metrics_style="vllm"), "POST", "/v1/completions", body)).events()
+    # vLLM's streamed usage is flat (recorded: tests/loadgen/data/vllm_0_32_*.sse).
+    assert json.loads(vllm[-2])["usage"] == {"prompt_tokens": 3, "total_tokens": 8,
+                                             "completion_tokens": 5}  # fmt: skip
 
 
 async def test_continuous_usage_stats_puts_cumulative_usage_on_every_chunk():
