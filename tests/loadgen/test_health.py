@@ -21,6 +21,6 @@ async def test_one_long_event_loop_stall_marks_the_level_client_limited() -> Non
     lag = summary["loop_lag_ms"]
     # Hundreds of on-time ticks keep the p99 low: the p99 rule alone would pass this level.
     assert lag["count"] > 100
-    assert lag["max"] >= 390
+    assert lag["max"] >= 400 - monitor.interval * 1e3 - 1  # a tick already under way
     assert summary["client_limited"] is True
     assert any("stall" in warning for warning in summary["warnings"]), summary["warnings"]
