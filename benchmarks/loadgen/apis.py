@@ -130,7 +130,8 @@ def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
 
     The shape every per-chunk-usage server sends for a chunk in mid-stream (vLLM, SGLang, the
     simulator): `{..."choices":[{... "finish_reason":null ...}],"usage":{"prompt_tokens":P,
-    "completion_tokens":N,"total_tokens":T}}`, with the keys in any order.
+    "completion_tokens":N,"total_tokens":T,"prompt_tokens_details":null}}`, with the keys in
+    any order and any `null` members skipped.
     """
     if payload[-2:] != b"}}" or payload[:1] != b"{":
         return None
@@ -141,8 +142,12 @@ def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
     prompt: int | None = None
     for member in payload[i + len(_USAGE_KEY) : -2].split(b","):
         key, colon, value = member.partition(b":")
+        if colon and value == b"null":
+            # vLLM and SGLang send `"prompt_tokens_details":null` (and vLLM
+            # `"completion_tokens_details":null`) in every usage object: not a count.
+            continue
         if not colon or not value.isdigit():
-            return None  # null, a nested object (details), a float, spaces: not the common shape
+            return None  # a nested object (details), a float, spaces: not the common shape
         if key == b'"completion_tokens"':
             completion = int(value)
         elif key == b'"prompt_tokens"':

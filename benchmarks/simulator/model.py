@@ -60,8 +60,9 @@ class TokenDraw:
 
 
 def expected_steps(profile: Profile, output_tokens: int) -> float:
-    """Expected decode steps to emit `output_tokens` (the last step may be cut short)."""
-    if not (profile.speculative and profile.spec_steps > 0):
+    """Expected steps to emit `output_tokens` (the last step may be cut short): the first
+    token comes from prefill alone, the rest from verify steps."""
+    if not (profile.speculative and profile.spec_steps > 0) or output_tokens <= 1:
         return float(output_tokens)
     probs = emitted_distribution(profile.accept_length, profile.spec_steps)
     steps = [0.0] * (output_tokens + 1)
@@ -69,7 +70,7 @@ def expected_steps(profile: Profile, output_tokens: int) -> float:
         steps[remaining] = 1.0 + sum(
             prob * steps[max(0, remaining - n)] for n, prob in enumerate(probs, start=1)
         )
-    return steps[output_tokens]
+    return 1.0 + steps[output_tokens - 1]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class SimRequest:
         "pending",
         "prompt_tokens",
         "request_id",
+        "steps",
         "target",
         "target_reason",
         "waiter",
@@ -57,6 +58,8 @@ class SimRequest:
         self.arrival = arrival
         self.admitted: float | None = None
         self.generated = 0
+        # Verify (decode) steps this request took part in: SGLang's per-request spec_verify_ct.
+        self.steps = 0
         self.pending = 0
         self.done = False
         self.finish_reason: FinishReason | None = None
@@ -101,6 +104,8 @@ class SchedulerCore:
         # Lifetime counters (metrics and /server_info read them).
         self.steps = 0
         self.request_steps = 0
+        # Request-steps after each request's first token (which prefill produces, undrafted).
+        self.verify_steps = 0
         self.generated_tokens = 0
         self.prompt_tokens = 0
         self.spec_accepted = 0
@@ -170,8 +175,15 @@ class SchedulerCore:
         spec = self._draw.speculative
         draw = self._draw.draw
         emitted = 0
+        verifies = 0
         for req in self.running:
-            n = draw() if spec else 1
+            # A request's first token comes from its prefill, as in the engines: one token,
+            # no draft, no verify step. Every later step is a verify step when speculating.
+            first = req.generated == 0
+            n = draw() if spec and not first else 1
+            if not first:
+                req.steps += 1
+                verifies += 1
             remaining = req.target - req.generated
             if n >= remaining:
                 n = remaining
@@ -190,11 +202,12 @@ class SchedulerCore:
             self.kv_used -= req.kv
         self.steps += 1
         self.request_steps += batch
+        self.verify_steps += verifies
         self.generated_tokens += emitted
         self.finished += len(finished)
         if spec:
             self.spec_accepted += emitted - batch
-            self.spec_draft_tokens += batch * self._draw.spec_steps
+            self.spec_draft_tokens += verifies * self._draw.spec_steps
         return finished
 
 

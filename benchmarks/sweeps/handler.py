@@ -218,6 +218,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         level_index_base=plan.level_offset,
         attempt=plan.attempt,
         append_records=True,
+        metrics_url=LevelServerMetrics.metrics_url(plan.base_url),
     )
     try:
         proc = await LoadgenProcess.start(argv, cwd=settings.BASE_DIR)

@@ -31,6 +31,7 @@ def loadgen_argv(
     attempt: int | None = None,
     append_records: bool = False,
     python: str = sys.executable,
+    metrics_url: str | None = None,
 ) -> list[str]:
     """The command line of one sweep's load generator (an argv list: no shell anywhere).
 
@@ -66,6 +67,10 @@ def loadgen_argv(
         argv += ["--request-timeout", repr(float(load["request_timeout"]))]
     if load.get("ignore_eos"):
         argv.append("--ignore-eos")
+    if metrics_url:
+        # The load generator scrapes right before each level's first request (the level's
+        # server-side interval must include its opening burst).
+        argv += ["--boundary-metrics-url", metrics_url]
     argv += ["--events", "-", "--records", str(records_path), "--quiet"]
     if append_records:
         argv.append("--records-append")

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from asgiref.sync import sync_to_async
 
+from hosts import presets
 from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts.lifecycle import steps
 from hosts.lifecycle.readiness import (
@@ -170,7 +171,7 @@ async def _wait_until_ready(
                     return await _stop(
                         plan,
                         agent,
-                        reason=steps.exited_before_ready(code),
+                        reason=steps.exited_before_ready(code) + _bind_hint(plan),
                         exit_code=code,
                         failed=True,
                     )
@@ -179,10 +180,15 @@ async def _wait_until_ready(
                 plan,
                 agent,
                 reason=f"Not ready after {plan.readiness_timeout_s:g} s "
-                f"(last check: {result.stage} {result.detail})",
+                f"(last check: {result.stage} {result.detail})" + _bind_hint(plan),
                 failed=True,
             )
         await asyncio.sleep(steps.READY_POLL_S)
+
+
+def _bind_hint(plan: steps.Plan) -> str:
+    connect_to = httpx.URL(plan.readiness.base_url).host
+    return presets.bind_hint(plan.argv, connect_to, plan.last_log)
 
 
 async def _watch(

@@ -34,9 +34,16 @@ from hosts.telemetry.prometheus import (
     merge_histograms,
 )
 
-# Where a speculative figure came from: counter differences over exactly this interval, or
-# the mean of the engine's own gauge at the snapshots (its window, not exactly the interval).
-Source = Literal["counters", "gauge"] | None
+# Where a speculative figure came from (docs/measurement.md, "Speculative figures"):
+# - "counters": 1 + accepted / drafts (vLLM's drafted and accepted counters), over exactly
+#   this interval;
+# - "verify_counters": (generation tokens - requests) / verify calls (SGLang's only
+#   speculative counter; every decode step is a verify step), over exactly this interval;
+# - "itl_counters": (generation tokens - requests) / ITL histogram count (vLLM: one ITL sample
+#   per engine step), over exactly this interval;
+# - "gauge": the mean of the engine's own gauge at the snapshots (its window, e.g. SGLang's
+#   last 40 decode passes: not the interval).
+Source = Literal["counters", "verify_counters", "itl_counters", "gauge"] | None
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,14 @@ class IntervalMetrics:
     reset: bool = False
     appeared: tuple[SeriesRef, ...] = ()
     disappeared: tuple[SeriesRef, ...] = ()
+    requests: float | None = None
+    # Tokens per engine decode step (what explains throughput), beside accept length per
+    # drafted step (what describes the drafter): they differ when the proposer skips steps
+    # (vLLM ngram) or `max_tokens` cuts accepted tokens.
+    tokens_per_step: float | None = None
+    tokens_per_step_source: Source = None
+    # The engine's TTFT histogram cannot resolve TTFTs below this (its first bucket bound).
+    ttft_resolution_s: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -254,10 +269,25 @@ def _finish(raw: _Raw, snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
     drafts = raw.counters.get(CounterKey.SPEC_DRAFTS)
     draft_tokens = raw.counters.get(CounterKey.SPEC_DRAFT_TOKENS)
     accepted = raw.counters.get(CounterKey.SPEC_ACCEPTED_TOKENS)
+    generated = raw.counters.get(CounterKey.GENERATION_TOKENS)
+    requests = raw.counters.get(CounterKey.REQUESTS)
+    decode_tokens = None if generated is None else generated - (requests or 0.0)
     length = accept_length(accepted, drafts, includes_bonus=last.accepted_includes_bonus)
     rate = acceptance_rate(accepted, draft_tokens)
     length_source: Source = "counters" if length is not None else None
     rate_source: Source = "counters" if rate is not None else None
+    steps_source: Source = None
+    tokens_per_step = None
+    if last.accept_from_generation and accepted is None and drafts is not None:
+        # SGLang: no accepted-token counter; both counters move at request finish, so over a
+        # level they cover the same requests. The gauge is never used while this exists.
+        length = decode_tokens / drafts if decode_tokens is not None and drafts > 0 else None
+        length_source = "verify_counters" if length is not None else None
+        tokens_per_step, steps_source = length, length_source
+    itl = raw.histograms.get(LatencyKey.ITL)
+    if last.itl_per_engine_step and itl is not None and itl.count > 0 and requests is not None:
+        tokens_per_step = None if decode_tokens is None else decode_tokens / itl.count
+        steps_source = "itl_counters" if tokens_per_step is not None else None
     # A gauge stands in only when the counter that defines the figure is not exported at all.
     if drafts is None:
         length = _gauge_mean([s.spec_accept_length for s in snapshots[1:]])
@@ -289,6 +319,10 @@ def _finish(raw: _Raw, snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
         reset=raw.reset,
         appeared=tuple(raw.appeared),
         disappeared=tuple(raw.disappeared),
+        requests=requests,
+        tokens_per_step=tokens_per_step,
+        tokens_per_step_source=steps_source,
+        ttft_resolution_s=last.ttft_resolution_s,
     )
 
 

@@ -43,6 +43,8 @@ class CounterKey(StrEnum):
     # Tokens proposed by the draft model: the denominator of acceptance rate.
     SPEC_DRAFT_TOKENS = "spec_draft_tokens"
     SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
+    # Finished requests: each one's first token came from prefill, not from a decode step.
+    REQUESTS = "requests"
 
 
 class LatencyKey(StrEnum):
@@ -66,6 +68,17 @@ class EngineProfile:
     # SGLang's internal `spec_num_accepted_tokens` does): accept length is then
     # accepted / drafts rather than vLLM's 1 + accepted / drafts.
     accepted_includes_bonus: bool = False
+    # Set where the engine counts verify steps but neither drafted nor accepted tokens (SGLang
+    # exports only `spec_verify_calls_total`): accept length over an interval is then
+    # (generation tokens - requests) / verify calls, every decode step being a verify step.
+    accept_from_generation: bool = False
+    # Set where one ITL histogram sample is one engine step's output, whatever its token count
+    # (vLLM): its `_count` then counts decode steps, and tokens per engine step is
+    # (generation tokens - requests) / ITL count. SGLang's ITL is per token.
+    itl_per_engine_step: bool = False
+    # Default TTFT bucket bounds start here (seconds): a TTFT below it reads as a bucket
+    # interpolation, not a measurement. SGLang's default buckets start at 0.1 s.
+    ttft_resolution_s: float | None = None
 
 
 def with_names(
@@ -107,11 +120,12 @@ SGLANG = EngineProfile(
     counters={
         CounterKey.PROMPT_TOKENS: ("sglang:prompt_tokens_total",),
         CounterKey.GENERATION_TOKENS: ("sglang:generation_tokens_total",),
-        # Upstream SGLang exports only the gauges above; these counters are what the
-        # project's simulator (and patched servers) expose. Accepted excludes the bonus token.
-        CounterKey.SPEC_DRAFTS: ("sglang:spec_num_drafts_total", "sglang:spec_verify_ct_total"),
-        CounterKey.SPEC_DRAFT_TOKENS: ("sglang:spec_num_draft_tokens_total",),
-        CounterKey.SPEC_ACCEPTED_TOKENS: ("sglang:spec_accepted_tokens_total",),
+        # SGLang 0.5.23's only speculative counter (srt/metrics/collector.py): one per verify
+        # pass per request, added with generation_tokens_total when the request finishes.
+        # There is no drafted- or accepted-token counter, hence `accept_from_generation`.
+        CounterKey.SPEC_DRAFTS: ("sglang:spec_verify_calls_total",),
+        # Label `is_streaming`: its series are summed like replicas.
+        CounterKey.REQUESTS: ("sglang:num_requests_total",),
     },
     histograms={
         LatencyKey.TTFT: ("sglang:time_to_first_token_seconds",),
@@ -121,6 +135,8 @@ SGLANG = EngineProfile(
         ),
         LatencyKey.E2E: ("sglang:e2e_request_latency_seconds",),
     },
+    accept_from_generation=True,
+    ttft_resolution_s=0.1,
 )
 
 VLLM = EngineProfile(
@@ -139,12 +155,15 @@ VLLM = EngineProfile(
         CounterKey.SPEC_DRAFTS: ("vllm:spec_decode_num_drafts_total",),
         CounterKey.SPEC_DRAFT_TOKENS: ("vllm:spec_decode_num_draft_tokens_total",),
         CounterKey.SPEC_ACCEPTED_TOKENS: ("vllm:spec_decode_num_accepted_tokens_total",),
+        # Label `finished_reason`: summed.
+        CounterKey.REQUESTS: ("vllm:request_success_total",),
     },
     histograms={
         LatencyKey.TTFT: ("vllm:time_to_first_token_seconds",),
         LatencyKey.ITL: ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
         LatencyKey.E2E: ("vllm:e2e_request_latency_seconds",),
     },
+    itl_per_engine_step=True,
 )
 
 # llama.cpp's names live in their own module, read against a real build.

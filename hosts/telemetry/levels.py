@@ -18,8 +18,9 @@ import httpx
 from asgiref.sync import sync_to_async
 
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
+from hosts.telemetry.engine_profiles import PROFILES
 from hosts.telemetry.probes import scrape_metrics
-from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError
+from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,13 @@ def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
         "accept_length_source": interval.accept_length_source,
         "acceptance_rate": interval.acceptance_rate,
         "acceptance_rate_source": interval.acceptance_rate_source,
+        "requests": interval.requests,
+        "tokens_per_step": interval.tokens_per_step,
+        "tokens_per_step_source": interval.tokens_per_step_source,
+        # What each server-side latency measures (docs/measurement.md): vLLM's ITL is one
+        # sample per engine step (a verify step under speculation), SGLang's one per token.
+        "itl_unit": "engine_step" if PROFILES[interval.engine].itl_per_engine_step else "token",
+        "ttft_resolution_s": interval.ttft_resolution_s,
         "ttft_s": _summary(interval.ttft),
         "itl_s": _summary(interval.itl),
         "e2e_s": _summary(interval.e2e),
@@ -87,9 +95,13 @@ class LevelServerMetrics:
         self.problems: list[str] = []
         self._before: dict[int, EngineMetrics | None] = {}
 
+    @staticmethod
+    def metrics_url(base_url: str) -> str:
+        return base_url.rstrip("/") + "/metrics"
+
     @classmethod
     def for_sweep(cls, sweep_id: int, base_url: str) -> LevelServerMetrics:
-        url = base_url.rstrip("/") + "/metrics"
+        url = cls.metrics_url(base_url)
 
         async def scrape() -> EngineMetrics:
             # No keep-alive: a pooled connection would outlive the level on the server's port.
@@ -108,7 +120,13 @@ class LevelServerMetrics:
             index = int(event["level_index"])
         except (KeyError, TypeError, ValueError):
             return
-        metrics, problem = await self._scrape()
+        if "server_metrics_text" in event or "server_metrics_error" in event:
+            # The load generator scraped right before the level's first request (or after its
+            # last response): a scrape here, after reading the event, would come after the
+            # level's opening burst, or after the next level had begun.
+            metrics, problem = self._parse_boundary(event)
+        else:
+            metrics, problem = await self._scrape()
         if kind == "level_start":
             self._before[index] = metrics
             return
@@ -119,6 +137,19 @@ class LevelServerMetrics:
             )
         except Exception:
             logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
+
+    def _parse_boundary(self, event: dict[str, Any]) -> tuple[EngineMetrics | None, str]:
+        text, at = event.get("server_metrics_text"), event.get("server_metrics_t")
+        if not isinstance(text, str) or not isinstance(at, int | float):
+            problem = str(event.get("server_metrics_error") or "no /metrics scrape at a boundary")
+            self.problems.append(problem)
+            return None, problem
+        try:
+            return parse_engine_metrics(text, scraped_at=float(at)), ""
+        except MetricsParseError as exc:
+            problem = f"/metrics: {exc}"
+            self.problems.append(problem)
+            return None, problem
 
     async def _scrape(self) -> tuple[EngineMetrics | None, str]:
         try:

@@ -72,6 +72,9 @@ class EngineMetrics:
     counters: Mapping[CounterKey, Mapping[LabelKey, float]]
     histograms: Mapping[LatencyKey, Mapping[LabelKey, Histogram]]
     accepted_includes_bonus: bool = False
+    accept_from_generation: bool = False
+    itl_per_engine_step: bool = False
+    ttft_resolution_s: float | None = None
     # `process_start_time_seconds` where exported (earliest across processes): a change between
     # two scrapes means the server restarted, even when its counters have already passed their
     # old values.
@@ -95,6 +98,12 @@ class EngineMetrics:
 
     def lifetime_accept_length(self) -> float | None:
         """Over the server's whole life: for display only, never for one run (see `deltas`)."""
+        if self.accept_from_generation and CounterKey.SPEC_ACCEPTED_TOKENS not in self.counters:
+            generated = self.counter_total(CounterKey.GENERATION_TOKENS)
+            verify = self.counter_total(CounterKey.SPEC_DRAFTS)
+            if generated is None or not verify:
+                return None
+            return (generated - (self.counter_total(CounterKey.REQUESTS) or 0.0)) / verify
         return accept_length(
             self.counter_total(CounterKey.SPEC_ACCEPTED_TOKENS),
             self.counter_total(CounterKey.SPEC_DRAFTS),
@@ -167,7 +176,7 @@ def engine_metrics_from_samples(
     shards = profile.shard_labels
 
     def gauge(key: GaugeKey) -> Mapping[LabelKey, float]:
-        return _first_present(samples, profile.gauges.get(key, ()))
+        return _without_priority_split(_first_present(samples, profile.gauges.get(key, ())))
 
     running = _collapse(gauge(GaugeKey.RUNNING), shards, max)
     capacity = _collapse(gauge(GaugeKey.KV_CAPACITY), shards, max)
@@ -194,6 +203,9 @@ def engine_metrics_from_samples(
         counters={key: series for key, series in counters.items() if series},
         histograms={key: series for key, series in histograms.items() if series},
         accepted_includes_bonus=profile.accepted_includes_bonus,
+        accept_from_generation=profile.accept_from_generation,
+        itl_per_engine_step=profile.itl_per_engine_step,
+        ttft_resolution_s=profile.ttft_resolution_s,
         process_start_time=min(starts.values()) if (starts := samples.get(_START_TIME)) else None,
     )
 
@@ -221,6 +233,18 @@ def _first_present(samples: Samples, names: Iterable[str]) -> Mapping[LabelKey, 
         if name in samples:
             return samples[name]
     return {}
+
+
+def _without_priority_split(series: Mapping[LabelKey, float]) -> Mapping[LabelKey, float]:
+    """SGLang with --enable-priority-scheduling exports a gauge's total (`priority=""`) beside
+    one series per priority: summing them all would count every request twice. Keep the
+    total where it is there."""
+    if not any(name == "priority" for labels in series for name, _ in labels):
+        return series
+    totals = {labels: v for labels, v in series.items() if ("priority", "") in labels}
+    if not totals:
+        return series
+    return {tuple(p for p in labels if p[0] != "priority"): v for labels, v in totals.items()}
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -192,3 +192,33 @@ def test_an_interrupted_sweep_is_resumed_or_abandoned_over_the_api(
     abandoned = as_operator.post(f"/api/v1/sweeps/{sweep.pk}/abandon")
     assert abandoned.status_code == 202
     assert abandoned.json()["sweep"]["state"] == "cancelled"
+
+
+def test_levels_say_where_each_speculative_figure_came_from(
+    as_viewer: ApiClient, ready: Any, client: Any, viewer: Any
+) -> None:
+    from pathlib import Path
+
+    from hosts.telemetry.levels import level_server_metrics
+    from hosts.telemetry.prometheus import parse_engine_metrics
+
+    data = Path(__file__).parents[1] / "hosts" / "telemetry" / "data"
+    # Two scrapes shaped as SGLang 0.5.23 exports them: verify calls, no accepted counter.
+    before, after = (
+        parse_engine_metrics((data / name).read_text(), scraped_at=t)
+        for name, t in (("sglang_scrape1.prom", 0.0), ("sglang_scrape2.prom", 60.0))
+    )
+    sweep = _finished_sweep(ready, {4: 100.0})
+    SweepLevel.objects.filter(sweep=sweep).update(
+        server_metrics=level_server_metrics(before, after)
+    )
+    level = as_viewer.get(f"/api/v1/sweeps/{sweep.pk}/levels").json()[0]["server_metrics"]
+    assert level["accept_length"] == pytest.approx(2.5)
+    assert level["accept_length_source"] == "verify_counters"
+    assert level["tokens_per_step_source"] == "verify_counters"
+    assert (level["itl_unit"], level["ttft_resolution_s"]) == ("token", 0.1)
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert 'data-testid="level-accept-length" data-source="verify_counters"' in page
+    assert "(gen - requests)/verify calls" in page
+    assert 'data-testid="level-tokens-per-step" data-source="verify_counters"' in page

@@ -58,6 +58,9 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     env = {
         **os.environ,
         "SPECDASH_VAR_DIR": str(var),
+        # No real engines: the demo is the two simulated profiles (seed_demo adds vLLM ones
+        # when `make engines-vllm` has built them).
+        "SPECDASH_ENGINE_CACHE": str(var / "engines"),
         "SPECDASH_DEMO_PASSWORD": DEMO_PASSWORD,
         "SPECDASH_RUN_ROOT": str(var / "runs"),
         "PYTHONUNBUFFERED": "1",

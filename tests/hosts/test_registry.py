@@ -99,7 +99,9 @@ def test_apply_preset_defaults_only_fills_blanks(local_host: Host) -> None:
     )
     profile.apply_preset_defaults()
     assert profile.port == 8000
-    assert profile.launch_argv[0] == "vllm"
+    # The module, which starts the CPU build too (its `vllm serve` script cannot).
+    assert profile.launch_argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert profile.launch_argv[profile.launch_argv.index("--host") + 1] == "{api_host}"
     kept = ServerProfile(
         name="k", host=local_host, engine="vllm", port=9000, launch_argv=["my-vllm"]
     )

@@ -84,7 +84,6 @@ def _chunk(usage: str, *, choices: str = '[{"index":0,"text":"ab","finish_reason
 @pytest.mark.parametrize(
     ("payload", "why"),
     [
-        (_chunk('{"prompt_tokens":3,"completion_tokens":2,"prompt_tokens_details":null}'), "null"),
         (_chunk('{"prompt_tokens":3,"completion_tokens":2,"details":{"cached":1}}'), "nested"),
         (_chunk('{"prompt_tokens":3,"completion_tokens":2.0}'), "float"),
         (_chunk('{"prompt_tokens": 3, "completion_tokens": 2}'), "spaces"),
@@ -154,3 +153,35 @@ def test_a_tail_chunk_ending_like_usage_in_text_is_not_taken_for_usage():
 def test_usage_without_a_completion_count_is_left_to_the_json_path():
     # (where `handle` rejects it as a protocol error, as before)
     assert usage_counts(_chunk('{"prompt_tokens":3,"total_tokens":5}')) is None
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "chat"),
+    [("vllm_0_32_completions_continuous_usage.sse", False), ("vllm_0_32_chat_usage.sse", True)],
+)
+def test_streams_recorded_from_the_real_vllm_read_the_same_on_both_paths(
+    name: str, chat: bool
+) -> None:
+    payloads = [p for p in SSEDecoder().feed((DATA / name).read_bytes()) if p != b"[DONE]"]
+    rec, taken = _fast_then_slow(payloads, chat=chat)
+    assert rec == _slow_only(payloads, chat=chat)
+    usage = json.loads(payloads[-1])["usage"]
+    assert rec.output_tokens == usage["completion_tokens"]
+    assert rec.prompt_tokens == usage["prompt_tokens"]
+    if not chat:
+        # Mid-stream chunks with per-chunk usage take the byte fast path on a real server too.
+        assert any(taken[:-1]), taken
+
+
+def test_null_detail_members_as_sglang_sends_them_take_the_fast_path():
+    # SGLang 0.5.23's UsageInfo (srt/entrypoints/openai/protocol.py) serialises
+    # `"prompt_tokens_details":null` in every usage object: a null is not a count, skip it.
+    payload = _chunk('{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2,'
+                     '"prompt_tokens_details":null}')  # fmt: skip
+    assert usage_counts(payload) == (2, 3)
+    rec, taken = _fast_then_slow([payload], chat=False)
+    assert taken == [True]
+    assert rec == _slow_only([payload], chat=False)

@@ -47,6 +47,7 @@ def cluster(tmp_path: Path, postgres_server: Postgres, redis_server: Redis) -> I
         "SPECDASH_DATABASE_URL": database_url,
         "SPECDASH_REDIS_URL": redis_server.url,
         "SPECDASH_VAR_DIR": str(tmp_path),
+        "SPECDASH_ENGINE_CACHE": str(tmp_path / "engines"),  # the simulated demo only
         "SPECDASH_DATA_DIR": str(tmp_path / "data"),
         "SPECDASH_DEMO_PASSWORD": PASSWORD,
         "SPECDASH_JOB_LEASE_S": LEASE_S,

@@ -43,8 +43,14 @@ async def test_include_usage_puts_usage_on_the_last_chunk_before_done():
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
     assert last["choices"] == []
-    assert last["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    # Shaped as SGLang 0.5.23's UsageInfo (srt/entrypoints/openai/protocol.py): details null.
+    assert last["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                             "prompt_tokens_details": None}  # fmt: skip
     assert all("usage" not in json.loads(e) for e in events[:-2])
+    vllm = (await call(make_app(metrics_style="vllm"), "POST", "/v1/completions", body)).events()
+    # vLLM's streamed usage is flat (recorded: tests/loadgen/data/vllm_0_32_*.sse).
+    assert json.loads(vllm[-2])["usage"] == {"prompt_tokens": 3, "total_tokens": 8,
+                                             "completion_tokens": 5}  # fmt: skip
 
 
 async def test_continuous_usage_stats_puts_cumulative_usage_on_every_chunk():
@@ -176,11 +182,13 @@ async def test_sglang_metrics_parse_with_one_gauge_series_per_rank(tmp_path):
     }
     assert samples["sglang:generation_tokens_total"] == 50
     assert samples["sglang:prompt_tokens_total"] == 3
-    drafts, accepted = (
-        samples["sglang:spec_num_drafts_total"],
-        samples["sglang:spec_accepted_tokens_total"],
-    )
-    assert drafts + accepted == 50  # accept length by differences = 1 + accepted / drafts
+    # As SGLang 0.5.23 (srt/metrics/collector.py): verify calls are the only speculative
+    # counter; the first token came from prefill, the other 49 from verify steps.
+    assert "sglang:spec_accepted_tokens_total" not in samples
+    assert "sglang:spec_num_drafts_total" not in samples
+    verify = samples["sglang:spec_verify_calls_total"]
+    assert samples["sglang:num_requests_total"] == 1
+    assert 49 / 4 <= verify < 49  # eagle3 drafts 3: 1..4 tokens per verify step
     for name in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
         family = families[f"sglang:{name}_seconds"]
         assert family.type == "histogram"
@@ -209,8 +217,9 @@ async def test_vllm_metrics_style_names():
     values = {s.name: s.value for f in families.values() for s in f.samples}
     assert values["vllm:generation_tokens_total"] == 20
     drafts = values["vllm:spec_decode_num_drafts_total"]
+    # The first token comes from prefill (undrafted); the other 19 from the drafted steps.
     assert 1 + values["vllm:spec_decode_num_accepted_tokens_total"] / drafts == pytest.approx(
-        20 / drafts
+        (20 - 1) / drafts
     )
     assert values["vllm:spec_decode_num_draft_tokens_total"] == 3 * drafts
 
@@ -299,3 +308,11 @@ async def test_client_disconnect_aborts_the_request(tmp_path):
     assert record["error"] == "client disconnected"
     assert record["completion_tokens"] < 1000
     assert not app.core.running and app.core.aborted == 1
+
+
+async def test_version_route_exists_in_vllm_style_only():
+    # SGLang 0.5.23's HTTP server (srt/entrypoints/http_server.py) has no /version; vLLM's has.
+    sglang = await call(make_app(), "GET", "/version")
+    assert sglang.status == 404
+    vllm = await call(make_app(metrics_style="vllm"), "GET", "/version")
+    assert vllm.status == 200

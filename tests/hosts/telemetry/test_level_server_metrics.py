@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ async def test_eagle3_sweep_level_accept_length_matches_the_simulators_configure
     assert len(levels) == 2
     for level in levels:
         metrics = level.server_metrics
-        assert metrics["available"] and metrics["accept_length_source"] == "counters"
+        assert metrics["available"] and metrics["accept_length_source"] == "verify_counters"
         assert metrics["spec_drafts"] > 300
         assert metrics["accept_length"] == pytest.approx(configured, rel=0.05)
         # The interval is the level's own: its duration, not the server's lifetime.
@@ -103,3 +104,49 @@ async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_re
     await marks.observe({"event": "level_start", "level_index": 0})
     await marks.observe({"event": "level_summary", "level_index": 0})
     assert saved == [{"available": False, "reason": "/metrics: connection refused"}]
+
+
+def level_records(path: Path) -> dict[int, list[dict[str, Any]]]:
+    by_level: dict[int, list[dict[str, Any]]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        by_level.setdefault(int(record["level"]), []).append(record)
+    return by_level
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_levels_server_interval_opens_before_its_first_request(
+    tmp_path: Path, settings: Any
+) -> None:
+    # vLLM style: prompt tokens are counted when a request is admitted, so a boundary scrape
+    # taken after a level's opening burst misses that burst's prompts. Slow steps keep every
+    # level's requests in flight long enough for a late scrape to miss them.
+    sim = start_simulator(tmp_path, "--profile", "fast", "--metrics-style", "vllm",
+                          "--t0-ms", "40", "--k-ms", "1")  # fmt: skip
+    try:
+        settings.SPECDASH_DATA_DIR = tmp_path / "data"
+        sweep = await sync_to_async(services.sweep_create)(
+            base_url=sim.base_url, levels=[1, 4, 8],
+            load=load(model=sim.model, requests_per_level=8, max_tokens=6, input_tokens=16),
+        )  # fmt: skip
+        assert sweep.job_id is not None
+        ctx = JobContext(
+            job_id=sweep.job_id, kind="sweep.run", params={"sweep_id": sweep.pk}, worker_id="t"
+        )
+        result = await handler.run_sweep(ctx)
+    finally:
+        sim.kill()
+    assert result["state"] == SweepState.COMPLETED, result
+    records = level_records(
+        Path(await sync_to_async(lambda: type(sweep).objects.get(pk=sweep.pk).records_path)())
+    )
+    levels = [lv async for lv in SweepLevel.objects.filter(sweep=sweep).order_by("index")]
+    assert len(levels) == 3
+    for level in levels:
+        metrics = level.server_metrics
+        sent = records[level.index]
+        assert metrics["available"], metrics
+        # Every level, not only the first: the counters' deltas are exactly what was sent.
+        assert metrics["prompt_tokens"] == sum(r["prompt"] for r in sent), level.index
+        assert metrics["generation_tokens"] == sum(r["out"] for r in sent), level.index
+        assert metrics["ttft_s"]["count"] == len(sent)

@@ -146,23 +146,25 @@ async def test_remote_host_load_comes_from_proc_over_one_long_lived_command() ->
     assert 0 < first["mem_used"] < first["mem_total"] and first["load1"] >= 0
 
 
-def _sglang(drafts: int, accepted: int, running: int) -> str:
+def _sglang(verify: int, generated: int, requests: int, running: int) -> str:
+    # SGLang 0.5.23's names (srt/metrics/collector.py): verify calls are its only spec counter.
     return "\n".join([
         f'sglang:num_running_reqs{{tp_rank="0"}} {running}',
         f'sglang:num_running_reqs{{tp_rank="1"}} {running}',
         'sglang:num_queue_reqs{tp_rank="0"} 2',
         'sglang:spec_accept_length{tp_rank="0"} 9.0',
-        f"sglang:spec_num_drafts_total {drafts}",
-        f"sglang:spec_accepted_tokens_total {accepted}",
+        f"sglang:spec_verify_calls_total {verify}",
+        f"sglang:generation_tokens_total {generated}",
+        f'sglang:num_requests_total{{is_streaming="true"}} {requests}',
         "",
     ])  # fmt: skip
 
 
 def test_server_sample_takes_accept_length_from_the_counters_between_two_scrapes() -> None:
-    before = parse_engine_metrics(_sglang(100, 150, 4), scraped_at=1.0)
-    after = parse_engine_metrics(_sglang(300, 470, 5), scraped_at=2.0)
+    before = parse_engine_metrics(_sglang(100, 300, 10, 4), scraped_at=1.0)
+    after = parse_engine_metrics(_sglang(300, 830, 20, 5), scraped_at=2.0)
     data = server_sample_data(before, after)
-    # 1 + (470 - 150) / (300 - 100), not the gauge (9.0) nor the lifetime 1 + 470 / 300.
+    # (530 - 10) / 200, not the gauge (9.0) nor the lifetime (830 - 20) / 300.
     assert data["accept_length"] == pytest.approx(2.6)
     assert (data["running"], data["queued"]) == (5, 2)
     # Nothing drafted in an interval: no accept length rather than a stale one.

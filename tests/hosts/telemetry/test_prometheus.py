@@ -58,8 +58,10 @@ def test_sglang_dp_attention_replicas_across_eight_ranks_are_summed():
     assert metrics.prompt_tokens_total == 2_000_000
     assert metrics.generation_tokens_total == 400_000
     assert len(metrics.counters[CounterKey.SPEC_DRAFTS]) == 8
-    assert metrics.counter_total(CounterKey.SPEC_DRAFTS) == 8000
-    assert metrics.lifetime_accept_length() == pytest.approx(2.5)
+    # SGLang's verify calls (its only speculative counter), and requests (is_streaming summed).
+    assert metrics.counter_total(CounterKey.SPEC_DRAFTS) == 160_000
+    assert metrics.counter_total(CounterKey.REQUESTS) == 100
+    assert metrics.lifetime_accept_length() == pytest.approx((400_000 - 100) / 160_000)
 
 
 def test_sglang_histograms_keep_buckets_sum_and_count():
@@ -236,3 +238,19 @@ def test_merge_keeps_only_shared_bounds():
 
     assert merged == Histogram(bounds=(1.0, math.inf), cumulative=(7, 9), sum=3.0, count=9)
     assert merge_histograms([]) is None
+
+
+def test_sglang_priority_gauges_are_not_double_summed():
+    # SGLang with --enable-priority-scheduling (srt/metrics/collector.py, 0.5.23): a total
+    # series (priority="") beside per-priority ones. Summing all would double every count.
+    text = "\n".join([
+        'sglang:num_running_reqs{priority="",tp_rank="0"} 6',
+        'sglang:num_running_reqs{priority="0",tp_rank="0"} 4',
+        'sglang:num_running_reqs{priority="1",tp_rank="0"} 2',
+        'sglang:num_queue_reqs{priority="",tp_rank="0"} 3',
+        'sglang:num_queue_reqs{priority="1",tp_rank="0"} 3',
+        "",
+    ])  # fmt: skip
+    metrics = parse_engine_metrics(text, scraped_at=0.0, engine=Engine.SGLANG)
+
+    assert (metrics.running_requests, metrics.queued_requests) == (6, 3)
