@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
+from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
-from benchmarks.loadgen.prompts import PromptSource, SyntheticPrompts, load_dataset
+from benchmarks.loadgen.prompts import PromptSource, load_dataset
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -82,7 +84,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
-    p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals, req/s")
+    p.add_argument(
+        "--prompt-set",
+        choices=PROMPT_SETS,
+        default="synthetic",
+        help="built-in prompts (installed packages, offline); --dataset overrides it",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        default=None,
+        help="open-loop arrivals, req/s (concurrency then caps the requests in flight)",
+    )
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape of the gaps between arrivals: 1 Poisson, <1 burstier",
+    )
+    slo = p.add_argument_group("SLO (goodput in each level summary)")
+    for figure in ("ttft", "tpot", "itl", "e2e"):
+        slo.add_argument(f"--slo-{figure}-ms", type=float, default=None)
+    slo.add_argument("--slo-scope", choices=SLO_SCOPES, default="p99")
+    slo.add_argument("--slo-attainment", type=float, default=0.99)
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--request-timeout", type=float, default=600.0, help="per request, seconds")
@@ -129,7 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
 def _prompts(args: argparse.Namespace) -> PromptSource:
     if args.dataset is not None:
         return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
-    return SyntheticPrompts(args.input_tokens, seed=args.seed)
+    return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+
+
+def slo_from_args(args: argparse.Namespace) -> Slo | None:
+    return Slo.from_dict(
+        {
+            "ttft_ms": args.slo_ttft_ms,
+            "tpot_ms": args.slo_tpot_ms,
+            "itl_ms": args.slo_itl_ms,
+            "e2e_ms": args.slo_e2e_ms,
+            "scope": args.slo_scope,
+            "attainment": args.slo_attainment,
+        }
+    )
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,13 +187,14 @@ def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
     )
 
 
-def level_summary(result: LevelResult, *, processes: int) -> dict[str, Any]:
+def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
     summary = summarize_level(
         result.records,
         concurrency=result.concurrency,
         mode=result.mode,
         partial=result.partial,
         anchor=result.anchor,
+        slo=slo,
     )
     summary["level_index"] = result.level_index
     summary["status"] = result.status
@@ -202,6 +240,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
     prompts = _prompts(args)
+    slo = slo_from_args(args)
     params = _params(args)
     started = time.time()
     start: dict[str, Any] = {}
@@ -251,6 +290,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
                 request_rate=args.request_rate,
+                burstiness=args.burstiness,
                 max_tokens=args.max_tokens,
                 ignore_eos=args.ignore_eos,
                 temperature=args.temperature,
@@ -274,6 +314,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
                 request_rate=args.request_rate,
+                burstiness=args.burstiness,
                 processes=processes,
             )
 
@@ -294,7 +335,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 events.emit("level_error", level_index=i, reason=reason, detail=_tb())
                 status = "failed"
                 break
-            summary = level_summary(result, processes=processes)
+            summary = level_summary(result, processes=processes, slo=slo)
             levels.append(summary)
             if records_f is not None:
                 lines = []
@@ -428,6 +469,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.processes < 1:
         build_parser().error("--processes must be >= 1")
+    if not (math.isfinite(args.burstiness) and args.burstiness > 0):
+        build_parser().error("--burstiness must be a positive number")
+    if args.request_rate is not None and not args.request_rate > 0:
+        build_parser().error("--request-rate must be positive")
+    try:
+        slo_from_args(args)
+        _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
+    except (ValueError, OSError) as exc:
+        build_parser().error(str(exc))
     log: TextIO | None = None if args.quiet else sys.stderr
     stream: TextIO | None
     if args.events == "-":

@@ -97,6 +97,9 @@ async def send_request(
         "Accept-Encoding": "identity",
         "X-Request-Id": rec.request_id,
     }
+    if rec.category is not None:
+        # Engines ignore it; the simulator draws its acceptance from the prompt's category.
+        headers["X-Specdash-Category"] = rec.category
     done = False
 
     async def trace(event: str, info: object) -> None:

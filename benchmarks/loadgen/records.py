@@ -79,6 +79,12 @@ class RequestRecord:
     finish_reason: str | None = None
     error_kind: str | None = None
     error: str | None = None
+    # The prompt's category (chat, code, synthetic, ...) and, where the engine reports them for
+    # this request, its speculative figures: verify steps, drafted and accepted draft tokens.
+    category: str | None = None
+    spec_steps: int | None = None
+    spec_drafted: int | None = None
+    spec_accepted: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -105,6 +111,10 @@ class RequestRecord:
             finish_reason=self.finish_reason,
             error_kind=self.error_kind,
             error=self.error,
+            category=self.category,
+            spec_steps=self.spec_steps,
+            spec_drafted=self.spec_drafted,
+            spec_accepted=self.spec_accepted,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -139,6 +149,14 @@ class RequestRecord:
         if self.error_kind is not None:
             d["error_kind"] = self.error_kind
             d["error"] = self.error
+        if self.category is not None:
+            d["cat"] = self.category
+        if self.spec_steps is not None:
+            d["spec_steps"] = self.spec_steps
+        if self.spec_drafted is not None:
+            d["spec_drafted"] = self.spec_drafted
+        if self.spec_accepted is not None:
+            d["spec_accepted"] = self.spec_accepted
         return d
 
     @classmethod
@@ -167,4 +185,8 @@ class RequestRecord:
             finish_reason=d.get("finish"),
             error_kind=d.get("error_kind"),
             error=d.get("error"),
+            category=d.get("cat"),
+            spec_steps=d.get("spec_steps"),
+            spec_drafted=d.get("spec_drafted"),
+            spec_accepted=d.get("spec_accepted"),
         )
