@@ -335,6 +335,15 @@ class KillHoldersIn(In):
 # -- sweeps -------------------------------------------------------------------------------
 
 
+class SloIn(In):
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: float | None = Field(None, description="Token-level inter-token latency")
+    e2e_ms: float | None = None
+    scope: str = Field("p99", description="p99 (of the level) or request (per request)")
+    attainment: float | None = Field(None, description="Share of requests (scope request)")
+
+
 class SweepLoadIn(In):
     requests_per_level: int | None = Field(None, description="Requests per level (or duration)")
     duration: float | None = Field(None, description="Seconds per level (or requests_per_level)")
@@ -345,6 +354,14 @@ class SweepLoadIn(In):
     model: Text | None = None
     ignore_eos: bool = False
     temperature: float | None = None
+    prompt_set: str | None = Field(
+        None, description="synthetic (default), sharegpt (chat), humaneval (code), mixed"
+    )
+    request_rate: float | None = Field(
+        None, description="Open-loop arrivals in req/s (each level's concurrency caps in-flight)"
+    )
+    burstiness: float | None = Field(None, description="Gamma shape of arrival gaps (1: Poisson)")
+    slo: SloIn | None = Field(None, description="Latency targets: goodput per level")
 
 
 class SweepIn(In):
@@ -446,6 +463,10 @@ class LevelOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     summary: dict[str, Any]
+    server_metrics: dict[str, Any] = Field(
+        description="Server-side figures for exactly this level (counter differences at its "
+        "boundaries: accept length, acceptance rate); available false when not scraped"
+    )
 
 
 class SampleOut(Schema):
