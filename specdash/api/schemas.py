@@ -677,6 +677,10 @@ class ComparisonOut(Schema):
     series: list[dict[str, Any]]
     verdicts: list[VerdictOut]
     rows: list[dict[str, Any]]
+    slo: dict[str, Any] | None = Field(None, description="The SLO the goodput figures use")
+    goodput_verdicts: list[dict[str, Any]] = Field(
+        default_factory=list, description="The verdicts on goodput tok/s under the SLO"
+    )
     equivalence: dict[str, Any] | None
     warnings: list[str]
     built_at: str
