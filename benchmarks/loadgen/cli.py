@@ -44,6 +44,30 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _rate_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected req/s like 2 or 1,2,4: {text!r}") from exc
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError("request rates must be positive numbers")
+    return values
+
+
+def level_plan(concurrency: list[int], rates: list[float] | None) -> list[tuple[int, float | None]]:
+    """(concurrency, rate) per level. One rate applies to every concurrency level; several rates
+    with one concurrency make a rate sweep capped at that concurrency; else the lists pair up."""
+    if not rates:
+        return [(c, None) for c in concurrency]
+    if len(rates) == 1:
+        return [(c, rates[0]) for c in concurrency]
+    if len(concurrency) == 1:
+        return [(concurrency[0], r) for r in rates]
+    if len(rates) != len(concurrency):
+        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
+    return list(zip(concurrency, rates, strict=True))
+
+
 def _epoch(text: str) -> float:
     try:
         value = float(text)
@@ -92,9 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--request-rate",
-        type=float,
+        type=_rate_list,
         default=None,
-        help="open-loop arrivals, req/s (concurrency then caps the requests in flight)",
+        help="open-loop arrivals, req/s (concurrency then caps the requests in flight); "
+        "several (1,2,4) with one --concurrency make a rate sweep",
     )
     p.add_argument(
         "--burstiness",
@@ -276,7 +301,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
             await _sleep_until(args.start_at, cancel)
-        for i, c in enumerate(args.concurrency, start=args.level_index_base):
+        plan = level_plan(args.concurrency, args.request_rate)
+        for i, (c, rate) in enumerate(plan, start=args.level_index_base):
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break
@@ -289,7 +315,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 num_requests=args.requests_per_level,
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
-                request_rate=args.request_rate,
+                request_rate=rate,
                 burstiness=args.burstiness,
                 max_tokens=args.max_tokens,
                 ignore_eos=args.ignore_eos,
@@ -313,7 +339,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 requests=args.requests_per_level,
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
-                request_rate=args.request_rate,
+                request_rate=rate,
                 burstiness=args.burstiness,
                 processes=processes,
             )
@@ -336,6 +362,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 status = "failed"
                 break
             summary = level_summary(result, processes=processes, slo=slo)
+            summary["target_rate"] = rate
+            summary["burstiness"] = args.burstiness if rate else None
             levels.append(summary)
             if records_f is not None:
                 lines = []
@@ -471,8 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--processes must be >= 1")
     if not (math.isfinite(args.burstiness) and args.burstiness > 0):
         build_parser().error("--burstiness must be a positive number")
-    if args.request_rate is not None and not args.request_rate > 0:
-        build_parser().error("--request-rate must be positive")
+    try:
+        level_plan(args.concurrency, args.request_rate)
+    except ValueError as exc:
+        build_parser().error(str(exc))
     try:
         slo_from_args(args)
         _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
