@@ -158,3 +158,52 @@ def test_the_form_turns_prompt_set_rate_and_slo_fields_into_load_settings() -> N
     without = LoadPlanForm(data={**form.data, "slo_ttft_ms": "", "slo_e2e_ms": ""})
     assert without.is_valid(), without.errors
     assert "slo" not in without.plan_kwargs()["load"]
+
+
+def _goodput_sweep(instance: Any, levels: dict[int, tuple[float, float, bool]], slo: Any) -> Sweep:
+    sweep = Sweep.objects.create(
+        instance=instance, profile=instance.profile, levels=list(levels), state="completed",
+        load={"requests_per_level": 8, "slo": slo},
+    )  # fmt: skip
+    for index, (c, (tok_s, good_tok_s, met)) in enumerate(levels.items()):
+        summary = {
+            "concurrency": c, "output_tok_s": tok_s, "duration_s": 2.0,
+            "goodput": {"goodput_tok_s": good_tok_s, "goodput_req_s": good_tok_s / 100,
+                        "share": good_tok_s / tok_s, "meets_slo": met},
+            "acceptance": {"accept_length": None, "acceptance_rate": None, "by_category": {}},
+        }  # fmt: skip
+        SweepLevel.objects.create(
+            sweep=sweep, index=index, concurrency=c, state="completed", output_tok_s=tok_s,
+            summary=summary, requests_ok=8,
+            server_metrics={"available": True, "accept_length": 2.4},
+        )  # fmt: skip
+    return sweep
+
+
+def test_comparison_api_speaks_goodput_when_the_reference_sweep_had_an_slo(
+    as_viewer: ApiClient, make_profile: Any, make_instance: Any
+) -> None:
+    slo = {"ttft_ms": 1000.0, "tpot_ms": 50.0, "scope": "p99", "attainment": 0.99}
+    base = make_instance(make_profile(name="base"))
+    eagle = make_instance(make_profile(name="eagle", speculative=True, port=39001))
+    # B is faster in raw tok/s at every level, but meets the SLO only at C=1.
+    ref = _goodput_sweep(base, {1: (90.0, 90.0, True), 4: (300.0, 300.0, True)}, slo)
+    cand = _goodput_sweep(eagle, {1: (120.0, 120.0, True), 4: (400.0, 100.0, False)}, slo)
+    body = as_viewer.get(f"/api/v1/comparisons?sweep={ref.pk}&sweep={cand.pk}").json()
+    assert body["slo"] == slo
+    (raw,) = body["verdicts"]
+    assert {r["concurrency"]: r["point"] for r in raw["ratios"]} == pytest.approx(
+        {1: 120 / 90, 4: 400 / 300}
+    )
+    (good,) = body["goodput_verdicts"]
+    # the point estimate is the ratio of the rows' goodput figures
+    assert {r["concurrency"]: r["point"] for r in good["ratios"]} == pytest.approx(
+        {1: 120 / 90, 4: 100 / 300}
+    )
+    assert "TTFT p99 <= 1000 ms, TPOT p99 <= 50 ms" in good["text"]
+    assert "base (A) meets them up to C=4; eagle (B) meets them up to C=1" in good["text"]
+    reach = {s["label"]: s["slo_max_concurrency"] for s in body["series"]}
+    assert reach == {"A": 4, "B": 1}
+    row4 = next(r for r in body["rows"] if r["concurrency"] == 4)
+    assert row4["goodput_ratios"][0]["point"] == pytest.approx(1 / 3)
+    assert row4["cells"][1]["accept_length"] == 2.4  # the server's figure for that level
