@@ -249,6 +249,7 @@ def audit_comparison(*, experiment: Experiment) -> AuditReport:
     fresh = comparisons.comparison_build(
         series=experiment_selectors.experiment_series(experiment=experiment),
         equivalence_runs=experiment_selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
     )
     where = f"experiment #{experiment.pk}"
     report.problems += _ratio_rule(fresh, where)

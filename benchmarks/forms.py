@@ -36,6 +36,37 @@ class LoadPlanForm(forms.Form):
     api = forms.ChoiceField(choices=[(a, a) for a in services.APIS], initial="completions")
     ignore_eos = forms.BooleanField(required=False, initial=True, label="Ignore EOS")
     temperature = forms.FloatField(required=False)
+    prompt_set = forms.ChoiceField(
+        choices=[
+            ("synthetic", "synthetic (random words of the input length)"),
+            ("sharegpt", "ShareGPT (chat)"),
+            ("humaneval", "HumanEval (code)"),
+            ("mixed", "ShareGPT + HumanEval alternating (chat, code)"),
+        ],
+        initial="synthetic",
+        required=False,
+        label="Prompts",
+        help_text="The same prompts in the same order for every profile",
+    )
+    request_rate = forms.FloatField(
+        required=False,
+        label="Request rate (req/s)",
+        help_text="Empty: closed loop. Set: open-loop arrivals, each level's C caps in-flight",
+    )
+    burstiness = forms.FloatField(
+        required=False, initial=1.0, help_text="Gamma shape of arrival gaps: 1 Poisson, <1 bursty"
+    )
+    slo_ttft_ms = forms.FloatField(required=False, label="SLO: TTFT (ms)")
+    slo_tpot_ms = forms.FloatField(required=False, label="SLO: TPOT (ms)")
+    slo_itl_ms = forms.FloatField(required=False, label="SLO: token ITL (ms)")
+    slo_e2e_ms = forms.FloatField(required=False, label="SLO: E2E (ms)")
+    slo_scope = forms.ChoiceField(
+        choices=[("p99", "p99 of the level within each limit"), ("request", "per request")],
+        initial="p99",
+        required=False,
+        label="SLO applies to",
+        help_text="Per request: a level meets it when 99% of its requests meet every limit",
+    )
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     tags = forms.CharField(required=False, help_text="Comma separated")
 
@@ -48,7 +79,11 @@ class LoadPlanForm(forms.Form):
         "api",
         "ignore_eos",
         "temperature",
+        "prompt_set",
+        "request_rate",
+        "burstiness",
     )
+    SLO_FIELDS = ("slo_ttft_ms", "slo_tpot_ms", "slo_itl_ms", "slo_e2e_ms", "slo_scope")
 
     def clean_levels(self) -> list[int]:
         text: str = self.cleaned_data["levels"]
@@ -62,9 +97,13 @@ class LoadPlanForm(forms.Form):
 
     def plan_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
+        load = {name: data.get(name) for name in self.LOAD_FIELDS}
+        slo = {name[4:]: data.get(name) for name in self.SLO_FIELDS[:-1]}
+        if any(v is not None for v in slo.values()):
+            load["slo"] = {**slo, "scope": data.get("slo_scope") or "p99"}
         return {
             "levels": data["levels"],
-            "load": {name: data.get(name) for name in self.LOAD_FIELDS},
+            "load": load,
             "notes": data["notes"],
             "tags": data["tags"],
         }
@@ -75,6 +114,8 @@ class LoadPlanForm(forms.Form):
             self.add_error(None, error)
             return
         for field, messages in error.message_dict.items():
+            if field == "slo":
+                field = "slo_ttft_ms"
             self.add_error(field if field in self.fields else None, messages)
 
 

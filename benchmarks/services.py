@@ -25,6 +25,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from benchmarks import selectors
+from benchmarks.loadgen.datasets import PROMPT_SETS
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from hosts.jobs import job_cancel, job_enqueue
@@ -47,6 +49,10 @@ _LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
     "max_tokens": ("int", 1, 65_536, 128),
     "temperature": ("float", 0, 2, None),
     "request_timeout": ("float", 1, 3_600, 600.0),
+    # Open-loop arrivals (req/s; the level's concurrency caps what is in flight) and the gamma
+    # shape of their gaps (1: Poisson).
+    "request_rate": ("float", 0.001, 1_000_000, None),
+    "burstiness": ("float", 0.01, 100, 1.0),
 }
 
 
@@ -91,7 +97,7 @@ def _number(name: str, value: Any, kind: str, low: float | None, high: float | N
 
 def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
     """Validated load-generator settings with defaults filled in (unknown keys refused)."""
-    known = {"api", "model", "ignore_eos", *_LOAD_FIELDS}
+    known = {"api", "model", "ignore_eos", "prompt_set", "slo", *_LOAD_FIELDS}
     unknown = sorted(set(load) - known)
     if unknown:
         raise ValidationError(f"Unknown load setting(s): {', '.join(unknown)}.")
@@ -106,6 +112,18 @@ def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
         errors["model"] = ["A model name of up to 200 characters, not starting with '-'."]
     cleaned["model"] = model
     cleaned["ignore_eos"] = bool(load.get("ignore_eos", False))
+    prompt_set = load.get("prompt_set") or "synthetic"
+    if prompt_set not in PROMPT_SETS:
+        errors["prompt_set"] = [f"Choose one of {', '.join(PROMPT_SETS)}."]
+    cleaned["prompt_set"] = prompt_set
+    slo = load.get("slo")
+    try:
+        if slo is not None and not isinstance(slo, dict):
+            raise ValueError("SLO must be an object of limits in milliseconds")
+        parsed = Slo.from_dict(slo)
+        cleaned["slo"] = parsed.to_dict() if parsed is not None else None
+    except ValueError as exc:
+        errors["slo"] = [str(exc)]
     for name, (kind, low, high, default) in _LOAD_FIELDS.items():
         value = load.get(name)
         if value is None or value == "":

@@ -27,7 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.experiments import workload
 from benchmarks.experiments.equivalence import equivalence_summary
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.stats import (
     Crossing,
     Curve,
@@ -73,6 +75,9 @@ class LevelRun:
     records_path: str = ""
     # The sweep attempt that measured this level: its records carry the same number.
     attempt: int = 1
+    # The level's summary (acceptance, goodput) and its server-side figures (server_metrics).
+    summary: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,8 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         for name in SHOWN_FIGURES:
             row[name] = _mean([r.figures.get(name) for r in level_runs])
         row["values"] = [r.figures.get(METRIC) for r in level_runs]
+        row.update(workload.acceptance_row(level_runs))
+        row.update(workload.goodput_row(level_runs))
         rows.append(row)
     return rows
 
@@ -266,7 +273,69 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _table(series: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) -> list[Any]:
+def _slo_phrase(slo: Slo) -> str:
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+    scope = " p99" if slo.scope == "p99" else ""
+    limits = ", ".join(f"{names[k]}{scope} <= {v:g} ms" for k, v in slo.limits().items())
+    if slo.scope == "request":
+        limits += f" for {slo.attainment:.0%} of requests"
+    return limits
+
+
+def _reach(label: str, name: str, highest: int | None) -> str:
+    where = "at no tested level" if highest is None else f"up to C={highest}"
+    return f"{name} ({label}) meets them {where}"
+
+
+def _goodput_verdicts(
+    built: Sequence[tuple[SeriesData, Curve, dict[int, str]]],
+    reach: dict[str, int | None],
+    slo: Slo,
+    *,
+    n_boot: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """The verdicts again, on goodput tok/s under the SLO instead of raw throughput, each
+    opening with where each side meets the SLO."""
+    curves = [
+        workload.goodput_curve(curve.name, curve.speculative, _by_concurrency(data.runs), slo)
+        for data, curve, _ in built
+    ]
+    labels = {curve.name: data.label for data, curve, _ in built}
+    ref_data = built[0][0]
+    out = []
+    for (data, _, _), curve in zip(built[1:], curves[1:], strict=True):
+        head = (
+            f"Under the SLOs ({_slo_phrase(slo)}): "
+            f"{_reach(ref_data.label, ref_data.name, reach[ref_data.label])}; "
+            f"{_reach(data.label, data.name, reach[data.label])}."
+        )
+        if curves[0].levels and curve.levels:
+            verdict = compare_all(
+                curves[0], [curve], confidence=CONFIDENCE, n_boot=n_boot, seed=seed
+            )[0]
+            entry = _verdict_dict(verdict, labels)
+            body = verdict.text.replace("the throughput", "the goodput")
+            entry["text"] = f"{head} Goodput: {body}"
+        else:
+            empty = data.name if not curve.levels else ref_data.name
+            entry = {
+                "reference": ref_data.label,
+                "candidate": data.label,
+                "reference_name": ref_data.name,
+                "candidate_name": data.name,
+                "ratios": [],
+                "text": f"{head} {empty} delivers no goodput at any tested level.",
+            }
+        out.append(entry)
+    return out
+
+
+def _table(
+    series: Sequence[dict[str, Any]],
+    verdicts: Sequence[dict[str, Any]],
+    goodput_verdicts: Sequence[dict[str, Any]] = (),
+) -> list[Any]:
     concurrencies = sorted({row["concurrency"] for s in series for row in s["levels"]})
     rows = []
     for c in concurrencies:
@@ -280,7 +349,15 @@ def _table(series: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]])
             ratios.append(
                 {"candidate": v["candidate"], "reference": v["reference"], **(ratio or {})}
             )
-        rows.append({"concurrency": c, "cells": cells, "ratios": ratios})
+        goodput_ratios = []
+        for v in goodput_verdicts:
+            ratio = next((r for r in v["ratios"] if r["concurrency"] == c), None)
+            goodput_ratios.append(
+                {"candidate": v["candidate"], "reference": v["reference"], **(ratio or {})}
+            )
+        rows.append(
+            {"concurrency": c, "cells": cells, "ratios": ratios, "goodput_ratios": goodput_ratios}
+        )
     return rows
 
 
@@ -290,8 +367,12 @@ def comparison_build(
     equivalence_runs: dict[str, list[dict[str, Any]]] | None = None,
     n_boot: int = N_BOOT,
     seed: int = 0,
+    slo: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The comparison of ``series`` against the first one that has data (see module notes)."""
+    """The comparison of ``series`` against the first one that has data (see module notes).
+
+    With an ``slo`` (the experiment's load settings), each series gets the highest concurrency
+    meeting it and each candidate a goodput verdict beside the throughput one."""
     warnings: list[str] = []
     built: list[tuple[SeriesData, Curve, dict[int, str]]] = []
     out_series: list[dict[str, Any]] = []
@@ -308,6 +389,7 @@ def comparison_build(
             "environment": s.environment,
             "saturation": None,
         }
+        entry["slo_max_concurrency"] = workload.slo_max_concurrency(entry["levels"])
         if curve.levels:
             entry["saturation"] = saturation_dict(find_saturation(curve))
             built.append((s, curve, sources))
@@ -342,6 +424,11 @@ def comparison_build(
                 )
     else:
         warnings.append("Fewer than two profiles have completed levels: no ratio to compute.")
+    parsed_slo = Slo.from_dict(slo)
+    goodput_verdicts: list[dict[str, Any]] = []
+    if parsed_slo is not None and len(built) >= 2:
+        reach = {e["label"]: e["slo_max_concurrency"] for e in out_series}
+        goodput_verdicts = _goodput_verdicts(built, reach, parsed_slo, n_boot=n_boot, seed=seed)
     equivalence = (
         equivalence_summary(reference=reference_label or series[0].label, runs=equivalence_runs)
         if equivalence_runs and series
@@ -354,7 +441,9 @@ def comparison_build(
         "reference": reference_label,
         "series": out_series,
         "verdicts": verdicts,
-        "rows": _table(out_series, verdicts),
+        "rows": _table(out_series, verdicts, goodput_verdicts),
+        "slo": parsed_slo.to_dict() if parsed_slo is not None else None,
+        "goodput_verdicts": goodput_verdicts,
         "equivalence": equivalence,
         "warnings": warnings,
         "built_at": datetime.now(tz=UTC).isoformat(),

@@ -139,8 +139,41 @@ def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
+def accept_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+    """Accept length (tokens per verify step) vs C for each speculative series, and per prompt
+    category where the engine reported per-request figures: why speculation fades at high C."""
+    data: list[dict[str, Any]] = []
+    for i, s in enumerate(comparison["series"]):
+        rows = s["levels"]
+        if not any(r.get("accept_length") is not None for r in rows):
+            continue
+        xs = [r["concurrency"] for r in rows]
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} accept length",
+            "x": xs, "y": [r.get("accept_length") for r in rows],
+            "line": {"color": _color(i)}, "legendgroup": s["label"],
+        })  # fmt: skip
+        categories = sorted({c for r in rows for c in r.get("by_category") or {}})
+        for j, cat in enumerate(categories):
+            ys = [((r.get("by_category") or {}).get(cat) or {}).get("accept_length") for r in rows]
+            if all(y is None for y in ys):
+                continue
+            data.append({
+                "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} · {cat}",
+                "x": xs, "y": ys, "legendgroup": s["label"],
+                "line": {"color": _color(i), "dash": ("dot", "dash", "dashdot")[j % 3]},
+            })  # fmt: skip
+    layout = _layout(
+        "Accept length vs concurrency (speculative profiles)",
+        _log_c_axis(_concurrencies(comparison)),
+        "tokens per verify step",
+    )
+    return {"data": data, "layout": layout}
+
+
 FIGURES = (
     ("throughput", throughput_figure),
+    ("accept", accept_figure),
     ("ratio", ratio_figure),
     ("ttft", ttft_figure),
     ("itl", itl_figure),

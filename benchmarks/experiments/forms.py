@@ -56,9 +56,9 @@ class ExperimentForm(LoadPlanForm):
 
     PROFILE_FIELDS = ("profile_a", "profile_b", "profile_c", "profile_d")
     field_order = [
-        "name", *PROFILE_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS, "repeats", "order",
-        "continue_on_start_failure", "check_output_equivalence", "auto_resume", "notes",
-        "tags",
+        "name", *PROFILE_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS, *LoadPlanForm.SLO_FIELDS,
+        "repeats", "order", "continue_on_start_failure", "check_output_equivalence",
+        "auto_resume", "notes", "tags",
     ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

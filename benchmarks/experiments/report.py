@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 
 from benchmarks.experiments.figures import comparison_figures
 
-FIGURES_IN_REPORT = ("throughput", "ratio", "ttft", "itl", "pareto")
+FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -28,13 +28,18 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
     series = comparison["series"]
     verdicts = comparison["verdicts"]
     figures = ("runs", "output_tok_s", "steady_output_tok_s", "ttft_p50_ms", "itl_p50_ms",
-               "e2e_p50_ms")  # fmt: skip
+               "e2e_p50_ms", "accept_length", "acceptance_rate", "server_accept_length",
+               "request_accept_length", "goodput_tok_s", "goodput_req_s", "goodput_share",
+               "meets_slo")  # fmt: skip
     header = ["concurrency"]
     for s in series:
         header += [f"{s['label']}_{name}" for name in figures]
     for v in verdicts:
         pair = f"{v['candidate']}/{v['reference']}"
         header += [f"{pair}_ratio", f"{pair}_low", f"{pair}_high", f"{pair}_method"]
+    for v in comparison.get("goodput_verdicts") or []:
+        pair = f"{v['candidate']}/{v['reference']}"
+        header += [f"{pair}_goodput_ratio", f"{pair}_goodput_low", f"{pair}_goodput_high"]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(header)
@@ -44,6 +49,8 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
             line += [_fmt(cell.get(name)) for name in figures]
         for ratio in row["ratios"]:
             line += [_fmt(ratio.get(k)) for k in ("point", "low", "high", "method")]
+        for ratio in row.get("goodput_ratios") or []:
+            line += [_fmt(ratio.get(k)) for k in ("point", "low", "high")]
         writer.writerow(line)
     return out.getvalue()
 

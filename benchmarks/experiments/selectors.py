@@ -150,6 +150,8 @@ def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> 
                 figures={name: getattr(level, name) for name in LEVEL_FIGURES},
                 records_path=records_paths.get(level.sweep_id, ""),
                 attempt=level.attempt,
+                summary=dict(level.summary or {}),
+                server=dict(level.server_metrics or {}),
             )
         )
     return runs

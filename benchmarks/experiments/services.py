@@ -357,6 +357,7 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
     result = comparison.comparison_build(
         series=selectors.experiment_series(experiment=experiment),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
     )
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
     return result

@@ -44,6 +44,7 @@ def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
     return comparisons.comparison_build(
         series=selectors.experiment_series(experiment=experiment),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
     )
 
 
@@ -62,7 +63,9 @@ def _picked_sweeps(request: HttpRequest) -> list[Any]:
 def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
     sweeps = _picked_sweeps(request)
     series = selectors.sweep_series(sweeps=sweeps)
-    return comparisons.comparison_build(series=series), [s.pk for s in sweeps]
+    # Picked sweeps are judged by the reference sweep's SLO, if it had one.
+    slo = (sweeps[0].load or {}).get("slo")
+    return comparisons.comparison_build(series=series, slo=slo), [s.pk for s in sweeps]
 
 
 @experiment_operator_required

@@ -81,6 +81,39 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
+    """llama.cpp's per-request `timings` (on the final chunk of a stream, and on non-streamed
+    responses): `draft_n` tokens drafted, `draft_n_accepted` accepted, `predicted_n` generated.
+
+    llama.cpp gives no verify-step count; each step emits its accepted drafts plus one token, so
+    steps = predicted_n - draft_n_accepted. Absent when the server drafted nothing."""
+    if not isinstance(timings, dict):
+        return
+    drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+    if drafted is None or accepted is None:
+        return
+    rec.spec_drafted, rec.spec_accepted = drafted, accepted
+    predicted = _count(timings.get("predicted_n"))
+    if predicted is not None and predicted > accepted:
+        rec.spec_steps = predicted - accepted
+
+
+def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
+    """SGLang's per-request figures in `meta_info` of a finished speculative request:
+    `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
+    `spec_num_correct_drafts` accepted draft tokens."""
+    steps = _count(meta.get("spec_verify_ct"))
+    if steps is None:
+        return
+    rec.spec_steps = steps
+    rec.spec_drafted = _count(meta.get("spec_num_proposed_drafts"))
+    rec.spec_accepted = _count(meta.get("spec_num_correct_drafts"))
+
+
 class ChunkHandler:
     """Turns one request's decoded SSE events into its record (one instance per request)."""
 
@@ -192,6 +225,9 @@ class OpenAIHandler(ChunkHandler):
         usage = obj.get("usage")
         choices = obj.get("choices")
         rec = self.rec
+        timings = obj.get("timings")
+        if timings is not None:
+            read_llamacpp_timings(timings, rec)
         if choices:
             choice = choices[0]
             if usage:
@@ -258,6 +294,8 @@ class GenerateHandler(ChunkHandler):
         reason = meta.get("finish_reason")
         if reason:
             rec.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
+        if "spec_verify_ct" in meta:
+            read_sglang_meta(meta, rec)
 
 
 def make_handler(api: Api, rec: RequestRecord, live: TokenCounter | None) -> ChunkHandler:

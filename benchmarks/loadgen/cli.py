@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
+from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
-from benchmarks.loadgen.prompts import PromptSource, SyntheticPrompts, load_dataset
+from benchmarks.loadgen.prompts import PromptSource, load_dataset
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 
 EXIT_OK = 0
@@ -41,6 +43,30 @@ def _int_list(text: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
     return values
+
+
+def _rate_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected req/s like 2 or 1,2,4: {text!r}") from exc
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError("request rates must be positive numbers")
+    return values
+
+
+def level_plan(concurrency: list[int], rates: list[float] | None) -> list[tuple[int, float | None]]:
+    """(concurrency, rate) per level. One rate applies to every concurrency level; several rates
+    with one concurrency make a rate sweep capped at that concurrency; else the lists pair up."""
+    if not rates:
+        return [(c, None) for c in concurrency]
+    if len(rates) == 1:
+        return [(c, rates[0]) for c in concurrency]
+    if len(concurrency) == 1:
+        return [(concurrency[0], r) for r in rates]
+    if len(rates) != len(concurrency):
+        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
+    return list(zip(concurrency, rates, strict=True))
 
 
 def _epoch(text: str) -> float:
@@ -87,7 +113,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
-    p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals, req/s")
+    p.add_argument(
+        "--prompt-set",
+        choices=PROMPT_SETS,
+        default="synthetic",
+        help="built-in prompts (installed packages, offline); --dataset overrides it",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=_rate_list,
+        default=None,
+        help="open-loop arrivals, req/s (concurrency then caps the requests in flight); "
+        "several (1,2,4) with one --concurrency make a rate sweep",
+    )
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape of the gaps between arrivals: 1 Poisson, <1 burstier",
+    )
+    slo = p.add_argument_group("SLO (goodput in each level summary)")
+    for figure in ("ttft", "tpot", "itl", "e2e"):
+        slo.add_argument(f"--slo-{figure}-ms", type=float, default=None)
+    slo.add_argument("--slo-scope", choices=SLO_SCOPES, default="p99")
+    slo.add_argument("--slo-attainment", type=float, default=0.99)
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--request-timeout", type=float, default=600.0, help="per request, seconds")
@@ -141,7 +190,20 @@ def build_parser() -> argparse.ArgumentParser:
 def _prompts(args: argparse.Namespace) -> PromptSource:
     if args.dataset is not None:
         return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
-    return SyntheticPrompts(args.input_tokens, seed=args.seed)
+    return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+
+
+def slo_from_args(args: argparse.Namespace) -> Slo | None:
+    return Slo.from_dict(
+        {
+            "ttft_ms": args.slo_ttft_ms,
+            "tpot_ms": args.slo_tpot_ms,
+            "itl_ms": args.slo_itl_ms,
+            "e2e_ms": args.slo_e2e_ms,
+            "scope": args.slo_scope,
+            "attainment": args.slo_attainment,
+        }
+    )
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,13 +224,14 @@ def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
     )
 
 
-def level_summary(result: LevelResult, *, processes: int) -> dict[str, Any]:
+def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
     summary = summarize_level(
         result.records,
         concurrency=result.concurrency,
         mode=result.mode,
         partial=result.partial,
         anchor=result.anchor,
+        slo=slo,
     )
     summary["level_index"] = result.level_index
     summary["status"] = result.status
@@ -224,6 +287,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 say(f"[model {args.model!r}, from {args.base_url}/v1/models]")
             except ModelDiscoveryError as exc:
                 discovery_error = f"no model name to send: {exc}"
+    slo = slo_from_args(args)
     params = _params(args)
     started = time.time()
     start: dict[str, Any] = {}
@@ -259,12 +323,14 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
             say(discovery_error)
             status, reason = "failed", discovery_error
-        levels_to_run = [] if discovery_error is not None else args.concurrency
-        if args.start_at is not None and not start["start_at_passed"] and levels_to_run:
+        if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
             await _sleep_until(args.start_at, cancel)
-        for i, c in enumerate(levels_to_run, start=args.level_index_base):
+        plan = (
+            [] if discovery_error is not None else level_plan(args.concurrency, args.request_rate)
+        )
+        for i, (c, rate) in enumerate(plan, start=args.level_index_base):
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break
@@ -277,7 +343,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 num_requests=args.requests_per_level,
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
-                request_rate=args.request_rate,
+                request_rate=rate,
+                burstiness=args.burstiness,
                 max_tokens=args.max_tokens,
                 ignore_eos=args.ignore_eos,
                 temperature=args.temperature,
@@ -306,7 +373,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 requests=args.requests_per_level,
                 duration=args.duration,
                 warmup_requests=args.warmup_requests,
-                request_rate=args.request_rate,
+                request_rate=rate,
+                burstiness=args.burstiness,
                 processes=processes,
             )
 
@@ -327,7 +395,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 events.emit("level_error", level_index=i, reason=reason, detail=_tb())
                 status = "failed"
                 break
-            summary = level_summary(result, processes=processes)
+            summary = level_summary(result, processes=processes, slo=slo)
+            summary["target_rate"] = rate
+            summary["burstiness"] = args.burstiness if rate else None
             levels.append(summary)
             if records_f is not None:
                 lines = []
@@ -484,6 +554,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.processes < 1:
         build_parser().error("--processes must be >= 1")
+    if not (math.isfinite(args.burstiness) and args.burstiness > 0):
+        build_parser().error("--burstiness must be a positive number")
+    try:
+        level_plan(args.concurrency, args.request_rate)
+    except ValueError as exc:
+        build_parser().error(str(exc))
+    try:
+        slo_from_args(args)
+        _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
+    except (ValueError, OSError) as exc:
+        build_parser().error(str(exc))
     log: TextIO | None = None if args.quiet else sys.stderr
     stream: TextIO | None
     if args.events == "-":

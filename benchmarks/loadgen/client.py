@@ -103,6 +103,9 @@ async def send_request(
         "Accept-Encoding": "identity",
         "X-Request-Id": rec.request_id,
     }
+    if rec.category is not None:
+        # Engines ignore it; the simulator draws its acceptance from the prompt's category.
+        headers["X-Specdash-Category"] = rec.category
     rec.start = time.perf_counter()
     for attempt in range(1 + MAX_STALE_RETRIES):
         trace = _Trace(rec)

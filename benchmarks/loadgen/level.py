@@ -46,6 +46,9 @@ class LevelConfig:
     duration: float | None = None
     warmup_requests: int = 0
     request_rate: float | None = None
+    # Gamma-distributed gaps between arrivals with this shape (1: Poisson; below 1 burstier, above
+    # more regular), scale 1 / (rate * burstiness) so the mean rate stays `request_rate`.
+    burstiness: float = 1.0
     max_tokens: int | None = None  # None: the dataset's length, else DEFAULT_MAX_TOKENS
     ignore_eos: bool = False
     temperature: float | None = None
@@ -134,7 +137,11 @@ class LevelRunner:
         )
         rid = f"{cfg.run_id}-{cfg.level_index}-{'w' if warmup else ''}{k}"
         rec = RequestRecord(
-            request_id=rid, slot=cfg.slot_offset + slot, process=cfg.process_index, warmup=warmup
+            request_id=rid,
+            slot=cfg.slot_offset + slot,
+            process=cfg.process_index,
+            warmup=warmup,
+            category=prompt.category,
         )
         return rec, json.dumps(body).encode()
 
@@ -237,7 +244,7 @@ class LevelRunner:
             while not self.stopping:
                 if limit is not None and self._issued >= limit:
                     break
-                next_t += rng.expovariate(rate)
+                next_t += next_gap(rng, rate, cfg.burstiness)
                 if deadline is not None and next_t >= deadline:
                     break
                 delay = next_t - time.perf_counter()
@@ -381,6 +388,14 @@ class LevelRunner:
             else self._closed_phase(cfg.concurrency, limit, deadline)
         )
         return await self._run_phase(asyncio.create_task(coro))
+
+
+def next_gap(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:
+    """Seconds to the next arrival: exponential (Poisson arrivals) or gamma with shape
+    `burstiness` and the same mean 1 / rate, as vLLM's benchmark client draws them."""
+    if burstiness == 1.0:
+        return rng.expovariate(rate)
+    return rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
 
 
 def share(total: int | None, index: int, count: int) -> int | None:

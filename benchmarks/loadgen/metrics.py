@@ -10,9 +10,12 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+
+if TYPE_CHECKING:
+    from benchmarks.loadgen.goodput import Slo
 
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 # Dips of the in-flight count below its target shorter than this are a closed-loop worker handing
@@ -197,13 +200,18 @@ def summarize_level(
     partial: bool = False,
     anchor: ClockAnchor | None = None,
     dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
+    slo: Slo | None = None,
 ) -> dict[str, Any]:
     """The level summary from its request records (warm-up records are ignored).
 
     `mode` is "closed" (C workers back to back: the steady window is where all C are in flight)
     or "rate" (Poisson arrivals: the steady window is the arrival window, first to last send).
-    With an `anchor`, window bounds are also given in wall-clock epoch seconds.
+    With an `anchor`, window bounds are also given in wall-clock epoch seconds. With an `slo`,
+    the summary has `goodput` (goodput.level_goodput over the level's duration).
     """
+    from benchmarks.loadgen.acceptance import level_acceptance
+    from benchmarks.loadgen.goodput import level_goodput
+
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
@@ -299,6 +307,9 @@ def summarize_level(
         "output_tokens": out_est,
         "any": bool(chunk_est or out_est),
     }
+    out["acceptance"] = level_acceptance(ok)
+    if slo is not None:
+        out["goodput"] = level_goodput(measured, slo, duration=duration)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 # each worker process of a split level all draw the same prompts for the same indices.
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,12 +25,15 @@ _WORD_TEXT = (
     "old year off come since against go came right used take three"
 )
 _WORDS = tuple(_WORD_TEXT.split())
+# A category travels in an HTTP header (X-Specdash-Category): plain, short names only.
+CATEGORY_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
     text: str
     max_tokens: int | None = None  # the dataset's output length, when it gives one
+    category: str = "synthetic"  # what kind of text it is: synthetic, chat, code, ...
 
 
 class PromptSource(Protocol):
@@ -45,7 +49,9 @@ class SyntheticPrompts:
 
     def get(self, index: int) -> Prompt:
         rng = random.Random(f"{self.seed}:{index}")
-        return Prompt(" ".join(rng.choices(_WORDS, k=max(1, self.input_tokens))))
+        return Prompt(
+            " ".join(rng.choices(_WORDS, k=max(1, self.input_tokens))), category="synthetic"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +77,7 @@ def _shuffled(prompts: list[Prompt], seed: int, path: Path) -> DatasetPrompts:
 
 
 def load_jsonl(path: Path, *, seed: int = 0) -> DatasetPrompts:
-    """Lines of `{"prompt": "...", "max_tokens": n}` (max_tokens optional)."""
+    """Lines of `{"prompt": "...", "max_tokens": n, "category": "..."}` (the last two optional)."""
     prompts: list[Prompt] = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -81,28 +87,36 @@ def load_jsonl(path: Path, *, seed: int = 0) -> DatasetPrompts:
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
                 raise ValueError(f"{path}:{lineno}: expected an object with a string 'prompt'")
             mt = obj.get("max_tokens")
-            prompts.append(Prompt(obj["prompt"], int(mt) if mt is not None else None))
+            category = str(obj.get("category") or "custom")
+            if not CATEGORY_RE.fullmatch(category):
+                raise ValueError(f"{path}:{lineno}: category must match {CATEGORY_RE.pattern}")
+            prompts.append(Prompt(obj["prompt"], int(mt) if mt is not None else None, category))
     return _shuffled(prompts, seed, path)
 
 
-def load_sharegpt(path: Path, *, seed: int = 0) -> DatasetPrompts:
+def sharegpt_prompt(item: Any) -> Prompt | None:
     """ShareGPT: the first human turn is the prompt, the reply after it gives the output length."""
+    turns = item.get("conversations") if isinstance(item, dict) else None
+    if not isinstance(turns, list):
+        return None
+    for i, turn in enumerate(turns):
+        if isinstance(turn, dict) and turn.get("from") == "human":
+            value = turn.get("value")
+            if not isinstance(value, str) or not value.strip():
+                return None
+            reply = turns[i + 1] if i + 1 < len(turns) else None
+            out = None
+            if isinstance(reply, dict) and reply.get("from") == "gpt":
+                out = estimate_tokens(str(reply.get("value", "")))
+            return Prompt(value, out, "chat")
+    return None
+
+
+def load_sharegpt(path: Path, *, seed: int = 0) -> DatasetPrompts:
     data: Any = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of conversations")
-    prompts: list[Prompt] = []
-    for item in data:
-        turns = item.get("conversations") if isinstance(item, dict) else None
-        if not isinstance(turns, list):
-            continue
-        for i, turn in enumerate(turns):
-            if turn.get("from") == "human" and isinstance(turn.get("value"), str):
-                reply = turns[i + 1] if i + 1 < len(turns) else None
-                out = None
-                if reply is not None and reply.get("from") == "gpt":
-                    out = estimate_tokens(str(reply.get("value", "")))
-                prompts.append(Prompt(turn["value"], out))
-                break
+    prompts = [p for p in map(sharegpt_prompt, data) if p is not None]
     return _shuffled(prompts, seed, path)
 
 

@@ -83,6 +83,13 @@ class RequestRecord:
     # been closed by the server before any byte of a response (see client.send_request).
     retries: int = 0
 
+    # The prompt's category (chat, code, synthetic, ...) and, where the engine reports them for
+    # this request, its speculative figures: verify steps, drafted and accepted draft tokens.
+    category: str | None = None
+    spec_steps: int | None = None
+    spec_drafted: int | None = None
+    spec_accepted: int | None = None
+
     @property
     def ok(self) -> bool:
         return self.error_kind is None
@@ -109,6 +116,10 @@ class RequestRecord:
             error_kind=self.error_kind,
             error=self.error,
             retries=self.retries,
+            category=self.category,
+            spec_steps=self.spec_steps,
+            spec_drafted=self.spec_drafted,
+            spec_accepted=self.spec_accepted,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -145,6 +156,15 @@ class RequestRecord:
             d["error"] = self.error
         if self.retries:
             d["retries"] = self.retries
+
+        if self.category is not None:
+            d["cat"] = self.category
+        if self.spec_steps is not None:
+            d["spec_steps"] = self.spec_steps
+        if self.spec_drafted is not None:
+            d["spec_drafted"] = self.spec_drafted
+        if self.spec_accepted is not None:
+            d["spec_accepted"] = self.spec_accepted
         return d
 
     @classmethod
@@ -174,4 +194,8 @@ class RequestRecord:
             error_kind=d.get("error_kind"),
             error=d.get("error"),
             retries=d.get("retries", 0),
+            category=d.get("cat"),
+            spec_steps=d.get("spec_steps"),
+            spec_drafted=d.get("spec_drafted"),
+            spec_accepted=d.get("spec_accepted"),
         )

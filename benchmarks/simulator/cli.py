@@ -22,6 +22,19 @@ def _gpus(value: str) -> tuple[int, ...]:
     return gpus
 
 
+def _category_lengths(value: str) -> tuple[tuple[str, float], ...]:
+    pairs: list[tuple[str, float]] = []
+    for part in value.split(","):
+        name, eq, length = part.strip().partition("=")
+        try:
+            pairs.append((name, float(length)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected name=length pairs: {value!r}") from None
+        if not eq or not name:
+            raise argparse.ArgumentTypeError(f"expected name=length pairs: {value!r}")
+    return tuple(pairs)
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False:
@@ -77,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--accept-length",
         type=float,
         help="speculative: mean tokens per step (1 + accepted drafts)",
+    )
+    m.add_argument(
+        "--category-accept-length",
+        type=_category_lengths,
+        default=None,
+        help="speculative: accept length per prompt category (X-Specdash-Category header), "
+        "e.g. chat=2.7,code=1.9",
     )
     m.add_argument(
         "--spec-steps",
@@ -171,6 +191,7 @@ _PROFILE_FLAGS = (
     "prefill_per_token_us",
     "accept_length",
     "spec_steps",
+    "category_accept_length",
 )
 
 
@@ -190,6 +211,9 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
     profile = profile.replace(**overrides)
     if profile.speculative and not 1.0 <= profile.accept_length <= profile.spec_steps + 1:
         parser.error("--accept-length must lie between 1 and spec-steps + 1")
+    for name, length in profile.category_accept_length:
+        if not profile.speculative or not 1.0 <= length <= profile.spec_steps + 1:
+            parser.error(f"--category-accept-length {name}: needs speculation, 1..spec-steps + 1")
     if args.workers < 0 or profile.max_running < 1 or profile.kv_tokens < 2:
         parser.error("--workers must be >= 0, --max-running >= 1, --kv-tokens >= 2")
     return SimConfig(

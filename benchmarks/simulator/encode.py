@@ -136,8 +136,17 @@ def generate_meta(
     return meta
 
 
-def generate_chunk(req: GenRequest, request_id: str, completion: int, reason: str | None) -> bytes:
-    """SGLang-native streaming event: cumulative text and cumulative completion_tokens."""
+def generate_chunk(
+    req: GenRequest,
+    request_id: str,
+    completion: int,
+    reason: str | None,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """SGLang-native streaming event: cumulative text and cumulative completion_tokens (the
+    finished request's speculative figures in `extra`)."""
     meta = generate_meta(req, request_id, completion, reason, None)
+    if extra:
+        meta |= extra
     text = token_text(0, completion).decode()
     return b"data: " + json.dumps({"text": text, "meta_info": meta}).encode() + b"\n\n"

@@ -21,6 +21,13 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+def category_from(scope: dict[str, Any]) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"x-specdash-category" and value:
+            return str(value.decode("latin-1"))[:40]
+    return None
+
+
 def request_id_from(scope: dict[str, Any]) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id" and value:
@@ -54,6 +61,7 @@ async def serve_generation(
         target_reason=reason,
         arrival=arrival,
         loop=asyncio.get_running_loop(),
+        category=category_from(scope),
     )
     app.scheduler.submit(sim)
     app.live.add(sim)
@@ -83,6 +91,20 @@ async def serve_generation(
         app.request_finished(sim, chunks, error)
 
 
+def spec_meta(sim: SimRequest) -> dict[str, Any]:
+    """SGLang's per-request speculative figures on a finished request's meta_info (none without
+    speculation): verify steps, proposed and correct drafts, their ratios."""
+    if not sim.done or not sim.spec_steps:
+        return {}
+    return {
+        "spec_verify_ct": sim.spec_steps,
+        "spec_accept_length": sim.generated / sim.spec_steps,
+        "spec_accept_rate": sim.spec_accepted / sim.spec_drafted if sim.spec_drafted else 0.0,
+        "spec_num_correct_drafts": sim.spec_accepted,
+        "spec_num_proposed_drafts": sim.spec_drafted,
+    }
+
+
 async def _unary(
     app: SimApp,
     send: Send,
@@ -102,6 +124,7 @@ async def _unary(
     created = int(sim.arrival)
     if req.kind == "generate":
         meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
+        meta |= spec_meta(sim)
         text = token_text(0, sim.generated).decode()
         body = json.dumps({"text": text, "meta_info": meta}).encode()
     else:
@@ -159,7 +182,9 @@ async def _stream_generate(
             await send({"type": "http.response.body", "body": DONE, "more_body": False})
             return
         pos += n
-        body = generate_chunk(req, sim.request_id, pos, sim.finish_reason if final else None)
+        body = generate_chunk(
+            req, sim.request_id, pos, sim.finish_reason if final else None, spec_meta(sim)
+        )
         if final:
             body += DONE
         t = time.time()

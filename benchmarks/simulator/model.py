@@ -40,14 +40,17 @@ def emitted_distribution(accept_length: float, spec_steps: int) -> tuple[float, 
 class TokenDraw:
     """Draws tokens emitted per request per step: 1 (baseline) or 1 + accepted drafts."""
 
-    def __init__(self, profile: Profile, rng: random.Random) -> None:
+    def __init__(
+        self, profile: Profile, rng: random.Random, *, accept_length: float | None = None
+    ) -> None:
         self.speculative = profile.speculative and profile.spec_steps > 0
         self.spec_steps = profile.spec_steps
         self._random = rng.random
+        length = profile.accept_length if accept_length is None else accept_length
         cdf: list[float] = []
         if self.speculative:
             acc = 0.0
-            for prob in emitted_distribution(profile.accept_length, profile.spec_steps):
+            for prob in emitted_distribution(length, profile.spec_steps):
                 acc += prob
                 cdf.append(acc)
             cdf[-1] = 1.0

@@ -18,6 +18,9 @@ class Profile:
     speculative: bool = False
     accept_length: float = 1.0
     spec_steps: int = 0
+    # Accept length per prompt category (the X-Specdash-Category request header): acceptance
+    # depends on what is asked (filler, chat, code). Other categories use `accept_length`.
+    category_accept_length: tuple[tuple[str, float], ...] = ()
     description: str = ""
 
     def step_seconds(self, batch: float) -> float:

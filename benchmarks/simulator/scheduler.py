@@ -24,7 +24,9 @@ class SimRequest:
     __slots__ = (
         "admitted",
         "arrival",
+        "category",
         "done",
+        "draw",
         "finish_reason",
         "generated",
         "kv",
@@ -33,6 +35,9 @@ class SimRequest:
         "pending",
         "prompt_tokens",
         "request_id",
+        "spec_accepted",
+        "spec_drafted",
+        "spec_steps",
         "steps",
         "target",
         "target_reason",
@@ -49,8 +54,15 @@ class SimRequest:
         target_reason: FinishReason,
         arrival: float,
         loop: asyncio.AbstractEventLoop | None = None,
+        category: str | None = None,
     ) -> None:
         self.request_id = request_id
+        self.category = category
+        self.draw: TokenDraw | None = None  # the category's own draw, set at submit
+        # This request's speculative figures, as SGLang reports them per request.
+        self.spec_steps = 0
+        self.spec_drafted = 0
+        self.spec_accepted = 0
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.target = target
@@ -96,6 +108,10 @@ class SchedulerCore:
     def __init__(self, profile: Profile, *, seed: int = 0, eos_prob: float = 0.0) -> None:
         self.profile = profile
         self._draw = TokenDraw(profile, random.Random(f"{seed}:accept"))
+        self._category_draws = {
+            name: TokenDraw(profile, random.Random(f"{seed}:accept:{name}"), accept_length=length)
+            for name, length in profile.category_accept_length
+        }
         self._eos_rng = random.Random(f"{seed}:eos")
         self.eos_prob = eos_prob
         self.queue: deque[SimRequest] = deque()
@@ -126,6 +142,8 @@ class SchedulerCore:
         return max_tokens, "length"
 
     def submit(self, req: SimRequest) -> None:
+        if req.category is not None:
+            req.draw = self._category_draws.get(req.category)
         self.queue.append(req)
 
     def abort(self, req: SimRequest) -> None:
@@ -175,13 +193,18 @@ class SchedulerCore:
         spec = self._draw.speculative
         draw = self._draw.draw
         emitted = 0
+        steps = self._draw.spec_steps
         verifies = 0
         for req in self.running:
             # A request's first token comes from its prefill, as in the engines: one token,
-            # no draft, no verify step. Every later step is a verify step when speculating.
+            # no draft, no verify step. Every later step is a verify step when speculating,
+            # drawn from the request's own category when it has one.
             first = req.generated == 0
-            n = draw() if spec and not first else 1
-            if not first:
+            own = req.draw
+            if first:
+                n = 1
+            else:
+                n = own.draw() if own is not None else (draw() if spec else 1)
                 req.steps += 1
                 verifies += 1
             remaining = req.target - req.generated
@@ -194,6 +217,10 @@ class SchedulerCore:
                 keep.append(req)
             req.generated += n
             req.pending += n
+            if spec and not first:
+                req.spec_steps += 1
+                req.spec_drafted += steps
+                req.spec_accepted += n - 1
             emitted += n
             req.wake()
         batch = len(self.running)

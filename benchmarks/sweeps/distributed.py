@@ -34,6 +34,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchmarks import selectors, services
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.loadgen.level import share
 from benchmarks.loadgen.merge import merge_client_health, merge_records
 from benchmarks.loadgen.metrics import summarize_level
@@ -85,6 +86,9 @@ def shard_count(concurrency: int, *, streams: int, requests: int | None = None) 
 
 
 def split_needed(levels: Sequence[int], load: dict[str, Any]) -> bool:
+    if load.get("request_rate"):
+        # Open-loop arrivals are one process's schedule: shards would each send the full rate.
+        return False
     streams = max_streams()
     requests = load.get("requests_per_level")
     return any(shard_count(c, streams=streams, requests=requests) > 1 for c in levels)
@@ -173,7 +177,11 @@ def start_skew(rows: Sequence[dict[str, Any]]) -> float | None:
 
 
 def merge_shard_levels(
-    parts: Sequence[ShardLevel], *, level_index: int, mode: str = "closed"
+    parts: Sequence[ShardLevel],
+    *,
+    level_index: int,
+    mode: str = "closed",
+    slo: Slo | None = None,
 ) -> dict[str, Any]:
     """The level summary of a split level: ``summarize_level`` over the union of every
     shard's records (rebased onto the first shard's clock), plus ``split``: each shard's
@@ -189,6 +197,7 @@ def merge_shard_levels(
         mode=mode,
         partial=worst.status != "completed",
         anchor=anchor,
+        slo=slo,  # goodput over the union, like every other figure
     )
     rows = [_shard_figures(p, mode) for p in parts]
     rates = [r["per_stream_tok_s"] for r in rows if r["per_stream_tok_s"] is not None]
@@ -462,7 +471,8 @@ async def _run_level(
     if not parts:
         return None, stop_reason or "no load-generator shard reported the level"
     mode = str(level.shards[parts[0].index].summary.get("mode") or "closed")
-    summary = merge_shard_levels(parts, level_index=index, mode=mode)
+    slo = Slo.from_dict(plan.load.get("slo"))
+    summary = merge_shard_levels(parts, level_index=index, mode=mode, slo=slo)
     summary["split"].update(gang)
     if len(parts) < n:
         summary["status"] = "failed"

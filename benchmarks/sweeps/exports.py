@@ -35,7 +35,23 @@ CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
     ),
     ("mean_tokens_per_chunk", ("mean_tokens_per_chunk",)),
     ("client_limited", ("client", "client_limited")),
+    # Per-request acceptance where the engine reports it (the load generator's records).
+    ("request_accept_length", ("acceptance", "accept_length")),
+    ("request_acceptance_rate", ("acceptance", "acceptance_rate")),
+    ("goodput_share", ("goodput", "share")),
+    ("goodput_req_s", ("goodput", "goodput_req_s")),
+    ("goodput_tok_s", ("goodput", "goodput_tok_s")),
+    ("meets_slo", ("goodput", "meets_slo")),
     ("reason", None),
+]
+# Server-side figures for exactly the level (SweepLevel.server_metrics: /metrics differences).
+SERVER_COLUMNS: list[tuple[str, str]] = [
+    ("server_accept_length", "accept_length"),
+    ("server_acceptance_rate", "acceptance_rate"),
+    ("server_spec_drafts", "spec_drafts"),
+    ("server_spec_draft_tokens", "spec_draft_tokens"),
+    ("server_spec_accepted_tokens", "spec_accepted_tokens"),
+    ("server_generation_tokens", "generation_tokens"),
 ]
 CHUNK_SIZE = 64 * 1024
 
@@ -53,13 +69,17 @@ def level_row(level: SweepLevel) -> list[Any]:
     for column, path in CSV_COLUMNS:
         value = getattr(level, column) if path is None else _dig(level.summary, path)
         row.append("" if value is None else value)
+    server = level.server_metrics or {}
+    for _, key in SERVER_COLUMNS:
+        value = server.get(key)
+        row.append("" if value is None else value)
     return row
 
 
 def levels_csv(*, sweep: Sweep) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow([column for column, _ in CSV_COLUMNS])
+    writer.writerow([column for column, _ in (*CSV_COLUMNS, *SERVER_COLUMNS)])
     for level in selectors.sweep_levels(sweep_id=sweep.pk):
         writer.writerow(level_row(level))
     return out.getvalue()
@@ -78,7 +98,12 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
             "tags": sweep.tags,
         },
         "levels": [
-            {**selectors.level_as_dict(level), "summary": level.summary} for level in levels
+            {
+                **selectors.level_as_dict(level),
+                "summary": level.summary,
+                "server_metrics": level.server_metrics,
+            }
+            for level in levels
         ],
     }
 

@@ -71,6 +71,20 @@ def loadgen_argv(
         # The load generator scrapes right before each level's first request (the level's
         # server-side interval must include its opening burst).
         argv += ["--boundary-metrics-url", metrics_url]
+
+    if load.get("prompt_set"):
+        argv += ["--prompt-set", str(load["prompt_set"])]
+    if load.get("request_rate") is not None:
+        argv += ["--request-rate", repr(float(load["request_rate"]))]
+    if load.get("burstiness") is not None:
+        argv += ["--burstiness", repr(float(load["burstiness"]))]
+    slo = load.get("slo") or {}
+    for figure in ("ttft", "tpot", "itl", "e2e"):
+        if slo.get(f"{figure}_ms") is not None:
+            argv += [f"--slo-{figure}-ms", repr(float(slo[f"{figure}_ms"]))]
+    if slo:
+        argv += ["--slo-scope", str(slo.get("scope") or "p99")]
+        argv += ["--slo-attainment", repr(float(slo.get("attainment") or 0.99))]
     argv += ["--events", "-", "--records", str(records_path), "--quiet"]
     if append_records:
         argv.append("--records-append")

@@ -154,6 +154,7 @@ def experiment_comparison(
     return comparison.comparison_build(
         series=exp_selectors.experiment_series(experiment=experiment),
         equivalence_runs=exp_selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
     )
 
 
@@ -167,4 +168,5 @@ def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dic
     if missing:
         fields = {"query.sweep": [f"No sweep #{pk}." for pk in missing]}
         raise errors.ApiError(422, errors.VALIDATION, "Unknown sweep id(s).", fields)
-    return comparison.comparison_build(series=exp_selectors.sweep_series(sweeps=sweeps))
+    slo = (sweeps[0].load or {}).get("slo") if sweeps else None
+    return comparison.comparison_build(series=exp_selectors.sweep_series(sweeps=sweeps), slo=slo)

@@ -335,6 +335,15 @@ class KillHoldersIn(In):
 # -- sweeps -------------------------------------------------------------------------------
 
 
+class SloIn(In):
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: float | None = Field(None, description="Token-level inter-token latency")
+    e2e_ms: float | None = None
+    scope: str = Field("p99", description="p99 (of the level) or request (per request)")
+    attainment: float | None = Field(None, description="Share of requests (scope request)")
+
+
 class SweepLoadIn(In):
     requests_per_level: int | None = Field(None, description="Requests per level (or duration)")
     duration: float | None = Field(None, description="Seconds per level (or requests_per_level)")
@@ -345,6 +354,14 @@ class SweepLoadIn(In):
     model: Text | None = None
     ignore_eos: bool = False
     temperature: float | None = None
+    prompt_set: str | None = Field(
+        None, description="synthetic (default), sharegpt (chat), humaneval (code), mixed"
+    )
+    request_rate: float | None = Field(
+        None, description="Open-loop arrivals in req/s (each level's concurrency caps in-flight)"
+    )
+    burstiness: float | None = Field(None, description="Gamma shape of arrival gaps (1: Poisson)")
+    slo: SloIn | None = Field(None, description="Latency targets: goodput per level")
 
 
 class SweepIn(In):
@@ -447,8 +464,8 @@ class LevelOut(Schema):
     finished_at: datetime | None
     summary: dict[str, Any]
     server_metrics: dict[str, Any] = Field(
-        description="The server's own figures over exactly this level, from /metrics counter "
-        "differences (docs/measurement.md): accept_length per drafted step and tokens_per_step "
+        description="The server's own figures over exactly this level (available false when "
+        "not scraped), from /metrics counter differences (docs/measurement.md): accept_length per drafted step and tokens_per_step "
         "per engine step, each with its *_source (counters: 1 + accepted/drafts; "
         "verify_counters: (generation - requests) / verify calls; itl_counters: (generation - "
         "requests) / ITL count; gauge: the engine's own gauge, its window, not the level); "
@@ -666,6 +683,10 @@ class ComparisonOut(Schema):
     series: list[dict[str, Any]]
     verdicts: list[VerdictOut]
     rows: list[dict[str, Any]]
+    slo: dict[str, Any] | None = Field(None, description="The SLO the goodput figures use")
+    goodput_verdicts: list[dict[str, Any]] = Field(
+        default_factory=list, description="The verdicts on goodput tok/s under the SLO"
+    )
     equivalence: dict[str, Any] | None
     warnings: list[str]
     built_at: str

@@ -42,7 +42,8 @@ def test_create_snapshots_the_environment_and_queues_one_locked_job(
     assert sweep.load == {
         "api": "completions", "model": "", "ignore_eos": False, "requests_per_level": 20,
         "duration": None, "warmup_requests": 0, "input_tokens": 8, "max_tokens": 4,
-        "temperature": None, "request_timeout": 600.0,
+        "temperature": None, "request_timeout": 600.0, "prompt_set": "synthetic", "slo": None,
+        "request_rate": None, "burstiness": 1.0,
     }  # fmt: skip
 
 

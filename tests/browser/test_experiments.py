@@ -78,6 +78,18 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
     expect(page.get_by_test_id("equivalence-ok")).to_be_visible()
     expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
     page.wait_for_function("() => document.getElementById('chart-throughput').data.length === 4")
+    # Beside throughput, the accept length per level of the speculative profile only (from its
+    # server's /metrics differences over each level), between 1 and 1 + its 3 draft steps.
+    page.wait_for_function(
+        "() => { const el = document.getElementById('chart-accept');"
+        " return el && el.data && el.data.length >= 1; }"
+    )
+    traces = page.evaluate(
+        "() => document.getElementById('chart-accept').data.map(d => [d.name, d.y])"
+    )
+    assert [name for name, _ in traces] == [f"B: {EAGLE} accept length"]
+    assert all(1.0 < y < 4.0 for y in traces[0][1]), traces
+    expect(page.locator("[data-testid=acceptance-row]")).to_have_count(3)
     # Plotly's modebar offers PNG and, added by the page, SVG.
     page.hover("#chart-throughput")
     expect(page.locator("#chart-throughput [data-title='Download plot as SVG']")).to_have_count(1)

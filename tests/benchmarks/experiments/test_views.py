@@ -175,7 +175,7 @@ def test_the_html_report_is_self_contained(
     assert response.status_code == 200
     assert "attachment" in response["Content-Disposition"]
     assert _external_references(html) == []  # nothing to fetch: it opens offline
-    assert html.count("Plotly.newPlot") == 5 and "plotly.js v" in html.lower()
+    assert html.count("Plotly.newPlot") == 6 and "plotly.js v" in html.lower()
     assert len(html) > 3_000_000  # the Plotly bundle itself is inlined
     assert "eagle is " in html and 'data-testid="comparison-table"' in html
 
