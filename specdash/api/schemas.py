@@ -466,7 +466,8 @@ class LevelOut(Schema):
     server_metrics: dict[str, Any] = Field(
         description="The server's own figures over exactly this level (available false when "
         "not scraped), from /metrics counter differences (docs/measurement.md): accept_length "
-        "per drafted step and tokens_per_step per engine step, each with its *_source (counters: 1 + accepted/drafts; "
+        "per drafted step and tokens_per_step per engine step, each with its *_source "
+        "(counters: 1 + accepted/drafts; "
         "verify_counters: (generation - requests) / verify calls; itl_counters: (generation - "
         "requests) / ITL count; gauge: the engine's own gauge, its window, not the level); "
         "latencies ttft_s / itl_s / e2e_s in seconds, itl_unit saying what one ITL sample is "
