@@ -78,7 +78,7 @@ the id of the job driving that run; a job that takes over has a higher one) is c
 an flock on ``<run_dir>/controller.lock`` held for the whole command: a controller lower than
 the highest one seen is refused (ok false, ``superseded: true``) and nothing is done. Every
 check appends ``{t, controller, command, accepted}`` to ``<run_dir>/controllers.log`` (moved to
-``controllers.log.1`` past 1 MiB).
+``controllers.log.1`` past 1 MiB). The run directory is expanded and checked as launch's is.
 """
 
 from __future__ import annotations
@@ -1506,10 +1506,15 @@ def _fenced(run_dir: str, controller: int, command: str) -> Any:
     """One controller at a time per run: the lock is held for the whole command, so a call
     from a job that was taken over either finished before the new one's first call or is
     refused."""
-    if not os.path.isabs(run_dir):
-        raise AgentError("run_dir must be an absolute path")
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    with open(os.path.join(run_dir, "controller.lock"), "a+") as lock:
+    run_dir = expand_run_dir(run_dir)
+    if not os.path.isabs(run_dir) or ".." in run_dir.split("/"):
+        raise AgentError("run_dir must be an absolute path without '..'")
+    # The same private run directory launch uses: the lock and the log are written there.
+    private_run_dir(run_dir)
+    lock_fd = os.open(
+        os.path.join(run_dir, "controller.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+    )
+    with open(lock_fd, "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         path = os.path.join(run_dir, "controller")
         try:
@@ -1523,7 +1528,8 @@ def _fenced(run_dir: str, controller: int, command: str) -> Any:
             # A server watched for days is asked every second: keep the last one or two MiB.
             if os.path.getsize(log_path) > CONTROLLER_LOG_MAX_BYTES:
                 os.replace(log_path, log_path + ".1")
-        with open(log_path, "a") as log:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        with open(log_fd, "a") as log:
             entry = {"t": time.time(), "controller": controller, "command": command,
                      "accepted": accepted}  # fmt: skip
             log.write(json.dumps(entry) + "\n")

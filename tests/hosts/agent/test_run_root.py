@@ -101,3 +101,23 @@ def test_an_own_run_root_left_readable_by_others_is_tightened(lab: Any) -> None:
     result = _launch(lab, str(root / "run-1"))
     assert result["ok"] is True, result
     assert stat.S_IMODE(root.lstat().st_mode) == 0o700
+
+
+def test_the_controller_fence_uses_the_same_private_expanded_run_directory(lab: Any) -> None:
+    template = str(lab.tmp / "runs-{uid}" / "run-1")
+    assert agent("log_tail", {"run_dir": template, "controller": 3})["ok"] is True
+    run_dir = lab.tmp / f"runs-{os.getuid()}" / "run-1"
+    assert (run_dir / "controller").read_text().strip() == "3"
+    assert stat.S_IMODE(run_dir.parent.lstat().st_mode) == 0o700
+    assert not (lab.tmp / "runs-{uid}").exists()  # never the literal template
+
+
+def test_the_controller_fence_refuses_a_symlinked_run_directory(lab: Any) -> None:
+    root = lab.tmp / "runs"
+    root.mkdir(mode=0o700)
+    target = lab.tmp / "elsewhere"
+    target.mkdir(mode=0o700)
+    (root / "run-1").symlink_to(target)
+    answer = agent("log_tail", {"run_dir": str(root / "run-1"), "controller": 1})
+    assert answer["ok"] is False and "is a symlink" in answer["error"]
+    assert list(target.iterdir()) == []
