@@ -30,7 +30,9 @@ def test_each_category_gets_its_own_accept_length() -> None:
         tokens = sum(r.generated for r in reqs)
         steps = sum(r.spec_steps for r in reqs)
         assert tokens / steps == pytest.approx(expected, rel=0.03), category
-        assert sum(r.spec_accepted for r in reqs) == tokens - steps
+        # each request's first token comes from its prefill (no verify step); every verify
+        # step emits its accepted drafts plus one token
+        assert sum(r.spec_accepted for r in reqs) == tokens - len(reqs) - steps
         assert all(r.spec_drafted == 3 * r.spec_steps for r in reqs)
 
 
@@ -39,7 +41,7 @@ def test_a_finished_request_reports_sglang_shaped_figures() -> None:
     (req,) = _serve(core, None, 1, 50)
     meta = spec_meta(req)
     assert meta["spec_verify_ct"] == req.spec_steps
-    assert meta["spec_num_correct_drafts"] == 50 - req.spec_steps
+    assert meta["spec_num_correct_drafts"] == 50 - 1 - req.spec_steps  # 1: the prefill token
     assert meta["spec_num_proposed_drafts"] == 3 * req.spec_steps
     assert meta["spec_accept_length"] == 50 / req.spec_steps
     baseline = SchedulerCore(PROFILES["baseline"], seed=1)
