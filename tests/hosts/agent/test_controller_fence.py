@@ -19,6 +19,7 @@ def test_a_lower_controller_is_refused_after_a_higher_one_and_each_call_is_logge
     tmp_path: Path,
 ) -> None:
     run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
     args = {"run_dir": str(run_dir), "lines": 5}
     assert agent("log_tail", {**args, "controller": 7})["ok"] is True
     assert agent("log_tail", {**args, "controller": 9})["ok"] is True
@@ -34,6 +35,15 @@ def test_a_lower_controller_is_refused_after_a_higher_one_and_each_call_is_logge
         (9, "log_tail", True),
     ]
     assert (run_dir / "controller").read_text().strip() == "9"
+
+
+def test_the_fence_writes_into_no_run_directory_others_can_write_to(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+    shared.chmod(0o777)  # writable by anyone: another user could plant a log or a lock
+    answer = agent("log_tail", {"run_dir": str(shared), "controller": 3})
+    assert answer["ok"] is False and "unsafe run directory" in answer["error"]
+    assert list(shared.iterdir()) == []
 
 
 def test_calls_without_a_controller_are_not_fenced(tmp_path: Path) -> None:
