@@ -277,6 +277,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
     prompts = _prompts(args)
+    # The run starts now: asking the server for its model below is part of it.
+    started = time.time()
     discovery_error = None
     if args.model is None:
         # SGLang's /generate needs no model name; the OpenAI APIs do.
@@ -289,7 +291,6 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 discovery_error = f"no model name to send: {exc}"
     slo = slo_from_args(args)
     params = _params(args)
-    started = time.time()
     start: dict[str, Any] = {}
     if args.start_at is not None:
         # How far in the past the requested start already was (0 when it is still ahead).

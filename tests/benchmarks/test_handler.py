@@ -73,7 +73,10 @@ async def test_a_worker_runs_a_sweep_to_completion_and_keeps_levels_samples_and_
     assert [(lv.concurrency, lv.state, lv.requests_ok) for lv in levels.values()] == [
         (1, LevelState.COMPLETED, 20), (2, LevelState.COMPLETED, 20),
     ]  # fmt: skip
-    assert all(lv.output_tok_s and lv.ttft_p50_ms and lv.itl_p50_ms for lv in levels.values())
+    assert all(lv.output_tok_s and lv.ttft_p50_ms for lv in levels.values())
+    # The fast simulator streams its 4 tokens under 2 ms apart: one delivery, so no ITL over
+    # deliveries (docs/measurement.md), but the per-event figure is there.
+    assert all(lv.summary["itl_event_ms"]["p50"] is not None for lv in levels.values())
     assert levels[1].summary["requests"]["ok"] == 20 and levels[1].started_at is not None
     records = (await sync_to_async(Path(sweep.records_path).read_text)()).splitlines()
     assert len(records) == 40 and json.loads(records[0])["level"] == 0
