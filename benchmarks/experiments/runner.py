@@ -435,14 +435,15 @@ class ExperimentRun:
     async def _start(self, step: services.StepPlan) -> ServerInstance | None:
         profile = await ServerProfile.objects.aget(pk=step.profile_id)
         try:
-            instance = await sync_to_async(host_services.instance_start)(
-                profile=profile, user=self.plan.user
+            # One sync call: a worker shutdown cannot fall between the start and the step
+            # learning its server (a resume must find the server to stop or re-use it).
+            instance = await sync_to_async(services.experiment_step_start)(
+                step_id=step.step_id, profile=profile, user=self.plan.user
             )
         except host_services.ServerConflict as exc:
             await self._start_failed(step, f"could not start: {exc}")
             return None
         self.last_instance_id = instance.pk
-        await self.update(step_id=step.step_id, state=StepState.STARTING, instance_id=instance.pk)
         while True:
             instance = await ServerInstance.objects.select_related("profile", "host").aget(
                 pk=instance.pk

@@ -23,6 +23,7 @@ from benchmarks import services as sweep_services
 from benchmarks.experiments import comparison, selectors
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
+from hosts import services as host_services
 from hosts.jobs import job_cancel, job_enqueue
 from hosts.models import JobState, ServerInstance, ServerProfile
 from specdash import realtime
@@ -320,6 +321,16 @@ def experiment_step_update(
             step.finished_at = now
         step.save()
         _broadcast_step(step_id)
+
+
+def experiment_step_start(
+    *, step_id: int, profile: ServerProfile, user: Any = None
+) -> ServerInstance:
+    """Start the step's server and record it on the step, in one transaction."""
+    with transaction.atomic():
+        instance = host_services.instance_start(profile=profile, user=user)
+        experiment_step_update(step_id=step_id, state=StepState.STARTING, instance_id=instance.pk)
+    return instance
 
 
 def experiment_step_sweep(

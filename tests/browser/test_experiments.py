@@ -99,3 +99,48 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
     if os.environ.get("SPECDASH_SCREENSHOTS"):  # refreshes the README's picture on request
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         assert SCREENSHOT.stat().st_size > 20_000
+
+
+# An experiment whose worker died before it ran a step: what the interrupt hook leaves.
+_INTERRUPTED = """
+from django.db import transaction
+from benchmarks.experiments import services
+from hosts.models import Job, JobState, ServerProfile
+profiles = [ServerProfile.objects.get(name=n) for n in ({a!r}, {b!r})]
+with transaction.atomic():
+    e = services.experiment_create(profiles=profiles, levels=[1, 2], name="resumed in browser",
+        load={{"requests_per_level": 4, "max_tokens": 16, "input_tokens": 16}})
+    Job.objects.filter(pk=e.job_id).update(state=JobState.INTERRUPTED, error="worker gone")
+    services.experiment_on_interrupted(e.job_id, {{"experiment_id": e.pk}})
+print(e.pk)
+"""
+
+
+def test_resume_on_an_interrupted_experiments_page_and_the_timeline_continues_live(
+    page: Page, dashboard: Dashboard
+) -> None:
+    experiment_id = int(
+        dashboard.manage("shell", "-c", _INTERRUPTED.format(a=BASELINE, b=EAGLE)).split()[-1]
+    )
+    login(page, dashboard)
+    page.goto(f"{dashboard.url}/experiments/{experiment_id}/")
+    expect(page.get_by_test_id("experiment-state")).to_have_text("Interrupted")
+    history = page.get_by_test_id("experiment-history")
+    expect(history.locator("li[data-event=interrupted]")).to_contain_text("worker gone")
+    expect(page.locator("[data-testid=step-row][data-state=pending]")).to_have_count(2)
+
+    page.get_by_test_id("resume-experiment").click()
+    page.wait_for_url(f"{dashboard.url}/experiments/{experiment_id}/")
+    page.evaluate("window.__noReload = true")
+    expect(history.locator("li[data-event=resumed]")).to_contain_text("by operator")
+    expect(page.get_by_test_id("resume-experiment")).to_have_count(0)
+    # From here on the page follows it without a reload: steps start, sweep and finish.
+    expect(page.locator("[data-testid=step-row][data-state=sweeping]")).to_have_count(
+        1, timeout=60_000
+    )
+    expect(page.locator("[data-testid=step-row][data-state=done]")).to_have_count(
+        2, timeout=120_000
+    )
+    expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
+    assert page.evaluate("window.__noReload === true")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
