@@ -33,19 +33,7 @@ ABS_TOL_MS = 0.01
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 DIST_KEYS = ("count", "mean", "p50", "p90", "p99")
 SCALARS = ("output_tokens", "duration_s", "output_tok_s", "achieved_concurrency")
-COLUMNS = (
-    "output_tok_s",
-    "steady_output_tok_s",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "achieved_concurrency",
-    "requests_ok",
-    "requests_failed",
-)
+COLUMNS = (*experiment_selectors.LEVEL_FIGURES, "requests_ok", "requests_failed")
 
 
 @dataclass
