@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from benchmarks.experiments.runner import experiment_on_interrupted, run_experiment
+from benchmarks.experiments.runner import (
+    experiment_on_cancel_forced,
+    experiment_on_interrupted,
+    run_experiment,
+)
 from benchmarks.experiments.services import EXPERIMENT_JOB_KIND
 from benchmarks.services import SWEEP_JOB_KIND
 from benchmarks.sweeps.handler import run_sweep, sweep_on_cancel_forced, sweep_on_interrupted
@@ -15,3 +19,4 @@ on_cancel_forced(SWEEP_JOB_KIND)(sweep_on_cancel_forced)
 job_handler(SHARD_JOB_KIND)(run_shard)
 job_handler(EXPERIMENT_JOB_KIND)(run_experiment)
 on_interrupted(EXPERIMENT_JOB_KIND)(experiment_on_interrupted)
+on_cancel_forced(EXPERIMENT_JOB_KIND)(experiment_on_cancel_forced)

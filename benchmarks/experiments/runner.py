@@ -539,3 +539,7 @@ async def run_experiment(ctx: JobContext) -> dict[str, Any]:
 
 def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
     services.experiment_on_interrupted(job_id, params)
+
+
+def experiment_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
+    services.experiment_on_cancel_forced(job_id, params)

@@ -434,6 +434,29 @@ def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
             experiment_resume(experiment=experiment, by=AUTO_RESUMER)
 
 
+def experiment_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
+    """Forced-cancel hook (sync): the operator cancelled and the runner did not stop within the
+    grace, so its task was cancelled outright. The experiment ends cancelled, saying so (never
+    resumed automatically: a cancel is the operator's word); the server of the step in progress
+    is left to its own lifecycle job, as after any cancel."""
+    from hosts.models import Job
+
+    experiment_id = int(params["experiment_id"])
+    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+    reason = error or "cancelled on request; did not stop within the grace; forced"
+    with transaction.atomic():
+        running = ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
+            state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
+        )
+        at = [f"step {s.index + 1} ({s.get_state_display().lower()})" for s in running]
+        for step in running:
+            experiment_step_update(step_id=step.pk, state=StepState.CANCELLED, reason=reason)
+        if experiment_finish(
+            experiment_id=experiment_id, state=ExperimentState.CANCELLED, reason=reason
+        ):
+            _history_add(experiment_id, {"event": "cancelled", "reason": reason, "at": at})
+
+
 AUTO_RESUMER = "auto-resume"
 
 
