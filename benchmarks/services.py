@@ -619,20 +619,27 @@ CRASH_ERROR_KINDS = ("connect", "disconnect", "protocol")
 def sweep_levels_cut_by_crash(*, sweep_id: int, from_index: int = 0) -> list[int]:
     """After the server crashed mid-sweep: a level the load generator finished with requests
     lost to the dead server is partial, not completed (comparisons count completed levels
-    only). Returns the indexes changed."""
+    only); one it gave up on stays failed. Either way its reason names the crash, with what
+    the load generator saw after it. Returns the indexes changed."""
     changed = []
     with transaction.atomic():
         levels = SweepLevel.objects.select_for_update().filter(
-            sweep_id=sweep_id, index__gte=from_index, state=LevelState.COMPLETED
+            sweep_id=sweep_id,
+            index__gte=from_index,
+            state__in=[LevelState.COMPLETED, LevelState.FAILED],
         )
         for level in levels:
             causes = ((level.summary or {}).get("requests") or {}).get("errors_by_cause") or {}
             lost = {k: int(causes[k]) for k in CRASH_ERROR_KINDS if causes.get(k)}
             if not lost:
                 continue
-            level.state = LevelState.PARTIAL
-            level.reason = "server crashed during this level: " + ", ".join(
-                f"{n} {kind} error(s)" for kind, n in lost.items()
+            seen = f" (load generator: {level.reason})" if level.reason else ""
+            if level.state == LevelState.COMPLETED:
+                level.state = LevelState.PARTIAL
+            level.reason = (
+                "server crashed during this level: "
+                + ", ".join(f"{n} {kind} error(s)" for kind, n in lost.items())
+                + seen
             )
             level.save(update_fields=["state", "reason"])
             _broadcast_level(level)

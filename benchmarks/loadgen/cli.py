@@ -27,6 +27,7 @@ from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
+from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 
 EXIT_OK = 0
@@ -225,8 +226,15 @@ def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
 
 
 def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
+    """The level's summary, computed from its records exactly as the records file holds them
+    (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
+    way here and in an audit that recomputes the summary from the file."""
+    as_stored = [
+        RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
+        for r in result.records
+    ]
     summary = summarize_level(
-        result.records,
+        as_stored,
         concurrency=result.concurrency,
         mode=result.mode,
         partial=result.partial,

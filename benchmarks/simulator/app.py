@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class SimApp:
         self.ready = True
         self.started = time.time()
         self.completed = 0
+        self.crash_armed = False
         self.live: set[SimRequest] = set()
         self.abort_reason: str | None = "client disconnected"
         self.stopping = False
@@ -94,6 +96,11 @@ class SimApp:
     ) -> None:
         if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
             data = load_json_object(await _read_body(receive))
+            if self.crash_armed:
+                # The crash fault fired: the process exits within moments. A request that
+                # arrives meanwhile must die with it, not complete (a fast profile would
+                # otherwise finish a whole level in that time).
+                await asyncio.Event().wait()
             if not self.ready:
                 raise self._unavailable()
             if path == "/generate":
@@ -212,6 +219,7 @@ class SimApp:
             self.completed += 1
             limit = self.config.crash_after_requests
             if limit and self.completed == limit and self.on_crash is not None:
+                self.crash_armed = True
                 self.on_crash()
 
     def abort_all(self, reason: str) -> None:

@@ -58,7 +58,10 @@ async def test_a_crash_mid_sweep_is_named_and_its_level_is_partial_not_completed
     assert all(lv.state != LevelState.COMPLETED for lv in cut), [
         (lv.concurrency, lv.state, lv.requests_ok, lv.requests_failed) for lv in cut
     ]
-    assert levels[1].state == LevelState.PARTIAL
+    # The level the crash cut: partial when the load generator finished it, failed when it
+    # gave up on the dead server first (which of the two depends on where the crash lands).
+    assert levels[1].state in (LevelState.PARTIAL, LevelState.FAILED)
+    assert levels[1].requests_ok > 0 and levels[1].requests_failed > 0
     assert levels[1].reason.startswith("server crashed during this level"), levels[1].reason
 
     # The lifecycle side: crashed, its orphaned workers cleaned up, GPUs back.
