@@ -24,6 +24,10 @@ from engines.models import ModelPair, write_pair
 from engines.paths import llama_server_binary
 from hosts.presets import llamacpp_argv
 
+# The job worker and the leftover-killer of the experiment and lifecycle tests, not copies.
+from tests.benchmarks.experiments.conftest import worker  # noqa: F401
+from tests.hosts.lifecycle.conftest import _kill_leftovers  # noqa: F401
+
 # Two knob settings whose verify steps are all alike (misses evenly spaced): with
 # --spec-draft-n-max 3 each step accepts 2 (agreement 2/3) or 1 (agreement 1/2) draft tokens.
 AGREEMENTS = (2 / 3, 1 / 2)

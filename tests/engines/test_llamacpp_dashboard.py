@@ -4,11 +4,10 @@ an A/B experiment, through the real agent, job worker, sweep job and load genera
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,10 @@ from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, Swee
 from benchmarks.models.experiments import ExperimentState
 from engines.models import ModelPair
 from hosts import services
-from hosts.jobs.worker import Worker, WorkerSettings
+from hosts.jobs.worker import Worker
 from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
 from hosts.presets import llamacpp_argv
 from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, free_port, pids_alive
-from tests.hosts.lifecycle.conftest import _db_ok, _marker_pids
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.django_db(transaction=True)]
 
@@ -62,27 +60,6 @@ def llamacpp_profile(
         )  # fmt: skip
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _kill_leftovers() -> Iterator[None]:
-    yield
-    run_ids = set(ServerInstance.objects.values_list("run_id", flat=True)) if _db_ok() else set()
-    for pid in _marker_pids(run_ids):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-async def worker() -> AsyncIterator[Worker]:
-    stop = asyncio.Event()
-    w = Worker(worker_id="llamacpp-test", settings=WorkerSettings(poll_interval=0.1))
-    task = asyncio.create_task(w.run(stop))
-    try:
-        yield w
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
 
 
 async def wait_state(instance_id: int, *states: str, timeout: float = 150) -> ServerInstance:
