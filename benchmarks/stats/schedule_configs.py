@@ -1,8 +1,8 @@
 """A speculation schedule (``schedule.Step``s: batch sizes -> draft length, 0 = off) written as
 each engine's configuration, with the option's source and version from ``engines.ENGINE_OPTIONS``.
 
-What each engine can take (docs/engines.md, "Emitting a schedule"; rules as
-/work/shared/reference/engines.md states them, from the sources the table names):
+What each engine can take (docs/engines.md, "A load-adaptive schedule per engine"; the rules as
+the sources the table names state them, and nothing they do not state):
 
 * vLLM: ``num_speculative_tokens_per_batch_size`` in ``--speculative-config``: inclusive
   ``[start, end, K]`` ranges, the first starting at 1, sorted, non-overlapping, K >= 0.
