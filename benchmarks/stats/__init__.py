@@ -11,6 +11,7 @@ from benchmarks.stats.intervals import (
     ratio_from_requests,
 )
 from benchmarks.stats.saturation import Saturation, find_saturation
+from benchmarks.stats.schedule import Band, Schedule, Step, Variant, derive_schedule
 from benchmarks.stats.types import (
     Curve,
     LevelRatio,
@@ -23,6 +24,7 @@ from benchmarks.stats.types import (
 from benchmarks.stats.verdict import Verdict, compare, compare_all
 
 __all__ = [
+    "Band",
     "Crossing",
     "Crossover",
     "Curve",
@@ -33,9 +35,13 @@ __all__ = [
     "RatioCurve",
     "RequestPoint",
     "Saturation",
+    "Schedule",
+    "Step",
+    "Variant",
     "Verdict",
     "compare",
     "compare_all",
+    "derive_schedule",
     "find_crossover",
     "find_saturation",
     "interpolate_crossing",

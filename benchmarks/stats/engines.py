@@ -14,6 +14,13 @@ reasonable first threshold, to be checked with a sweep of the configured server.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# How much of a load-adaptive schedule (batch-size steps -> draft length, see schedule.py) an
+# option can carry: "ranges" and "tiers" any schedule (vLLM's ranges, SGLang's per-batch-size
+# tiers), "threshold" one draft length up to a batch size and none above, "fixed" one draft
+# length (or none) at every load.
+Carries = Literal["ranges", "tiers", "threshold", "fixed"]
 
 # Profile engine keys (hosts.models.Engine values) and the names people know them by.
 ENGINE_NAMES: dict[str, str] = {
@@ -36,6 +43,7 @@ class EngineOptionSpec:
     version: str
     note: str
     switches_by_load: bool  # the option itself turns speculation off above a batch size
+    carries: Carries
 
     def render(self, disable_above: int) -> EngineOption:
         value = self.syntax.format(n=disable_above, n1=disable_above + 1)
@@ -74,6 +82,7 @@ ENGINE_OPTIONS: tuple[EngineOptionSpec, ...] = (
         "(-md alone loads the draft but drafts nothing without --spec-type draft-simple); route "
         "requests by load between a speculative and a plain server",
         switches_by_load=False,
+        carries="fixed",
     ),
     EngineOptionSpec(
         engine="llamacpp",
@@ -85,6 +94,7 @@ ENGINE_OPTIONS: tuple[EngineOptionSpec, ...] = (
         note="fewer draft tokens per verify step cost less when the batch is full; sweep "
         "it: it is the same at every load",
         switches_by_load=False,
+        carries="fixed",
     ),
     EngineOptionSpec(
         engine="vllm",
@@ -98,6 +108,7 @@ ENGINE_OPTIONS: tuple[EngineOptionSpec, ...] = (
         "non-overlapping; K=0 drafts nothing; ignored with data parallelism > 1. It replaces "
         "disable_by_batch_size, which no longer exists (vLLM refuses to start with it)",
         switches_by_load=True,
+        carries="ranges",
     ),
     EngineOptionSpec(
         engine="sglang",
@@ -112,6 +123,7 @@ ENGINE_OPTIONS: tuple[EngineOptionSpec, ...] = (
         'batch size first) applies; [0] disables drafting (the built-in default has "64": [0]). '
         "EAGLE/EAGLE3 with topk 1 only; --speculative-num-steps must be among the candidates",
         switches_by_load=True,
+        carries="tiers",
     ),
     EngineOptionSpec(
         engine="trtllm",
@@ -123,8 +135,17 @@ ENGINE_OPTIONS: tuple[EngineOptionSpec, ...] = (
         note="in speculative_config (trtllm-serve --extra_llm_api_options YAML): speculation is "
         "off at batch sizes above it; draft_len_schedule maps batch sizes to draft lengths",
         switches_by_load=True,
+        carries="threshold",
     ),
 )
+
+
+def option_row(engine: str, option: str) -> EngineOptionSpec:
+    """The table's row for one engine's option (KeyError-like ValueError when absent)."""
+    for row in ENGINE_OPTIONS:
+        if row.engine == engine and row.option == option:
+            return row
+    raise ValueError(f"no option {option!r} for engine {engine!r} in ENGINE_OPTIONS")
 
 
 def options_for(engine: str) -> tuple[EngineOptionSpec, ...]:
