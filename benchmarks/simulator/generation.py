@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .encode import DONE, StreamEncoder, generate_chunk, generate_meta, openai_body, token_text
+from .encode import DONE, StreamEncoder, generate_chunk, generate_json, generate_meta, openai_body
 from .protocol import GenRequest
 from .scheduler import SimRequest
 
@@ -125,8 +124,7 @@ async def _unary(
     if req.kind == "generate":
         meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
         meta |= spec_meta(sim)
-        text = token_text(0, sim.generated).decode()
-        body = json.dumps({"text": text, "meta_info": meta}).encode()
+        body = generate_json(sim.generated, meta)
     else:
         body = openai_body(req, sim.request_id, created, sim.generated, reason)
     await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS + headers})
