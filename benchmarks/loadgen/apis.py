@@ -25,6 +25,22 @@ PATHS: dict[Api, str] = {
 }
 
 
+# SGLang gives a request's own speculative figures on its OpenAI endpoints only when asked
+# (docs/engines.md, "SGLang"); other engines do not know the field (vLLM logs a warning for every
+# request carrying an unknown field), so it is sent to SGLang servers alone.
+SGLANG_SPEC_DETAILS: dict[str, Any] = {"return_spec_tokens_details": True}
+
+
+def engine_extra_body(engine: str, api: Api) -> dict[str, Any]:
+    """Body fields a request to `engine` (a profile's engine name) should carry on `api` so the
+    server reports the request's speculative figures; merge them into `build_body`'s `extra`."""
+    if engine in ("sglang", "simulator") and api is not Api.GENERATE:
+        # The simulator in its (default) SGLang mode answers as SGLang does; in vLLM mode it
+        # ignores the field.
+        return dict(SGLANG_SPEC_DETAILS)
+    return {}
+
+
 class TokenCounter(Protocol):
     tokens: int
 
@@ -105,7 +121,8 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
 
 
 def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
-    """SGLang's per-request figures in `meta_info` of a finished speculative request:
+    """SGLang's per-request figures, in `meta_info` of a finished speculative `/generate`
+    request or in `sglext.spec_tokens_details` on its OpenAI endpoints (same names):
     `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
     `spec_num_correct_drafts` accepted draft tokens."""
     steps = _count(meta.get("spec_verify_ct"))
@@ -253,6 +270,11 @@ class OpenAIHandler(ChunkHandler):
             reason = choice.get("finish_reason")
             if reason:
                 rec.finish_reason = reason
+        elif (sglext := obj.get("sglext")) is not None:
+            # SGLang's `choices: []` chunk for `return_spec_tokens_details` (a list with n > 1).
+            details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
+            if isinstance(details, dict):
+                read_sglang_meta(details, rec)
         elif usage is None:
             text = _error_text(obj)
             if text is not None:

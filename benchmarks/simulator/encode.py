@@ -87,6 +87,18 @@ class StreamEncoder:
             parts.append(b"}]}\n\n")
         return b"".join(parts)
 
+    def sglext_chunk(self, details: dict[str, Any]) -> bytes:
+        """SGLang's per-request speculative figures for a request that set
+        `return_spec_tokens_details`: a `choices: []` chunk before the usage chunk, the figures
+        under `sglext.spec_tokens_details` (docs/engines.md, "SGLang")."""
+        return (
+            b"data: "
+            + self._envelope
+            + b',"choices":[],"sglext":{"spec_tokens_details":'
+            + json.dumps(details, separators=(",", ":")).encode()
+            + b"}}\n\n"
+        )
+
     def usage_chunk(self, completion: int) -> bytes:
         return (
             b"data: "

@@ -144,19 +144,27 @@ async def _stream_openai(
     encoder = StreamEncoder(req, sim.request_id, int(sim.arrival), sglang=sglang)
     pos = 0
     take = sim.take
+
+    def tail() -> bytes:
+        # After the last token: SGLang's sglext chunk (when asked for and the request was
+        # speculative), the usage chunk (when asked for), then [DONE].
+        out = b""
+        if sglang and req.spec_details and (details := spec_meta(sim)):
+            out += encoder.sglext_chunk(details)
+        if req.include_usage:
+            out += encoder.usage_chunk(pos)
+        return out + DONE
+
     while True:
         n = await take()
         final = sim.done
         if n == 0:
-            body = (encoder.usage_chunk(pos) if req.include_usage else b"") + DONE
-            await send({"type": "http.response.body", "body": body, "more_body": False})
+            await send({"type": "http.response.body", "body": tail(), "more_body": False})
             return
         body = encoder.chunk(pos, n, sim.finish_reason if final else None)
         pos += n
         if final:
-            if req.include_usage:
-                body += encoder.usage_chunk(pos)
-            body += DONE
+            body += tail()
         t = time.time()
         await send({"type": "http.response.body", "body": body, "more_body": not final})
         chunks.append([t, n])

@@ -109,7 +109,7 @@ def test_fast_path_records_the_same_as_decoding_every_chunk_whole() -> None:
 def test_spaced_json_and_other_member_orders_are_read_too() -> None:
     meta = {"completion_tokens": 5, "prompt_tokens": 2, "finish_reason": None}
     spaced = json.dumps({"text": 'say "meta_info": {}', "meta_info": meta, "index": 0})
-    rec, parsed, decoded_whole = _drive([spaced.encode()])
+    rec, _, decoded_whole = _drive([spaced.encode()])
     assert decoded_whole == []
     assert (rec.output_tokens, rec.chunk_tokens, rec.prompt_tokens) == (5, [5], 2)
 
