@@ -143,7 +143,7 @@ def _sglang_openai_stream(details: dict[str, object] | None) -> bytes:
 
 
 async def test_sglang_openai_sglext_chunk_gives_verify_steps_and_drafts() -> None:
-    details = {
+    details: dict[str, object] = {
         "spec_verify_ct": 2,
         "spec_accept_length": 4.5,
         "spec_accept_rate": 1.0,
