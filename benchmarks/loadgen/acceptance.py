@@ -2,7 +2,9 @@ from __future__ import annotations
 
 # Per-request speculative acceptance, summed per level and per prompt category.
 #
-# Where the engine reports a request's own figures (llama.cpp's `timings`, SGLang's `meta_info`),
+# Where the engine reports a request's own figures (llama.cpp's `timings`; SGLang's `meta_info` on
+# /generate, or `sglext.spec_tokens_details` on its OpenAI endpoints when the request sets
+# `return_spec_tokens_details`, which `apis.engine_extra_body` adds for SGLang),
 # the records carry verify steps, drafted and accepted draft tokens. A level's accept length is
 # output tokens / verify steps over the requests that report steps (SGLang's own definition,
 # completion_tokens / spec_verify_ct, summed before dividing); its acceptance rate is accepted /

@@ -3,8 +3,10 @@ from __future__ import annotations
 # Request bodies and streamed-chunk handling for each supported API.
 #
 # The handlers run once per SSE event, so they do as little as possible: read the cumulative token
-# count the server reports, append one (time, tokens) pair, keep the finish reason and usage.
+# count the server reports, append one (time, tokens) pair, keep the finish reason and usage. Their
+# work per event must not grow with the output so far (a /generate chunk repeats all of it).
 import enum
+import json
 from typing import Any, Protocol
 
 from benchmarks.loadgen.records import RequestRecord
@@ -21,6 +23,22 @@ PATHS: dict[Api, str] = {
     Api.CHAT: "/v1/chat/completions",
     Api.GENERATE: "/generate",
 }
+
+
+# SGLang gives a request's own speculative figures on its OpenAI endpoints only when asked
+# (docs/engines.md, "SGLang"); other engines do not know the field (vLLM logs a warning for every
+# request carrying an unknown field), so it is sent to SGLang servers alone.
+SGLANG_SPEC_DETAILS: dict[str, Any] = {"return_spec_tokens_details": True}
+
+
+def engine_extra_body(engine: str, api: Api) -> dict[str, Any]:
+    """Body fields a request to `engine` (a profile's engine name) should carry on `api` so the
+    server reports the request's speculative figures; merge them into `build_body`'s `extra`."""
+    if engine in ("sglang", "simulator") and api is not Api.GENERATE:
+        # The simulator in its (default) SGLang mode answers as SGLang does; in vLLM mode it
+        # ignores the field.
+        return dict(SGLANG_SPEC_DETAILS)
+    return {}
 
 
 class TokenCounter(Protocol):
@@ -103,7 +121,8 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
 
 
 def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
-    """SGLang's per-request figures in `meta_info` of a finished speculative request:
+    """SGLang's per-request figures, in `meta_info` of a finished speculative `/generate`
+    request or in `sglext.spec_tokens_details` on its OpenAI endpoints (same names):
     `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
     `spec_num_correct_drafts` accepted draft tokens."""
     steps = _count(meta.get("spec_verify_ct"))
@@ -251,6 +270,11 @@ class OpenAIHandler(ChunkHandler):
             reason = choice.get("finish_reason")
             if reason:
                 rec.finish_reason = reason
+        elif (sglext := obj.get("sglext")) is not None:
+            # SGLang's `choices: []` chunk for `return_spec_tokens_details` (a list with n > 1).
+            details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
+            if isinstance(details, dict):
+                read_sglang_meta(details, rec)
         elif usage is None:
             text = _error_text(obj)
             if text is not None:
@@ -264,10 +288,41 @@ class OpenAIHandler(ChunkHandler):
                 rec.prompt_tokens = prompt
 
 
+# `/generate`'s chunks repeat the whole output so far (cumulative `text` and `output_ids`), then
+# `meta_info` last; decoding each whole chunk would make a request's parsing quadratic in its
+# length. The fast path finds the `meta_info` key from the end and parses that object alone. The
+# key with both quotes unescaped cannot occur inside a JSON string, only as a real key.
+_META_KEY = b'"meta_info":'
+_parse_object = json.JSONDecoder().raw_decode
+
+
+def meta_info_of(payload: bytes) -> dict[str, Any] | None:
+    """The `meta_info` object of a `/generate` chunk, parsed without the text and ids before it;
+    None when the chunk has no such key or it does not hold an object."""
+    i = payload.rfind(_META_KEY)
+    if i < 0:
+        return None
+    try:
+        text = payload[i + len(_META_KEY) :].decode().lstrip()
+        meta, _ = _parse_object(text)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 class GenerateHandler(ChunkHandler):
     """SGLang's native /generate: `meta_info.completion_tokens` is cumulative on every chunk."""
 
     __slots__ = ()
+
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        # Everything but a chunk without a token count (then the text is what counts) is read
+        # from meta_info alone; errors and other shapes have no meta_info and are decoded whole.
+        meta = meta_info_of(payload)
+        if meta is None or meta.get("completion_tokens") is None:
+            return False
+        self._meta(meta, now, None)
+        return True
 
     def handle(self, obj: Any, now: float) -> None:
         rec = self.rec
@@ -278,9 +333,13 @@ class GenerateHandler(ChunkHandler):
                 rec.error_kind = "server_error"
                 rec.error = text[:500]
             return
+        self._meta(meta, now, obj)
+
+    def _meta(self, meta: dict[str, Any], now: float, obj: Any) -> None:
+        rec = self.rec
         total = meta.get("completion_tokens")
         if total is None:
-            if obj.get("text"):
+            if obj is not None and obj.get("text"):
                 rec.chunk_tokens_estimated = True
                 self._add(now, 1)
         else:

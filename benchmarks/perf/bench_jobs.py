@@ -125,7 +125,8 @@ def _start_simulator(tmp: Path, workers: int, profile: str) -> tuple[subprocess.
     while time.monotonic() < deadline:
         with (
             contextlib.suppress(OSError),
-            urllib.request.urlopen(url + "/health", timeout=1) as response,  # noqa: S310
+            # SGLang-style /health answers after ~1 s (it waits for a generation).
+            urllib.request.urlopen(url + "/health", timeout=5) as response,  # noqa: S310
         ):
             if response.status == 200:
                 return proc, url

@@ -108,7 +108,8 @@ def simulator(
             if proc.poll() is not None:
                 raise RuntimeError(f"simulator exited: {(tmp / f'sim-{port}.log').read_text()}")
             try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:  # noqa: S310
+                # SGLang-style /health answers after ~1 s (it waits for a generation).
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:  # noqa: S310
                     if r.status == 200:
                         break
             except OSError:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,8 @@ from .metrics import EngineMetrics
 from .protocol import ApiError, Limits, load_json_object, parse_generate, parse_openai
 from .scheduler import AsyncScheduler, SchedulerCore, SimRequest
 from .truth import TruthLog
+
+log = logging.getLogger("specdash.sim")
 
 VERSION = "0.0.0-specdash-sim"
 MAX_BODY = 64 * 1024 * 1024
@@ -45,6 +48,9 @@ class SimApp:
         self.truth = TruthLog(config.truth_log)
         self.limits = Limits(config.model, config.max_model_len, config.default_max_tokens)
         self.ready = True
+        # SGLang answers /health 503 until its warm-up generation has succeeded (`warm_up`);
+        # vLLM's /health has no such stage.
+        self.warmed = config.metrics_style == "vllm"
         self.started = time.time()
         self.completed = 0
         self.crash_armed = False
@@ -52,6 +58,7 @@ class SimApp:
         self.abort_reason: str | None = "client disconnected"
         self.stopping = False
         self.on_crash = on_crash
+        self._tasks: set[asyncio.Future[None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -108,6 +115,9 @@ class SimApp:
             else:
                 req = parse_openai("chat" if "chat" in path else "completions", data, self.limits)
             await serve_generation(self, scope, receive, send, req)
+        elif path in ("/health", "/health_generate") and self.config.metrics_style != "vllm":
+            ok = await self._sglang_health(path)
+            await _respond(send, 200 if ok else 503, b"", [(b"content-type", b"text/plain")])
         elif path in ("/health", "/health_generate"):
             if not self.ready or (path == "/health_generate" and not self._scheduler_ok()):
                 raise self._unavailable()
@@ -123,6 +133,53 @@ class SimApp:
                 await _respond(send, 200, b"Cache flushed.", [(b"content-type", b"text/plain")])
         else:
             await _json(send, self._info(path))
+
+    async def _sglang_health(self, path: str) -> bool:
+        """SGLang's one health handler for both paths (docs/engines.md, "SGLang"): 503 at once
+        until the warm-up succeeded; then sleep ~1 s and answer 200 if the scheduler produced
+        any output since the call began, else sleep again, and 503 after the timeout. An idle
+        scheduler gets a 1-token generation to produce that output; a busy one none. With
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off, /health answers 200 at once."""
+        cfg, core = self.config, self.core
+        if self.stopping or not self.ready or not self.warmed:
+            return False
+        if path == "/health" and not cfg.health_generation:
+            return True
+        steps = core.steps
+        if not core.running and not core.queue:
+            task = asyncio.ensure_future(self.generate_internal("HEALTH_CHECK"))
+            self._tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._tasks.discard)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cfg.health_check_timeout_s
+        while loop.time() < deadline:
+            await asyncio.sleep(cfg.health_check_interval_s)
+            if core.steps > steps:
+                return True
+        log.error("Health check failed: no scheduler output for %g s", cfg.health_check_timeout_s)
+        return False
+
+    async def generate_internal(self, prefix: str) -> None:
+        """A 1-token generation of the server's own (warm-up, health check). Like SGLang's
+        health-check request (`log_metrics=False`) it stays out of the Prometheus counters and
+        histograms and out of the truth log: it never passes `request_finished`."""
+        sim = SimRequest(
+            request_id=f"{prefix}_{time.time()}",
+            prompt_tokens=1,
+            max_tokens=1,
+            target=1,
+            target_reason="length",
+            arrival=time.time(),
+            loop=asyncio.get_running_loop(),
+        )
+        self.scheduler.submit(sim)
+        while not sim.done:
+            await sim.take()
+
+    async def warm_up(self) -> None:
+        """After load, as SGLang does: one warm-up generation; /health is 503 until it is done."""
+        await self.generate_internal("WARMUP")
+        self.warmed = True
 
     def _scheduler_ok(self) -> bool:
         # The loop starts with the first request; before that an idle scheduler is healthy.

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .config import DEFAULT_STATE_DIR, STATE_DIR_ENV, SimConfig, default_state_dir
 from .profiles import PROFILES, get_profile
@@ -241,4 +243,17 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         fail_oom_at_start=args.fail_oom_at_start,
         log_interval=args.log_interval,
         worker_title=args.worker_title,
+        **health_settings(os.environ),
     )
+
+
+def health_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """SGLang's own environment switches for its health endpoint, read as SGLang reads them."""
+    out: dict[str, Any] = {}
+    timeout = env.get("SGLANG_HEALTH_CHECK_TIMEOUT")
+    if timeout:
+        out["health_check_timeout_s"] = float(timeout)
+    generation = env.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION")
+    if generation:
+        out["health_generation"] = generation.strip().lower() in ("1", "true", "yes", "on")
+    return out

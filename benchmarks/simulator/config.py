@@ -39,6 +39,12 @@ class SimConfig:
     fail_oom_at_start: bool = False
     log_interval: float = 10.0
     worker_title: str | None = None
+    # SGLang's health endpoint (SGLang mode): after warm-up, each call sleeps this long, then
+    # answers 200 if the scheduler produced output meanwhile (an idle one runs a 1-token
+    # generation for it), else sleeps again until `health_check_timeout_s`, then 503.
+    health_check_interval_s: float = 1.0
+    health_check_timeout_s: float = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT
+    health_generation: bool = True  # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (/health only)
 
     @property
     def ranks(self) -> int:

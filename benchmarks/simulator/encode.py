@@ -87,6 +87,18 @@ class StreamEncoder:
             parts.append(b"}]}\n\n")
         return b"".join(parts)
 
+    def sglext_chunk(self, details: dict[str, Any]) -> bytes:
+        """SGLang's per-request speculative figures for a request that set
+        `return_spec_tokens_details`: a `choices: []` chunk before the usage chunk, the figures
+        under `sglext.spec_tokens_details` (docs/engines.md, "SGLang")."""
+        return (
+            b"data: "
+            + self._envelope
+            + b',"choices":[],"sglext":{"spec_tokens_details":'
+            + json.dumps(details, separators=(",", ":")).encode()
+            + b"}}\n\n"
+        )
+
     def usage_chunk(self, completion: int) -> bytes:
         return (
             b"data: "
@@ -136,6 +148,24 @@ def generate_meta(
     return meta
 
 
+# Token ids of the word pieces, fixed width (4 digits and a comma each) so that the cumulative
+# `output_ids` of a chunk is a slice of a pre-built byte string, like its text.
+_ID_BASE = 1000
+_IDS_UNIT = b"".join(b"%d," % (_ID_BASE + i) for i in range(_CYCLE))
+_ID_WIDTH = len(_IDS_UNIT) // _CYCLE
+_IDS_BIG = _IDS_UNIT * 64
+
+
+def token_ids(n: int) -> bytes:
+    """The JSON array body (no brackets) of the ids of tokens 0 .. n-1."""
+    end = n * _ID_WIDTH - 1
+    if n <= 0:
+        return b""
+    if end <= len(_IDS_BIG):
+        return _IDS_BIG[:end]
+    return (_IDS_UNIT * (n // _CYCLE + 1))[:end]
+
+
 def generate_chunk(
     req: GenRequest,
     request_id: str,
@@ -143,10 +173,26 @@ def generate_chunk(
     reason: str | None,
     extra: dict[str, Any] | None = None,
 ) -> bytes:
-    """SGLang-native streaming event: cumulative text and cumulative completion_tokens (the
-    finished request's speculative figures in `extra`)."""
+    """SGLang-native streaming event, shaped as SGLang 0.5.23 sends it (docs/engines.md,
+    "SGLang"): compact JSON with the cumulative `text`, the cumulative `output_ids`, then
+    `meta_info` with the cumulative `completion_tokens` (and the finished request's speculative
+    figures in `extra`). Every chunk repeats the whole output so far."""
     meta = generate_meta(req, request_id, completion, reason, None)
     if extra:
         meta |= extra
-    text = token_text(0, completion).decode()
-    return b"data: " + json.dumps({"text": text, "meta_info": meta}).encode() + b"\n\n"
+    return b"data: " + generate_json(completion, meta) + b"\n\n"
+
+
+def generate_json(completion: int, meta: dict[str, Any]) -> bytes:
+    """`{"text":...,"output_ids":[...],"meta_info":{...}}` for the first `completion` tokens."""
+    return b"".join(
+        (
+            b'{"text":"',
+            token_text(0, completion),
+            b'","output_ids":[',
+            token_ids(completion),
+            b'],"meta_info":',
+            json.dumps(meta, separators=(",", ":")).encode(),
+            b"}",
+        )
+    )

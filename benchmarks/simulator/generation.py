@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .encode import DONE, StreamEncoder, generate_chunk, generate_meta, openai_body, token_text
+from .encode import DONE, StreamEncoder, generate_chunk, generate_json, generate_meta, openai_body
 from .protocol import GenRequest
 from .scheduler import SimRequest
 
@@ -125,8 +124,7 @@ async def _unary(
     if req.kind == "generate":
         meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
         meta |= spec_meta(sim)
-        text = token_text(0, sim.generated).decode()
-        body = json.dumps({"text": text, "meta_info": meta}).encode()
+        body = generate_json(sim.generated, meta)
     else:
         body = openai_body(req, sim.request_id, created, sim.generated, reason)
     await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS + headers})
@@ -146,19 +144,27 @@ async def _stream_openai(
     encoder = StreamEncoder(req, sim.request_id, int(sim.arrival), sglang=sglang)
     pos = 0
     take = sim.take
+
+    def tail() -> bytes:
+        # After the last token: SGLang's sglext chunk (when asked for and the request was
+        # speculative), the usage chunk (when asked for), then [DONE].
+        out = b""
+        if sglang and req.spec_details and (details := spec_meta(sim)):
+            out += encoder.sglext_chunk(details)
+        if req.include_usage:
+            out += encoder.usage_chunk(pos)
+        return out + DONE
+
     while True:
         n = await take()
         final = sim.done
         if n == 0:
-            body = (encoder.usage_chunk(pos) if req.include_usage else b"") + DONE
-            await send({"type": "http.response.body", "body": body, "more_body": False})
+            await send({"type": "http.response.body", "body": tail(), "more_body": False})
             return
         body = encoder.chunk(pos, n, sim.finish_reason if final else None)
         pos += n
         if final:
-            if req.include_usage:
-                body += encoder.usage_chunk(pos)
-            body += DONE
+            body += tail()
         t = time.time()
         await send({"type": "http.response.body", "body": body, "more_body": not final})
         chunks.append([t, n])

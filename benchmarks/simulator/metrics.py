@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .scheduler import SchedulerCore
 
+# vLLM-style histogram bounds.
 TTFT_BUCKETS = (
     0.001,
     0.005,
@@ -54,6 +55,40 @@ ITL_BUCKETS = (
 )
 E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0)
 
+# SGLang's default bounds, used when the server is started without `--bucket-time-to-first-token`
+# and friends (srt/metrics/collector.py). Its TTFT buckets start at 0.1 s: every TTFT below
+# 100 ms lands in the first bucket, so a quantile there is an interpolation, not a measurement.
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+    6.000,
+    8.000,
+)
+SGLANG_E2E_BUCKETS = (
+    0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
+    2400,
+)  # fmt: skip
+
 
 class Histogram:
     __slots__ = ("bounds", "count", "counts", "total")
@@ -86,9 +121,9 @@ class EngineMetrics:
     model: str
     style: str
     ranks: int
-    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
-    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
-    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    ttft: Histogram = field(init=False)
+    itl: Histogram = field(init=False)
+    e2e: Histogram = field(init=False)
     finished_by_reason: dict[str, int] = field(default_factory=dict)
     gen_throughput: float = 0.0
     accept_length: float = 0.0
@@ -100,6 +135,12 @@ class EngineMetrics:
     finished_generation_tokens: int = 0
     finished_requests: int = 0
     finished_verify_calls: int = 0
+
+    def __post_init__(self) -> None:
+        sglang = self.style != "vllm"
+        self.ttft = Histogram(SGLANG_TTFT_BUCKETS if sglang else TTFT_BUCKETS)
+        self.itl = Histogram(SGLANG_ITL_BUCKETS if sglang else ITL_BUCKETS)
+        self.e2e = Histogram(SGLANG_E2E_BUCKETS if sglang else E2E_BUCKETS)
 
     def observe_request(
         self,

@@ -45,6 +45,9 @@ class GenRequest:
     ignore_eos: bool
     include_usage: bool
     continuous_usage: bool
+    # SGLang's `return_spec_tokens_details` (OpenAI endpoints): the finished request's
+    # speculative figures in an extra `choices: []` chunk under `sglext.spec_tokens_details`.
+    spec_details: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def parse_openai(kind: Kind, data: dict[str, Any], limits: Limits) -> GenRequest
         ignore_eos=_opt_bool(data, "ignore_eos"),
         include_usage=include_usage,
         continuous_usage=continuous,
+        spec_details=_opt_bool(data, "return_spec_tokens_details"),
     )
 
 

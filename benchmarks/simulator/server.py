@@ -182,9 +182,19 @@ class Engine:
             self._ready()
 
     def _ready(self) -> None:
-        if self.app is not None and not self.app.ready:
+        app = self.app
+        if app is not None and not app.ready:
             self._loaded()
-            self.app.ready = True
+            app.ready = True
+        if app is not None and not app.warmed:
+            # SGLang: a warm-up generation after load; "ready to roll" once it succeeded.
+            task = asyncio.get_running_loop().create_task(self._warm_up(app))
+            self._tasks.add(task)
+            return
+        log.info("The server is fired up and ready to roll!")
+
+    async def _warm_up(self, app: SimApp) -> None:
+        await app.warm_up()
         log.info("The server is fired up and ready to roll!")
 
     async def _housekeeping(self) -> None:

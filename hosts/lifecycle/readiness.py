@@ -28,6 +28,15 @@ async def check_ready(client: httpx.AsyncClient, target: ReadinessTarget) -> Rea
     """One readiness probe; never raises for a server that is simply not up yet."""
     try:
         health = await client.get(target.base_url + target.health_path)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        return ReadinessResult(False, "connect", type(exc).__name__)
+    except httpx.TimeoutException as exc:
+        # Connected, but the answer did not come: SGLang's /health holds each call until its
+        # scheduler produced output (~1 s; 503 only after 20 s), so a slow answer is the health
+        # check's verdict pending, not a connection problem.
+        return ReadinessResult(
+            False, "health", f"{target.health_path} gave no answer in time ({type(exc).__name__})"
+        )
     except httpx.HTTPError as exc:
         return ReadinessResult(False, "connect", type(exc).__name__)
     if health.status_code != target.expected_status:

@@ -97,6 +97,14 @@ class IntervalMetrics:
     ttft_resolution_s: float | None = None
 
     @property
+    def ttft_bucket_limited(self) -> bool:
+        """The TTFT median lies in the histogram's first bucket [0, ttft_resolution_s]: the
+        quantiles there are an interpolation (a 30 ms TTFT reads 50 ms under SGLang's 0.1 s
+        floor), not a measurement. The mean (sum / count) stays exact."""
+        floor, ttft = self.ttft_resolution_s, self.ttft
+        return floor is not None and ttft is not None and ttft.p50 is not None and ttft.p50 <= floor
+
+    @property
     def duration_s(self) -> float:
         return self.ended_at - self.started_at
 

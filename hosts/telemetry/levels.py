@@ -57,6 +57,8 @@ def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
         # sample per engine step (a verify step under speculation), SGLang's one per token.
         "itl_unit": "engine_step" if PROFILES[interval.engine].itl_per_engine_step else "token",
         "ttft_resolution_s": interval.ttft_resolution_s,
+        # True when the TTFT quantiles below are bucket interpolations (docs/measurement.md).
+        "ttft_bucket_limited": interval.ttft_bucket_limited,
         "ttft_s": _summary(interval.ttft),
         "itl_s": _summary(interval.itl),
         "e2e_s": _summary(interval.e2e),

@@ -52,7 +52,8 @@ def start_simulator(tmp_path: Path, *extra: str, model: str = "specdash-sim") ->
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            # SGLang-style /health answers after ~1 s (it waits for a generation).
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
                 return Simulator(port=port, process=process, model=model)
         except httpx.HTTPError:
             pass

@@ -5,7 +5,10 @@ The llama.cpp fixture (data/llamacpp_chat_stream_spec.sse) follows llama-server'
 chunk, then a `choices: []` chunk with `usage` and `timings`, where result_timings::to_json adds
 `draft_n` / `draft_n_accepted` when the request drafted); the token values are made up. The
 SGLang shape follows `meta_info` of a finished speculative request on `/generate` (SGLang 0.5.x:
-spec_verify_ct, spec_num_proposed_drafts, spec_num_correct_drafts).
+spec_verify_ct, spec_num_proposed_drafts, spec_num_correct_drafts), and on the OpenAI endpoints
+the extra `choices: []` chunk with `sglext.spec_tokens_details` that SGLang 0.5.23 sends for a
+request setting `return_spec_tokens_details: true` (docs/engines.md, "SGLang"; the simulator's
+SGLang mode encodes that shape, and these tests replay it).
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ from pathlib import Path
 import httpx
 
 from benchmarks.loadgen.acceptance import level_acceptance
-from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.apis import Api, build_body, engine_extra_body
 from benchmarks.loadgen.client import send_request
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+from benchmarks.simulator.app import SimApp
+from benchmarks.simulator.config import SimConfig
+from benchmarks.simulator.encode import StreamEncoder
+from benchmarks.simulator.profiles import PROFILES
+from benchmarks.simulator.protocol import GenRequest
 from tests.loadgen.conftest import make_record
 
 FIXTURE = Path(__file__).parent / "data" / "llamacpp_chat_stream_spec.sse"
@@ -121,3 +129,77 @@ def test_level_acceptance_sums_before_dividing_and_splits_by_category() -> None:
     assert got["by_category"]["code"]["accept_length"] == 2.0
     assert got["by_category"]["code"]["acceptance_rate"] == 10 / 30
     assert got["requests"] == 3  # the failed request is not counted
+
+
+def _sglang_openai_stream(details: dict[str, object] | None) -> bytes:
+    """An SGLang 0.5.23-shaped /v1/completions stream of 9 tokens in chunks of 1, 4, 4, with
+    usage on every chunk, the sglext chunk (when given), the usage chunk and [DONE]."""
+    req = GenRequest("completions", "m", 5, 9, True, True, True, True, spec_details=True)
+    enc = StreamEncoder(req, "r1", 1_767_225_600, sglang=True)
+    parts = [enc.chunk(0, 1, None), enc.chunk(1, 4, None), enc.chunk(5, 4, "length")]
+    if details is not None:
+        parts.append(enc.sglext_chunk(details))
+    return b"".join([*parts, enc.usage_chunk(9), b"data: [DONE]\n\n"])
+
+
+async def test_sglang_openai_sglext_chunk_gives_verify_steps_and_drafts() -> None:
+    details: dict[str, object] = {
+        "spec_verify_ct": 2,
+        "spec_accept_length": 4.5,
+        "spec_accept_rate": 1.0,
+        "spec_num_correct_drafts": 6,
+        "spec_num_proposed_drafts": 6,
+    }
+    rec, _ = await _replay(Api.COMPLETIONS, _sglang_openai_stream(details), "/v1/completions")
+    assert rec.ok, rec.error
+    assert (rec.output_tokens, rec.chunk_tokens) == (9, [1, 4, 4])
+    assert (rec.spec_steps, rec.spec_drafted, rec.spec_accepted) == (2, 6, 6)
+    assert level_acceptance([rec])["accept_length"] == 9 / 2
+
+
+async def test_an_openai_stream_without_sglext_has_no_spec_figures() -> None:
+    rec, _ = await _replay(Api.COMPLETIONS, _sglang_openai_stream(None), "/v1/completions")
+    assert rec.ok and rec.output_tokens == 9
+    assert (rec.spec_steps, rec.spec_drafted, rec.spec_accepted) == (None, None, None)
+
+
+def test_spec_details_are_asked_of_sglang_on_the_openai_apis_only() -> None:
+    asked = {"return_spec_tokens_details": True}
+    assert engine_extra_body("sglang", Api.COMPLETIONS) == asked
+    assert engine_extra_body("sglang", Api.CHAT) == asked
+    assert engine_extra_body("simulator", Api.CHAT) == asked
+    # /generate reports them in meta_info unasked; vLLM warns on every unknown field.
+    assert engine_extra_body("sglang", Api.GENERATE) == {}
+    assert engine_extra_body("vllm", Api.COMPLETIONS) == {}
+    assert engine_extra_body("llamacpp", Api.CHAT) == {}
+
+
+async def test_load_generator_reads_per_request_acceptance_from_the_simulators_openai_api() -> None:
+    # The SGLang-mode simulator in process: the request asks as the load generator does for an
+    # SGLang profile, and the record gets the request's own verify steps and drafts.
+    profile = PROFILES["eagle3"].replace(t0_ms=0.05, k_ms=0.0)
+    app = SimApp(SimConfig(profile=profile))
+    body = build_body(
+        Api.CHAT,
+        model="specdash-sim",
+        prompt="hello",
+        max_tokens=80,
+        ignore_eos=True,
+        extra=engine_extra_body("sglang", Api.CHAT),
+    )
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport) as client:
+        rec = RequestRecord(request_id="e2e")
+        await send_request(
+            client,
+            api=Api.CHAT,
+            url="http://sim/v1/chat/completions",
+            content=json.dumps(body).encode(),
+            rec=rec,
+        )
+    assert rec.ok, rec.error
+    assert rec.output_tokens == 80
+    assert rec.spec_steps is not None and 79 / 4 <= rec.spec_steps < 79
+    assert rec.spec_drafted == 3 * rec.spec_steps
+    assert rec.spec_accepted == 79 - rec.spec_steps
+    assert len(rec.chunk_tokens) == rec.spec_steps + 1  # one chunk per step, prefill's first

@@ -59,7 +59,8 @@ def simulator(tmp_path_factory):
     while True:
         assert proc.poll() is None, "simulator exited"
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            # SGLang-style /health answers after ~1 s (it waits for a generation).
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
                     break
         except OSError:

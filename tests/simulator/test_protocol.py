@@ -134,10 +134,17 @@ async def test_invalid_json_unknown_path_and_wrong_method():
 
 
 async def test_models_health_and_server_info():
-    app = make_app(profile=PROFILES["eagle3"].replace(t0_ms=0.1, k_ms=0.0), workers=2)
+    app = make_app(
+        profile=PROFILES["eagle3"].replace(t0_ms=0.1, k_ms=0.0),
+        workers=2,
+        health_check_interval_s=0.05,
+    )
     models = (await call(app, "GET", "/v1/models")).json()
     assert models["object"] == "list"
     assert models["data"][0]["id"] == "specdash-sim"
+    # SGLang's health is 503 until the warm-up generation succeeded (tests/simulator/test_health.py).
+    assert (await call(app, "GET", "/health")).status == 503
+    await app.warm_up()
     assert (await call(app, "GET", "/health")).status == 200
     assert (await call(app, "GET", "/health_generate")).status == 200
     await call(app, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 300})
