@@ -89,8 +89,10 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
     """llama.cpp's per-request `timings` (on the final chunk of a stream, and on non-streamed
     responses): `draft_n` tokens drafted, `draft_n_accepted` accepted, `predicted_n` generated.
 
-    llama.cpp gives no verify-step count; each step emits its accepted drafts plus one token, so
-    steps = predicted_n - draft_n_accepted. Absent when the server drafted nothing."""
+    llama.cpp gives no verify-step count; the first token comes from the prompt's logits (no
+    step: server-common.h `n_gen_steps`) and each verify step emits its accepted drafts plus one
+    token, so steps = predicted_n - 1 - draft_n_accepted (one more where the last token was
+    decoded with no room left to draft). Absent when the server drafted nothing."""
     if not isinstance(timings, dict):
         return
     drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
@@ -98,8 +100,8 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
         return
     rec.spec_drafted, rec.spec_accepted = drafted, accepted
     predicted = _count(timings.get("predicted_n"))
-    if predicted is not None and predicted > accepted:
-        rec.spec_steps = predicted - accepted
+    if predicted is not None and predicted > accepted + 1:
+        rec.spec_steps = predicted - 1 - accepted
 
 
 def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
