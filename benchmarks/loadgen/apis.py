@@ -104,6 +104,22 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
         rec.spec_steps = predicted - 1 - accepted
 
 
+def read_vllm_spec_metrics(metrics: Any, rec: RequestRecord) -> None:
+    """vLLM's per-request figures (`--per-request-spec-decode-metrics summary`, vLLM 0.32): on
+    the final usage chunk, `metrics.speculative_decoding` with `num_spec_steps` verify steps,
+    `num_draft_tokens` drafted and `num_accepted_draft_tokens` accepted (v1/metrics/stats.py
+    RequestSpecDecodeMetrics.to_dict: the same events as the `vllm:spec_decode_*` counters)."""
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return
+    steps = _count(spec.get("num_spec_steps"))
+    if steps is None:
+        return
+    rec.spec_steps = steps
+    rec.spec_drafted = _count(spec.get("num_draft_tokens"))
+    rec.spec_accepted = _count(spec.get("num_accepted_draft_tokens"))
+
+
 def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
     """SGLang's per-request figures in `meta_info` of a finished speculative request:
     `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
@@ -230,6 +246,9 @@ class OpenAIHandler(ChunkHandler):
         timings = obj.get("timings")
         if timings is not None:
             read_llamacpp_timings(timings, rec)
+        metrics = obj.get("metrics")
+        if metrics is not None:
+            read_vllm_spec_metrics(metrics, rec)
         if choices:
             choice = choices[0]
             if usage:
