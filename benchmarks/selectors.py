@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps.plan import is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ServerInstance
 
 
@@ -30,6 +31,84 @@ def sweep_detail(*, sweep_id: int) -> Sweep | None:
 
 def sweep_levels(*, sweep_id: int) -> list[SweepLevel]:
     return list(SweepLevel.objects.filter(sweep_id=sweep_id).order_by("index"))
+
+
+def sweep_is_rate_sweep(*, sweep: Sweep) -> bool:
+    """Whether the sweep's levels are request rates under one concurrency cap."""
+    return is_rate_sweep(sweep.load or {})
+
+
+def sweep_level_table(*, sweep: Sweep) -> list[SweepLevel]:
+    """The sweep's levels (one query), each given ``offered_rate`` (req/s, None in a closed
+    loop) and ``label`` (its offered rate in a rate sweep, else its C) for the page."""
+    plan = sweep_level_plan(sweep.levels, sweep.load)
+    rate_sweep = is_rate_sweep(sweep.load)
+    levels = sweep_levels(sweep_id=sweep.pk)
+    for level in levels:
+        stored = (level.summary or {}).get("target_rate")
+        rate = stored if isinstance(stored, int | float) else None
+        if rate is None and level.index < len(plan):
+            rate = plan[level.index][1]
+        # Display attributes on the rows the template iterates (not model fields).
+        setattr(level, "offered_rate", rate)  # noqa: B010
+        setattr(level, "rate_text", f"{rate:g}" if rate is not None else "-")  # noqa: B010
+        setattr(level, "label", level_label(level.concurrency, rate, rate_sweep=rate_sweep))  # noqa: B010
+    return levels
+
+
+def _figure(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
+    """Goodput and per-category acceptance per level, from the level summaries already read
+    (no query): ``goodput`` rows when the sweep set SLOs, ``categories`` (names) and
+    ``acceptance`` rows when any level reported per-request acceptance or categories."""
+    slo = (sweep.load or {}).get("slo")
+    goodput = []
+    acceptance = []
+    names: set[str] = set()
+    for level in levels:
+        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        names.update(by_category)
+    categories = sorted(names)
+    for level in levels:
+        label = getattr(level, "label", f"C={level.concurrency}")
+        found = _figure(level.summary, "goodput")
+        if slo and isinstance(found, dict):
+            goodput.append(
+                {
+                    "index": level.index,
+                    "label": label,
+                    "share": found.get("share"),
+                    "met": found.get("met"),
+                    "requests": found.get("requests"),
+                    "goodput_req_s": found.get("goodput_req_s"),
+                    "goodput_tok_s": found.get("goodput_tok_s"),
+                    "meets_slo": bool(found.get("meets_slo")),
+                }
+            )
+        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        if by_category:
+            acceptance.append(
+                {
+                    "index": level.index,
+                    "label": label,
+                    "accept_length": _figure(level.summary, "acceptance", "accept_length"),
+                    "acceptance_rate": _figure(level.summary, "acceptance", "acceptance_rate"),
+                    "cells": [{**(by_category.get(n) or {}), "name": n} for n in categories],
+                }
+            )
+    return {
+        "slo": slo,
+        "goodput": goodput,
+        "categories": categories,
+        "acceptance": acceptance,
+    }
 
 
 def sweep_target_instances() -> QuerySet[ServerInstance]:
@@ -97,7 +176,7 @@ def sweep_progress(
     higher concurrency serves requests faster): a conservative figure for the operator.
     """
     now = time.time() if now is None else now
-    total = len(sweep.levels)
+    total = len(sweep_level_plan(sweep.levels, sweep.load))
     finished = [lv for lv in levels if lv.state != LevelState.RUNNING]
     running = next((lv for lv in levels if lv.state == LevelState.RUNNING), None)
     current = sweep.current_level_index
