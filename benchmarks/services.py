@@ -470,7 +470,7 @@ def _broadcast_level(level: SweepLevel) -> None:
     sweep = Sweep.objects.get(pk=level.sweep_id)
     levels = selectors.sweep_levels(sweep_id=sweep.pk)
     payload = {
-        "level": selectors.level_as_dict(level),
+        "level": selectors.level_as_dict(level, sweep=sweep),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
     }
     realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)

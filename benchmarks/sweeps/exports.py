@@ -99,7 +99,7 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
         },
         "levels": [
             {
-                **selectors.level_as_dict(level),
+                **selectors.level_as_dict(level, sweep=sweep),
                 "summary": level.summary,
                 "server_metrics": level.server_metrics,
             }

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import services
+from benchmarks import selectors, services
 from benchmarks.models import Sweep
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
@@ -118,3 +118,27 @@ def test_a_rate_sweep_names_its_levels_by_offered_rate(
     assert re.search(r'data-testid="sweep-levels">0.5, 2.0 req/s under C=16<', page)
     goodput = _rows(page, "goodput-row")
     assert "2 req/s" in goodput[1] and "C=16" not in goodput[1]
+
+
+def test_a_rate_sweeps_live_snapshot_puts_levels_on_the_offered_rate_axis(
+    ready_instance: ServerInstance,
+) -> None:
+    sweep = services.sweep_create(
+        instance=ready_instance, levels=[16], load=load(request_rate=[0.5, 2])
+    )
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
+    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=16, t=0.0)
+    snapshot = selectors.sweep_snapshot(sweep_id=sweep.pk)
+    assert snapshot is not None
+    assert snapshot["sweep"]["x_values"] == [0.5, 2.0]
+    assert snapshot["sweep"]["x_title"] == "offered request rate (req/s)"
+    # The running level has no summary yet: its rate is the planned one.
+    assert [(lv["x"], lv["label"]) for lv in snapshot["levels"]] == [
+        (0.5, "0.5 req/s"),
+        (2.0, "2 req/s"),
+    ]
+    closed = services.sweep_create(instance=ready_instance, levels=[1, 4], load=load())
+    services.sweep_level_finished(sweep_id=closed.pk, summary=_summary(0, 1))
+    snapshot = selectors.sweep_snapshot(sweep_id=closed.pk)
+    assert snapshot is not None and snapshot["sweep"]["x_values"] == [1, 4]
+    assert [(lv["x"], lv["label"]) for lv in snapshot["levels"]] == [(1, "C=1")]
