@@ -176,3 +176,22 @@ def test_the_management_command_sends_a_rate_list_as_the_load_generator_writes_i
     with pytest.raises(CommandError, match="request rates must be positive"):
         call_command("specdash", "--token", "t", "sweep", "3", "--levels", "16",
                      "--request-rate", "1,0")  # fmt: skip
+
+
+def test_the_experiment_form_shows_a_refused_rate_list_on_its_field(
+    client: Any, operator: Any, make_profile: Any
+) -> None:
+    client.force_login(operator)
+    a, b = make_profile(name="a"), make_profile(name="b")
+    data = {"profile_a": a.pk, "profile_b": b.pk, "levels": "8", "requests_per_level": "10",
+            "input_tokens": "16", "max_tokens": "8", "api": "completions", "repeats": "1",
+            "order": "sequential", "warmup_requests": "0", "request_rate": "1, 2"}  # fmt: skip
+    response = client.post("/experiments/new/", data)
+    assert response.status_code == 400
+    assert "level by level" in " ".join(response.context["form"].errors["request_rate"])
+    response = client.post("/experiments/new/", {**data, "request_rate": "-1"})
+    assert response.status_code == 400
+    assert "above 0" in " ".join(response.context["form"].errors["request_rate"])
+    assert not Experiment.objects.exists()
+    response = client.post("/experiments/new/", {**data, "request_rate": "2"})
+    assert response.status_code == 302 and Experiment.objects.get().load["request_rate"] == 2.0
