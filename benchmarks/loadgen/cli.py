@@ -23,7 +23,8 @@ from benchmarks.loadgen.apis import Api
 from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
 from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
-from benchmarks.loadgen.level import LevelConfig, LevelResult, level_plan, run_level
+from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
+from benchmarks.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
