@@ -3,6 +3,8 @@ rate sweep's levels by their offered rate, without a query per level."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from typing import Any
 
@@ -118,6 +120,9 @@ def test_a_rate_sweep_names_its_levels_by_offered_rate(
     assert re.search(r'data-testid="sweep-levels">0.5, 2.0 req/s under C=16<', page)
     goodput = _rows(page, "goodput-row")
     assert "2 req/s" in goodput[1] and "C=16" not in goodput[1]
+    exported = client.get(f"/sweeps/{sweep.pk}/levels.csv").content.decode()
+    rows = list(csv.DictReader(io.StringIO(exported)))
+    assert [(r["concurrency"], r["target_rate"]) for r in rows] == [("16", "0.5"), ("16", "2.0")]
 
 
 def test_a_rate_sweeps_live_snapshot_puts_levels_on_the_offered_rate_axis(
