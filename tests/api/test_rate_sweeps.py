@@ -9,6 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from benchmarks import selectors, services
+from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.forms import LoadPlanForm
 from benchmarks.loadgen.cli import build_parser
 from benchmarks.loadgen.level import level_plan
@@ -16,6 +17,7 @@ from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSt
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
 from tests.api.conftest import ApiClient, error_of
+from tests.benchmarks.experiments.constructed import make_sweep
 
 pytestmark = pytest.mark.django_db
 
@@ -195,3 +197,32 @@ def test_the_experiment_form_shows_a_refused_rate_list_on_its_field(
     assert not Experiment.objects.exists()
     response = client.post("/experiments/new/", {**data, "request_rate": "2"})
     assert response.status_code == 302 and Experiment.objects.get().load["request_rate"] == 2.0
+
+
+def _finished_rate_sweep(profile: Any) -> Sweep:
+    sweep = Sweep.objects.create(
+        profile=profile, levels=[16], load={"request_rate": [1.0, 2.0]},
+        state=SweepState.COMPLETED,
+    )  # fmt: skip
+    for i in range(2):
+        SweepLevel.objects.create(
+            sweep=sweep, index=i, concurrency=16, state=LevelState.COMPLETED, output_tok_s=100.0
+        )
+    return sweep
+
+
+def test_comparisons_refuse_rate_sweeps_and_the_picker_and_history_leave_them_out(
+    as_viewer: ApiClient, client: Any, viewer: Any, make_profile: Any, tmp_path: Any
+) -> None:
+    profile = make_profile(name="p")
+    rate = _finished_rate_sweep(profile)
+    closed = make_sweep(profile, {1: 90.0, 4: 300.0}, tmp=tmp_path)
+    refused = as_viewer.get("/api/v1/comparisons", sweep=[closed.pk, rate.pk])
+    assert refused.status_code == 422, refused.content
+    assert error_of(refused)["fields"]["query.sweep"] == [f"Sweep #{rate.pk} is a rate sweep."]
+    client.force_login(viewer)
+    page = client.get("/compare/", {"sweeps": [closed.pk, rate.pk]}).content.decode()
+    assert f"#{rate.pk}: a rate sweep cannot be compared" in page
+    assert [s.pk for s in exp_selectors.comparable_sweeps()] == [closed.pk]
+    history = exp_selectors.profile_history_runs(profile_id=profile.pk)
+    assert [run.sweep_id for run in history] == [closed.pk]
