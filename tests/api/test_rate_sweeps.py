@@ -132,9 +132,11 @@ def test_the_sweep_form_shows_the_services_rate_errors_next_to_their_fields(
     response = client.post("/sweeps/new/", {**data, "request_rate": "1, 2"})
     assert response.status_code == 400
     assert "one concurrency" in " ".join(response.context["form"].errors["levels"])
+    assert 'data-testid="error-levels"' in response.content.decode()
     response = client.post("/sweeps/new/", {**data, "levels": "4", "request_rate": "1, 0"})
     assert response.status_code == 400
     assert "above 0" in " ".join(response.context["form"].errors["request_rate"])
+    assert 'data-testid="error-request_rate"' in response.content.decode()
     assert not Sweep.objects.exists()
     response = client.post("/sweeps/new/", {**data, "levels": "4", "request_rate": "1, 3"})
     assert response.status_code == 302
