@@ -74,15 +74,22 @@ def _figure(data: Any, *path: str) -> Any:
 def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
     """Goodput and per-category acceptance per level, from the level summaries already read
     (no query): ``goodput`` rows when the sweep set SLOs, ``categories`` (names) and
-    ``acceptance`` rows when any level reported per-request acceptance or categories."""
+    ``acceptance`` rows when the engine reported per-request acceptance for any level."""
     slo = (sweep.load or {}).get("slo")
     goodput = []
     acceptance = []
     names: set[str] = set()
+    reported = False
     for level in levels:
         by_category = _figure(level.summary, "acceptance", "by_category") or {}
         names.update(by_category)
-    categories = sorted(names)
+        reported = reported or any(
+            isinstance(c, dict)
+            and (c.get("accept_length") is not None or c.get("acceptance_rate") is not None)
+            for c in by_category.values()
+        )
+    # Only where the engine reported per-request acceptance (every summary has categories).
+    categories = sorted(names) if reported else []
     for level in levels:
         label = getattr(level, "label", f"C={level.concurrency}")
         found = _figure(level.summary, "goodput")
@@ -100,7 +107,7 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
                 }
             )
         by_category = _figure(level.summary, "acceptance", "by_category") or {}
-        if by_category:
+        if categories and by_category:
             acceptance.append(
                 {
                     "index": level.index,

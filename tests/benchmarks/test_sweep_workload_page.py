@@ -147,3 +147,16 @@ def test_a_rate_sweeps_live_snapshot_puts_levels_on_the_offered_rate_axis(
     snapshot = selectors.sweep_snapshot(sweep_id=closed.pk)
     assert snapshot is not None and snapshot["sweep"]["x_values"] == [1, 4]
     assert [(lv["x"], lv["label"]) for lv in snapshot["levels"]] == [(1, "C=1")]
+
+
+def test_categories_without_reported_acceptance_show_no_acceptance_table(
+    client: Client, viewer: Any, ready_instance: ServerInstance
+) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
+    summary = level_summary_event(0, 1)["summary"]
+    unreported = {"requests": 10, "accept_length": None, "acceptance_rate": None}
+    summary["acceptance"] = {"accept_length": None, "by_category": {"synthetic": unreported}}
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert 'data-testid="category-table"' not in page
