@@ -120,6 +120,8 @@ def test_a_rate_sweep_names_its_levels_by_offered_rate(
     assert re.search(r'data-testid="sweep-levels">0.5, 2.0 req/s under C=16<', page)
     goodput = _rows(page, "goodput-row")
     assert "2 req/s" in goodput[1] and "C=16" not in goodput[1]
+    listed = client.get("/sweeps/").content.decode()
+    assert 'data-testid="sweep-rates">at 0.5, 2.0 req/s<' in listed
     exported = client.get(f"/sweeps/{sweep.pk}/levels.csv").content.decode()
     rows = list(csv.DictReader(io.StringIO(exported)))
     assert [(r["concurrency"], r["target_rate"]) for r in rows] == [("16", "0.5"), ("16", "2.0")]
