@@ -3,10 +3,11 @@
 For a sweep: each level row's summary is recomputed by the load generator's own
 ``summarize_level`` from that level attempt's records (benchmarks.sweeps.recordfile) and
 compared with the stored summary and its headline columns (counts, tokens, tok/s,
-percentiles); records that belong to no level attempt, and lines that are not records, are
-reported. For an experiment: its sweeps, then its stored comparison against one rebuilt from
-the same levels and records, and the one-truth rule (every ratio point is the ratio of the
-figures in its row; every interval contains its point).
+percentiles) and, under the sweep's SLO, its goodput (share, req/s, tok/s, verdict); records
+that belong to no level attempt, and lines that are not records, are reported. For an
+experiment: its sweeps, then its stored comparison against one rebuilt from the same levels
+and records, and the one-truth rule (every ratio point is the ratio of the figures in its
+row; every interval contains its point).
 
 Used by ``manage.py specdash audit``, ``GET /api/v1/audit`` and the comparison page.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
@@ -33,6 +35,7 @@ ABS_TOL_MS = 0.01
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 DIST_KEYS = ("count", "mean", "p50", "p90", "p99")
 SCALARS = ("output_tokens", "duration_s", "output_tok_s", "achieved_concurrency")
+GOODPUT = ("requests", "met", "share", "goodput_req_s", "goodput_tok_s", "meets_slo")
 COLUMNS = (*experiment_selectors.LEVEL_FIGURES, "requests_ok", "requests_failed")
 
 
@@ -92,11 +95,32 @@ def _differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
             a, b = a_dist.get(key), b_dist.get(key)
             if not _close(a, b, abs_tol=ABS_TOL_MS):
                 out.append(f"{name} {key}: stored {a}, records give {b}")
+    return out + _goodput_differences(stored.get("goodput"), fresh.get("goodput"))
+
+
+def _goodput_differences(stored: Any, fresh: Any) -> list[str]:
+    """The stored goodput (requests meeting the SLO, share, req/s, tok/s, verdict) against the
+    one recomputed from the records under the sweep's SLO."""
+    if stored is None and fresh is None:
+        return []
+    if not isinstance(stored, dict):
+        return ["goodput: none stored, though the sweep sets SLOs"]
+    if not isinstance(fresh, dict):
+        return ["goodput: stored, though the sweep sets no SLO"]
+    out = []
+    if stored.get("slo") != fresh.get("slo"):
+        out.append(f"goodput slo: stored {stored.get('slo')}, the sweep's is {fresh.get('slo')}")
+    for key in GOODPUT:
+        if not _close(stored.get(key), fresh.get(key), abs_tol=1e-9):
+            out.append(f"goodput {key}: stored {stored.get(key)}, records give {fresh.get(key)}")
     return out
 
 
-def audit_level(level: SweepLevel, records: list[dict[str, Any]]) -> list[str]:
-    """Disagreements between one level row and the records of its attempt."""
+def audit_level(
+    level: SweepLevel, records: list[dict[str, Any]], *, slo: Slo | None = None
+) -> list[str]:
+    """Disagreements between one level row and the records of its attempt (``slo``: the
+    sweep's, under which goodput is recomputed)."""
     where = f"level {level.index} (C={level.concurrency}, attempt {level.attempt})"
     measured = [r for r in records if not r.get("warmup")]
     problems = []
@@ -120,6 +144,7 @@ def audit_level(level: SweepLevel, records: list[dict[str, Any]]) -> list[str]:
         mode=str(summary.get("mode") or "closed"),
         partial=bool(summary.get("partial")),
         anchor=anchor,
+        slo=slo,
     )
     problems += [f"{where}: {d}" for d in _differences(summary, fresh)]
     columns = level_fields_from_summary(summary)
@@ -139,6 +164,11 @@ def _known_attempts(level: SweepLevel) -> set[int]:
 
 def audit_sweep(*, sweep: Sweep) -> AuditReport:
     report = AuditReport(target=f"sweep #{sweep.pk}")
+    try:
+        slo = Slo.from_dict((sweep.load or {}).get("slo"))
+    except ValueError as exc:
+        report.problems.append(f"sweep #{sweep.pk}: its SLO cannot be read: {exc}")
+        slo = None
     levels = list(SweepLevel.objects.filter(sweep=sweep).order_by("index"))
     records: RecordFile | None = None
     if sweep.records_path:
@@ -168,7 +198,8 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
             continue
         report.levels_checked += 1
         report.records_checked += len(rows)
-        report.problems += [f"sweep #{sweep.pk} {p}" for p in audit_level(level, rows)]
+        problems = audit_level(level, rows, slo=slo)
+        report.problems += [f"sweep #{sweep.pk} {p}" for p in problems]
     return report
 
 

@@ -24,7 +24,8 @@ class LoadPlanForm(forms.Form):
 
     levels = forms.CharField(
         initial=", ".join(str(c) for c in DEFAULT_LEVELS),
-        help_text=f"Concurrency levels, comma separated (1 to {services.MAX_CONCURRENCY})",
+        help_text=f"Concurrency levels, comma separated (1 to {services.MAX_CONCURRENCY}); "
+        "with several request rates, one: the cap on requests in flight",
     )
     requests_per_level = forms.IntegerField(
         required=False, initial=100, help_text="Or leave empty and give a duration"
@@ -48,10 +49,12 @@ class LoadPlanForm(forms.Form):
         label="Prompts",
         help_text="The same prompts in the same order for every profile",
     )
-    request_rate = forms.FloatField(
+    request_rate = forms.CharField(
         required=False,
-        label="Request rate (req/s)",
-        help_text="Empty: closed loop. Set: open-loop arrivals, each level's C caps in-flight",
+        label="Request rates (req/s)",
+        help_text="Empty: closed loop. One rate: open-loop arrivals at every level, each level's "
+        "C capping what is in flight. Several (0.5, 1, 2, 4): a rate sweep, one level per rate "
+        "under one concurrency cap in Levels",
     )
     burstiness = forms.FloatField(
         required=False, initial=1.0, help_text="Gamma shape of arrival gaps: 1 Poisson, <1 bursty"
@@ -91,6 +94,17 @@ class LoadPlanForm(forms.Form):
         if not parts or not all(p.isdigit() for p in parts):
             raise ValidationError("Use whole numbers separated by commas, e.g. 1, 2, 5, 10.")
         return [int(p) for p in parts]
+
+    def clean_request_rate(self) -> float | list[float] | None:
+        """Numbers only; their range and how they go with the levels are the service's rules."""
+        parts = [p for p in re.split(r"[,\s]+", self.cleaned_data["request_rate"]) if p]
+        try:
+            rates = [float(p) for p in parts]
+        except ValueError:
+            raise ValidationError("Use numbers separated by commas, e.g. 0.5, 1, 2, 4.") from None
+        if not rates:
+            return None
+        return rates[0] if len(rates) == 1 else rates
 
     def clean_tags(self) -> list[str]:
         return [t.strip() for t in self.cleaned_data["tags"].split(",") if t.strip()]

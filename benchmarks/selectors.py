@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ServerInstance
 
 
@@ -30,6 +31,98 @@ def sweep_detail(*, sweep_id: int) -> Sweep | None:
 
 def sweep_levels(*, sweep_id: int) -> list[SweepLevel]:
     return list(SweepLevel.objects.filter(sweep_id=sweep_id).order_by("index"))
+
+
+def sweep_is_rate_sweep(*, sweep: Sweep) -> bool:
+    """Whether the sweep's levels are request rates under one concurrency cap."""
+    return is_rate_sweep(sweep.load or {})
+
+
+def _level_rate(level: SweepLevel, plan: LevelPlan | None) -> float | None:
+    """A level's offered rate: as its summary recorded it, else as the sweep planned it."""
+    stored = (level.summary or {}).get("target_rate")
+    if isinstance(stored, int | float):
+        return float(stored)
+    if plan is not None and level.index < len(plan):
+        return plan[level.index][1]
+    return None
+
+
+def sweep_level_table(*, sweep: Sweep) -> list[SweepLevel]:
+    """The sweep's levels (one query), each given ``offered_rate`` (req/s, None in a closed
+    loop), ``rate_text`` and ``label`` (its offered rate in a rate sweep, else its C)."""
+    plan = sweep_level_plan(sweep.levels, sweep.load)
+    rate_sweep = is_rate_sweep(sweep.load)
+    levels = sweep_levels(sweep_id=sweep.pk)
+    for level in levels:
+        rate = _level_rate(level, plan)
+        # Display attributes on the rows the template iterates (not model fields).
+        setattr(level, "offered_rate", rate)  # noqa: B010
+        setattr(level, "rate_text", f"{rate:g}" if rate is not None else "-")  # noqa: B010
+        setattr(level, "label", level_label(level.concurrency, rate, rate_sweep=rate_sweep))  # noqa: B010
+    return levels
+
+
+def _figure(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
+    """Goodput and per-category acceptance per level, from the level summaries already read
+    (no query): ``goodput`` rows when the sweep set SLOs, ``categories`` (names) and
+    ``acceptance`` rows when the engine reported per-request acceptance for any level."""
+    slo = (sweep.load or {}).get("slo")
+    goodput = []
+    acceptance = []
+    names: set[str] = set()
+    reported = False
+    for level in levels:
+        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        names.update(by_category)
+        reported = reported or any(
+            isinstance(c, dict)
+            and (c.get("accept_length") is not None or c.get("acceptance_rate") is not None)
+            for c in by_category.values()
+        )
+    # Only where the engine reported per-request acceptance (every summary has categories).
+    categories = sorted(names) if reported else []
+    for level in levels:
+        label = getattr(level, "label", f"C={level.concurrency}")
+        found = _figure(level.summary, "goodput")
+        if slo and isinstance(found, dict):
+            goodput.append(
+                {
+                    "index": level.index,
+                    "label": label,
+                    "share": found.get("share"),
+                    "met": found.get("met"),
+                    "requests": found.get("requests"),
+                    "goodput_req_s": found.get("goodput_req_s"),
+                    "goodput_tok_s": found.get("goodput_tok_s"),
+                    "meets_slo": bool(found.get("meets_slo")),
+                }
+            )
+        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        if categories and by_category:
+            acceptance.append(
+                {
+                    "index": level.index,
+                    "label": label,
+                    "accept_length": _figure(level.summary, "acceptance", "accept_length"),
+                    "acceptance_rate": _figure(level.summary, "acceptance", "acceptance_rate"),
+                    "cells": [{**(by_category.get(n) or {}), "name": n} for n in categories],
+                }
+            )
+    return {
+        "slo": slo,
+        "goodput": goodput,
+        "categories": categories,
+        "acceptance": acceptance,
+    }
 
 
 def sweep_target_instances() -> QuerySet[ServerInstance]:
@@ -51,10 +144,18 @@ def _epoch(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def level_as_dict(level: SweepLevel) -> dict[str, Any]:
+def level_as_dict(level: SweepLevel, *, sweep: Sweep | None = None) -> dict[str, Any]:
+    """A level's figures; with its ``sweep``, where it goes on the curve's x axis (``x``: its
+    offered rate in a rate sweep, else its C) and its ``label``."""
+    plan = sweep_level_plan(sweep.levels, sweep.load) if sweep is not None else None
+    rate_sweep = sweep is not None and is_rate_sweep(sweep.load)
+    rate = _level_rate(level, plan)
     return {
         "index": level.index,
         "concurrency": level.concurrency,
+        "target_rate": rate,
+        "x": rate if rate_sweep and rate is not None else level.concurrency,
+        "label": level_label(level.concurrency, rate, rate_sweep=rate_sweep),
         "state": level.state,
         "output_tok_s": level.output_tok_s,
         "steady_output_tok_s": level.steady_output_tok_s,
@@ -74,12 +175,19 @@ def level_as_dict(level: SweepLevel) -> dict[str, Any]:
 
 
 def sweep_as_dict(sweep: Sweep) -> dict[str, Any]:
+    rate_sweep = is_rate_sweep(sweep.load)
     return {
         "id": sweep.pk,
         "state": sweep.state,
         "state_label": sweep.get_state_display(),
         "finished": sweep.is_finished,
         "levels": sweep.levels,
+        "rate_sweep": rate_sweep,
+        # The curve's x axis: offered request rates in a rate sweep, else concurrencies.
+        "x_values": [r for _, r in sweep_level_plan(sweep.levels, sweep.load)]
+        if rate_sweep
+        else sweep.levels,
+        "x_title": "offered request rate (req/s)" if rate_sweep else "concurrency",
         "current_level_index": sweep.current_level_index,
         "reason": sweep.reason,
         "started_at": _epoch(sweep.started_at),
@@ -97,7 +205,7 @@ def sweep_progress(
     higher concurrency serves requests faster): a conservative figure for the operator.
     """
     now = time.time() if now is None else now
-    total = len(sweep.levels)
+    total = len(sweep_level_plan(sweep.levels, sweep.load))
     finished = [lv for lv in levels if lv.state != LevelState.RUNNING]
     running = next((lv for lv in levels if lv.state == LevelState.RUNNING), None)
     current = sweep.current_level_index
@@ -149,7 +257,7 @@ def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> dict[str, Any] 
     levels = sweep_levels(sweep_id=sweep_id)
     return {
         "sweep": sweep_as_dict(sweep),
-        "levels": [level_as_dict(level) for level in levels],
+        "levels": [level_as_dict(level, sweep=sweep) for level in levels],
         "samples": [{**s["data"], "level_index": s["level_index"], "t": s["t"]} for s in samples],
         "progress": sweep_progress(sweep=sweep, levels=levels),
     }

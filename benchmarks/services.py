@@ -29,6 +29,7 @@ from benchmarks.loadgen.datasets import PROMPT_SETS
 from benchmarks.loadgen.goodput import Slo
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
+from benchmarks.sweeps import plan as level_plans
 from hosts.jobs import job_cancel, job_enqueue
 from hosts.models import InstanceState, JobState, ServerInstance
 from specdash import realtime
@@ -49,9 +50,7 @@ _LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
     "max_tokens": ("int", 1, 65_536, 128),
     "temperature": ("float", 0, 2, None),
     "request_timeout": ("float", 1, 3_600, 600.0),
-    # Open-loop arrivals (req/s; the level's concurrency caps what is in flight) and the gamma
-    # shape of their gaps (1: Poisson).
-    "request_rate": ("float", 0.001, 1_000_000, None),
+    # The gamma shape of open-loop arrival gaps (1: Poisson); the rates are sweeps.plan's.
     "burstiness": ("float", 0.01, 100, 1.0),
 }
 
@@ -97,7 +96,7 @@ def _number(name: str, value: Any, kind: str, low: float | None, high: float | N
 
 def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
     """Validated load-generator settings with defaults filled in (unknown keys refused)."""
-    known = {"api", "model", "ignore_eos", "prompt_set", "slo", *_LOAD_FIELDS}
+    known = {"api", "model", "ignore_eos", "prompt_set", "slo", "request_rate", *_LOAD_FIELDS}
     unknown = sorted(set(load) - known)
     if unknown:
         raise ValidationError(f"Unknown load setting(s): {', '.join(unknown)}.")
@@ -124,6 +123,10 @@ def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
         cleaned["slo"] = parsed.to_dict() if parsed is not None else None
     except ValueError as exc:
         errors["slo"] = [str(exc)]
+    try:
+        cleaned["request_rate"] = level_plans.clean_request_rate(load.get("request_rate"))
+    except ValidationError as exc:
+        errors["request_rate"] = exc.messages
     for name, (kind, low, high, default) in _LOAD_FIELDS.items():
         value = load.get(name)
         if value is None or value == "":
@@ -142,6 +145,39 @@ def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+def sweep_clean_plan(
+    levels: Sequence[Any], load: dict[str, Any]
+) -> tuple[list[int], dict[str, Any]]:
+    """Levels and load settings cleaned together (a rate sweep takes one concurrency cap);
+    every error of both, keyed by field, in one ValidationError."""
+    errors: dict[str, list[str]] = {}
+    cleaned_levels: list[int] = []
+    cleaned_load: dict[str, Any] = {}
+    try:
+        cleaned_levels = sweep_clean_levels(levels)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    try:
+        cleaned_load = sweep_clean_load(load)
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            errors.update(exc.message_dict)
+        else:
+            errors.setdefault("__all__", []).extend(exc.messages)
+    if not errors:
+        try:
+            level_plans.check_levels_with_rates(cleaned_levels, cleaned_load)
+            if len(level_plans.sweep_level_plan(cleaned_levels, cleaned_load)) > MAX_LEVELS:
+                raise ValidationError(
+                    {"request_rate": f"At most {MAX_LEVELS} levels (request rates) per sweep."}
+                )
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return cleaned_levels, cleaned_load
 
 
 def _masked_env(env: dict[str, Any]) -> dict[str, Any]:
@@ -264,22 +300,7 @@ def sweep_create(
                 {"base_url": f"This deployment runs sweeps only against {allowed}."}
             )
         target_url = base_url.rstrip("/")
-    errors: dict[str, list[str]] = {}
-    cleaned_levels: list[int] = []
-    cleaned_load: dict[str, Any] = {}
-    try:
-        cleaned_levels = sweep_clean_levels(levels)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    try:
-        cleaned_load = sweep_clean_load(load)
-    except ValidationError as exc:
-        if hasattr(exc, "error_dict"):
-            errors.update(exc.message_dict)
-        else:
-            errors.setdefault("__all__", []).extend(exc.messages)
-    if errors:
-        raise ValidationError(errors)
+    cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
     model = _target_model(instance, cleaned_load)
     with transaction.atomic():
         sweep = Sweep.objects.create(
@@ -364,7 +385,8 @@ def sweep_resume(
             "index", flat=True
         )
     )
-    resume_from = next((i for i in range(len(sweep.levels)) if i not in completed), None)
+    plan = level_plans.sweep_level_plan(sweep.levels, sweep.load)
+    resume_from = next((i for i in range(len(plan)) if i not in completed), None)
     if resume_from is None:
         raise ValidationError({"state": "every level of this sweep completed: nothing to resume"})
     if sweep.instance is not None and sweep.instance.state != InstanceState.READY:
@@ -372,10 +394,11 @@ def sweep_resume(
             {"instance": f"server #{sweep.instance.pk} is {sweep.instance.state}, not ready"}
         )
     who = getattr(user, "username", "") or "the system"
+    label = _level_label(sweep, plan, resume_from)
     with transaction.atomic():
         updated = Sweep.objects.filter(pk=sweep.pk, state=SweepState.INTERRUPTED).update(
             state=SweepState.QUEUED,
-            reason=f"resumed by {who} from level {resume_from + 1} (C={sweep.levels[resume_from]})",
+            reason=f"resumed by {who} from level {resume_from + 1} ({label})",
             finished_at=None,
         )
         if not updated:
@@ -390,6 +413,12 @@ def sweep_resume(
         transaction.on_commit(lambda: _broadcast_state(sweep.pk))
     sweep.refresh_from_db()
     return sweep
+
+
+def _level_label(sweep: Sweep, plan: level_plans.LevelPlan, index: int) -> str:
+    concurrency, rate = plan[index]
+    rate_sweep = level_plans.is_rate_sweep(sweep.load)
+    return level_plans.level_label(concurrency, rate, rate_sweep=rate_sweep)
 
 
 def sweep_abandon(*, sweep: Sweep, user: Any = None) -> Sweep:
@@ -423,7 +452,8 @@ class SweepPlan:
     load: dict[str, Any]
     records_path: Path
     instance_id: int | None
-    # A resumed sweep runs levels[level_offset:], still numbered as the sweep numbers them.
+    # A resumed sweep runs levels[level_offset:], still numbered as the sweep numbers them
+    # (a rate sweep: one concurrency per level left, and ``load["request_rate"]`` their rates).
     level_offset: int = 0
     # Which run of this sweep this is (1 = the first); written into every record.
     attempt: int = 1
@@ -440,7 +470,7 @@ def _broadcast_level(level: SweepLevel) -> None:
     sweep = Sweep.objects.get(pk=level.sweep_id)
     levels = selectors.sweep_levels(sweep_id=sweep.pk)
     payload = {
-        "level": selectors.level_as_dict(level),
+        "level": selectors.level_as_dict(level, sweep=sweep),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
     }
     realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)
@@ -472,12 +502,18 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         )
         return None
     target = sweep.environment.get("target", {})
+    levels, load = list(sweep.levels)[resume_from:], dict(sweep.load)
+    if level_plans.is_rate_sweep(sweep.load):
+        # A rate sweep resumed part way: the levels left, each with its concurrency and rate.
+        left = level_plans.sweep_level_plan(sweep.levels, sweep.load)[resume_from:]
+        levels = [c for c, _ in left]
+        load["request_rate"] = [r for _, r in left]
     return SweepPlan(
         sweep_id=sweep_id,
         base_url=instance.base_url if instance is not None else sweep.base_url,
         model=str(target.get("model") or ""),
-        levels=list(sweep.levels)[resume_from:],
-        load=dict(sweep.load),
+        levels=levels,
+        load=load,
         records_path=records,
         instance_id=instance.pk if instance is not None else None,
         level_offset=resume_from,

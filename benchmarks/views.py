@@ -60,10 +60,12 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
 @roles.viewer_required
 def sweep_detail(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
     sweep = _sweep_or_404(sweep_id)
-    levels = selectors.sweep_levels(sweep_id=sweep_id)
+    levels = selectors.sweep_level_table(sweep=sweep)
     context = {
         "sweep": sweep,
         "levels": levels,
+        "rate_sweep": selectors.sweep_is_rate_sweep(sweep=sweep),
+        "workload": selectors.sweep_workload(sweep=sweep, levels=levels),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
         "can_run_sweeps": roles.can_run_sweeps(request.user),
         "live_config": {"sweepId": sweep.pk, "wsPath": f"/ws/sweeps/{sweep.pk}/"},

@@ -23,6 +23,7 @@ from benchmarks.models import (
     SweepLevel,
     SweepState,
 )
+from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.models import ServerProfile
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
@@ -289,9 +290,16 @@ def _label(position: int) -> str:
     return letters[position] if position < len(letters) else f"S{position + 1}"
 
 
+def rate_sweep_ids(*, sweeps: Sequence[Sweep]) -> list[int]:
+    """The rate sweeps among ``sweeps``: their levels share one concurrency (the cap), so the
+    comparisons, which pair levels by concurrency, cannot take them."""
+    return [s.pk for s in sweeps if is_rate_sweep(s.load or {})]
+
+
 def comparable_sweeps(*, limit: int = 200) -> list[Sweep]:
-    """Sweeps that finished with at least one completed level, newest first (the picker)."""
-    return list(
+    """Sweeps that finished with at least one completed level, newest first (the picker);
+    rate sweeps are left out (see rate_sweep_ids)."""
+    sweeps = list(
         Sweep.objects.filter(
             state__in=[SweepState.COMPLETED, SweepState.CANCELLED, SweepState.FAILED],
             level_results__state=LevelState.COMPLETED,
@@ -300,6 +308,8 @@ def comparable_sweeps(*, limit: int = 200) -> list[Sweep]:
         .distinct()
         .order_by("-created_at")[:limit]
     )
+    rate = set(rate_sweep_ids(sweeps=sweeps))
+    return [s for s in sweeps if s.pk not in rate]
 
 
 def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRun]:
@@ -312,6 +322,7 @@ def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRu
         .order_by("-created_at")[:limit]
     )
     sweeps.reverse()
+    rate = set(rate_sweep_ids(sweeps=sweeps))  # levels keyed by C: a rate sweep has one C
     return [
         HistoryRun(
             sweep_id=s.pk,
@@ -321,6 +332,7 @@ def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRu
             tags=tuple(s.tags),
         )
         for s in sweeps
+        if s.pk not in rate
     ]
 
 

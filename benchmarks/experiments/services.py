@@ -23,6 +23,7 @@ from benchmarks import services as sweep_services
 from benchmarks.experiments import comparison, selectors
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
+from benchmarks.sweeps.plan import is_rate_sweep
 from hosts import services as host_services
 from hosts.jobs import job_cancel, job_enqueue
 from hosts.models import JobState, ServerInstance, ServerProfile
@@ -77,16 +78,18 @@ def _validate(
     cleaned_load: dict[str, Any] = {}
     # The same rules as a single sweep: each step becomes one.
     try:
-        cleaned_levels = sweep_services.sweep_clean_levels(levels)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    try:
-        cleaned_load = sweep_services.sweep_clean_load(load)
+        cleaned_levels, cleaned_load = sweep_services.sweep_clean_plan(levels, load)
     except ValidationError as exc:
         if hasattr(exc, "error_dict"):
             errors.update(exc.message_dict)
         else:
             errors.setdefault("__all__", []).extend(exc.messages)
+    if is_rate_sweep(cleaned_load):
+        # The comparison pairs the arms' levels by concurrency (ratios, crossover, saturation).
+        errors["request_rate"] = [
+            "An experiment compares its profiles level by level at each concurrency: give one "
+            "request rate (or none). A rate sweep (several rates) runs as a sweep of each server."
+        ]
     if errors:
         raise ValidationError(errors)
     return cleaned_levels, cleaned_load

@@ -48,6 +48,12 @@ def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
     )
 
 
+_RATE_SWEEPS = (
+    "a rate sweep cannot be compared: comparisons pair levels by concurrency, and a rate "
+    "sweep's levels all run under one concurrency cap."
+)
+
+
 def _picked_sweeps(request: HttpRequest) -> list[Any]:
     ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
     reference = request.GET.get("reference", "")
@@ -57,6 +63,8 @@ def _picked_sweeps(request: HttpRequest) -> list[Any]:
     sweeps = selectors.sweeps_by_ids(sweep_ids=ids)
     if len(sweeps) < 2:
         raise Http404("Pick two or more sweeps")
+    if selectors.rate_sweep_ids(sweeps=sweeps):
+        raise Http404(_RATE_SWEEPS)
     return sweeps
 
 
@@ -189,11 +197,15 @@ def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     """Two or more sweeps picked from history; the picker when fewer are given."""
     ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
-    if len(ids) < 2:
+    rate = selectors.rate_sweep_ids(sweeps=selectors.sweeps_by_ids(sweep_ids=ids))
+    if len(ids) < 2 or rate:
+        error = "Pick two or more sweeps." if request.GET else ""
+        if rate:
+            error = f"{', '.join(f'#{i}' for i in rate)}: {_RATE_SWEEPS}"
         context = {
             "sweeps": selectors.comparable_sweeps(),
             "picked": ids,
-            "error": "Pick two or more sweeps." if request.GET else "",
+            "error": error,
             "nav": "experiments",
         }
         return render(request, "benchmarks/comparison_pick.html", context)

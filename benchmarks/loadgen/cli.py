@@ -24,6 +24,7 @@ from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
 from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
+from benchmarks.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
@@ -46,7 +47,7 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _rate_list(text: str) -> list[float]:
+def rate_list(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError as exc:
@@ -54,20 +55,6 @@ def _rate_list(text: str) -> list[float]:
     if not values or not all(math.isfinite(v) and v > 0 for v in values):
         raise argparse.ArgumentTypeError("request rates must be positive numbers")
     return values
-
-
-def level_plan(concurrency: list[int], rates: list[float] | None) -> list[tuple[int, float | None]]:
-    """(concurrency, rate) per level. One rate applies to every concurrency level; several rates
-    with one concurrency make a rate sweep capped at that concurrency; else the lists pair up."""
-    if not rates:
-        return [(c, None) for c in concurrency]
-    if len(rates) == 1:
-        return [(c, rates[0]) for c in concurrency]
-    if len(concurrency) == 1:
-        return [(concurrency[0], r) for r in rates]
-    if len(rates) != len(concurrency):
-        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
-    return list(zip(concurrency, rates, strict=True))
 
 
 def _epoch(text: str) -> float:
@@ -122,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--request-rate",
-        type=_rate_list,
+        type=rate_list,
         default=None,
         help="open-loop arrivals, req/s (concurrency then caps the requests in flight); "
         "several (1,2,4) with one --concurrency make a rate sweep",

@@ -10,7 +10,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,6 +388,24 @@ class LevelRunner:
             else self._closed_phase(cfg.concurrency, limit, deadline)
         )
         return await self._run_phase(asyncio.create_task(coro))
+
+
+def level_plan(
+    concurrency: Sequence[int], rates: Sequence[float] | None
+) -> list[tuple[int, float | None]]:
+    """(concurrency, rate) per level, from the CLI's --concurrency and --request-rate (and a
+    sweep's levels and request rates). One rate applies to every concurrency level; several
+    rates with one concurrency make a rate sweep capped at that concurrency; else the lists
+    pair up."""
+    if not rates:
+        return [(c, None) for c in concurrency]
+    if len(rates) == 1:
+        return [(c, rates[0]) for c in concurrency]
+    if len(concurrency) == 1:
+        return [(concurrency[0], r) for r in rates]
+    if len(rates) != len(concurrency):
+        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
+    return list(zip(concurrency, rates, strict=True))
 
 
 def next_gap(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:

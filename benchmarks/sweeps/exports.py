@@ -26,6 +26,8 @@ CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
     ("total_tok_s", ("total_tok_s",)),
     ("steady_output_tok_s", ("steady", "output_tok_s")),
     ("steady_duration_s", ("steady", "duration_s")),
+    # Offered (open loop; a rate sweep's level) and achieved request rates, side by side.
+    ("target_rate", ("target_rate",)),
     ("request_rate", ("request_rate",)),
     ("achieved_concurrency", ("achieved_concurrency",)),
     *(
@@ -99,7 +101,7 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
         },
         "levels": [
             {
-                **selectors.level_as_dict(level),
+                **selectors.level_as_dict(level, sweep=sweep),
                 "summary": level.summary,
                 "server_metrics": level.server_metrics,
             }

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sweeps.plan import load_rates
+
 logger = logging.getLogger(__name__)
 
 # A level summary is one line of a few KB; the limit only guards against a runaway line.
@@ -74,8 +76,11 @@ def loadgen_argv(
 
     if load.get("prompt_set"):
         argv += ["--prompt-set", str(load["prompt_set"])]
-    if load.get("request_rate") is not None:
-        argv += ["--request-rate", repr(float(load["request_rate"]))]
+    rates = load_rates(load)
+    if rates is not None:
+        # One rate for every level, or a rate sweep (the load generator's level_plan pairs
+        # them with --concurrency exactly as sweeps.plan does).
+        argv += ["--request-rate", ",".join(repr(r) for r in rates)]
     if load.get("burstiness") is not None:
         argv += ["--burstiness", repr(float(load["burstiness"]))]
     slo = load.get("slo") or {}

@@ -168,5 +168,10 @@ def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dic
     if missing:
         fields = {"query.sweep": [f"No sweep #{pk}." for pk in missing]}
         raise errors.ApiError(422, errors.VALIDATION, "Unknown sweep id(s).", fields)
+    rate = exp_selectors.rate_sweep_ids(sweeps=sweeps)
+    if rate:
+        message = "Rate sweeps cannot be compared: comparisons pair levels by concurrency."
+        fields = {"query.sweep": [f"Sweep #{pk} is a rate sweep." for pk in rate]}
+        raise errors.ApiError(422, errors.VALIDATION, message, fields)
     slo = (sweeps[0].load or {}).get("slo") if sweeps else None
     return comparison.comparison_build(series=exp_selectors.sweep_series(sweeps=sweeps), slo=slo)

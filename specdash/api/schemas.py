@@ -357,8 +357,11 @@ class SweepLoadIn(In):
     prompt_set: str | None = Field(
         None, description="synthetic (default), sharegpt (chat), humaneval (code), mixed"
     )
-    request_rate: float | None = Field(
-        None, description="Open-loop arrivals in req/s (each level's concurrency caps in-flight)"
+    request_rate: float | list[float] | None = Field(
+        None,
+        description="Open-loop arrivals in req/s: one rate for every level (each level's "
+        "concurrency caps in-flight), or a list of several for a rate sweep (one level per rate, "
+        "levels then one concurrency: the cap); each above 0",
     )
     burstiness: float | None = Field(None, description="Gamma shape of arrival gaps (1: Poisson)")
     slo: SloIn | None = Field(None, description="Latency targets: goodput per level")
@@ -442,7 +445,10 @@ class SweepAccepted(Schema):
 
 class LevelOut(Schema):
     index: int
-    concurrency: int
+    concurrency: int = Field(description="The level's C (in a rate sweep: the in-flight cap)")
+    target_rate: float | None = Field(
+        description="The offered request rate of an open-loop level (req/s; null: closed loop)"
+    )
     state: str
     output_tok_s: float | None
     steady_output_tok_s: float | None
@@ -474,6 +480,11 @@ class LevelOut(Schema):
         "(engine_step for vLLM: one per verify step under speculation; token for SGLang) and "
         "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s)."
     )
+
+    @staticmethod
+    def resolve_target_rate(obj: Any) -> float | None:
+        rate = (obj.summary or {}).get("target_rate")
+        return float(rate) if isinstance(rate, int | float) else None
 
 
 class SampleOut(Schema):

@@ -43,7 +43,7 @@
         });
         annotations.push({
           x: x, y: 1, xref: "x", yref: "paper", yanchor: "bottom", xanchor: "left",
-          text: "C=" + l.concurrency, showarrow: false, font: { size: 10, color: "#6b7385" },
+          text: l.label || ("C=" + l.concurrency), showarrow: false, font: { size: 10, color: "#6b7385" },
         });
         boundaries.add(l.index);
       });
@@ -63,12 +63,15 @@
     };
   }
 
+  // A rate sweep's curve is against the offered rate, a concurrency sweep's against C.
+  function xOf(level) { return level.x !== undefined ? level.x : level.concurrency; }
+
   function curvePoints() {
     const done = Array.from(levels.values()).filter(finished)
       .sort(function (a, b) { return a.index - b.index; });
     done.forEach(function (l) { plotted.add(l.index); });
     return {
-      x: done.map(function (l) { return l.concurrency; }),
+      x: done.map(xOf),
       whole: done.map(function (l) { return l.output_tok_s; }),
       steady: done.map(function (l) { return l.steady_output_tok_s; }),
     };
@@ -96,7 +99,10 @@
     ];
     const curveLayout = {
       margin: margin, legend: { orientation: "h", y: -0.25 },
-      xaxis: { type: "log", title: { text: "concurrency" }, tickvals: snapshot.sweep.levels },
+      xaxis: {
+        type: "log", title: { text: snapshot.sweep.x_title || "concurrency" },
+        tickvals: snapshot.sweep.x_values || snapshot.sweep.levels,
+      },
       yaxis: { title: { text: "output tok/s" }, rangemode: "tozero" },
     };
     // A reconnect brings a fresh snapshot: react() replaces the data in place.
@@ -128,7 +134,7 @@
     if (finished(level) && !plotted.has(level.index)) {
       plotted.add(level.index);
       window.Plotly.extendTraces(nodes.curve, {
-        x: [[level.concurrency], [level.concurrency]],
+        x: [[xOf(level)], [xOf(level)]],
         y: [[level.output_tok_s], [level.steady_output_tok_s]],
       }, [0, 1]);
     }

@@ -155,3 +155,59 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
 @pytest.mark.django_db
 def test_the_audit_endpoint_needs_a_login(client: Client) -> None:
     assert client.get("/api/v1/audit", {"all": True}).status_code == 401
+
+
+@pytest.fixture
+def measured_with_slo(simulator: Simulator, transactional_db: Any) -> Sweep:
+    """A sweep with SLOs measured for real: its levels store goodput."""
+    slo = {"ttft_ms": 60_000, "e2e_ms": 120_000, "scope": "request", "attainment": 0.9}
+    sweep = services.sweep_create(
+        base_url=simulator.base_url, levels=[2],
+        load=load(model=simulator.model, requests_per_level=6, max_tokens=4, slo=slo),
+    )  # fmt: skip
+    assert sweep.job_id is not None
+    job = Job.objects.get(pk=sweep.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+
+    async def run() -> dict[str, Any]:
+        return await asyncio.wait_for(handler.run_sweep(ctx), 90)
+
+    result = async_to_sync(run)()
+    assert result["state"] == SweepState.COMPLETED
+    sweep.refresh_from_db()
+    return sweep
+
+
+def test_stored_goodput_is_recomputed_and_a_tampered_figure_fails_the_audit(
+    measured_with_slo: Sweep, client: Client, viewer: Any
+) -> None:
+    level = SweepLevel.objects.get(sweep=measured_with_slo, index=0)
+    goodput = level.summary["goodput"]
+    assert goodput["requests"] == 6 and goodput["goodput_tok_s"] > 0
+    assert audit.audit_sweep(sweep=measured_with_slo).problems == []
+
+    level.summary = {**level.summary, "goodput": {**goodput, "goodput_tok_s": 9999.0}}
+    level.save(update_fields=["summary"])
+    problems = audit.audit_sweep(sweep=measured_with_slo).problems
+    assert len(problems) == 1, problems
+    assert (
+        "level 0 (C=2, attempt 1): goodput goodput_tok_s: stored 9999.0, records give"
+        in (problems[0])
+    )
+    with pytest.raises(CommandError) as failure:
+        call_command("specdash", "audit", "--sweep", str(measured_with_slo.pk))
+    assert failure.value.returncode == 1
+    client.force_login(viewer)
+    body = client.get("/api/v1/audit", {"sweep": measured_with_slo.pk}).json()
+    assert body["ok"] is False and body["problems"] == problems
+
+
+def test_goodput_stored_under_another_slo_than_the_sweeps_is_reported(
+    measured_with_slo: Sweep,
+) -> None:
+    level = SweepLevel.objects.get(sweep=measured_with_slo, index=0)
+    tighter = {**level.summary["goodput"]["slo"], "ttft_ms": 1.0}
+    level.summary = {**level.summary, "goodput": {**level.summary["goodput"], "slo": tighter}}
+    level.save(update_fields=["summary"])
+    problems = audit.audit_sweep(sweep=measured_with_slo).problems
+    assert any("goodput slo: stored" in p for p in problems), problems

@@ -16,7 +16,37 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from benchmarks.loadgen.cli import rate_list
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
+
+
+def _arrivals(parser: CommandParser) -> None:
+    """Open-loop arrivals, written as the load generator's own --request-rate (and parsed by
+    the same function)."""
+    parser.add_argument(
+        "--request-rate",
+        type=rate_list,
+        default=None,
+        help="req/s: one for every level, or several (1,2,4) for a rate sweep under one "
+        "--levels concurrency (the in-flight cap)",
+    )
+    parser.add_argument("--burstiness", type=float, default=None, help="1 Poisson, <1 burstier")
+
+
+def _load(options: dict[str, Any]) -> dict[str, Any]:
+    load: dict[str, Any] = {
+        "max_tokens": options["max_tokens"],
+        "input_tokens": options["input_tokens"],
+    }
+    if options["duration"] is not None:
+        load["duration"] = options["duration"]
+    else:
+        load["requests_per_level"] = options["requests"] or 20
+    if options["request_rate"] is not None:
+        load["request_rate"] = options["request_rate"]
+    if options["burstiness"] is not None:
+        load["burstiness"] = options["burstiness"]
+    return load
 
 
 def _levels(text: str) -> list[int]:
@@ -58,6 +88,7 @@ class Command(BaseCommand):
         amount.add_argument("--duration", type=float, help="Seconds per level")
         sweep.add_argument("--max-tokens", type=int, default=128)
         sweep.add_argument("--input-tokens", type=int, default=128)
+        _arrivals(sweep)
         sweep.add_argument("--name", default="")
         sweep.add_argument("--tag", action="append", default=[])
         sweep.add_argument("--wait", action="store_true", help="Wait until it finishes")
@@ -88,6 +119,7 @@ class Command(BaseCommand):
         amount.add_argument("--duration", type=float, help="Seconds per level")
         create.add_argument("--max-tokens", type=int, default=128)
         create.add_argument("--input-tokens", type=int, default=128)
+        _arrivals(create)
         create.add_argument("--repeats", type=int, default=1)
         create.add_argument("--order", choices=["sequential", "interleaved"], default="sequential")
         create.add_argument("--name", default="")
@@ -180,14 +212,7 @@ class Command(BaseCommand):
     def _experiment(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         verb = options["verb"]
         if verb == "create":
-            load: dict[str, Any] = {
-                "max_tokens": options["max_tokens"],
-                "input_tokens": options["input_tokens"],
-            }
-            if options["duration"] is not None:
-                load["duration"] = options["duration"]
-            else:
-                load["requests_per_level"] = options["requests"] or 20
+            load = _load(options)
             body = client.post(
                 "/experiments",
                 {
@@ -242,14 +267,7 @@ class Command(BaseCommand):
         self._out(options, instance, f"instance {instance['id']} {instance['state']}")
 
     def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:
-        load: dict[str, Any] = {
-            "max_tokens": options["max_tokens"],
-            "input_tokens": options["input_tokens"],
-        }
-        if options["duration"] is not None:
-            load["duration"] = options["duration"]
-        else:
-            load["requests_per_level"] = options["requests"] or 20
+        load = _load(options)
         sweep = client.post(
             "/sweeps",
             {

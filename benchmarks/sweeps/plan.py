@@ -1,0 +1,84 @@
+"""A sweep's levels: a concurrency per level and, for open-loop arrivals, a request rate.
+
+A sweep stores what was asked: ``levels`` (concurrencies) and ``load["request_rate"]``, either
+one rate (every level at that rate, each level's concurrency capping what is in flight) or a
+list of several (a rate sweep: one level per rate under one concurrency cap). The levels they
+make are the load generator's own ``level_plan``, the function behind its ``--concurrency`` and
+``--request-rate``: one definition for the dashboard, the API and the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from benchmarks.loadgen.level import level_plan
+
+MIN_RATE = 0.001  # req/s: one request in about 17 minutes
+MAX_RATE = 1_000_000.0
+
+LevelPlan = list[tuple[int, float | None]]
+
+
+def clean_request_rate(value: Any) -> float | list[float] | None:
+    """None (closed loop), one rate, or several rates (a rate sweep), each a finite number of
+    requests per second; a one-element list is one rate. Raises ValidationError."""
+    if value is None or value == "":
+        return None
+    values = value if isinstance(value, list | tuple) else [value]
+    if not values:
+        raise ValidationError("Give at least one request rate, or none for a closed loop.")
+    rates: list[float] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValidationError(f"{v!r} is not a number of requests per second.")
+        if not MIN_RATE <= v <= MAX_RATE:
+            raise ValidationError(
+                f"Request rate {v:g} is outside {MIN_RATE:g} to {MAX_RATE:g} req/s "
+                "(it must be above 0)."
+            )
+        rates.append(float(v))
+    return rates[0] if len(rates) == 1 else rates
+
+
+def load_rates(load: dict[str, Any]) -> list[float] | None:
+    """The stored request rate(s) as the load generator's list (None: closed loop)."""
+    value = load.get("request_rate")
+    if value is None:
+        return None
+    return [float(v) for v in value] if isinstance(value, list) else [float(value)]
+
+
+def is_rate_sweep(load: dict[str, Any]) -> bool:
+    rates = load_rates(load)
+    return rates is not None and len(rates) > 1
+
+
+def check_levels_with_rates(levels: Sequence[int], load: dict[str, Any]) -> None:
+    """A rate sweep runs under one concurrency cap (pairing lists is for the load generator's
+    CLI alone): several rates with several concurrencies is refused, naming the levels."""
+    rates = load_rates(load)
+    if rates is not None and len(rates) > 1 and len(levels) != 1:
+        raise ValidationError(
+            {
+                "levels": (
+                    f"A rate sweep ({len(rates)} request rates) takes one concurrency: the cap "
+                    f"on requests in flight at every rate, not {len(levels)} levels."
+                )
+            }
+        )
+
+
+def sweep_level_plan(levels: Sequence[int], load: dict[str, Any]) -> LevelPlan:
+    """(concurrency, rate) of each level of a sweep, in order."""
+    return level_plan(list(levels), load_rates(load))
+
+
+def level_label(concurrency: int, rate: float | None, *, rate_sweep: bool) -> str:
+    """How a level is named to people: its offered rate in a rate sweep, else its C."""
+    if rate_sweep and rate is not None:
+        return f"{rate:g} req/s"
+    return f"C={concurrency}"
