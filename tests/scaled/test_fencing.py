@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.fixtures.ports import free_port
 from tests.scaled.cluster import PASSWORD, Cluster
-from tests.scaled.servers import Postgres, free_port
+from tests.scaled.servers import Postgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
 
