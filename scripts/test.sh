@@ -5,8 +5,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
 # engines builds the real llama-server and vLLM (CPU) once per version into the engine cache;
-# pytest serves llama-server, pytest-vllm serves vLLM in its own run (docs/engines.md).
-stages=(system-deps venv engines lint typecheck pytest pytest-clock pytest-browser pytest-vllm)
+# pytest serves llama-server, pytest-vllm serves vLLM in its own run (docs/engines.md). Lint and
+# typecheck need only the venv and take seconds: they come before the build, which on a fresh
+# machine takes 10-40 minutes, so that a style error fails at once.
+stages=(system-deps venv lint typecheck engines pytest pytest-clock pytest-browser pytest-vllm)
 
 timings=()
 status=0

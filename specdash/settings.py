@@ -142,17 +142,27 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 
-_redis_url = os.environ.get("SPECDASH_REDIS_URL")
-CHANNEL_LAYERS: dict[str, Any] = (
-    {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [_redis_url]},
-        }
+
+def redis_channel_layer(url: str) -> dict[str, Any]:
+    """The channels-redis layer on ``url``.
+
+    No socket timeout: a consumer waits for its next event in a BZPOPMIN that Redis answers
+    after 5 s when nothing came, and redis-py (>= 8) reads with a 5 s timeout by default, so
+    every idle stretch of 5 s raised TimeoutError in the consumer, which Daphne turns into a
+    websocket close 1011. A Redis that died is still noticed: by a reset connection, or by
+    TCP keepalive, which redis-py turns on."""
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": url, "socket_timeout": None}]},
     }
+
+
+_redis_url = os.environ.get("SPECDASH_REDIS_URL")
+CHANNEL_LAYERS: dict[str, Any] = {
+    "default": redis_channel_layer(_redis_url)
     if _redis_url
-    else {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-)
+    else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

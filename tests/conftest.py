@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group, User
 
 from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.roles import OPERATORS, VIEWERS, ensure_roles
+from tests.fixtures.ports import free_port
 
 
 @pytest.fixture
@@ -46,10 +47,13 @@ def make_profile(local_host: Host) -> Callable[..., ServerProfile]:
             "engine": Engine.SIMULATOR,
             "host": local_host,
             "launch_argv": [sys.executable, "-m", "benchmarks.simulator"],
-            "port": 31000 + n,
             "gpu_ids": [],
         }
         fields.update(overrides)
+        if "port" not in fields:
+            # Never a port an earlier test used (it may still linger there), nor one from the
+            # range outgoing connections take theirs from (tests/fixtures/ports.py).
+            fields["port"] = free_port()
         return ServerProfile.objects.create(**fields)
 
     return make

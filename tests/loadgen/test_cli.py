@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,14 +45,25 @@ def stub_process(tmp_path):
     proc.wait(10)
 
 
+# The load generator's CLI with its modules imported before it is given its arguments (a JSON
+# list on stdin); it says so with one event of its own first.
+PRELOADED = """
+import json, sys
+from benchmarks.loadgen.cli import main
+print(json.dumps({"event": "preloaded"}), flush=True)
+sys.exit(main(sys.argv[1:] + json.loads(sys.stdin.readline())))
+"""
+
+
 class Loadgen:
     """The CLI as the dashboard runs it: a subprocess whose stdout is the event stream."""
 
-    def __init__(self, args: list[str], *, stdin: bool = False) -> None:
+    def __init__(self, args: list[str], *, stdin: bool = False, preload: bool = False) -> None:
+        head = ["-c", PRELOADED] if preload else ["-m", "benchmarks.loadgen"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.loadgen", "--events", "-", "--quiet", *args],
+            [sys.executable, *head, "--events", "-", "--quiet", *args],
             cwd=ROOT,
-            stdin=subprocess.PIPE if stdin else None,
+            stdin=subprocess.PIPE if stdin or preload else None,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -230,8 +243,15 @@ def _short_run(port: int, *extra: str) -> list[str]:
 
 def test_start_at_in_the_future_holds_the_first_level_until_that_wall_clock_time(stub_process):
     _, port = stub_process
+    # The start is chosen once the process has imported its modules: a start chosen before
+    # the interpreter started was already past on a loaded machine, where the imports alone
+    # can take longer than the 3 s ahead it was.
+    lg = Loadgen(_short_run(port), preload=True)
+    lg.wait_for(lambda e: e["event"] == "preloaded")
     start_at = time.time() + 3.0
-    lg = Loadgen(_short_run(port, "--start-at", repr(start_at)))
+    assert lg.proc.stdin is not None
+    lg.proc.stdin.write(json.dumps(["--start-at", repr(start_at)]) + "\n")
+    lg.proc.stdin.close()
     assert lg.finish(60) == 0
     run_start = lg.of("run_start")[0]
     assert run_start["start_at"] == start_at
@@ -470,11 +490,7 @@ def test_without_model_the_served_model_is_asked_of_the_server_and_sent(stub_pro
 
 
 def test_without_model_and_no_model_list_the_run_fails_clearly_before_any_level(tmp_path):
-    import socket
-
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     lg = Loadgen(
         [
             "--base-url",

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from benchmarks.loadgen.apis import Api, OpenAIHandler
 from benchmarks.loadgen.level import LevelConfig, run_level
 from benchmarks.loadgen.prompts import SyntheticPrompts
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,9 +23,7 @@ def simulator(tmp_path_factory):
     """The real simulator, eagle3 (several tokens per chunk) with 2 ms decode steps."""
     tmp = tmp_path_factory.mktemp("sim")
     truth = tmp / "truth.jsonl"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

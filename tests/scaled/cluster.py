@@ -29,7 +29,14 @@ class Proc:
         return self.process.pid
 
     def tail(self, chars: int = 3000) -> str:
-        return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-chars:]
+        """The log's end, and before it the first traceback when the end no longer shows it:
+        a web process logs the exception behind a websocket's 1011 close, then goes on."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        head = f"--- {self.name} (pid {self.pid}, exit {self.process.poll()}) ---\n"
+        first = text.find("Traceback")
+        if 0 <= first < len(text) - chars:
+            head += text[max(0, first - 500) : first + chars] + "\n[...]\n"
+        return head + text[-chars:]
 
 
 @dataclass

@@ -18,13 +18,9 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.ports import free_port
+
 INSTALL_HINT = ".ci/run installs the Debian packages redis-server and postgresql when missing"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.fixtures.ports import free_port
 from tests.scaled.cluster import PASSWORD, Cluster
-from tests.scaled.servers import Postgres, free_port
+from tests.scaled.servers import Postgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -144,7 +145,10 @@ def test_a_stalled_worker_past_its_lease_stops_driving_its_server_once_woken_and
         cluster,
     )
     worker_b = cluster.start_worker("worker-b", *flags)
-    time.sleep(2)  # worker B is up and polling (its start is not what is measured)
+    # Worker B is up and polling before A stalls (its start is not what is measured); a fixed
+    # pause was not always long enough for Django to start on a loaded machine.
+    _until(lambda: "job worker worker-b started" in worker_b.log.read_text(), 60,
+           "worker B started", cluster)  # fmt: skip
 
     os.kill(worker_a.pid, signal.SIGSTOP)
     stopped_at = time.time()

@@ -18,8 +18,9 @@ import psycopg
 import pytest
 
 from tests.benchmarks.conftest import Simulator, start_simulator
+from tests.fixtures.ports import free_port
 from tests.scaled.cluster import PASSWORD, Cluster, children_running
-from tests.scaled.servers import Postgres, Redis, free_port
+from tests.scaled.servers import Postgres, Redis
 from tests.scaled.wsclient import WebSocket
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from tests.fixtures.ports import free_port
 from tests.fixtures.procs import alive
 
 ROOT = Path(settings.BASE_DIR)
@@ -50,9 +51,7 @@ def test_serve_on_a_taken_port_exits_non_zero_without_claiming_it_serves(tmp_pat
 
 
 def test_make_run_killed_alone_takes_the_dashboard_down_with_it(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     # -o: the shared virtual environment is installed already; never reinstall it here.
     make = subprocess.Popen(
         ["make", "-s", "-o", ".venv/.runtime-installed", "run", f"PORT={port}"],

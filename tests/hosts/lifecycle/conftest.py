@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from hosts.models import (
     ServerInstance,
     ServerProfile,
 )
+from tests.fixtures.ports import free_port as free_port  # also imported from here
 from tests.fixtures.sshd import SshServer, sshd, start_sshd, stop_sshd  # noqa: F401
 
 ROOT = Path(settings.BASE_DIR)
@@ -40,12 +40,6 @@ STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the pve_sshd "node" knows: CT 129 runs, CT 131 exists but is stopped, others do not exist.
 RUNNING_CT = "129"
 STOPPED_CT = "131"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _marker_pids(run_ids: set[str]) -> list[int]:

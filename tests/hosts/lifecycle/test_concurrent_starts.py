@@ -13,6 +13,7 @@ from django.db import connection
 
 from hosts import services
 from hosts.models import GpuClaim, ServerInstance, ServerProfile
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,12 +48,12 @@ def test_two_simultaneous_starts_on_one_port_or_gpu_exactly_one_wins(
 ) -> None:
     for round_ in range(ROUNDS):
         if shared == "port":
-            port = 32000 + round_
+            port = free_port()
             first = make_profile(port=port, gpu_ids=[])
             second = make_profile(port=port, gpu_ids=[])
         else:
-            first = make_profile(port=32100 + 2 * round_, gpu_ids=[round_, 7])
-            second = make_profile(port=32101 + 2 * round_, gpu_ids=[7])
+            first = make_profile(gpu_ids=[round_, 7])
+            second = make_profile(gpu_ids=[7])
         outcomes = race([first, second])
         won = [o for o in outcomes if isinstance(o, ServerInstance)]
         refused = [o for o in outcomes if isinstance(o, services.ServerConflict)]
