@@ -19,13 +19,18 @@
     }
   }
 
+  // The socket subscribes before it reads its snapshot, so an event may come both in the
+  // snapshot and live, and the snapshot may hold events newer than this page: each id once.
   function addEvent(e) {
+    const list = document.getElementById("instance-events");
+    if (list.querySelector('li[data-event-id="' + e.id + '"]')) return;
     const li = document.createElement("li");
+    li.dataset.eventId = e.id;
     const time = document.createElement("time");
     time.textContent = new Date(e.at).toLocaleTimeString();
     li.appendChild(time);
     li.appendChild(document.createTextNode(" " + (e.state ? "[" + e.state + "] " : "") + e.message));
-    document.getElementById("instance-events").appendChild(li);
+    list.appendChild(li);
   }
 
   function connect() {
@@ -35,6 +40,7 @@
       const data = JSON.parse(message.data);
       if (data.type === "snapshot") {
         setState(data.instance);
+        data.events.forEach(addEvent);
       } else if (data.type === "instance.state") {
         setState(data.instance);
       } else if (data.type === "instance.event") {
