@@ -53,7 +53,13 @@
         document.getElementById("instance-readiness").textContent = "waiting: " + data.stage + " " + (data.detail || "");
       }
     };
-    ws.onclose = () => { setTimeout(connect, retry); retry = Math.min(retry * 2, 10000); };
+    ws.onclose = (event) => {
+      // A refusal is final (4401/4403/4404 from the consumer, 1008 for a policy): retrying
+      // would be refused again, every few seconds for as long as the page stays open.
+      if (event.code === 1008 || (event.code >= 4000 && event.code < 5000)) return;
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 10000);
+    };
   }
   connect();
 })();
