@@ -5,6 +5,7 @@ from typing import Any, cast
 from channels.db import database_sync_to_async
 
 from hosts import selectors
+from hosts.telemetry import selectors as telemetry_selectors
 from hosts.telemetry import service as telemetry_service
 from specdash import realtime
 from specdash.consumers import ViewerConsumer
@@ -48,6 +49,16 @@ class TelemetryConsumer(ViewerConsumer):
     def group_name(self) -> str:
         assert self.host_id is not None
         return realtime.telemetry_group(self.host_id)
+
+    async def resolve_group(self) -> str | None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        window = await database_sync_to_async(telemetry_selectors.telemetry_window)(
+            target=kwargs["target"], pk=kwargs["pk"]
+        )
+        if window is None:
+            return None
+        self.host_id = window.host_id
+        return self.group_name()
 
     async def snapshot(self) -> dict[str, Any] | None:
         kwargs = self.scope["url_route"]["kwargs"]

@@ -149,25 +149,69 @@ def instance_stop(*, instance: ServerInstance, user: User = None) -> ServerInsta
     return instance
 
 
+class KillRefused(Exception):
+    """A kill of GPU holders that is not a confirmed choice among the listed holders."""
+
+
+class KillNotConfirmed(KillRefused):
+    pass
+
+
+class HoldersNotListed(KillRefused):
+    """A holder the instance's verification did not list (by pid and start time), or none."""
+
+
+def _holder_key(holder: dict[str, Any]) -> tuple[Any, Any]:
+    return holder.get("pid"), holder.get("start_time")
+
+
+def holders_listed(
+    *, instance: ServerInstance, holders: list[dict[str, int]]
+) -> list[dict[str, int]]:
+    """The given holders that the instance's verification listed, matched by pid and start
+    time (a pid alone may have been reused by an unrelated process since)."""
+    listed = {_holder_key(h) for h in instance.evidence.get("holders", [])}
+    keys = [_holder_key(h) for h in holders]
+    return [{"pid": pid, "start_time": start} for pid, start in keys if (pid, start) in listed]
+
+
 def instance_kill_holders(
-    *, instance: ServerInstance, holders: list[dict[str, int]], user: User = None
+    *,
+    instance: ServerInstance,
+    holders: list[dict[str, int]],
+    confirmed: bool,
+    user: User = None,
 ) -> ServerInstance:
-    """Operator-confirmed kill of exactly the listed GPU holders of a dirty instance."""
-    if instance.state != InstanceState.DIRTY:
-        raise InvalidTransition("Only a dirty instance's GPU holders can be killed.")
-    instance_record_event(
-        instance=instance,
-        kind=InstanceEvent.Kind.ACTION,
-        message=f"Kill of {len(holders)} listed GPU holder(s) confirmed",
-        user=user,
-        data={"holders": holders},
-    )
-    job_enqueue(
-        kind="server.kill_holders",
-        params={"instance_id": instance.pk, "holders": holders},
-        lock_key=instance_lock_key(instance.pk),
-        user=user,
-    )
+    """Operator-confirmed kill of exactly the listed GPU holders of a dirty instance.
+
+    The rule is kept here, not in the interfaces, so that no caller can kill a process the
+    verification did not list: KillNotConfirmed without the operator's confirmation,
+    HoldersNotListed when any holder is not in the instance's evidence (or none is given),
+    InvalidTransition unless the instance is dirty. Nothing is queued when it refuses."""
+    if not confirmed:
+        raise KillNotConfirmed("Confirm the kill of the listed holders.")
+    with transaction.atomic():
+        # Locked and read afresh: the evidence checked is the evidence at the time of the kill,
+        # not a copy the caller loaded before a re-verification replaced it.
+        instance = ServerInstance.objects.select_for_update().get(pk=instance.pk)
+        chosen = holders_listed(instance=instance, holders=holders)
+        if not chosen or len(chosen) != len(holders):
+            raise HoldersNotListed("Only holders listed in the evidence can be killed.")
+        if instance.state != InstanceState.DIRTY:
+            raise InvalidTransition("Only a dirty instance's GPU holders can be killed.")
+        instance_record_event(
+            instance=instance,
+            kind=InstanceEvent.Kind.ACTION,
+            message=f"Kill of {len(chosen)} listed GPU holder(s) confirmed",
+            user=user,
+            data={"holders": chosen},
+        )
+        job_enqueue(
+            kind="server.kill_holders",
+            params={"instance_id": instance.pk, "holders": chosen},
+            lock_key=instance_lock_key(instance.pk),
+            user=user,
+        )
     return instance
 
 

@@ -64,22 +64,23 @@ def instance_stop(request: HttpRequest, instance_id: int) -> HttpResponse:
 @roles.operator_required
 def instance_kill_holders(request: HttpRequest, instance_id: int) -> HttpResponse:
     instance = get_object_or_404(ServerInstance, pk=instance_id)
-    listed = {(h.get("pid"), h.get("start_time")): h for h in instance.evidence.get("holders", [])}
-    chosen = []
+    posted = []
     for value in request.POST.getlist("holder"):
         pid_text, _, start_text = value.partition(":")
-        key = (
-            (int(pid_text), int(start_text))
-            if pid_text.isdigit() and start_text.isdigit()
-            else None
-        )
-        if key in listed:  # only processes the verification listed can be chosen
-            chosen.append({"pid": key[0], "start_time": key[1]})
-    if not chosen or request.POST.get("confirm") != "yes":
-        messages.error(request, "Pick the listed holders to kill and confirm.")
-        return redirect("hosts:instance-detail", instance_id=instance.pk)
+        if pid_text.isdigit() and start_text.isdigit():
+            posted.append({"pid": int(pid_text), "start_time": int(start_text)})
+    # The form offers only the listed holders; a value it did not offer (a stale page, a pid
+    # typed in) is left out rather than failing the whole choice. The service checks again.
+    chosen = services.holders_listed(instance=instance, holders=posted)
     try:
-        services.instance_kill_holders(instance=instance, holders=chosen, user=request.user)
+        services.instance_kill_holders(
+            instance=instance,
+            holders=chosen,
+            confirmed=request.POST.get("confirm") == "yes",
+            user=request.user,
+        )
+    except services.KillRefused:
+        messages.error(request, "Pick the listed holders to kill and confirm.")
     except services.InvalidTransition as exc:
         messages.error(request, str(exc))
     return redirect("hosts:instance-detail", instance_id=instance.pk)

@@ -1,4 +1,4 @@
-"""The base of every websocket consumer: authentication, role check, snapshot then events."""
+"""The base of every websocket consumer: authentication, role check, subscribe, snapshot, events."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ CLOSE_NOT_FOUND = 4404
 
 
 class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """Accepts authenticated viewers, joins ``group_name()``, sends ``snapshot()`` first.
+    """Accepts authenticated viewers, joins ``group_name()``, then sends ``snapshot()`` first.
 
-    A client that connects mid-run thus gets the state so far, then the live events.
+    A client that connects mid-run thus gets the state so far, then the live events (some of
+    which the snapshot may already show).
     Subclasses implement ``group_name`` and ``snapshot`` and one handler per event type.
     """
 
@@ -32,12 +33,22 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if not await database_sync_to_async(can_view)(user):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        snapshot = await self.snapshot()
-        if snapshot is None:
+        # Subscribe first, then read the state (Zulip's rule): an event committed after the
+        # snapshot was read is then delivered, and one committed in between is at worst
+        # delivered as well as shown in the snapshot, which the pages apply idempotently.
+        # Events queue on this channel until connect() returns, so they follow the snapshot.
+        group = await self.resolve_group()
+        if group is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = self.group_name()
+        self.group = group
         await self.channel_layer.group_add(self.group, self.channel_name)
+        snapshot = await self.snapshot()
+        if snapshot is None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = ""
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
         await self.accept()
         await self.send_json({"type": "snapshot", **snapshot})
 
@@ -52,6 +63,11 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     def group_name(self) -> str:
         raise NotImplementedError
+
+    async def resolve_group(self) -> str | None:
+        """The group to join before the snapshot is read; None when there is nothing to watch.
+        A consumer whose group needs a lookup (the host behind a page) overrides this."""
+        return self.group_name()
 
     async def snapshot(self) -> dict[str, Any] | None:
         raise NotImplementedError

@@ -1,3 +1,5 @@
+"""The job kinds a worker can run: handlers and hooks, registered by the apps that own them."""
+
 from __future__ import annotations
 
 import asyncio
@@ -162,6 +164,11 @@ def forced_cancel_hook_for(kind: str) -> InterruptHook | None:
 
 
 def load_handlers() -> None:
-    """Import the modules that register handlers (kept explicit: no import-time magic)."""
-    import benchmarks.jobs  # noqa: F401
-    import hosts.lifecycle.jobs  # noqa: F401
+    """Make sure the handlers are registered before jobs are claimed.
+
+    Each app registers its own handlers and hooks in its ``AppConfig.ready()``, so this
+    registry knows none of them (and imports no app): it only checks that Django has loaded
+    the apps, which runs those ``ready()`` methods."""
+    from django.apps import apps
+
+    apps.check_apps_ready()

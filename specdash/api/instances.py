@@ -124,15 +124,18 @@ def instance_kill_holders(
     verification listed, by pid and start time)."""
     user = require_operator(request)
     instance = _instance(instance_id)
-    listed = {(h.get("pid"), h.get("start_time")) for h in instance.evidence.get("holders", [])}
-    chosen = [h.model_dump() for h in payload.holders]
-    unknown = [h for h in chosen if (h["pid"], h["start_time"]) not in listed]
-    if not payload.confirm or unknown:
-        fields = {"body.holders": ["Only holders listed in the evidence can be killed."]}
-        if not payload.confirm:
-            fields = {"body.confirm": ["Confirm the kill with true."]}
-        raise errors.ApiError(422, errors.VALIDATION, "The request is not valid.", fields)
-    return _accepted(services.instance_kill_holders(instance=instance, holders=chosen, user=user))
+    holders = [h.model_dump() for h in payload.holders]
+    try:
+        killing = services.instance_kill_holders(
+            instance=instance, holders=holders, confirmed=payload.confirm, user=user
+        )
+    except services.KillNotConfirmed:
+        fields = {"body.confirm": ["Confirm the kill with true."]}
+        raise errors.ApiError(422, errors.VALIDATION, "The request is not valid.", fields) from None
+    except services.HoldersNotListed as exc:
+        fields = {"body.holders": [str(exc)]}
+        raise errors.ApiError(422, errors.VALIDATION, "The request is not valid.", fields) from None
+    return _accepted(killing)
 
 
 @router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))

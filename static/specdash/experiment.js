@@ -17,6 +17,11 @@
   let sweepId = null;
   let sweepSocket = null;
   let chartBuilt = false;
+  // Samples of the sweep's snapshot: the first live batch may repeat some (the socket
+  // subscribes before the snapshot is read); those are left out.
+  let snapshotSamples = new Set();
+
+  function sampleKey(s) { return s.level_index + ":" + s.t; }
   let refreshTimer = null;
 
   function refresh() {
@@ -78,9 +83,12 @@
       if (message.type === "snapshot") {
         if (chartBuilt && window.Plotly) window.Plotly.purge(nodes.chart);
         chartBuilt = false;
+        snapshotSamples = new Set(message.samples.map(sampleKey));
         drawSamples(message.samples);
       } else if (message.type === "sweep.samples") {
-        drawSamples(message.samples);
+        drawSamples(message.samples.filter(function (s) {
+          return !snapshotSamples.has(sampleKey(s));
+        }));
       }
     });
   }

@@ -19,13 +19,18 @@
     }
   }
 
+  // The socket subscribes before it reads its snapshot, so an event may come both in the
+  // snapshot and live, and the snapshot may hold events newer than this page: each id once.
   function addEvent(e) {
+    const list = document.getElementById("instance-events");
+    if (list.querySelector('li[data-event-id="' + e.id + '"]')) return;
     const li = document.createElement("li");
+    li.dataset.eventId = e.id;
     const time = document.createElement("time");
     time.textContent = new Date(e.at).toLocaleTimeString();
     li.appendChild(time);
     li.appendChild(document.createTextNode(" " + (e.state ? "[" + e.state + "] " : "") + e.message));
-    document.getElementById("instance-events").appendChild(li);
+    list.appendChild(li);
   }
 
   function connect() {
@@ -35,6 +40,7 @@
       const data = JSON.parse(message.data);
       if (data.type === "snapshot") {
         setState(data.instance);
+        data.events.forEach(addEvent);
       } else if (data.type === "instance.state") {
         setState(data.instance);
       } else if (data.type === "instance.event") {
@@ -47,7 +53,13 @@
         document.getElementById("instance-readiness").textContent = "waiting: " + data.stage + " " + (data.detail || "");
       }
     };
-    ws.onclose = () => { setTimeout(connect, retry); retry = Math.min(retry * 2, 10000); };
+    ws.onclose = (event) => {
+      // A refusal is final (4401/4403/4404 from the consumer, 1008 for a policy): retrying
+      // would be refused again, every few seconds for as long as the page stays open.
+      if (event.code === 1008 || (event.code >= 4000 && event.code < 5000)) return;
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 10000);
+    };
   }
   connect();
 })();

@@ -24,6 +24,11 @@
   let plotted = new Set();
   let progress = null;
   let built = false;
+  // The socket subscribes before the snapshot is read, so the first live batch may repeat
+  // samples the snapshot holds: those are left out (a repeat would draw a line back in time).
+  let snapshotSamples = new Set();
+
+  function sampleKey(s) { return s.level_index + ":" + s.t; }
 
   function finished(level) {
     return level.state !== "running" && level.output_tok_s !== null;
@@ -82,6 +87,7 @@
     boundaries = new Set();
     plotted = new Set();
     snapshot.levels.forEach(function (l) { levels.set(l.index, l); });
+    snapshotSamples = new Set(snapshot.samples.map(sampleKey));
     const xs = snapshot.samples.map(function (s) { return s.t * 1000; });
     const line = { mode: "lines", type: "scatter", line: { width: 1.5 } };
     const tokps = [Object.assign({}, line, {
@@ -182,7 +188,9 @@
         showProgress(message.progress, message.sweep.finished);
         break;
       case "sweep.samples":
-        addSamples(message.samples);
+        addSamples(message.samples.filter(function (s) {
+          return !snapshotSamples.has(sampleKey(s));
+        }));
         showProgress(null, false);
         break;
       case "sweep.level":

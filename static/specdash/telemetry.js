@@ -50,6 +50,10 @@
     if (list.length > MAX_LATENCIES) list.splice(0, list.length - MAX_LATENCIES);
   }
 
+  // The socket subscribes before the snapshot is read, so the first live batch may repeat
+  // samples the snapshot holds: those are left out.
+  function sampleKey(s) { return s.k + ":" + s.i + ":" + s.t; }
+
   function gib(mib) { return mib === null || mib === undefined ? null : mib / 1024; }
 
   function sameIndexes(a, b) {
@@ -62,6 +66,7 @@
     this.gpus = null;  // GPU indexes the figures were built for
     this.marks = { shapes: [], annotations: [] };
     this.serverBuilt = false;
+    this.snapshotSamples = new Set();
   }
 
   Charts.prototype.timeLayout = function (title, extra) {
@@ -202,9 +207,12 @@
         window.__telemetrySnapshotPoints = message.samples.filter(function (s) {
           return s.k === "gpu";
         }).length;
+        charts.snapshotSamples = new Set(message.samples.map(sampleKey));
         charts.add(message.samples, false);
       } else if (message.type === "telemetry.samples") {
-        charts.add(message.samples, true);
+        charts.add(message.samples.filter(function (s) {
+          return !charts.snapshotSamples.has(sampleKey(s));
+        }), true);
       }
     });
     return charts;

@@ -323,15 +323,6 @@ async def test_pct_stand_in_can_run_the_command_in_its_own_pid_namespace():
     assert os.getpid() != 1
 
 
-def test_transports_import_nothing_from_django():
-    code = (
-        "import sys, hosts.transports, hosts.transports.chain;"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
-
-
 def test_start_sshd_fails_loudly_when_openssh_server_is_missing(monkeypatch, tmp_path):
     from tests.fixtures import sshd as fixture
 

@@ -1,0 +1,104 @@
+"""A live page subscribes before it reads the state it draws first, so an event committed
+while the snapshot is being built reaches the viewer. The event is injected deterministically
+by wrapping the selector the consumer builds its snapshot with: it commits the event just
+before or just after it reads the state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from hosts import selectors, services
+from hosts.models import Host, InstanceState, ServerInstance
+from hosts.telemetry import service as telemetry_service
+from hosts.telemetry.probes import Sample
+from specdash.asgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GPU = {"index": [0], "used": [10], "total": [100], "util": [5], "power": [1.0], "temp": [30]}
+
+
+def _cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+
+async def _open(path: str, user: Any) -> WebsocketCommunicator:
+    cookie = await sync_to_async(_cookie)(user)
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, code = await communicator.connect(timeout=10)
+    assert connected, code
+    return communicator
+
+
+def _around(read: Callable[..., Any], commit: Callable[[], None], *, first: bool) -> Any:
+    def wrapped(**kwargs: Any) -> Any:
+        if first:
+            commit()
+        state = read(**kwargs)
+        if not first:
+            commit()
+        return state
+
+    return wrapped
+
+
+@pytest.mark.parametrize("commit_first", [False, True], ids=["after-the-read", "before-the-read"])
+async def test_an_instance_event_committed_while_the_snapshot_is_built_is_delivered(
+    viewer: Any, make_profile: Any, monkeypatch: pytest.MonkeyPatch, commit_first: bool
+) -> None:
+    profile = await sync_to_async(make_profile)()
+    instance = await ServerInstance.objects.acreate(
+        profile=profile, host=profile.host, port=profile.port, state=InstanceState.READY,
+        run_id="sd-consumer-test",
+    )  # fmt: skip
+
+    def commit() -> None:
+        services.instance_record_event(instance=instance, message="in between")
+
+    monkeypatch.setattr(
+        selectors,
+        "instance_snapshot",
+        _around(selectors.instance_snapshot, commit, first=commit_first),
+    )
+    communicator = await _open(f"/ws/instances/{instance.pk}/", viewer)
+    snapshot = await communicator.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot"
+    shown = [e["message"] for e in snapshot["events"]]
+    assert shown == (["in between"] if commit_first else [])
+    event = await communicator.receive_json_from(timeout=10)
+    assert event["type"] == "instance.event" and event["message"] == "in between"
+    # The page tells a repeat from a new event by its id.
+    if commit_first:
+        assert event["id"] == snapshot["events"][0]["id"]
+    await communicator.disconnect()
+
+
+async def test_a_telemetry_batch_recorded_after_the_snapshot_was_read_is_delivered(
+    viewer: Any, local_host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def commit() -> None:
+        telemetry_service.telemetry_samples_record(
+            host_id=local_host.pk, samples=[Sample(kind="gpu", t=9.0, data=GPU)]
+        )
+
+    monkeypatch.setattr(
+        telemetry_service,
+        "telemetry_subscribe",
+        _around(telemetry_service.telemetry_subscribe, commit, first=False),
+    )
+    communicator = await _open(f"/ws/telemetry/hosts/{local_host.pk}/", viewer)
+    snapshot = await communicator.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot" and snapshot["samples"] == []
+    live = await communicator.receive_json_from(timeout=10)
+    assert live["type"] == "telemetry.samples" and [s["t"] for s in live["samples"]] == [9.0]
+    await communicator.disconnect()

@@ -1,0 +1,255 @@
+"""The import contract, read from the source with ``ast`` (no module is imported).
+
+Every import statement of every first-party module counts, at module level or deferred inside
+a function (a deferred import is still a dependency: the 16-module cycle this contract
+replaced was closed by one). Three rules:
+
+- The library (load generator, simulator, statistics) and the other Django-free modules
+  import nothing from Django, nor from a package built on it, nor from the apps: they run as
+  their own processes and as plain libraries.
+- ``hosts`` does not import ``benchmarks``, except for the back-edges listed below, which
+  only shrink. The direction is one way: the core (``specdash.realtime``, the job queue),
+  then ``hosts``, then ``benchmarks``.
+- No import cycle crosses from one top-level package to another, and the job registry
+  imports no app (the apps register their handlers in ``AppConfig.ready()``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_PARTY = ("specdash", "hosts", "benchmarks", "engines")
+
+# Django-free: the library; the host-side pieces that also run without Django (the transports,
+# the far-side agent, the telemetry parsers and probes); the real-engine helpers; and the
+# benchmark scripts that drive the library as plain processes.
+DJANGO_FREE = (
+    "benchmarks.loadgen",
+    "benchmarks.simulator",
+    "benchmarks.stats",
+    "benchmarks.perf.bench_loadgen",
+    "benchmarks.perf.bench_simulator",
+    "engines",
+    "hosts.agent",
+    "hosts.transports",
+    "hosts.telemetry.deltas",
+    "hosts.telemetry.engine_profiles",
+    "hosts.telemetry.hostload",
+    "hosts.telemetry.llamacpp",
+    "hosts.telemetry.nvidia_smi",
+    "hosts.telemetry.probes",
+    "hosts.telemetry.prometheus",
+)
+
+# hosts -> benchmarks, the remaining back-edges: (importer, imported) -> why it is still there.
+# Moving one out (the level figures written through a benchmarks service, say) deletes its
+# line here; a new one is refused.
+HOSTS_TO_BENCHMARKS = {
+    ("hosts.telemetry.service", "benchmarks.models"): "writes a level's server figures into SweepLevel",
+    ("hosts.telemetry.service", "benchmarks.selectors"): "broadcasts the changed level row as the sweep page draws it",
+    ("hosts.telemetry.selectors", "benchmarks.models"): "a sweep page's telemetry window reads its Sweep",
+    ("hosts.management.commands.specdash", "benchmarks.models"): "`specdash audit` (deferred) looks up the sweep or experiment",
+    ("hosts.management.commands.specdash", "benchmarks.audit"): "`specdash audit` (deferred) runs the audit",
+}  # fmt: skip
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in FIRST_PARTY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _resolve(name: str) -> str | None:
+    """The first-party module an import of ``name`` executes last (the name itself, or the
+    package that defines it); None for anything else."""
+    while name and name not in modules():
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@cache
+def imports(module: str) -> frozenset[str]:
+    """What ``module`` imports: first-party modules by name, anything else by its top-level
+    name prefixed with ``ext:``."""
+    path = modules()[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            names.extend(f"{source}.{alias.name}" for alias in node.names)
+    found = set()
+    for name in names:
+        top = name.split(".")[0]
+        if top == "tests":  # never product code's to import; kept so the rules see it
+            found.add(top)
+        elif top not in FIRST_PARTY:
+            found.add("ext:" + top)
+        elif (resolved := _resolve(name)) is not None:
+            found.add(resolved)
+    found.discard(module)
+    return frozenset(found)
+
+
+def _parents(module: str) -> Iterator[str]:
+    parts = module.split(".")
+    for end in range(1, len(parts)):
+        yield ".".join(parts[:end])
+
+
+def edges(module: str) -> set[str]:
+    """Imports plus the packages above each (importing a.b.c runs a and a.b first)."""
+    found = set(imports(module))
+    for target in list(found):
+        if not target.startswith("ext:"):
+            found.update(p for p in _parents(target) if p in modules())
+    return found
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@cache
+def django_based() -> frozenset[str]:
+    """Top-level import names of Django and of every installed distribution that requires it
+    (directly or through another), so a Django plug-in counts as Django."""
+
+    def requires(dist: str) -> set[str]:
+        try:
+            lines = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            return set()
+        # Only unconditional requirements and plain version markers, not extras.
+        return {
+            re.split(r"[\s;<>=!~\[(]", line, maxsplit=1)[0].lower().replace("_", "-")
+            for line in lines
+            if "extra ==" not in line
+        }
+
+    distributions = metadata.packages_distributions()
+    dists = {d.lower().replace("_", "-") for ds in distributions.values() for d in ds}
+    based = {"django"}
+    changed = True
+    while changed:
+        changed = False
+        for dist in dists - based:
+            if requires(dist) & based:
+                based.add(dist)
+                changed = True
+    return frozenset(
+        top
+        for top, ds in distributions.items()
+        if any(d.lower().replace("_", "-") in based for d in ds)
+    )
+
+
+def test_the_django_based_packages_are_recognised() -> None:
+    # The rule below is only as good as this list: Django itself and its plug-ins in use.
+    assert {"django", "channels", "ninja", "axes", "django_htmx"} <= django_based()
+    assert not {"httpx", "twisted", "daphne", "pydantic", "setproctitle"} & django_based()
+
+
+def test_the_django_free_modules_import_nothing_from_django_or_the_apps() -> None:
+    free = [m for m in modules() if _in(m, DJANGO_FREE)]
+    assert len([m for m in free if _in(m, ("benchmarks.loadgen",))]) >= 12
+    assert len([m for m in free if _in(m, ("benchmarks.simulator",))]) >= 15
+    assert len([m for m in free if _in(m, ("benchmarks.stats",))]) >= 4
+    # The packages above them run first (``hosts/__init__.py`` for ``hosts.transports``), so
+    # they are held to the same rule. Checking each edge of this closed set is the transitive
+    # check: whatever they reach, they reach through one of these edges.
+    above = {p for m in free for p in _parents(m)}
+    problems = []
+    for module in sorted({*free, *above}):
+        for target in sorted(edges(module)):
+            if target.startswith("ext:"):
+                if target[4:] in django_based():
+                    problems.append(f"{module} imports {target[4:]}")
+            elif not _in(target, DJANGO_FREE) and target not in above:
+                problems.append(f"{module} imports {target}")
+    assert not problems, "\n".join(problems)
+
+
+def test_hosts_imports_benchmarks_only_through_the_listed_back_edges() -> None:
+    found = {
+        (module, target)
+        for module in modules()
+        if _in(module, ("hosts",))
+        for target in imports(module)
+        if _in(target, ("benchmarks",))
+    }
+    assert found - set(HOSTS_TO_BENCHMARKS) == set(), "a new hosts -> benchmarks import"
+    # A back-edge that is gone comes off the list, so the list only shrinks.
+    assert set(HOSTS_TO_BENCHMARKS) - found == set(), "a listed back-edge no longer exists"
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of the module graph with more than one module."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in edges(module):
+            if target not in modules():
+                continue
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in modules():
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_crosses_between_packages() -> None:
+    crossing = [c for c in _cycles() if len({m.split(".")[0] for m in c}) > 1]
+    assert crossing == []
+
+
+def test_the_job_registry_imports_no_app() -> None:
+    outside = {
+        t for t in imports("hosts.jobs.registry") if not t.startswith("ext:") and not _in(t, ("hosts.jobs",))
+    }  # fmt: skip
+    assert outside == set()
