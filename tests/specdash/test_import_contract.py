@@ -55,8 +55,6 @@ HOSTS_TO_BENCHMARKS = {
     ("hosts.telemetry.service", "benchmarks.models"): "writes a level's server figures into SweepLevel",
     ("hosts.telemetry.service", "benchmarks.selectors"): "broadcasts the changed level row as the sweep page draws it",
     ("hosts.telemetry.selectors", "benchmarks.models"): "a sweep page's telemetry window reads its Sweep",
-    ("hosts.management.commands.specdash", "benchmarks.models"): "`specdash audit` (deferred) looks up the sweep or experiment",
-    ("hosts.management.commands.specdash", "benchmarks.audit"): "`specdash audit` (deferred) runs the audit",
 }  # fmt: skip
 
 
