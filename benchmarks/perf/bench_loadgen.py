@@ -291,7 +291,7 @@ async def accuracy(
 # -- capacity ---------------------------------------------------------------------------------
 
 
-async def _capacity_level(
+async def capacity_level(
     url: str, truth_path: Path, server_pid: int, c: int, seconds: float, processes: int
 ) -> dict[str, Any]:
     cfg = _level_cfg(url, c, duration=seconds, max_tokens=256, warmup_requests=c)
@@ -342,7 +342,7 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
     step = ("--t0-ms", str(CAPACITY_STEP_MS))
     with simulator("fast", tmp, cores[0], *step) as (url, truth_path, pid):
         for c in levels:
-            row = await _capacity_level(url, truth_path, pid, c, seconds, 1)
+            row = await capacity_level(url, truth_path, pid, c, seconds, 1)
             row["within"] = row["added_p99"] is not None and row["added_p99"] < ADDED_TTFT_P99_MS
             row["wire_within"] = row["wire_p99"] is not None and row["wire_p99"] < ADDED_TTFT_P99_MS
             # Ingest capacity: the client keeps up (CPU to spare, reads run on time). This says
@@ -384,7 +384,7 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
         one = next(r for r in rows if r["c"] == c2)
         if cores[1] is not None:  # let the two workers use every core (the server's too)
             os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-        two = await _capacity_level(url, truth_path, pid, c2, seconds, 2)
+        two = await capacity_level(url, truth_path, pid, c2, seconds, 2)
         gain = _ratio(two["chunks_s"], one["chunks_s"])
         print(
             f"second process at C={c2}: 1 process {one['chunks_s']:.0f} chunks/s "
