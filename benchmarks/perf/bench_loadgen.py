@@ -8,7 +8,8 @@ from __future__ import annotations
 # simulator's truth log over the same wall-clock window: steady-window output tok/s, decode speed,
 # TTFT and token-level ITL medians. Capacity (profile fast): the SSE chunks per second one load
 # generator process ingests while the TTFT it adds to the server's stays under 5 ms at p99, and what
-# a second process adds. Server and client are pinned to different cores when there are two.
+# a second process adds (bench_peers.py sets it beside SGLang's client). Server and client are
+# pinned to different cores when there are two.
 # Exit status 0 when every target passes, 1 otherwise.
 import argparse
 import asyncio
@@ -345,9 +346,8 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
             row = await capacity_level(url, truth_path, pid, c, seconds, 1)
             row["within"] = row["added_p99"] is not None and row["added_p99"] < ADDED_TTFT_P99_MS
             row["wire_within"] = row["wire_p99"] is not None and row["wire_p99"] < ADDED_TTFT_P99_MS
-            # Ingest capacity: the client keeps up (CPU to spare, reads run on time). This says
-            # nothing of the send path: httpx yields to the loop several times per request, so a
-            # busy loop delays each new request's send by several loop iterations (added TTFT).
+            # Ingest capacity: the client keeps up (CPU to spare, reads run on time). The send
+            # path shows in `send p99` (start -> written), the rest of added TTFT is the way back.
             row["client_ok"] = (row["lag_p99"] or 0.0) < ADDED_TTFT_P99_MS and row["cpu"] < 90
             rows.append(row)
             notes = [] if row["within"] else ["added TTFT p99 over 5 ms"]

@@ -97,9 +97,18 @@ def reply(*pieces: bytes, pause: float = 0.0, close: bool = False) -> Script:
     return script
 
 
-async def send(client: Http1Client, url: str, rid: str = "r", **kw: float) -> RequestRecord:
+async def send(
+    client: Http1Client, url: str, rid: str = "r", total_timeout: float = 600.0
+) -> RequestRecord:
     rec = RequestRecord(request_id=rid)
-    await send_request(client, api=Api.COMPLETIONS, url=url, content=b'{"p":1}', rec=rec, **kw)
+    await send_request(
+        client,
+        api=Api.COMPLETIONS,
+        url=url,
+        content=b'{"p":1}',
+        rec=rec,
+        total_timeout=total_timeout,
+    )
     return rec
 
 
