@@ -185,6 +185,9 @@ def truth_figures(
     a, b = summary["steady"].get("window_wall", [None, None])
     steady_tokens = 0.0
     ttft, itl, decode, added, added_wire, send = [], [], [], [], [], []
+    inbound, back = [], []  # written -> the server's arrival stamp; its first token -> client
+    own = []  # the client's share of added TTFT: send + back, per request
+    anchor = result.anchor
     for rec, row in zip(ok, rows, strict=True):
         chunks = row["chunks"]
         if a is not None:
@@ -199,6 +202,10 @@ def truth_figures(
                 # from the request written: the client's pre-send queueing left out
                 added_wire.append((rec.first_token - rec.written) - true_ttft)
                 send.append(rec.written - rec.start)
+                # Across clocks (perf -> wall through the level's anchor): good to a few us here.
+                inbound.append(row["arrival"] - anchor.to_wall(rec.written))
+                back.append(anchor.to_wall(rec.first_token) - row["first_token"])
+                own.append(send[-1] + back[-1])
         for (t0, _), (t1, n) in itertools.pairwise(chunks):
             itl.extend([(t1 - t0) / n] * n)
         span = chunks[-1][0] - row["first_token"]
@@ -214,6 +221,9 @@ def truth_figures(
         "added_ttft_ms": distribution(added, scale=1e3),
         "added_after_send_ms": distribution(added_wire, scale=1e3),
         "send_ms": distribution(send, scale=1e3),
+        "inbound_ms": distribution(inbound, scale=1e3),
+        "back_ms": distribution(back, scale=1e3),
+        "client_share_ms": distribution(own, scale=1e3),
     }
 
 
@@ -318,6 +328,9 @@ async def capacity_level(
         "added_p50": truth["added_ttft_ms"]["p50"],
         "wire_p99": truth["added_after_send_ms"]["p99"],
         "send_p99": truth["send_ms"]["p99"],
+        "inbound_p99": truth["inbound_ms"]["p99"],
+        "back_p99": truth["back_ms"]["p99"],
+        "own_p99": truth["client_share_ms"]["p99"],
         "lag_p99": result.client["loop_lag_ms"]["p99"],
         "cpu": result.client["cpu_pct"]["mean"],
         "server_cpu": server_cpu,

@@ -284,15 +284,21 @@ def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None
     """Added TTFT p99 against chunks/s, one load-generator process, paced at 1 ms a step."""
     print(
         "\n== added TTFT (client TTFT minus the simulator's truth) against chunks/s, one "
-        "load-generator process; profile fast paced at 1 ms a step"
+        "load-generator process; profile fast paced at 1 ms a step. Its parts (ms, p99 each): "
+        "send = start -> request written (the client); in = written -> the simulator's arrival "
+        "stamp (kernel and the simulator's own loop); back = the simulator's first-token stamp "
+        "-> the client's read (the simulator's write, kernel, the client's loop); client = send + "
+        "back per request, the part the load generator can own"
     )
     print(
         f"{'C':>4} {'chunks/s':>9} {'added p50':>9} {'p99':>7} {'send p99':>8} "
-        f"{'loop lag p99':>12} {'client cpu%':>11} {'sim cpu%':>8}"
+        f"{'in p99':>7} {'back p99':>8} {'client p99':>10} {'loop lag p99':>12} "
+        f"{'client cpu%':>11} {'sim cpu%':>8}"
     )
     if cores[1] is not None:
         os.sched_setaffinity(0, {cores[1]})
     best = None
+    best_own = None
     try:
         with simulator("fast", tmp, cores[0], "--t0-ms", "1") as (url, truth_path, pid):
             for c in (2, 4, 8, 12, 16, 20, 24, 32):
@@ -300,9 +306,14 @@ def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None
                 within = row["added_p99"] is not None and row["added_p99"] < ADDED_TTFT_P99_MS
                 if within and (best is None or row["chunks_s"] > best["chunks_s"]):
                     best = row
+                own = row["own_p99"] is not None and row["own_p99"] < ADDED_TTFT_P99_MS
+                if own and (best_own is None or row["chunks_s"] > best_own["chunks_s"]):
+                    best_own = row
                 print(
                     f"{c:>4} {row['chunks_s']:>9,.0f} {row['added_p50'] or 0:>9.2f} "
                     f"{row['added_p99'] or 0:>7.2f} {row['send_p99'] or 0:>8.2f} "
+                    f"{row['inbound_p99'] or 0:>7.2f} {row['back_p99'] or 0:>8.2f} "
+                    f"{row['own_p99'] or 0:>10.2f} "
                     f"{row['lag_p99'] or 0:>12.1f} {row['cpu']:>11.0f} {row['server_cpu']:>8.0f}"
                     + ("" if within else "  (added TTFT p99 over 5 ms)"),
                     flush=True,
@@ -314,6 +325,11 @@ def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None
     print(
         f"added TTFT p99 < {ADDED_TTFT_P99_MS:g} ms up to {at}; target >= "
         f"{CAPACITY_TARGET:,.0f}: {'PASS' if ok else 'FAIL'}"
+    )
+    at = f"{best_own['chunks_s']:,.0f} chunks/s (C={best_own['c']})" if best_own else "no level"
+    print(
+        f"the client's share (send + back) p99 < {ADDED_TTFT_P99_MS:g} ms up to {at} (for "
+        "information: 'in' is the simulator's intake, on its own core)"
     )
 
 
@@ -331,15 +347,16 @@ def _alternating(rounds: int) -> Iterator[tuple[int, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.perf.bench_peers")
-    p.add_argument("--rounds", type=int, default=2, help="rounds per client (alternating)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds per client, alternating (0: none)")
     p.add_argument("--requests", type=int, default=Setup.requests)
     p.add_argument("--skip-added-ttft", action="store_true")
     p.add_argument("--added-ttft-seconds", type=float, default=3.0, help="per level")
     args = p.parse_args(argv)
     setup = Setup(requests=args.requests)
     cores = _cores()
-    peer_python()
-    peer_tokenizer()
+    if args.rounds:
+        peer_python()
+        peer_tokenizer()
     print(
         f"setup: simulator --profile {SIM_PROFILE} {' '.join(SIM_ARGS)}, fresh per run, on core "
         f"{cores[0]}; each client on core {cores[1]}; C={setup.concurrency}, {setup.requests} "
@@ -365,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             run = one_run(client, rnd, setup, tmp, cores)
             runs.append(run)
             _print_run(run)
-        report(runs, setup)
+        if runs:
+            report(runs, setup)
         if not args.skip_added_ttft:
             added_ttft(tmp, cores, args.added_ttft_seconds)
     print(f"\n{_load()} at the end (2-core machine: above ~0.5 others shared the cores)")
