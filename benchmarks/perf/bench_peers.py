@@ -49,9 +49,9 @@ from benchmarks.perf.bench_loadgen import (
 
 PEER = "sglang-0.5.9"
 PEER_DIR = Path.home() / ".cache" / "specdash" / "peers" / PEER
-# What sglang.bench_serving imports at module level (found by importing it until it loaded),
-# pinned to versions that import together: sglang 0.5.9 wants transformers 4.57.1, whose
-# huggingface_hub (<1.0) the newest datasets no longer imports with.
+# What sglang.bench_serving imports at module level (found by importing it in a fresh venv until
+# it loaded), pinned to versions that import together: sglang 0.5.9 wants transformers 4.57.1,
+# whose huggingface_hub (<1.0) the newest datasets no longer imports with.
 PEER_PACKAGES = [
     "aiohttp==3.14.5",
     "numpy==2.4.6",
@@ -62,6 +62,7 @@ PEER_PACKAGES = [
     "tqdm==4.70.1",
     "transformers==4.57.1",
     "ipython==9.18.1",
+    "pydantic==2.14.4",
 ]
 SIM_ARGS = ("--t0-ms", "4", "--k-ms", "0.002", "--max-running", "512")
 SIM_PROFILE = "fast"
@@ -93,10 +94,12 @@ class Run:
 
 
 def peer_python() -> Path:
-    """The peer venv's python, installed on first use (a marker file says it completed)."""
+    """The peer venv's python, installed on first use (a marker file names what was installed:
+    a changed package list installs again)."""
     python = PEER_DIR / "bin" / "python"
     marker = PEER_DIR / ".specdash-installed"
-    if marker.exists() and python.exists():
+    wanted = " ".join(PEER_PACKAGES) + "\n"
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
         return python
     print(f"installing {PEER}'s client into {PEER_DIR} (once) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(PEER_DIR)], check=True)
@@ -106,7 +109,7 @@ def peer_python() -> Path:
     subprocess.run(
         [str(python), "-m", "sglang.bench_serving", "--help"], check=True, capture_output=True
     )
-    marker.write_text(" ".join(PEER_PACKAGES) + "\n")
+    marker.write_text(wanted)
     return python
 
 
