@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs clean
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ bench-simulator: $(VENV)/.dev-installed
 
 bench-loadgen: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_loadgen
+
+# Not part of `bench`: installs SGLang's client into its own venv under ~/.cache/specdash/peers.
+bench-peers: $(VENV)/.dev-installed
+	$(PY) -m benchmarks.perf.bench_peers
 
 bench-transport: $(VENV)/.dev-installed
 	$(PY) -m benchmarks.perf.bench_transport

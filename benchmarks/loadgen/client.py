@@ -1,17 +1,22 @@
 from __future__ import annotations
 
-# The HTTP client and the request function.
+# The HTTP clients and the request function.
 #
 # `send_request` never raises for a failed request: the failure goes into the record with a cause
 # category (connect, timeout, http_<status>, disconnect, protocol, server_error, cancelled, other).
 # Cancellation is the one exception that propagates, after the record has been filled in, so
 # that the task really ends.
 #
+# The hot path is `Http1Client` (http1.py: asyncio's protocol layer, the request written in the
+# turn it is sent, the body handed to the SSE decoder and the chunk handler inside
+# `data_received`). An `httpx.AsyncClient` is still accepted (tests inject httpx's mock
+# transport, library users may pass their own) and takes the httpx path below.
+#
 # A server may close a kept-alive connection between two requests (llama-server does), and a
 # request that goes out on it just then fails with "Server disconnected without sending a
 # response": a race of connection reuse, not a failure of the server. Such a request is sent
 # once more and `rec.retries` counts it, but only when the connection had served an earlier
-# request (no TCP connect in this attempt) and no response header had arrived, so the server
+# request (no TCP connect in this attempt) and no response byte had arrived, so the server
 # cannot have started on it. Anything else is recorded as the failure it is.
 import asyncio
 import json
@@ -21,6 +26,7 @@ import time
 import httpx
 
 from benchmarks.loadgen.apis import Api, ChunkHandler, TokenCounter, make_handler
+from benchmarks.loadgen.http1 import Http1Client, ProtocolViolation, ServerDisconnected
 from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.sse import DONE, SSEDecoder
 
@@ -37,6 +43,16 @@ ERROR_KINDS = (
     "other",
 )  # plus http_<status>
 
+StreamClient = Http1Client | httpx.AsyncClient
+
+# Headers every streamed request carries (the request id and category are added per request).
+_FIXED_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "text/event-stream",
+    "Accept-Encoding": "identity",
+    "User-Agent": "specdash-loadgen",
+}
+
 
 def make_client(
     concurrency: int,
@@ -44,8 +60,24 @@ def make_client(
     request_timeout: float = 600.0,
     connect_timeout: float = 10.0,
     ssl_context: ssl.SSLContext | None = None,
+) -> Http1Client:
+    """The hot-path client for `concurrency` streams: one kept-alive connection per stream."""
+    return Http1Client(
+        concurrency,
+        request_timeout=request_timeout,
+        connect_timeout=connect_timeout,
+        ssl_context=ssl_context,
+    )
+
+
+def make_httpx_client(
+    concurrency: int,
+    *,
+    request_timeout: float = 600.0,
+    connect_timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> httpx.AsyncClient:
-    """An AsyncClient sized for `concurrency` streams: one connection per stream, kept alive.
+    """An httpx AsyncClient sized for `concurrency` streams: one connection per stream, kept alive.
 
     httpx's defaults (100 connections, 5 s timeouts) would silently cap the concurrency and cut
     long generations, so every limit is set explicitly. The pool timeout is as long as a request
@@ -83,7 +115,7 @@ def _http_error_text(body: bytes) -> str:
 
 
 async def send_request(
-    client: httpx.AsyncClient,
+    client: StreamClient,
     *,
     api: Api,
     url: str,
@@ -97,12 +129,9 @@ async def send_request(
     A request whose reused connection turns out closed before any response byte is sent once
     more (`rec.retries`); its `start` stays the first attempt's, so its latency includes it.
     """
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "text/event-stream",
-        "Accept-Encoding": "identity",
-        "X-Request-Id": rec.request_id,
-    }
+    if isinstance(client, Http1Client):
+        return await _send_http1(client, api, url, content, rec, live, total_timeout)
+    headers = {**_FIXED_HEADERS, "X-Request-Id": rec.request_id}
     if rec.category is not None:
         # Engines ignore it; the simulator draws its acceptance from the prompt's category.
         headers["X-Specdash-Category"] = rec.category
@@ -117,6 +146,146 @@ async def send_request(
             _fail(rec, "disconnect", stale)
             return rec
         rec.retries += 1
+    return rec
+
+
+def _header_value(value: str) -> bytes:
+    # a CR or LF in a value would end the header early: request ids and categories never hold one
+    return value.replace("\r", " ").replace("\n", " ").encode("latin-1", errors="replace")
+
+
+class _Stream:
+    """The body sink of one 200 response: SSE events to the chunk handler, inside the
+    connection's `data_received`, each read stamped once by the connection."""
+
+    __slots__ = ("decoder", "done", "handler", "last", "rec")
+
+    def __init__(self, rec: RequestRecord, handler: ChunkHandler) -> None:
+        self.rec = rec
+        self.handler = handler
+        self.decoder = SSEDecoder()
+        self.done = False
+        self.last = rec.start
+
+    def body(self, data: bytes, now: float) -> None:
+        self.last = now
+        handler = self.handler
+        fast = handler.handle_fast
+        for payload in self.decoder.feed(data):
+            if payload == DONE:
+                self.done = True
+                self.rec.end = now
+            elif not fast(payload, now):
+                handler.handle(_DECODE(payload.decode()), now)
+
+    def finish(self) -> None:
+        """At the end of a complete response: an unterminated last event, then the checks."""
+        rec = self.rec
+        handler = self.handler
+        if not self.done:
+            now = time.perf_counter()
+            for payload in self.decoder.flush():
+                if payload == DONE:
+                    self.done = True
+                else:
+                    handler.handle(_DECODE(payload.decode()), now)
+        if not self.done:
+            rec.end = self.last
+        handler.finish()
+        if rec.error_kind is None and not self.done and rec.finish_reason is None:
+            rec.error_kind = "protocol"
+            rec.error = "stream ended without [DONE] or a finish reason"
+
+
+async def _send_http1(
+    client: Http1Client,
+    api: Api,
+    url: str,
+    content: bytes,
+    rec: RequestRecord,
+    live: TokenCounter | None,
+    total_timeout: float,
+) -> RequestRecord:
+    perf = time.perf_counter
+    rec.start = perf()
+    try:
+        target = client.target(url, _FIXED_HEADERS)
+    except ValueError as exc:
+        _fail(rec, "connect", exc)
+        return rec
+    head = [target.head, b"X-Request-Id: ", _header_value(rec.request_id), b"\r\n"]
+    if rec.category is not None:
+        # Engines ignore it; the simulator draws its acceptance from the prompt's category.
+        head += [b"X-Specdash-Category: ", _header_value(rec.category), b"\r\n"]
+    head.append(b"Content-Length: %d\r\n\r\n" % len(content))
+    head.append(content)
+    request = b"".join(head)
+    loop = asyncio.get_running_loop()
+    for attempt in range(1 + MAX_STALE_RETRIES):
+        handler = make_handler(api, rec, live)
+        stream = _Stream(rec, handler)
+        conn = client.take(target)
+        reused = conn is not None
+        try:
+            async with asyncio.timeout(total_timeout):
+                if conn is None:
+                    try:
+                        conn = await client.connect(target)
+                    except (OSError, TimeoutError) as exc:
+                        _fail(rec, "connect", exc)
+                        return rec
+                done: asyncio.Future[None] = loop.create_future()
+                rec.sent = perf()
+                conn.send(request, stream.body, done)
+                rec.written = perf()
+                await done
+        except asyncio.CancelledError:
+            if conn is not None:
+                client.discard(conn)
+            rec.end = perf()
+            rec.error_kind = "cancelled"
+            rec.error = "cancelled"
+            handler.finish()
+            raise
+        except ServerDisconnected as exc:
+            assert conn is not None
+            client.discard(conn)
+            if not conn.got_bytes and reused and attempt < MAX_STALE_RETRIES:
+                rec.retries += 1
+                continue
+            _fail(rec, "disconnect", exc)
+            if conn.got_bytes:
+                handler.finish()
+            return rec
+        except TimeoutError as exc:
+            if conn is not None:
+                client.discard(conn)
+            _fail(rec, "timeout", exc)
+            handler.finish()
+            return rec
+        except (ProtocolViolation, ValueError, KeyError, TypeError, AttributeError) as exc:
+            if conn is not None:
+                client.discard(conn)
+            _fail(rec, "protocol", exc)
+            handler.finish()
+            return rec
+        except Exception as exc:  # a request must never take the level down
+            if conn is not None:
+                client.discard(conn)
+            _fail(rec, "other", exc)
+            handler.finish()
+            return rec
+        if conn.status != 200:
+            rec.end = perf()
+            rec.error_kind = f"http_{conn.status}"
+            rec.error = _http_error_text(bytes(conn.error_body))
+        else:
+            try:
+                stream.finish()
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                _fail(rec, "protocol", exc)
+        client.give_back(target, conn)
+        return rec
     return rec
 
 

@@ -14,20 +14,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from benchmarks.loadgen.apis import PATHS, Api, build_body
-from benchmarks.loadgen.client import make_client, send_request
+from benchmarks.loadgen.client import StreamClient, make_client, send_request
 from benchmarks.loadgen.health import HealthMonitor, LiveStats, client_limited
 from benchmarks.loadgen.metrics import quantile
 from benchmarks.loadgen.prompts import PromptSource
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 
 DEFAULT_MAX_TOKENS = 128
-# Slots per AsyncClient. httpcore's pool scans every connection against every waiting request
-# whenever a request starts or ends (quadratic in the pool size): at C=250 on one client that was
-# most of the client's CPU. Small shards keep it cheap; each shard is sized for its slots.
-SLOTS_PER_CLIENT = 16
 _LEVEL_STRIDE = 10_000_019  # prompt indices of different levels never overlap
 
 SampleCallback = Callable[[dict[str, Any]], None]
@@ -95,14 +89,13 @@ class LevelRunner:
         cfg: LevelConfig,
         prompts: PromptSource,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: StreamClient | None = None,
         cancel: asyncio.Event | None = None,
         on_sample: SampleCallback | None = None,
     ) -> None:
         self.cfg = cfg
         self.prompts = prompts
         self.client = client
-        self._clients: list[httpx.AsyncClient] = []
         self.cancel = cancel or asyncio.Event()
         self.on_sample = on_sample
         self.url = cfg.base_url.rstrip("/") + PATHS[cfg.api]
@@ -145,12 +138,9 @@ class LevelRunner:
         )
         return rec, json.dumps(body).encode()
 
-    def _client_for(self, slot: int) -> httpx.AsyncClient:
-        clients = self._clients
-        return clients[min(slot // SLOTS_PER_CLIENT, len(clients) - 1)]
-
     async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
-        client = self._client_for(slot)
+        client = self.client
+        assert client is not None
         live = self.live
         live.in_flight += 1
         try:
@@ -326,18 +316,11 @@ class LevelRunner:
         before_measure: Callable[[], Awaitable[None]] | None = None,
     ) -> LevelResult:
         cfg = self.cfg
-        if self.client is not None:
-            self._clients = [self.client]
-        else:
-            ctx = httpx.create_ssl_context()
-            self._clients = [
-                make_client(
-                    min(SLOTS_PER_CLIENT, cfg.concurrency - first),
-                    request_timeout=cfg.request_timeout,
-                    ssl_context=ctx,
-                )
-                for first in range(0, cfg.concurrency, SLOTS_PER_CLIENT)
-            ]
+        own_client = self.client is None
+        if self.client is None:
+            # One pool for the whole level: taking and returning a connection is O(1) here
+            # (httpx's pool scanned every connection per request, so it was split in shards).
+            self.client = make_client(cfg.concurrency, request_timeout=cfg.request_timeout)
         self.health.start()
         sampler = asyncio.create_task(self._sampler())
         result = LevelResult(
@@ -365,8 +348,9 @@ class LevelRunner:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
             await self.health.stop()
-            if self.client is None:
-                await asyncio.gather(*(c.aclose() for c in self._clients))
+            if own_client and self.client is not None:
+                await self.client.aclose()
+                self.client = None
         result.records = self._records
         result.status = status
         result.reason = self.reason if status != "completed" else None
@@ -427,7 +411,7 @@ async def run_level(
     cfg: LevelConfig,
     prompts: PromptSource,
     *,
-    client: httpx.AsyncClient | None = None,
+    client: StreamClient | None = None,
     cancel: asyncio.Event | None = None,
     on_sample: SampleCallback | None = None,
     start_wall: float | None = None,

@@ -8,7 +8,8 @@ from __future__ import annotations
 # simulator's truth log over the same wall-clock window: steady-window output tok/s, decode speed,
 # TTFT and token-level ITL medians. Capacity (profile fast): the SSE chunks per second one load
 # generator process ingests while the TTFT it adds to the server's stays under 5 ms at p99, and what
-# a second process adds. Server and client are pinned to different cores when there are two.
+# a second process adds (bench_peers.py sets it beside SGLang's client). Server and client are
+# pinned to different cores when there are two.
 # Exit status 0 when every target passes, 1 otherwise.
 import argparse
 import asyncio
@@ -185,6 +186,9 @@ def truth_figures(
     a, b = summary["steady"].get("window_wall", [None, None])
     steady_tokens = 0.0
     ttft, itl, decode, added, added_wire, send = [], [], [], [], [], []
+    inbound, back = [], []  # written -> the server's arrival stamp; its first token -> client
+    own = []  # the client's share of added TTFT: send + back, per request
+    anchor = result.anchor
     for rec, row in zip(ok, rows, strict=True):
         chunks = row["chunks"]
         if a is not None:
@@ -199,6 +203,10 @@ def truth_figures(
                 # from the request written: the client's pre-send queueing left out
                 added_wire.append((rec.first_token - rec.written) - true_ttft)
                 send.append(rec.written - rec.start)
+                # Across clocks (perf -> wall through the level's anchor): good to a few us here.
+                inbound.append(row["arrival"] - anchor.to_wall(rec.written))
+                back.append(anchor.to_wall(rec.first_token) - row["first_token"])
+                own.append(send[-1] + back[-1])
         for (t0, _), (t1, n) in itertools.pairwise(chunks):
             itl.extend([(t1 - t0) / n] * n)
         span = chunks[-1][0] - row["first_token"]
@@ -214,6 +222,9 @@ def truth_figures(
         "added_ttft_ms": distribution(added, scale=1e3),
         "added_after_send_ms": distribution(added_wire, scale=1e3),
         "send_ms": distribution(send, scale=1e3),
+        "inbound_ms": distribution(inbound, scale=1e3),
+        "back_ms": distribution(back, scale=1e3),
+        "client_share_ms": distribution(own, scale=1e3),
     }
 
 
@@ -292,7 +303,7 @@ async def accuracy(
 # -- capacity ---------------------------------------------------------------------------------
 
 
-async def _capacity_level(
+async def capacity_level(
     url: str, truth_path: Path, server_pid: int, c: int, seconds: float, processes: int
 ) -> dict[str, Any]:
     cfg = _level_cfg(url, c, duration=seconds, max_tokens=256, warmup_requests=c)
@@ -318,6 +329,9 @@ async def _capacity_level(
         "added_p50": truth["added_ttft_ms"]["p50"],
         "wire_p99": truth["added_after_send_ms"]["p99"],
         "send_p99": truth["send_ms"]["p99"],
+        "inbound_p99": truth["inbound_ms"]["p99"],
+        "back_p99": truth["back_ms"]["p99"],
+        "own_p99": truth["client_share_ms"]["p99"],
         "lag_p99": result.client["loop_lag_ms"]["p99"],
         "cpu": result.client["cpu_pct"]["mean"],
         "server_cpu": server_cpu,
@@ -343,12 +357,11 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
     step = ("--t0-ms", str(CAPACITY_STEP_MS))
     with simulator("fast", tmp, cores[0], *step) as (url, truth_path, pid):
         for c in levels:
-            row = await _capacity_level(url, truth_path, pid, c, seconds, 1)
+            row = await capacity_level(url, truth_path, pid, c, seconds, 1)
             row["within"] = row["added_p99"] is not None and row["added_p99"] < ADDED_TTFT_P99_MS
             row["wire_within"] = row["wire_p99"] is not None and row["wire_p99"] < ADDED_TTFT_P99_MS
-            # Ingest capacity: the client keeps up (CPU to spare, reads run on time). This says
-            # nothing of the send path: httpx yields to the loop several times per request, so a
-            # busy loop delays each new request's send by several loop iterations (added TTFT).
+            # Ingest capacity: the client keeps up (CPU to spare, reads run on time). The send
+            # path shows in `send p99` (start -> written), the rest of added TTFT is the way back.
             row["client_ok"] = (row["lag_p99"] or 0.0) < ADDED_TTFT_P99_MS and row["cpu"] < 90
             rows.append(row)
             notes = [] if row["within"] else ["added TTFT p99 over 5 ms"]
@@ -385,7 +398,7 @@ async def capacity(quick: bool, tmp: Path, cores: tuple[int | None, int | None])
         one = next(r for r in rows if r["c"] == c2)
         if cores[1] is not None:  # let the two workers use every core (the server's too)
             os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-        two = await _capacity_level(url, truth_path, pid, c2, seconds, 2)
+        two = await capacity_level(url, truth_path, pid, c2, seconds, 2)
         gain = _ratio(two["chunks_s"], one["chunks_s"])
         print(
             f"second process at C={c2}: 1 process {one['chunks_s']:.0f} chunks/s "
