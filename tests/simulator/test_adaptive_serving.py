@@ -23,6 +23,7 @@ from benchmarks.simulator.cli import parse_config
 from benchmarks.simulator.config import SimConfig
 from benchmarks.simulator.metrics import EngineMetrics
 from benchmarks.simulator.model import predict_closed_loop
+from benchmarks.simulator.preview import preview, table
 from benchmarks.simulator.profiles import PROFILES, Profile
 from benchmarks.simulator.scheduler import SchedulerCore, SimRequest
 from benchmarks.simulator.virtual import VirtualRun, simulate_closed_loop
@@ -264,3 +265,14 @@ async def test_the_truth_log_records_each_steps_draft_length_and_the_batch_it_ca
     assert all(r["decode_steps"] == [[4, 0, 11]] for r in records[1:])
     assert _line(metrics, "sglang:spec_num_steps{").endswith(" 0.0")
 
+
+def test_the_preview_derives_a_schedule_that_matches_the_best_fixed_variant_at_each_level() -> None:
+    result = preview(draft_lengths=(0, 1, 3), levels=(1, 2, 5, 250), repeats=2, duration_s=120.0)
+    steps = result.schedule.steps()
+    assert steps[0].draft_length > 0 and steps[-1].draft_length == 0
+    for c in result.levels:
+        best = max(samples[c].value for samples in result.fixed.values())
+        assert result.tuned[c].value == pytest.approx(best, rel=0.02)
+    assert result.tuned[1].value >= result.fixed["K=3"][1].value  # at least EAGLE-3's C=1
+    assert result.tuned[250].value >= 0.99 * result.fixed["off"][250].value
+    assert "speculative_adaptive.json" in table(result)[-3]
