@@ -5,6 +5,10 @@ from __future__ import annotations
 # the fast profile's SSE chunk emission capacity with the server pinned to one core.
 #
 #     .venv/bin/python -m benchmarks.perf.bench_simulator [--quick]
+#     .venv/bin/python -m benchmarks.perf.bench_simulator --schedule   # the preview alone
+#
+# It ends with the load-adaptive preview (benchmarks/simulator/preview.py, virtual clock, a few
+# seconds): fixed draft lengths, the schedule derived from them, and that schedule run.
 #
 # Each level starts from an idle server; throughput is counted over whole decode steps after
 # every slot has its first token (ramp-up excluded). On a shared machine the figures are noisy.
@@ -24,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.simulator import preview
 from benchmarks.simulator.model import predict_closed_loop
 from benchmarks.simulator.profiles import PROFILES
 
@@ -284,7 +289,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="shorter levels (about a minute)")
     parser.add_argument("--profiles", default="baseline,eagle3", help="comma-separated profiles")
     parser.add_argument("--no-fast", action="store_true", help="skip the chunk-capacity check")
+    parser.add_argument(
+        "--schedule", action="store_true", help="only the load-adaptive preview (virtual clock)"
+    )
     args = parser.parse_args()
+    if args.schedule:
+        print_schedule_preview()
+        return 0
     _pin_self(1)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="specdash-bench-sim-"))
@@ -309,8 +320,18 @@ def main() -> int:
         print("\nfast profile, server pinned to core 0, client to core 1 (target >= 20,000/s)")
         for label, value in capacity:
             print(f"  {label:<36} {value:>10}")
+    print_schedule_preview()
     print(f"\ntotal {time.monotonic() - started:.0f} s (shared machine: figures are noisy)")
     return 0
+
+
+def print_schedule_preview() -> None:
+    print(
+        "\nLoad-adaptive preview, eagle3 profile (virtual clock, mean of 3 seeds, 32 -> 256 "
+        "tokens): fixed draft lengths, the derived schedule read back from its SGLang argv"
+    )
+    for line in preview.table(preview.preview()):
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from benchmarks.stats.schedule_configs import VLLM_SETTING, sglang_check, vllm_check
 
 from .model import acceptance_probability
+from .profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,13 @@ def from_vllm_config(config: Mapping[str, Any]) -> AdaptiveSpeculation:
             raise ValueError("the speculative config has no num_speculative_tokens")
         return AdaptiveSpeculation("vllm", (1,), (k,))
     vllm_check(ranges)
+    most = config.get("num_speculative_tokens")
+    if isinstance(most, int) and max(r[2] for r in ranges) > most:
+        raise ValueError(
+            f"a range drafts {max(r[2] for r in ranges)} tokens, more than "
+            f"num_speculative_tokens {most}: what vLLM does then is not documented, so the "
+            "simulator does not guess"
+        )
     for (_, end, _), (start, _, _) in itertools.pairwise(ranges):
         if start != end + 1:
             raise ValueError(
@@ -152,3 +160,65 @@ def accept_length_for(accept_length: float, spec_steps: int, draft_length: int) 
         return 1.0
     p = acceptance_probability(accept_length, spec_steps)
     return 1.0 + sum(p**i for i in range(1, draft_length + 1))
+
+
+def sglang_spec_cuda_graph_bs(max_bs: int) -> tuple[int, ...]:
+    """SGLang's CUDA-graph batch sizes when speculation is on and ``--cuda-graph-bs`` is not
+    given (server_args.py, ``_generate_cuda_graph_batch_sizes``, speculative branch), up to
+    ``max_bs``. Read from SGLang's main-branch source; not checked against 0.5.23."""
+    sizes = [
+        *range(1, 9),
+        *range(10, 33, 2),
+        *range(40, 65, 4),
+        *range(72, 257, 8),
+        *range(272, max_bs + 1, 16),
+    ]
+    return tuple(bs for bs in sizes if bs <= max_bs)
+
+
+def profile_for_draft_length(profile: Profile, draft_length: int) -> Profile:
+    """The profile of a decode step that drafts ``draft_length`` tokens per request, on a server
+    calibrated at ``profile.spec_steps`` drafts (docs/simulator.md, "Load-adaptive speculation").
+
+    K = spec_steps is the profile itself; K = 0 costs the profile's ``off_t0_ms``/``off_k_ms``
+    and emits one token; in between and beyond, t0 and k move linearly in K (each draft token
+    adds one fixed draft pass and one verify token per request) and the accept length is that
+    of a chain of K at the profile's per-token acceptance (``accept_length_for``)."""
+    if draft_length < 0:
+        raise ValueError(f"draft length {draft_length} is below 0")
+    steps = profile.spec_steps
+    if profile.speculative and steps > 0 and draft_length == steps:
+        return profile
+    if not (profile.speculative and steps > 0):
+        if draft_length == 0:
+            return profile
+        raise ValueError(
+            f"drafting {draft_length} tokens needs a speculative profile (a drafter): "
+            "--profile eagle3, or --accept-length with --spec-steps"
+        )
+    off_t0, off_k = profile.off_t0_ms, profile.off_k_ms
+    if off_t0 is None or off_k is None:
+        raise ValueError(
+            f"profile {profile.name!r} has no cost of a step without drafts, so other draft "
+            "lengths than --spec-steps cannot be simulated: give --off-t0-ms and --off-k-ms"
+        )
+    if draft_length == 0:
+        return profile.replace(
+            t0_ms=off_t0,
+            k_ms=off_k,
+            speculative=False,
+            accept_length=1.0,
+            spec_steps=0,
+            category_accept_length=(),
+        )
+    share = draft_length / steps
+    return profile.replace(
+        t0_ms=off_t0 + (profile.t0_ms - off_t0) * share,
+        k_ms=off_k + (profile.k_ms - off_k) * share,
+        spec_steps=draft_length,
+        accept_length=accept_length_for(profile.accept_length, steps, draft_length),
+        category_accept_length=tuple(
+            (name, accept_length_for(length, steps, draft_length))
+            for name, length in profile.category_accept_length
+        ),
+    )

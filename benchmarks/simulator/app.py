@@ -42,7 +42,12 @@ class SimApp:
 
     def __init__(self, config: SimConfig, *, on_crash: Callable[[], None] | None = None) -> None:
         self.config = config
-        self.core = SchedulerCore(config.profile, seed=config.seed, eos_prob=config.eos_prob)
+        self.core = SchedulerCore(
+            config.profile,
+            seed=config.seed,
+            eos_prob=config.eos_prob,
+            speculation=config.speculation,
+        )
         self.scheduler = AsyncScheduler(self.core)
         self.metrics = EngineMetrics(config.model, config.metrics_style, config.ranks)
         self.truth = TruthLog(config.truth_log)
@@ -231,15 +236,25 @@ class SimApp:
                 "seed": cfg.seed,
             },
         }
-        if profile.speculative:
+        schedule = cfg.speculation
+        if schedule is not None:
+            info["simulator"]["schedule"] = {
+                "engine": schedule.engine,
+                "starts": list(schedule.starts),
+                "draft_lengths": list(schedule.lengths),
+                "cuda_graph_bs": list(schedule.cuda_graph_bs),
+            }
+        if core.speculative:
             # Lifetime average like SGLang's: tokens emitted per request-step since start.
             steps = core.request_steps
             state["avg_spec_accept_length"] = core.generated_tokens / steps if steps else 0.0
+            most = profile.spec_steps if schedule is None else schedule.max_draft_length
             info.update(
                 speculative_algorithm="EAGLE3",
-                speculative_num_steps=profile.spec_steps,
+                speculative_num_steps=most,
                 speculative_eagle_topk=1,
-                speculative_num_draft_tokens=profile.spec_steps + 1,
+                speculative_num_draft_tokens=most + 1,
+                speculative_adaptive=schedule is not None and schedule.engine == "sglang",
             )
         info["internal_states"] = [state]
         return info
@@ -261,6 +276,9 @@ class SimApp:
                 "completion_tokens": sim.generated,
                 "finish_reason": reason,
                 "error": error,
+                # Under a schedule: which draft length each of its verify steps used, and
+                # the running batch it was chosen from.
+                **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),
             }
         )
         self.metrics.observe_request(

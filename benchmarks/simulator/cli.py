@@ -1,12 +1,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from .adaptive import (
+    AdaptiveSpeculation,
+    from_sglang_config,
+    from_vllm_config,
+    profile_for_draft_length,
+    sglang_spec_cuda_graph_bs,
+)
 from .config import DEFAULT_STATE_DIR, STATE_DIR_ENV, SimConfig, default_state_dir
-from .profiles import PROFILES, get_profile
+from .profiles import PROFILES, Profile, get_profile
 
 DESCRIPTION = """\
 Simulated LLM inference server (SGLang/vLLM-like HTTP API) with a continuous-batching
@@ -106,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculative: draft tokens per step (max accepted); 0 disables",
     )
     m.add_argument(
+        "--off-t0-ms",
+        type=float,
+        help="speculative: t0 of a step that drafts nothing (a schedule's K=0; eagle3: baseline's)",
+    )
+    m.add_argument(
+        "--off-k-ms",
+        type=float,
+        help="speculative: k of a step that drafts nothing (a schedule's K=0; eagle3: baseline's)",
+    )
+    m.add_argument(
         "--eos-prob",
         type=float,
         default=0.0,
@@ -119,6 +138,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="delay before a request reaches the queue (tokenizer, HTTP)",
     )
     m.add_argument("--seed", type=int, default=0, help="seed for accept draws and pseudo-EOS")
+
+    e = p.add_argument_group(
+        "draft length per running batch, in the engines' own flags (docs/simulator.md, "
+        '"Load-adaptive speculation"; a speculative profile drafts its --spec-steps without them)'
+    )
+    e.add_argument(
+        "--speculative-config",
+        metavar="JSON",
+        help="vLLM (--metrics-style vllm): num_speculative_tokens, optionally "
+        "num_speculative_tokens_per_batch_size [[start, end, K], ...]",
+    )
+    e.add_argument("--speculative-algorithm", help="SGLang: accepted (EAGLE/EAGLE3), not modelled")
+    e.add_argument("--speculative-num-steps", type=int, help="SGLang: draft length (the largest)")
+    e.add_argument("--speculative-eagle-topk", type=int, help="SGLang: 1 (a chain) with adaptive")
+    e.add_argument(
+        "--speculative-num-draft-tokens", type=int, help="SGLang: accepted, not modelled"
+    )
+    e.add_argument(
+        "--speculative-adaptive",
+        action="store_true",
+        help="SGLang: draft length per batch size from --speculative-adaptive-config",
+    )
+    e.add_argument(
+        "--speculative-adaptive-config",
+        metavar="FILE",
+        help='SGLang: {"<batch>": {"candidate_steps": [K]}, ...}',
+    )
+    e.add_argument(
+        "--cuda-graph-bs",
+        type=int,
+        nargs="+",
+        help="SGLang: CUDA-graph batch sizes a batch is padded to before the tier lookup "
+        "(default: SGLang's speculative list up to --max-running)",
+    )
+    e.add_argument("--disable-cuda-graph-padding", action="store_true", help="SGLang: no padding")
+    e.add_argument("--disable-cuda-graph", action="store_true", help="SGLang: no padding")
 
     g = p.add_argument_group("process and simulated GPUs")
     g.add_argument("--load-seconds", type=float, default=0.0, help="simulated model load time")
@@ -194,6 +249,19 @@ _PROFILE_FLAGS = (
     "accept_length",
     "spec_steps",
     "category_accept_length",
+    "off_t0_ms",
+    "off_k_ms",
+)
+_SGLANG_FLAGS = (
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_adaptive",
+    "speculative_adaptive_config",
+    "cuda_graph_bs",
+    "disable_cuda_graph_padding",
+    "disable_cuda_graph",
 )
 
 
@@ -218,8 +286,13 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
             parser.error(f"--category-accept-length {name}: needs speculation, 1..spec-steps + 1")
     if args.workers < 0 or profile.max_running < 1 or profile.kv_tokens < 2:
         parser.error("--workers must be >= 0, --max-running >= 1, --kv-tokens >= 2")
+    try:
+        speculation = speculation_from_args(args, profile)
+    except ValueError as exc:
+        parser.error(str(exc))
     return SimConfig(
         profile=profile,
+        speculation=speculation,
         host=args.host,
         port=args.port,
         model=args.model,
@@ -257,3 +330,68 @@ def health_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if generation:
         out["health_generation"] = generation.strip().lower() in ("1", "true", "yes", "on")
     return out
+
+
+def speculation_from_args(args: argparse.Namespace, profile: Profile) -> AdaptiveSpeculation | None:
+    """The draft length per batch size that the engine flags configure, checked as the engine
+    checks them (adaptive.py) and against what the profile can simulate; ValueError says why
+    not. None: no engine flag, the profile's own draft length at every batch size."""
+    # Given: not the default (None, or False for a switch); a 0 is given (0 == False).
+    sglang = [
+        n for n in _SGLANG_FLAGS if getattr(args, n) is not None and getattr(args, n) is not False
+    ]
+    flag = "--" + (sglang[0] if sglang else "").replace("_", "-")
+    if args.speculative_config is not None and sglang:
+        raise ValueError(f"--speculative-config is vLLM's, {flag} SGLang's: one engine's flags")
+    schedule: AdaptiveSpeculation | None = None
+    if args.speculative_config is not None:
+        if args.metrics_style != "vllm":
+            raise ValueError(
+                "--speculative-config is vLLM's flag: use it with --metrics-style vllm"
+            )
+        try:
+            config = json.loads(args.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--speculative-config is not valid JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise ValueError("--speculative-config is not a JSON object")
+        schedule = from_vllm_config(config)
+    elif sglang:
+        if args.metrics_style == "vllm":
+            raise ValueError(f"{flag} is SGLang's flag: not with --metrics-style vllm")
+        schedule = _sglang_schedule(args, profile)
+    for k in sorted(set(schedule.lengths)) if schedule else ():
+        profile_for_draft_length(profile, k)  # refuses what the profile cannot simulate
+    return schedule
+
+
+def _sglang_schedule(args: argparse.Namespace, profile: Profile) -> AdaptiveSpeculation | None:
+    steps = args.speculative_num_steps
+    if steps is not None and steps < 0:
+        raise ValueError("--speculative-num-steps must be >= 0")
+    if args.disable_cuda_graph or args.disable_cuda_graph_padding:
+        graphs: tuple[int, ...] = ()
+    elif args.cuda_graph_bs:
+        graphs = tuple(args.cuda_graph_bs)
+    else:
+        graphs = sglang_spec_cuda_graph_bs(profile.max_running)
+    if not args.speculative_adaptive:
+        if args.speculative_adaptive_config is not None:
+            raise ValueError("--speculative-adaptive-config without --speculative-adaptive")
+        return None if steps is None else AdaptiveSpeculation("sglang", (1,), (steps,), graphs)
+    if args.speculative_adaptive_config is None or steps is None:
+        raise ValueError(
+            "--speculative-adaptive needs --speculative-adaptive-config and --speculative-num-steps"
+        )
+    if args.speculative_eagle_topk not in (None, 1):
+        raise ValueError("--speculative-adaptive needs --speculative-eagle-topk 1 (a chain)")
+    path = args.speculative_adaptive_config
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--speculative-adaptive-config {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--speculative-adaptive-config {path} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--speculative-adaptive-config {path} is not a JSON object")
+    return from_sglang_config(config, num_steps=steps, cuda_graph_bs=graphs)

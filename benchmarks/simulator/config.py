@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .adaptive import AdaptiveSpeculation
 from .profiles import PROFILES, Profile
 
 DEFAULT_STATE_DIR = "/tmp/specdash-sim-gpu"  # noqa: S108 (a shared, well-known location)
@@ -16,6 +17,10 @@ def default_state_dir() -> str:
 @dataclass(frozen=True)
 class SimConfig:
     profile: Profile = field(default_factory=lambda: PROFILES["baseline"])
+    # Draft length per running batch size, from the engines' own flags (vLLM's
+    # --speculative-config, SGLang's --speculative-adaptive / --speculative-num-steps);
+    # None: the profile's own spec_steps at every batch size.
+    speculation: AdaptiveSpeculation | None = None
     host: str = "127.0.0.1"
     port: int = 30000
     model: str = "specdash-sim"

@@ -181,7 +181,7 @@ class EngineMetrics:
             self.gen_throughput = (core.generated_tokens - w.generated) / elapsed
             steps = core.request_steps - w.request_steps
             drafts = core.spec_draft_tokens - w.draft_tokens
-            if steps and core.profile.speculative:
+            if steps and core.speculative:
                 self.accept_length = (core.generated_tokens - w.generated) / steps
                 self.accept_rate = (core.spec_accepted - w.accepted) / drafts if drafts else 0.0
         self._window = Window(
@@ -265,6 +265,18 @@ def _render_sglang(m: EngineMetrics, core: SchedulerCore) -> bytes:
         "Recent fraction of draft tokens accepted.",
         per_rank(m.accept_rate),
     )
+    if core.speculative:
+        # The active adaptive tier (the last step's draft length; topk 1: K + 1 draft tokens).
+        w.gauge(
+            "sglang:spec_num_steps",
+            "The number of speculative draft steps of the active tier.",
+            per_rank(core.draft_length),
+        )
+        w.gauge(
+            "sglang:spec_num_draft_tokens",
+            "The number of speculative draft tokens of the active tier.",
+            per_rank(core.draft_length + 1),
+        )
     # As SGLang 0.5.23 (srt/metrics/collector.py): these counters move when a request
     # finishes, and the only speculative counter is the verify-call count (no drafted- or
     # accepted-token counter exists upstream).
@@ -287,7 +299,7 @@ def _render_sglang(m: EngineMetrics, core: SchedulerCore) -> bytes:
         m.finished_requests,
     )
     w.counter("sglang:num_aborted_requests_total", "Requests aborted.", base, core.aborted)
-    if core.profile.speculative:
+    if core.speculative:
         w.counter(
             "sglang:spec_verify_calls_total",
             "Number of speculative verification calls.",
@@ -328,9 +340,10 @@ def _render_vllm(m: EngineMetrics, core: SchedulerCore) -> bytes:
             {**base, "finished_reason": reason},
             m.finished_by_reason.get(reason, 0),
         )
-    if core.profile.speculative:
+    if core.speculative:
+        # vLLM counts drafting steps only: a step a schedule runs at K=0 moves none of these.
         w.counter(
-            "vllm:spec_decode_num_drafts_total", "Speculative drafts.", base, core.verify_steps
+            "vllm:spec_decode_num_drafts_total", "Speculative drafts.", base, core.draft_steps
         )
         w.counter(
             "vllm:spec_decode_num_draft_tokens_total", "Draft tokens.", base, core.spec_draft_tokens

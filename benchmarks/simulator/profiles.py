@@ -21,6 +21,11 @@ class Profile:
     # Accept length per prompt category (the X-Specdash-Category request header): acceptance
     # depends on what is asked (filler, chat, code). Other categories use `accept_length`.
     category_accept_length: tuple[tuple[str, float], ...] = ()
+    # The step cost of the same server when a step drafts nothing (a load-adaptive schedule's
+    # K=0): the cost model per draft length (adaptive.profile_for_draft_length) runs from it to
+    # t0/k at `spec_steps`. None: not calibrated, so no other draft length can be simulated.
+    off_t0_ms: float | None = None
+    off_k_ms: float | None = None
     description: str = ""
 
     def step_seconds(self, batch: float) -> float:
@@ -74,6 +79,9 @@ PROFILES: dict[str, Profile] = {
         speculative=True,
         accept_length=_EAGLE_L,
         spec_steps=3,
+        # A step without drafts costs a baseline step (the same target model, same server).
+        off_t0_ms=round(_BASE_T0, 4),
+        off_k_ms=round(_BASE_K, 5),
         description="EAGLE-3 (3 draft steps, accept length 2.6): 96.1 tok/s single, ~354 saturated",
     ),
     "fast": Profile(

@@ -8,6 +8,7 @@ import time
 from collections import deque
 from typing import Literal
 
+from .adaptive import AdaptiveSpeculation, profile_for_draft_length
 from .model import TokenDraw
 from .profiles import Profile
 
@@ -25,8 +26,8 @@ class SimRequest:
         "admitted",
         "arrival",
         "category",
+        "decode_steps",
         "done",
-        "draw",
         "finish_reason",
         "generated",
         "kv",
@@ -58,7 +59,9 @@ class SimRequest:
     ) -> None:
         self.request_id = request_id
         self.category = category
-        self.draw: TokenDraw | None = None  # the category's own draw, set at submit
+        # Under a load-adaptive schedule: this request's verify steps as runs of
+        # [running batch, draft length, steps] (the truth log's `decode_steps`).
+        self.decode_steps: list[list[int]] = []
         # This request's speculative figures, as SGLang reports them per request.
         self.spec_steps = 0
         self.spec_drafted = 0
@@ -98,6 +101,22 @@ class SimRequest:
         return n
 
 
+class DraftTier:
+    """What a step drafting ``k`` tokens per request costs and emits: its profile
+    (``adaptive.profile_for_draft_length``) and seeded draws, one per prompt category."""
+
+    __slots__ = ("category_draws", "draw", "k", "profile")
+
+    def __init__(self, profile: Profile, k: int, seed: str) -> None:
+        self.k = k
+        self.profile = profile
+        self.draw = TokenDraw(profile, random.Random(f"{seed}:accept"))
+        self.category_draws = {
+            name: TokenDraw(profile, random.Random(f"{seed}:accept:{name}"), accept_length=length)
+            for name, length in profile.category_accept_length
+        }
+
+
 class SchedulerCore:
     """Continuous batching without a clock: admit, size a step, then advance it.
 
@@ -105,13 +124,29 @@ class SchedulerCore:
     (virtual time), so that tests can check the model's arithmetic deterministically.
     """
 
-    def __init__(self, profile: Profile, *, seed: int = 0, eos_prob: float = 0.0) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        seed: int = 0,
+        eos_prob: float = 0.0,
+        speculation: AdaptiveSpeculation | None = None,
+    ) -> None:
         self.profile = profile
-        self._draw = TokenDraw(profile, random.Random(f"{seed}:accept"))
-        self._category_draws = {
-            name: TokenDraw(profile, random.Random(f"{seed}:accept:{name}"), accept_length=length)
-            for name, length in profile.category_accept_length
-        }
+        self.speculation = speculation
+        # A server with a drafter counts verify steps even where a schedule drafts nothing.
+        self.speculative = profile.speculative and profile.spec_steps > 0
+        own = profile.spec_steps if self.speculative else 0
+        # The profile's own draft length keeps the profile's seeds, so that a schedule drafting
+        # it at every batch size reproduces the profile draw for draw.
+        self._tiers = {own: DraftTier(profile, own, str(seed))}
+        for k in sorted(set(speculation.lengths) - {own}) if speculation else ():
+            self._tiers[k] = DraftTier(profile_for_draft_length(profile, k), k, f"{seed}:k{k}")
+        # The draft length of the step being run: chosen from the running batch when the step
+        # is sized (step_seconds), used when it is advanced.
+        self.draft_length = speculation.draft_length(1) if speculation else own
+        self._tier = self._tiers[self.draft_length]
+        self.steps_by_draft_length: dict[int, int] = {}
         self._eos_rng = random.Random(f"{seed}:eos")
         self.eos_prob = eos_prob
         self.queue: deque[SimRequest] = deque()
@@ -122,6 +157,8 @@ class SchedulerCore:
         self.request_steps = 0
         # Request-steps after each request's first token (which prefill produces, undrafted).
         self.verify_steps = 0
+        # Request-steps that drafted (K > 0): what vLLM's spec_decode counters count.
+        self.draft_steps = 0
         self.generated_tokens = 0
         self.prompt_tokens = 0
         self.spec_accepted = 0
@@ -142,8 +179,6 @@ class SchedulerCore:
         return max_tokens, "length"
 
     def submit(self, req: SimRequest) -> None:
-        if req.category is not None:
-            req.draw = self._category_draws.get(req.category)
         self.queue.append(req)
 
     def abort(self, req: SimRequest) -> None:
@@ -180,8 +215,14 @@ class SchedulerCore:
         return admitted
 
     def step_seconds(self, admitted: list[SimRequest]) -> float:
-        profile = self.profile
-        seconds = profile.step_seconds(len(self.running))
+        """Size the next step; under a schedule its draft length comes from the running batch
+        as the engines pick it (adaptive.AdaptiveSpeculation.draft_length)."""
+        batch = len(self.running)
+        if self.speculation is not None and batch:
+            self.draft_length = self.speculation.draft_length(batch)
+            self._tier = self._tiers[self.draft_length]
+        profile = self._tier.profile
+        seconds = profile.step_seconds(batch)
         for req in admitted:
             seconds += profile.prefill_seconds(req.prompt_tokens)
         return seconds
@@ -190,23 +231,34 @@ class SchedulerCore:
         """Emit one step's tokens to every running request; returns those that finished."""
         finished: list[SimRequest] = []
         keep: list[SimRequest] = []
-        spec = self._draw.speculative
-        draw = self._draw.draw
+        tier = self._tier
+        spec = self.speculative
+        drafting = tier.draw.speculative
+        draw = tier.draw.draw
+        categories = tier.category_draws
         emitted = 0
-        steps = self._draw.spec_steps
+        steps = tier.k
         verifies = 0
+        batch = len(self.running)
+        record = self.speculation is not None
         for req in self.running:
             # A request's first token comes from its prefill, as in the engines: one token,
             # no draft, no verify step. Every later step is a verify step when speculating,
             # drawn from the request's own category when it has one.
             first = req.generated == 0
-            own = req.draw
             if first:
                 n = 1
             else:
-                n = own.draw() if own is not None else (draw() if spec else 1)
+                own = categories.get(req.category) if req.category is not None else None
+                n = own.draw() if own is not None else (draw() if drafting else 1)
                 req.steps += 1
                 verifies += 1
+                if record:
+                    runs = req.decode_steps
+                    if runs and runs[-1][0] == batch and runs[-1][1] == steps:
+                        runs[-1][2] += 1
+                    else:
+                        runs.append([batch, steps, 1])
             remaining = req.target - req.generated
             if n >= remaining:
                 n = remaining
@@ -223,18 +275,19 @@ class SchedulerCore:
                 req.spec_accepted += n - 1
             emitted += n
             req.wake()
-        batch = len(self.running)
         self.running = keep
         for req in finished:
             self.kv_used -= req.kv
         self.steps += 1
+        self.steps_by_draft_length[steps] = self.steps_by_draft_length.get(steps, 0) + 1
         self.request_steps += batch
         self.verify_steps += verifies
         self.generated_tokens += emitted
         self.finished += len(finished)
-        if spec:
+        if drafting:
+            self.draft_steps += verifies
             self.spec_accepted += emitted - batch
-            self.spec_draft_tokens += verifies * self._draw.spec_steps
+            self.spec_draft_tokens += verifies * steps
         return finished
 
 

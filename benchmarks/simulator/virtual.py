@@ -3,6 +3,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from .adaptive import AdaptiveSpeculation
 from .profiles import Profile
 from .scheduler import SchedulerCore, SimRequest
 
@@ -26,12 +27,15 @@ def simulate_closed_loop(
     warmup_s: float = 0.0,
     request_overhead_s: float = 0.0,
     seed: int = 0,
+    speculation: AdaptiveSpeculation | None = None,
 ) -> VirtualRun:
     """Run the scheduler against `concurrency` closed-loop clients on a virtual clock.
 
     Throughput is counted over [warmup_s, duration_s], so the ramp-up is excluded.
+    `speculation`: a draft length per running batch, as a server started with the engines'
+    flags (cli.speculation_from_args) runs.
     """
-    core = SchedulerCore(profile, seed=seed)
+    core = SchedulerCore(profile, seed=seed, speculation=speculation)
     arrivals: list[tuple[float, int]] = []
     seq = 0
 
