@@ -478,7 +478,11 @@ class LevelOut(Schema):
         "requests) / ITL count; gauge: the engine's own gauge, its window, not the level); "
         "latencies ttft_s / itl_s / e2e_s in seconds, itl_unit saying what one ITL sample is "
         "(engine_step for vLLM: one per verify step under speculation; token for SGLang) and "
-        "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s)."
+        "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s); "
+        "ttft_bucket_limited (bool) true when the level's TTFT median lies in that first "
+        "bucket, so the ttft_s quantiles are bucket interpolations, not measurements (the mean, "
+        "sum / count, stays exact). The per-request speculative figures (verify steps, drafted "
+        "and accepted tokens the engine reported for each request) are in summary.acceptance."
     )
 
     @staticmethod
