@@ -457,6 +457,9 @@ class SweepPlan:
     level_offset: int = 0
     # Which run of this sweep this is (1 = the first); written into every record.
     attempt: int = 1
+    # The profile's engine ("" for a server specdash did not start): decides which body
+    # fields ask the server for each request's speculative figures.
+    engine: str = ""
 
 
 def _broadcast_state(sweep_id: int) -> None:
@@ -487,7 +490,9 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         if not updated:
             return None
         Sweep.objects.filter(pk=sweep_id).update(attempts=models.F("attempts") + 1)
-        sweep = Sweep.objects.select_related("instance__host").get(pk=sweep_id)
+        sweep = Sweep.objects.select_related("instance__host", "instance__profile", "profile").get(
+            pk=sweep_id
+        )
         records = sweep_records_file(sweep_id=sweep_id)
         records.parent.mkdir(parents=True, exist_ok=True)
         sweep.records_path = str(records)
@@ -518,7 +523,14 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         instance_id=instance.pk if instance is not None else None,
         level_offset=resume_from,
         attempt=sweep.attempts,
+        engine=_sweep_engine(sweep),
     )
+
+
+def _sweep_engine(sweep: Sweep) -> str:
+    if sweep.instance is not None:
+        return str(sweep.instance.profile.engine)
+    return str(sweep.profile.engine) if sweep.profile is not None else ""
 
 
 def _from_epoch(t: Any) -> datetime:

@@ -178,6 +178,11 @@ def _curve(series: SeriesData) -> tuple[Curve, dict[int, str]]:
     return curve, sources
 
 
+def series_curve(series: SeriesData) -> Curve:
+    """The series' throughput curve as the comparison builds it (repeats, else requests)."""
+    return _curve(series)[0]
+
+
 def _ratio_dict(concurrency: int, ratio: Ratio) -> dict[str, Any]:
     return {
         "concurrency": concurrency,

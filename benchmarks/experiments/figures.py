@@ -199,3 +199,46 @@ def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str
     ]  # fmt: skip
     layout = _layout(f"{profile_name}: throughput per sweep", {"type": "date"}, "output tok/s")
     return {"data": data, "layout": layout}
+
+
+def schedule_figure(schedule: dict[str, Any]) -> dict[str, Any]:
+    """The draft length over C as a step chart (one step per band), and each band's gain over
+    its runner-up with its interval on a second axis."""
+    bands = schedule["bands"]
+    tested = sorted({c for band in bands for c in band["levels"]})
+    xs: list[float] = []
+    ys: list[int] = []
+    for band in bands:
+        xs.append(band["start"])
+        ys.append(band["draft_length"])
+    xs.append(max(tested[-1], bands[-1]["start"]))
+    ys.append(bands[-1]["draft_length"])
+    text = [
+        f"{b['label']}: {b['variant']} (K={b['draft_length']}), C {b['start']}"
+        + ("+" if b["end"] is None else f"-{b['end']}")
+        for b in bands
+    ]
+    steps = {
+        "type": "scatter", "mode": "lines", "name": "draft length (K)", "x": xs, "y": ys,
+        "line": {"shape": "hv", "color": _color(0), "width": 3},
+        "hovertext": [*text, text[-1]], "hoverinfo": "text",
+    }  # fmt: skip
+    centres = [band["levels"][len(band["levels"]) // 2] for band in bands]
+    gains = [band["expected_gain"] for band in bands]
+    plus = [b["gain_high"] - b["expected_gain"] if b["gain_high"] is not None else 0 for b in bands]
+    minus = [b["expected_gain"] - b["gain_low"] if b["gain_low"] is not None else 0 for b in bands]
+    gain = {
+        "type": "scatter", "mode": "markers", "yaxis": "y2", "x": centres, "y": gains,
+        "name": f"gain over the runner-up ({schedule['confidence']:.0%} interval)",
+        "marker": {"color": _color(1), "size": 9},
+        "error_y": {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus},
+        "hovertext": text, "hoverinfo": "text+y",
+    }  # fmt: skip
+    layout = _layout(
+        "Speculation schedule: draft length vs concurrency",
+        _log_c_axis(tested),
+        "draft tokens per step (0 = off)",
+        yaxis2={"title": {"text": "gain (x runner-up)"}, "overlaying": "y", "side": "right"},
+    )
+    layout["margin"] = {**_MARGIN, "r": 64}
+    return {"data": [steps, gain], "layout": layout}

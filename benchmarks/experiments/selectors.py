@@ -338,3 +338,27 @@ def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRu
 
 def profile_detail(*, profile_id: int) -> ServerProfile | None:
     return ServerProfile.objects.filter(pk=profile_id).first()
+
+
+def experiment_arm_series(*, experiment: Experiment) -> list[tuple[ExperimentArm, SeriesData]]:
+    """Each arm (with its profile) and its completed levels, in three queries whatever the
+    number of arms (``experiment_series`` without the per-arm environment summaries)."""
+    arms = experiment_arms(experiment_id=experiment.pk)
+    sweeps = list(
+        Sweep.objects.filter(experiment_step__arm__experiment_id=experiment.pk)
+        .select_related("experiment_step")
+        .order_by("experiment_step__index")
+    )
+    levels = _completed_levels([s.pk for s in sweeps])
+    paths = {s.pk: s.records_path for s in sweeps}
+    out = []
+    for arm in arms:
+        ids = [s.pk for s in sweeps if s.experiment_step and s.experiment_step.arm_id == arm.pk]
+        runs = _level_runs([lv for lv in levels if lv.sweep_id in ids], paths)
+        series = SeriesData(
+            label=arm.label, name=arm.profile.name, speculative=arm.profile.speculative,
+            profile_id=arm.profile_id, sweep_ids=tuple(ids), runs=tuple(runs),
+            engine=arm.profile.engine,
+        )  # fmt: skip
+        out.append((arm, series))
+    return out

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from benchmarks import audit
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import figures, forms, report, selectors, services
+from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.models import Experiment
 from hosts import roles
 from specdash.http import HtmxHttpRequest
@@ -150,14 +151,18 @@ def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, A
 def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment_or_404(experiment_id)
     comparison = _experiment_comparison(experiment)
+    schedule = speculation_schedule.experiment_schedule(experiment=experiment)
     context = _comparison_context(
         comparison,
         experiment=experiment,
+        schedule=schedule,
         title=f"{experiment.name}: comparison",
         audit=audit.audit_experiment(experiment=experiment).as_dict(),
         csv_url=reverse("benchmarks:experiment-comparison-csv", args=[experiment.pk]),
         report_url=reverse("benchmarks:experiment-report", args=[experiment.pk]),
     )
+    if schedule["available"]:
+        context["figures"]["schedule"] = figures.schedule_figure(schedule)
     return render(request, "benchmarks/comparison.html", context)
 
 

@@ -279,6 +279,7 @@ def shard_argv(
     shard: Shard,
     start_at: float | None,
     run_id: str,
+    engine: str = "",
 ) -> list[str]:
     share_load = dict(load)
     if shard.requests is not None:
@@ -289,6 +290,7 @@ def shard_argv(
         levels=[shard.concurrency],
         load=share_load,
         records_path=shard.records_path,
+        engine=engine,
     )
     # Distinct run ids keep request ids apart; distinct seeds keep the prompts apart. Without
     # a start (a gang-started shard job), the shard is given it once its gang is ready.
@@ -392,6 +394,7 @@ async def _run_level(
             shard=shard,
             start_at=start_at,
             run_id=f"s{plan.sweep_id}-l{index}",
+            engine=plan.engine,
         )
         if as_jobs:
             # Any worker meeting its placement, on any machine, may claim it; it reports

@@ -219,6 +219,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         attempt=plan.attempt,
         append_records=True,
         metrics_url=LevelServerMetrics.metrics_url(plan.base_url),
+        engine=plan.engine,
     )
     try:
         proc = await LoadgenProcess.start(argv, cwd=settings.BASE_DIR)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.loadgen.apis import Api, engine_extra_body
 from benchmarks.sweeps.plan import load_rates
 
 logger = logging.getLogger(__name__)
@@ -34,12 +35,16 @@ def loadgen_argv(
     append_records: bool = False,
     python: str = sys.executable,
     metrics_url: str | None = None,
+    engine: str = "",
 ) -> list[str]:
     """The command line of one sweep's load generator (an argv list: no shell anywhere).
 
     A sweep's own process appends to the sweep's records file and numbers its levels as the
     sweep does (``level_index_base``), with the sweep's attempt in every record, so a resumed
-    run writes beside the levels already measured and never over them."""
+    run writes beside the levels already measured and never over them.
+
+    ``engine`` (the profile's engine) adds the body fields that make the server report each
+    request's speculative figures; a user's ``load["extra_body"]`` is merged over them."""
     argv = [
         python,
         "-m",
@@ -69,6 +74,9 @@ def loadgen_argv(
         argv += ["--request-timeout", repr(float(load["request_timeout"]))]
     if load.get("ignore_eos"):
         argv.append("--ignore-eos")
+    extra_body = request_extra_body(engine, load)
+    if extra_body:
+        argv += ["--extra-body", json.dumps(extra_body, sort_keys=True)]
     if metrics_url:
         # The load generator scrapes right before each level's first request (the level's
         # server-side interval must include its opening burst).
@@ -98,6 +106,16 @@ def loadgen_argv(
     if attempt is not None:
         argv += ["--attempt", str(attempt)]
     return argv
+
+
+def request_extra_body(engine: str, load: dict[str, Any]) -> dict[str, Any]:
+    """The engine's speculative-figures fields, then the user's extra body (its fields win)."""
+    try:
+        api = Api(str(load.get("api") or "completions"))
+    except ValueError:
+        api = Api.COMPLETIONS
+    user = load.get("extra_body")
+    return {**engine_extra_body(engine, api), **(user if isinstance(user, dict) else {})}
 
 
 def parse_event(line: bytes) -> dict[str, Any] | None:

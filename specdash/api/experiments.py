@@ -11,6 +11,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchmarks.experiments import comparison, services
+from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
@@ -25,6 +26,7 @@ from specdash.api.schemas import (
     ExperimentIn,
     ExperimentPage,
     Id,
+    ScheduleOut,
     Text,
 )
 
@@ -156,6 +158,22 @@ def experiment_comparison(
         equivalence_runs=exp_selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
     )
+
+
+@router.get(
+    "/experiments/{experiment_id}/schedule",
+    response=responses({200: ScheduleOut}),
+    summary="Speculation schedule",
+)
+def experiment_schedule(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> dict[str, Any]:
+    """The speculation schedule derived from the arms' stored levels: the draft length per
+    concurrency band with each band's gain and interval, and the engine configuration to
+    paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
+    read from their profiles' launch argv."""
+    require_viewer(request)
+    return speculation_schedule.experiment_schedule(experiment=_experiment(experiment_id))
 
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")

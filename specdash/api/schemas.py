@@ -478,7 +478,11 @@ class LevelOut(Schema):
         "requests) / ITL count; gauge: the engine's own gauge, its window, not the level); "
         "latencies ttft_s / itl_s / e2e_s in seconds, itl_unit saying what one ITL sample is "
         "(engine_step for vLLM: one per verify step under speculation; token for SGLang) and "
-        "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s)."
+        "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s); "
+        "ttft_bucket_limited (bool) true when the level's TTFT median lies in that first "
+        "bucket, so the ttft_s quantiles are bucket interpolations, not measurements (the mean, "
+        "sum / count, stays exact). The per-request speculative figures (verify steps, drafted "
+        "and accepted tokens the engine reported for each request) are in summary.acceptance."
     )
 
     @staticmethod
@@ -702,3 +706,39 @@ class ComparisonOut(Schema):
     equivalence: dict[str, Any] | None
     warnings: list[str]
     built_at: str
+
+
+class ScheduleOut(Schema):
+    available: bool = Field(description="False when no schedule can be derived (see message)")
+    message: str = Field(
+        description="Why there is no schedule (e.g. an arm's unreadable draft length)"
+    )
+    engine: str = Field(
+        "", description="The arms' engine; simulator arms get every engine's config"
+    )
+    reference: str | None = Field(
+        None, description="The simplest arm (kept where nothing is conclusive)"
+    )
+    confidence: float | None = None
+    variants: list[dict[str, Any]] = Field(
+        default_factory=list, description="Each arm's label, profile name and draft length"
+    )
+    bands: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Concurrency bands (start, end: inclusive, null = no upper end) with the "
+        "arm and draft length chosen, the tested levels inside, expected_gain over the "
+        "runner-up and its interval gain_low..gain_high (null without one)",
+    )
+    steps: list[dict[str, Any]] = Field(
+        default_factory=list, description="Batch-size steps (start, end, draft_length)"
+    )
+    choices: list[dict[str, Any]] = Field(
+        default_factory=list, description="Per tested level: the chosen arm and why"
+    )
+    untested: list[int] = Field(default_factory=list, description="Levels some arm did not test")
+    description: str = ""
+    configs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The engine configuration to paste: engine, option, exact, value (argv), "
+        "note, source, version, and file_name/file_text for a config file it names",
+    )

@@ -222,3 +222,31 @@ def test_levels_say_where_each_speculative_figure_came_from(
     assert 'data-testid="level-accept-length" data-source="verify_counters"' in page
     assert "(gen - requests)/verify calls" in page
     assert 'data-testid="level-tokens-per-step" data-source="verify_counters"' in page
+
+
+def test_levels_say_whether_the_ttft_quantiles_are_bucket_interpolations(
+    as_viewer: ApiClient, ready: Any
+) -> None:
+    from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics
+    from hosts.telemetry.engine_profiles import Engine
+    from hosts.telemetry.levels import interval_as_dict
+    from specdash.api import api
+
+    def level(p50: float) -> dict[str, Any]:
+        ttft = HistogramSummary(count=10, mean=p50, p50=p50, p90=p50, p99=p50)
+        interval = IntervalMetrics(
+            engine=Engine("sglang"), started_at=0.0, ended_at=10.0, prompt_tokens=None,
+            generation_tokens=None, spec_drafts=None, spec_draft_tokens=None,
+            spec_accepted_tokens=None, accept_length=None, accept_length_source=None,
+            acceptance_rate=None, acceptance_rate_source=None, ttft=ttft, itl=None, e2e=None,
+            ttft_resolution_s=0.1,
+        )  # fmt: skip
+        return interval_as_dict(interval)
+
+    sweep = _finished_sweep(ready, {1: 100.0, 8: 400.0})
+    SweepLevel.objects.filter(sweep=sweep, index=0).update(server_metrics=level(0.05))
+    SweepLevel.objects.filter(sweep=sweep, index=1).update(server_metrics=level(0.4))
+    levels = as_viewer.get(f"/api/v1/sweeps/{sweep.pk}/levels").json()
+    assert [lv["server_metrics"]["ttft_bucket_limited"] for lv in levels] == [True, False]
+    described = api.get_openapi_schema()["components"]["schemas"]["LevelOut"]["properties"]
+    assert "ttft_bucket_limited" in described["server_metrics"]["description"]

@@ -1,0 +1,152 @@
+"""The speculation schedule of a completed experiment: draft lengths read from the arms'
+launch argv, bands from their stored levels, the engine configuration, and the page section."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from benchmarks.experiments.schedule import draft_length, experiment_schedule
+from benchmarks.stats.engines import ENGINE_NAMES
+from hosts.models import ServerProfile
+from tests.benchmarks.experiments.schedule_data import (
+    BASELINE,
+    EAGLE3,
+    VLLM_EAGLE3,
+    constructed_experiment,
+    vllm_argv,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "expected"),
+    [
+        ("vllm", vllm_argv(None), 0),
+        ("vllm", vllm_argv(VLLM_EAGLE3), 3),
+        ("vllm", ["vllm", "serve", "m", '--speculative-config={"num_speculative_tokens": 5}'], 5),
+        ("vllm", vllm_argv({"method": "ngram"}), None),
+        ("vllm", vllm_argv({**VLLM_EAGLE3, "num_speculative_tokens_per_batch_size": []}), None),
+        ("sglang", ["python", "-m", "sglang.launch_server"], 0),
+        (
+            "sglang",
+            ["sglang", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "4"],
+            4,
+        ),
+        ("sglang", ["sglang", "--speculative-algorithm", "EAGLE3"], None),
+        ("llamacpp", ["llama-server", "-m", "m.gguf"], 0),
+        ("llamacpp", ["llama-server", "-md", "d.gguf", "--spec-draft-n-max", "8"], 8),
+        ("llamacpp", ["llama-server", "-md", "d.gguf"], None),
+        ("simulator", ["python", "-m", "benchmarks.simulator"], 0),
+        ("simulator", ["sim", "--profile", "eagle3"], 3),
+        ("simulator", ["sim", "--profile", "eagle3", "--spec-steps", "5"], 5),
+        ("custom", ["server"], None),
+    ],
+)
+def test_the_draft_length_is_read_where_each_engine_states_it(
+    engine: str, argv: list[str], expected: int | None
+) -> None:
+    assert draft_length(engine, argv) == expected
+
+
+def test_a_clean_crossover_gives_two_bands_and_the_vllm_schedule(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    experiment = constructed_experiment(
+        make_profile,
+        [("eagle3", "vllm", vllm_argv(VLLM_EAGLE3), EAGLE3),
+         ("baseline", "vllm", vllm_argv(None), BASELINE)],
+        tmp_path,
+    )  # fmt: skip
+    schedule = experiment_schedule(experiment=experiment)
+    assert schedule["available"], schedule["message"]
+    assert schedule["reference"] == "baseline"  # the simplest arm, whatever the arm order
+    bands = [(b["start"], b["end"], b["draft_length"], b["levels"]) for b in schedule["bands"]]
+    assert bands == [(1, 8, 3, [1, 8]), (9, None, 0, [64])]
+    first, last = schedule["bands"]
+    assert first["gain_low"] > 1.0 and first["expected_gain"] > first["gain_low"]
+    assert last["gain_low"] > 1.0  # baseline conclusively ahead when saturated
+    (vllm,) = schedule["configs"]
+    assert vllm["engine"] == ENGINE_NAMES["vllm"]
+    argv = shlex.split(vllm["value"])
+    assert argv[0] == "--speculative-config"
+    assert json.loads(argv[1]) == {
+        **VLLM_EAGLE3, "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 256, 0]],
+    }  # fmt: skip
+
+
+def test_simulator_arms_get_every_engines_configuration(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    experiment = constructed_experiment(
+        make_profile,
+        [("sim base", "simulator", ["sim", "--profile", "baseline"], BASELINE),
+         ("sim eagle3", "simulator", ["sim", "--profile", "eagle3"], EAGLE3)],
+        tmp_path,
+    )  # fmt: skip
+    schedule = experiment_schedule(experiment=experiment)
+    assert [b["draft_length"] for b in schedule["bands"]] == [3, 0]
+    assert len(schedule["configs"]) == 4
+    sglang = next(c for c in schedule["configs"] if c["file_name"])
+    assert json.loads(sglang["file_text"]) == {
+        "1": {"candidate_steps": [3]}, "9": {"candidate_steps": [0]},
+    }  # fmt: skip
+
+
+def test_arms_without_a_readable_draft_length_are_named(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    experiment = constructed_experiment(
+        make_profile,
+        [("plain", "sglang", ["sglang"], BASELINE),
+         ("eagle default", "sglang", ["sglang", "--speculative-algorithm", "EAGLE3"], EAGLE3)],
+        tmp_path,
+    )  # fmt: skip
+    schedule = experiment_schedule(experiment=experiment)
+    assert schedule["available"] is False
+    assert "arm B (eagle default)" in schedule["message"]
+    assert "--speculative-num-steps" in schedule["message"]
+    assert "plain" not in schedule["message"]
+
+
+def _three_arms(make_profile: Callable[..., ServerProfile], tmp: Path, n: int) -> object:
+    arms = [(f"base {n}", "vllm", vllm_argv(None), BASELINE),
+            (f"eagle3 {n}", "vllm", vllm_argv(VLLM_EAGLE3), EAGLE3),
+            (f"eagle3 k1 {n}", "vllm", vllm_argv({**VLLM_EAGLE3, "num_speculative_tokens": 1}),
+             {c: v * 1.01 for c, v in BASELINE.items()})]  # fmt: skip
+    return constructed_experiment(make_profile, arms[:n], tmp)
+
+
+def test_the_comparison_page_shows_the_schedule_in_a_fixed_number_of_queries(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path, client: Client, viewer: object
+) -> None:
+    two = _three_arms(make_profile, tmp_path, 2)
+    three = _three_arms(make_profile, tmp_path, 3)
+    counts = []
+    for experiment in (two, three):
+        with CaptureQueriesContext(connection) as queries:
+            experiment_schedule(experiment=experiment)  # type: ignore[arg-type]
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+    client.force_login(viewer)  # type: ignore[arg-type]
+    page = client.get(f"/experiments/{two.pk}/comparison/")  # type: ignore[attr-defined]
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Speculation schedule" in html and 'data-testid="chart-schedule"' in html
+    assert "num_speculative_tokens_per_batch_size" in html
+    figures = json.loads(
+        html.split('id="comparison-figures" type="application/json">', 1)[1].split("</script>", 1)[
+            0
+        ]
+    )
+    steps = figures["schedule"]["data"][0]
+    assert steps["line"]["shape"] == "hv" and steps["y"] == [3, 0, 0]
+    assert figures["schedule"]["data"][1]["error_y"]["arrayminus"][0] > 0
