@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,18 +36,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "specdash-sim"
 LAG_PROBE_S = 0.05
 # Worker loop lag beyond a quarter of the 1 s sample batch makes live charts visibly stutter
 # (the measurements themselves are taken in the load-generator processes).
 DEGRADED_LAG_MS = 250.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -100,7 +95,7 @@ def child_main(worker_id: str, stats_file: Path) -> None:
 
 
 def _start_simulator(tmp: Path, workers: int, profile: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     argv = [
         sys.executable,
         "-m",
