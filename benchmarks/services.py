@@ -230,11 +230,13 @@ def _target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
 
 
 def _clean_tags(tags: Sequence[str]) -> list[str]:
+    """Stripped, cut to 50 characters, then de-duplicated: two long tags that share their
+    first 50 characters are one tag as stored. Experiments store their tags the same way."""
     out: list[str] = []
     for tag in tags:
-        tag = str(tag).strip()
+        tag = str(tag).strip()[:50]
         if tag and tag not in out:
-            out.append(tag[:50])
+            out.append(tag)
     return out
 
 
