@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import platform
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepS
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
 from hosts.jobs import job_cancel, job_enqueue
+from hosts.masking import masked_env
 from hosts.models import InstanceState, JobState, ServerInstance
 from specdash import realtime
 
@@ -38,8 +38,6 @@ SWEEP_JOB_KIND = "sweep.run"
 MAX_CONCURRENCY = 4096
 MAX_LEVELS = 64
 APIS = ("completions", "chat", "generate")
-# Environment variables whose values are not copied into a sweep's environment snapshot.
-_SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 
 # name: (kind, minimum, maximum, default); None bounds are open.
 _LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
@@ -181,7 +179,8 @@ def sweep_clean_plan(
 
 
 def _masked_env(env: dict[str, Any]) -> dict[str, Any]:
-    return {k: ("***" if _SECRET_NAME_RE.search(k) else v) for k, v in env.items()}
+    # Secret values are not copied into a sweep's environment snapshot.
+    return masked_env(env)
 
 
 def sweep_environment(
@@ -230,11 +229,13 @@ def _target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
 
 
 def _clean_tags(tags: Sequence[str]) -> list[str]:
+    """Stripped, cut to 50 characters, then de-duplicated: two long tags that share their
+    first 50 characters are one tag as stored. Experiments store their tags the same way."""
     out: list[str] = []
     for tag in tags:
-        tag = str(tag).strip()
+        tag = str(tag).strip()[:50]
         if tag and tag not in out:
-            out.append(tag[:50])
+            out.append(tag)
     return out
 
 

@@ -117,9 +117,6 @@ def instance_start(*, profile: ServerProfile, user: User = None) -> ServerInstan
         raise ServerConflict(
             f"GPUs already held on {profile.host}: {detail or 'unknown'}."
         ) from exc
-    realtime.broadcast_on_commit(
-        realtime.servers_group(), "servers.changed", {"instance_id": instance.pk}
-    )
     return instance
 
 
@@ -249,9 +246,6 @@ def instance_transition(
             realtime.instance_group(instance.pk),
             "instance.state",
             {"instance": selectors.instance_as_dict(instance)},
-        )
-        realtime.broadcast_on_commit(
-            realtime.servers_group(), "servers.changed", {"instance_id": instance.pk}
         )
     return instance
 

@@ -17,10 +17,6 @@ from django.db import transaction
 logger = logging.getLogger(__name__)
 
 
-def servers_group() -> str:
-    return "servers"
-
-
 def instance_group(instance_id: int) -> str:
     return f"instance-{instance_id}"
 

@@ -52,7 +52,7 @@ def make_profile(local_host: Host) -> Callable[..., ServerProfile]:
         fields.update(overrides)
         if "port" not in fields:
             # Never a port an earlier test used (it may still linger there), nor one from the
-            # range outgoing connections take theirs from (tests/fixtures/ports.py).
+            # range outgoing connections take theirs from (benchmarks/perf/ports.py).
             fields["port"] = free_port()
         return ServerProfile.objects.create(**fields)
 

@@ -50,15 +50,6 @@ def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[
     return [(a, r) for a in range(arms) for r in range(repeats)]
 
 
-def _clean_tags(tags: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for tag in tags:
-        tag = str(tag).strip()[:50]
-        if tag and tag not in out:
-            out.append(tag)
-    return out
-
-
 def _validate(
     *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: dict[str, Any],
     repeats: Any, order: str,
@@ -134,7 +125,7 @@ def experiment_create(
             check_output_equivalence=check_output_equivalence,
             auto_resume=auto_resume,
             notes=notes,
-            tags=_clean_tags(tags),
+            tags=sweep_services._clean_tags(tags),  # one rule for sweeps and experiments
             created_by=user if user is not None and user.is_authenticated else None,
         )
         arms = ExperimentArm.objects.bulk_create(

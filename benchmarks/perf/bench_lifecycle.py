@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks.perf.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_BIN = ROOT / "benchmarks" / "simulator" / "bin"
@@ -44,12 +45,6 @@ class Round:
     ready_lag_s: float
     stop_s: float
     final_state: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _setup_django(var_dir: Path, grace: float) -> None:
@@ -83,7 +78,7 @@ def _make_profile(state_dir: Path, ssh: Any, load_seconds: float) -> Any:
             "known_hosts_file": str(ssh.known_hosts_file),
         }
     host = Host.objects.create(name="bench", path_prepend=str(SIM_BIN), command_env=env, **fields)
-    port = _free_port()
+    port = free_port()
     argv = [
         sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1",
         "--port", str(port), "--profile", "fast", "--gpus", "0,1", "--workers", "2",

@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.metrics import distribution, summarize_level, window_tokens
 from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import SyntheticPrompts
+from benchmarks.perf.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "specdash-sim"
@@ -79,19 +79,12 @@ def _cores() -> tuple[int | None, int | None]:
     return cores[0], cores[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def simulator(
     profile: str, tmp: Path, core: int | None, *extra: str, seed: int = 1
 ) -> Iterator[tuple[str, Path, int]]:
     """A simulator subprocess; yields (base URL, truth log path, pid)."""
-    port = _free_port()
+    port = free_port()
     truth = tmp / f"truth-{profile}-{port}.jsonl"
     argv = [
         sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),

@@ -5,7 +5,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from benchmarks.perf.ports import free_port
 
 # Telemetry end to end: the latency from a GPU sample taken on the host (the probe reading the
 # `nvidia-smi -lms` stream) to the point drawn in a browser, with 20 viewers on one sweep page,
@@ -68,12 +69,6 @@ SOCKETS_JS = """
   }
 }
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pct(values: list[float], q: float) -> float:

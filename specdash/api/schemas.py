@@ -3,7 +3,6 @@ input schemas refuse unknown keys so a typo is a 422, not a silently ignored set
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ from pydantic import ConfigDict, StringConstraints
 
 from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import selectors as exp_selectors
+from hosts.masking import masked_env  # secret values are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
 
 # Database ids are 64-bit; a larger number can only be a miss, and must not overflow SQL.
@@ -21,12 +21,6 @@ Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 _TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
 Text = Annotated[str, StringConstraints(pattern=_TEXT)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_TEXT)]
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
-
-
-def masked_env(env: dict[str, Any]) -> dict[str, Any]:
-    """Environment values whose names look secret are not sent to API clients."""
-    return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 class In(Schema):

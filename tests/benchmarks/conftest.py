@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ import httpx
 import pytest
 
 from hosts.models import Host, InstanceState, ServerInstance, ServerProfile
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -55,6 +55,17 @@ def test_create_refuses_an_instance_that_is_not_ready(ready_instance: ServerInst
     assert not Sweep.objects.exists() and not Job.objects.exists()
 
 
+def test_two_long_tags_sharing_their_first_50_characters_are_stored_once(
+    ready_instance: ServerInstance,
+) -> None:
+    common = "x" * 50
+    sweep = services.sweep_create(
+        instance=ready_instance, levels=[1], load=load(),
+        tags=[common + "-cuda12", f" {common}-cuda13", "short"],
+    )  # fmt: skip
+    assert sweep.tags == [common, "short"]
+
+
 @pytest.mark.parametrize(
     ("levels", "message"),
     [

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from hosts.presets import llamacpp_argv
 
 # The job worker and the leftover-killer of the experiment and lifecycle tests, not copies.
 from tests.benchmarks.experiments.conftest import worker  # noqa: F401
+from tests.fixtures.ports import free_port
 from tests.hosts.lifecycle.conftest import _kill_leftovers  # noqa: F401
 
 # Two knob settings whose verify steps are all alike (misses evenly spaced): with
@@ -34,12 +34,6 @@ AGREEMENTS = (2 / 3, 1 / 2)
 N_MAX = 3
 THREADS = 1  # one thread: on a loaded 2-core machine, spinning thread pools stall each other
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

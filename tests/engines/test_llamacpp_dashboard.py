@@ -24,7 +24,8 @@ from hosts import services
 from hosts.jobs.worker import Worker
 from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
 from hosts.presets import llamacpp_argv
-from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, free_port, pids_alive
+from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, pids_alive
+from tests.fixtures.ports import free_port
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.django_db(transaction=True)]
 

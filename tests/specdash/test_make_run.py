@@ -38,6 +38,7 @@ def _children(pid: int) -> list[int]:
 
 def test_serve_on_a_taken_port_exits_non_zero_without_claiming_it_serves(tmp_path: Path) -> None:
     with socket.socket() as taken:
+        # The kernel's choice of port is safe here: the socket holds it while `serve` tries it.
         taken.bind(("127.0.0.1", 0))
         taken.listen(8)
         port = taken.getsockname()[1]

@@ -19,7 +19,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import psutil
 import pytest
 
 from specdash.api.client import SpecdashClient
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = int(os.environ.get("SPECDASH_FAULT_SEED", "1"))
@@ -57,12 +57,6 @@ SIGTERM_DASHBOARD, SIGKILL_WORKER, SIGKILL_LOADGEN = (
     "worker-sigkill",
     ("loadgen-sigkill"),
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -111,7 +105,7 @@ class Dashboard:
 
     def __init__(self, env: dict[str, str], var: Path) -> None:
         self.env, self.var = env, var
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -290,7 +284,7 @@ def board(tmp_path: Path) -> Iterator[Dashboard]:
     board = Dashboard(env, tmp_path)
     board.manage("migrate", "--no-input", "-v", "0")
     board.manage("seed_demo")
-    arms = {name: [*extra, str(_free_port())] for name, extra in ARMS.items()}
+    arms = {name: [*extra, str(free_port())] for name, extra in ARMS.items()}
     script = _PROFILES.replace("sys.argv[-1]", repr(json.dumps(arms)))
     board.manage("shell", "-c", script)
     board.env["SPECDASH_TOKEN"] = board.manage("specdash", "token", "--user", "operator").stdout

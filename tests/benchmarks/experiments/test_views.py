@@ -94,6 +94,17 @@ def test_the_form_refuses_one_profile_twice_and_a_bad_load(
     assert not Experiment.objects.exists()
 
 
+def test_an_experiment_stores_two_long_tags_sharing_their_first_50_characters_once(
+    pair: Any,
+) -> None:
+    common = "y" * 50
+    experiment = services.experiment_create(
+        profiles=list(pair), levels=[1], load={"requests_per_level": 5},
+        tags=[common + "-a", common + "-b", " short "],
+    )  # fmt: skip
+    assert experiment.tags == [common, "short"]
+
+
 def test_a_viewer_reads_but_cannot_create_or_cancel(client: Client, viewer: Any, pair: Any) -> None:
     experiment = services.experiment_create(
         profiles=list(pair), levels=[1], load={"requests_per_level": 5}

@@ -17,7 +17,6 @@ sharing this machine, is not what limits the baseline's many small chunks at C=3
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from benchmarks.loadgen.datasets import builtin_prompts
 from benchmarks.loadgen.events import dumps
 from benchmarks.loadgen.goodput import Slo
 from benchmarks.loadgen.level import LevelConfig, run_level
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAT_L, CODE_L = 3.0, 1.8
@@ -48,9 +48,7 @@ EAGLE = ["--profile", "eagle3", "--t0-ms", "12", "--k-ms", "2.9", "--spec-steps"
 
 @contextmanager
 def simulator(tmp: Path, args: Sequence[str]) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "0", "--seed", "5", "--state-dir", str(tmp / f"state-{port}"), *args],

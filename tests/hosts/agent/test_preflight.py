@@ -2,16 +2,11 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import sys
 
+from tests.fixtures.ports import free_port
+
 from .helpers import agent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kernel_dumps_bound_sockets() -> bool:
@@ -22,7 +17,7 @@ def _kernel_dumps_bound_sockets() -> bool:
 
 def test_all_clear(lab) -> None:
     result = agent(
-        "preflight", {"port": _free_port(), "binary": sys.executable, "workdir": str(lab.tmp)}
+        "preflight", {"port": free_port(), "binary": sys.executable, "workdir": str(lab.tmp)}
     )
     assert result["ok"] is True, result
     assert result["problems"] == []

@@ -3,15 +3,10 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from tests.fixtures.ports import free_port
 from tests.fixtures.procs import alive
 
 from .helpers import agent, start_time
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _identity(launched: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +115,7 @@ def test_a_foreign_gpu_holder_makes_the_stop_dirty_and_only_it_can_be_killed(lab
 
 
 def test_verify_without_nvidia_smi_reports_memory_unknown(lab) -> None:
-    launched_port = _free_port()
+    launched_port = free_port()
     launched = lab.launch_engine("--listen", str(launched_port))
     lab.wait_engine(launched, workers=0)
     assert agent("verify", {**_identity(launched), "port": launched_port})["verdict"] == "dirty"
@@ -151,6 +146,7 @@ def test_verify_counts_a_port_held_only_by_orphaned_connections_as_free() -> Non
     # The server is gone but a client (a load generator, a metrics scraper) still holds its end of
     # a kept-alive connection: the server's side lingers in FIN_WAIT2 with no process owning it.
     # A plain bind fails, yet a server (SO_REUSEADDR) starts on the port: nothing is left to stop.
+    # The kernel's choice of port is safe here: the socket keeps it bound from the start.
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", 0))

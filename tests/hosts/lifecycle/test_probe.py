@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from hosts.lifecycle.probe import host_probe
 from hosts.models import Host, HostKind
+from tests.fixtures.ports import free_port
 from tests.hosts.lifecycle.conftest import RUNNING_CT, pct_container
 
 pytestmark = pytest.mark.django_db
@@ -94,9 +95,7 @@ def test_testing_containers_shows_each_result_and_names_the_failing_hop(
 
 
 def test_an_unreachable_host_fails_naming_hop_1(ssh_control: Any) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()  # nothing listens there, and no server of this run gets it
     host = Host.objects.create(
         name="closed", kind=HostKind.SSH, address="127.0.0.1", ssh_port=closed_port
     )

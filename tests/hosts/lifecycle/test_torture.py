@@ -220,6 +220,7 @@ def case_1_bad_start(lab: Lab) -> str:
 
 def case_2_port_taken(lab: Lab) -> str:
     with socket.socket() as listening, socket.socket() as bound:
+        # Ports the kernel picks are safe here: both sockets hold theirs for the whole case.
         listening.bind(("127.0.0.1", 0))
         listening.listen(4)
         bound.bind(("127.0.0.1", 0))  # a server still loading: bound, not listening

@@ -4,7 +4,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from hosts.transports import (
     build_chain,
     run_script,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import SshServer
 from tests.hosts.transports.conftest import ECHO_ARGV, NASTY_ARGS, PCT
 
@@ -32,9 +32,9 @@ TIMEOUT = 60.0
 
 
 def free_closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # Nothing listens on it and no server of this run is given it; unlike a port the kernel
+    # picks, it is never an outgoing connection's local port (ssh could connect to itself).
+    return free_port()
 
 
 def keygen(path: Path) -> Path:
