@@ -1,4 +1,5 @@
-"""Parameter matrices: variants of one profile run as one experiment (experiments.matrix)."""
+"""Parameter matrices (variants of one profile run as an experiment) and the verification of
+a speculation schedule derived from one (benchmarks.experiments.matrix and .tuning)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,17 @@ from typing import Annotated, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
-from ninja import Field, Router
+from ninja import Field, Router, Schema
 from ninja.responses import Status
 from pydantic import StringConstraints
 
-from benchmarks.experiments import matrix, services
+from benchmarks.experiments import matrix, services, tuning
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api import errors
-from specdash.api.auth import require_operator, require_sweeper
-from specdash.api.common import WRITE_ERRORS, responses
+from specdash.api.auth import require_operator, require_sweeper, require_viewer
+from specdash.api.common import WRITE_ERRORS, path_id, responses
 from specdash.api.schemas import ExperimentAccepted, Id, In, SweepLoadIn
 
 router = Router(tags=["experiments"])
@@ -39,6 +40,34 @@ class MatrixIn(In):
     repeats: int = Field(1, ge=1, le=10)
     order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
     auto_resume: bool = False
+
+
+class RatioOut(Schema):
+    point: float
+    low: float | None
+    high: float | None
+    method: str
+
+
+class VerificationLevelOut(Schema):
+    concurrency: int
+    tuned: float
+    best_fixed: str
+    best_fixed_value: float
+    ratio: RatioOut = Field(description="tuned / best fixed variant, with its interval")
+    conclusively_worse_than: list[str]
+    ok: bool
+
+
+class VerificationOut(Schema):
+    experiment_id: int
+    state: str
+    tuned: str
+    fixed: list[str]
+    confidence: float
+    levels: list[VerificationLevelOut]
+    ok: bool
+    verdict: str
 
 
 def _experiment(experiment_id: int) -> Experiment:
@@ -95,3 +124,42 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
     except ValidationError as exc:
         raise _clear(exc) from None
     return _accepted(experiment)
+
+
+@router.post(
+    "/experiments/{experiment_id}/verify",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+    summary="Verify the speculation schedule of a matrix experiment",
+)
+def verification_create(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Status[dict[str, Any]]:
+    """Derive the schedule from a completed experiment whose arms differ in draft length, write
+    it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load."""
+    require_operator(request)
+    user = require_sweeper(request)
+    try:
+        with transaction.atomic():
+            experiment = tuning.verification_create(
+                experiment=_experiment(experiment_id), user=user
+            )
+    except ValidationError as exc:
+        raise _clear(exc) from None
+    return _accepted(experiment)
+
+
+@router.get(
+    "/experiments/{experiment_id}/verification",
+    response=responses({200: VerificationOut}),
+    summary="Tuned schedule vs every fixed variant, per level",
+)
+def verification_report(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> dict[str, Any]:
+    """Per level: tuned / best fixed variant with its interval, the fixed variants
+    conclusively ahead of the schedule, and the verdict."""
+    require_viewer(request)
+    try:
+        return tuning.verification_report(experiment=_experiment(experiment_id))
+    except ValidationError as exc:
+        raise _clear(exc) from None

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+from django.conf import settings
+
+from benchmarks.experiments import services
+from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from tests.api.conftest import ApiClient, error_of
-
-SIM = [sys.executable, "-m", "benchmarks.simulator", "--profile", "eagle3"]
-LOAD = {"requests_per_level": 4, "max_tokens": 8}
+from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
 
 
 def test_matrix_creates_the_variants_and_an_experiment_with_them_as_arms(
@@ -80,3 +83,47 @@ def test_matrix_of_an_unknown_profile_is_404(as_operator: ApiClient) -> None:
         {"profile": 999, "axes": {"--spec-steps": [1, 2]}, "levels": [1]},
     )
     assert response.status_code == 404
+
+
+def test_verify_queues_the_tuned_arm_with_every_fixed_variant_and_reports_per_level(
+    as_operator: ApiClient, as_viewer: ApiClient, make_profile: Callable[..., ServerProfile],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    variants = matrix_variants(
+        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+    )
+    first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
+    complete_with(first, MATRIX, tmp_path)
+
+    assert as_viewer.post(f"/api/v1/experiments/{first.pk}/verify").status_code == 403
+    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify")
+    assert response.status_code == 202, response.content
+    follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
+    names = list(follow_up.arms.order_by("position").values_list("profile__name", flat=True))
+    assert names == ["Sim [schedule]", "Sim [off]", "Sim [K=1]", "Sim [K=3]"]
+
+    # The follow-up measured: the tuned arm matches the best fixed choice at each level.
+    tuned_values = {1: (201, 202), 2: (331, 332), 8: (601, 604)}
+    complete_with(follow_up, {c: (tuned_values[c], *MATRIX[c]) for c in MATRIX}, tmp_path)
+    report = as_viewer.get(f"/api/v1/experiments/{follow_up.pk}/verification")
+    assert report.status_code == 200
+    body = report.json()
+    assert body["ok"] is True and body["tuned"] == "Sim [schedule]"
+    assert [row["best_fixed"] for row in body["levels"]] == ["Sim [K=3]", "Sim [K=3]", "Sim [off]"]
+    assert body["verdict"].startswith("The schedule is at least as good as every fixed choice")
+
+
+def test_verify_of_an_unfinished_experiment_is_422_and_report_of_another_is_422(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    experiment = services.experiment_create(
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+    )
+    response = as_operator.post(f"/api/v1/experiments/{experiment.pk}/verify")
+    assert response.status_code == 422
+    assert "not completed" in error_of(response)["message"]
+    response = as_operator.get(f"/api/v1/experiments/{experiment.pk}/verification")
+    assert response.status_code == 422
+    assert "not a schedule verification" in error_of(response)["message"]
