@@ -44,7 +44,7 @@ _OFF_DROP: dict[str, tuple[str, ...]] = {
     "sglang": ("--speculative-",),
     "vllm": ("--speculative-config", "--speculative-model", "--num-speculative-tokens"),
     "llamacpp": ("-md", "--model-draft", "--spec-", "--draft-"),
-    "simulator": ("--speculative-", "--spec-steps", "--category-accept-length"),
+    "simulator": ("--speculative-",),
 }
 MAX_VARIANTS = 16
 
@@ -180,8 +180,13 @@ def off_argv(engine: str, argv: Sequence[str]) -> list[str]:
         )
     out = drop_flags(argv, prefixes)
     if engine == "simulator":
-        # A speculative simulator profile (--profile eagle3) drafts without any flag.
-        out += ["--spec-steps", "0"]
+        # A speculative simulator profile (--profile eagle3) drafts without any flag; its
+        # engine flag at 0 runs it as the server without a drafter (the profile's off costs),
+        # where --spec-steps 0 would keep the drafting server's step costs.
+        if flag_value(out, "--metrics-style") == "vllm":
+            out += ["--speculative-config", '{"num_speculative_tokens":0}']
+        else:
+            out += ["--speculative-num-steps", "0"]
     return out
 
 

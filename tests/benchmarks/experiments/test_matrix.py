@@ -11,6 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.simulator.cli import parse_config
 from hosts.models import Engine, ServerProfile
 
 SIM = [sys.executable, "-m", "benchmarks.simulator", "--profile", "eagle3"]
@@ -70,12 +71,20 @@ def test_vllm_key_axis_sets_a_key_inside_the_json_flag(
         assert v.launch_argv[-2:] == ["--port", "8000"]
 
 
-def test_simulator_off_variant_turns_off_a_profile_that_drafts_without_flags(
+def test_simulator_off_variant_runs_the_profile_without_its_drafter(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(name="S", launch_argv=[*SIM, "--speculative-num-steps", "3"])
     (off, _k2) = matrix_variants(base=base, axes={"--spec-steps": [2]}, include_off=True)
-    assert off.launch_argv == [*SIM, "--spec-steps", "0"]
+    assert off.launch_argv == [*SIM, "--speculative-num-steps", "0"]
+    # The simulator reads that as drafting nothing at every batch size, at the off costs.
+    speculation = parse_config(off.launch_argv[3:]).speculation
+    assert speculation is not None and speculation.lengths == (0,)
+    vllm_base = make_profile(name="SV", launch_argv=[*SIM, "--metrics-style", "vllm"])
+    (off_v, _k) = matrix_variants(base=vllm_base, axes={"--spec-steps": [2]}, include_off=True)
+    argv = off_v.launch_argv
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"num_speculative_tokens": 0}
+    assert parse_config(argv[3:]).speculation is not None
 
 
 def test_an_existing_variant_with_the_same_argv_is_reused(
