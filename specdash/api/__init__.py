@@ -18,7 +18,7 @@ API_PREFIX = "/api/v1"
 
 
 def build_api() -> NinjaAPI:
-    from specdash.api import audit, experiments, hosts, instances, jobs, sweeps
+    from specdash.api import audit, experiments, hosts, instances, jobs, sweeps, tuning
 
     api = NinjaAPI(
         title="specdash API",
@@ -32,7 +32,8 @@ def build_api() -> NinjaAPI:
         docs_decorator=docs_guard,
     )
     errors.install(api)
-    for module in (hosts, instances, sweeps, experiments, jobs, audit):
+    # tuning before experiments: POST /experiments/matrix is not /experiments/{id}.
+    for module in (hosts, instances, sweeps, tuning, experiments, jobs, audit):
         api.add_router("", module.router)
     return api
 

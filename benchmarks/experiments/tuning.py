@@ -1,0 +1,346 @@
+"""Tune, then verify: a speculation schedule from a completed matrix experiment, run against
+every fixed choice it was derived from.
+
+``verification_create``: the arms of a completed experiment are variants of one server that
+differ in draft length (read from each arm's argv, ``draft_length``). The schedule is derived
+from their stored levels (``benchmarks.stats.schedule``), written as the engine's own
+configuration (``schedule_configs``) into a new "tuned" variant profile, and a follow-up
+experiment runs [tuned, every fixed variant] on the same levels, load and repeats. The
+schedule was chosen on the data it is judged by in the first experiment; the follow-up
+measures it afresh.
+
+``verification_report``: on that follow-up, per level, tuned / best fixed variant with its
+interval, and a verdict: at least as good as every fixed choice at every level, or the levels
+where some fixed choice is conclusively ahead (tuned / fixed interval wholly below 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from benchmarks.experiments import selectors, services
+from benchmarks.experiments.comparison import METRIC, LevelRun, SeriesData, read_request_points
+from benchmarks.experiments.matrix import drop_flags, flag_value, set_flag, variant_profile
+from benchmarks.models import Experiment
+from benchmarks.models.experiments import ExperimentState
+from benchmarks.simulator.profiles import get_profile
+from benchmarks.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
+from benchmarks.stats.schedule import Schedule, Variant, derive_schedule
+from benchmarks.stats.schedule_configs import (
+    SGLANG_CONFIG_FILE,
+    llamacpp_schedule_entry,
+    sglang_adaptive_config,
+    vllm_speculative_config_for,
+)
+from benchmarks.stats.types import Curve, LevelSample, Ratio
+from hosts.models import HostKind, ServerProfile
+
+VERIFY_TAG = "schedule-verification"
+_SGLANG_ADAPTIVE = ("--speculative-adaptive", "--speculative-adaptive-config")
+
+
+def _invalid(message: str) -> ValidationError:
+    return ValidationError({"__all__": [message]})
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise _invalid(f"{what}: {value!r} is not a draft length")
+
+
+def _vllm_k(profile: ServerProfile, raw: str) -> int:
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError:
+        raise _invalid(f"{profile.name}: --speculative-config is not JSON") from None
+    if not isinstance(config, dict):
+        raise _invalid(f"{profile.name}: --speculative-config is not a JSON object")
+    if "num_speculative_tokens_per_batch_size" in config:
+        raise _invalid(f"{profile.name} already drafts by batch size: not a fixed choice")
+    return _int(config.get("num_speculative_tokens"), profile.name)
+
+
+def draft_length(profile: ServerProfile) -> int:
+    """The draft tokens per step ``profile`` serves with at every load (0: no speculation),
+    read from its argv as its engine reads it; ValidationError when the argv does not say or
+    the profile already adapts to load."""
+    argv = profile.launch_argv
+    engine = profile.engine
+    if any(flag_value(argv, f) is not None or f in argv for f in _SGLANG_ADAPTIVE):
+        raise _invalid(f"{profile.name} already drafts by batch size: not a fixed choice")
+    vllm_config = flag_value(argv, "--speculative-config")
+    if engine == "vllm" or (engine == "simulator" and vllm_config is not None):
+        return 0 if vllm_config is None else _vllm_k(profile, vllm_config)
+    if engine in ("sglang", "simulator"):
+        steps = flag_value(argv, "--speculative-num-steps")
+        if steps is not None:
+            return _int(steps, profile.name)
+        if engine == "sglang":
+            if flag_value(argv, "--speculative-algorithm") is None:
+                return 0
+            raise _invalid(f"{profile.name}: speculative without --speculative-num-steps")
+        spec_steps = flag_value(argv, "--spec-steps")
+        if spec_steps is not None:
+            return _int(spec_steps, profile.name)
+        try:
+            sim = get_profile(flag_value(argv, "--profile") or "baseline")
+        except (KeyError, ValueError):
+            raise _invalid(f"{profile.name}: unknown simulator --profile") from None
+        return sim.spec_steps if sim.speculative else 0
+    if engine == "llamacpp":
+        n_max = flag_value(argv, "--spec-draft-n-max") or flag_value(argv, "--draft-max")
+        if n_max is not None:
+            return _int(n_max, profile.name)
+        if flag_value(argv, "-md") is None and flag_value(argv, "--model-draft") is None:
+            return 0
+    raise _invalid(f"{profile.name}: the draft length cannot be read from a {engine} argv")
+
+
+def series_curve(series: SeriesData) -> Curve:
+    """An arm's stored levels as a curve, each level sampled as the comparison samples it:
+    repeats when there are two or more, else the level's requests for a bootstrap."""
+    grouped: dict[int, list[float]] = {}
+    firsts: dict[int, LevelRun] = {}
+    for run in series.runs:
+        value = run.figures.get(METRIC)
+        if value is None or value <= 0:
+            continue
+        grouped.setdefault(run.concurrency, []).append(float(value))
+        firsts.setdefault(run.concurrency, run)
+    levels = []
+    for c, values in sorted(grouped.items()):
+        if len(values) >= 2:
+            levels.append(LevelSample.from_repeats(c, values))
+            continue
+        run = firsts[c]
+        points = []
+        if run.records_path and Path(run.records_path).exists():
+            points = [
+                p
+                for p in read_request_points(Path(run.records_path), run.index, run.attempt)
+                if p.duration > 0
+            ]
+        levels.append(LevelSample(c, values[0], requests=points if len(points) >= 2 else ()))
+    return Curve(series.name, levels, speculative=series.speculative, engine=series.engine)
+
+
+@dataclass(frozen=True)
+class Derived:
+    schedule: Schedule
+    fixed: list[ServerProfile]  # the experiment's arms, in arm order
+    by_k: dict[int, ServerProfile]
+
+
+def derive(experiment: Experiment) -> Derived:
+    """The schedule of a completed experiment whose arms differ in draft length only."""
+    if experiment.state != ExperimentState.COMPLETED:
+        raise _invalid(f"Experiment #{experiment.pk} is {experiment.state}, not completed.")
+    arms = selectors.experiment_arms(experiment_id=experiment.pk)
+    profiles = [arm.profile for arm in arms]
+    if len({p.engine for p in profiles}) != 1 or len({p.host_id for p in profiles}) != 1:
+        raise _invalid("The arms are not variants of one server (engine or host differ).")
+    by_k: dict[int, ServerProfile] = {}
+    for profile in profiles:
+        k = draft_length(profile)
+        if k in by_k:
+            raise _invalid(f"{by_k[k].name} and {profile.name} both draft {k}: one per length.")
+        by_k[k] = profile
+    curves = {
+        s.profile_id: series_curve(s) for s in selectors.experiment_series(experiment=experiment)
+    }
+    variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
+    try:
+        schedule = derive_schedule(variants)
+    except ValueError as exc:
+        raise _invalid(f"No schedule: {exc}") from None
+    return Derived(schedule, profiles, by_k)
+
+
+def _base_name(name: str) -> str:
+    return re.sub(r"\s*\[[^\]]*\]$", "", name) or name
+
+
+def _vllm_form(profiles: Sequence[ServerProfile]) -> bool:
+    engine = profiles[0].engine
+    if engine == "vllm":
+        return True
+    return engine == "simulator" and any(
+        flag_value(p.launch_argv, "--speculative-config") is not None
+        or flag_value(p.launch_argv, "--metrics-style") == "vllm"
+        for p in profiles
+    )
+
+
+def _config_file(template: ServerProfile, text: str) -> str:
+    """SGLang reads its adaptive config from a file: written here for a local host, where the
+    server runs on this machine; elsewhere the file would have to be placed by hand."""
+    if template.host.kind != HostKind.LOCAL:
+        raise _invalid(
+            f"SGLang's --speculative-adaptive-config is a file on the server's host; "
+            f"{template.host} is not local. Place this {SGLANG_CONFIG_FILE} there and add a "
+            f"profile by hand:\n{text}"
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path(settings.SPECDASH_DATA_DIR) / "schedules" / f"adaptive-{digest}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def tuned_argv(derived: Derived) -> list[str]:
+    """The argv of the most-drafting variant with the schedule in its engine's flags."""
+    steps = derived.schedule.steps()
+    if len(steps) == 1:
+        raise _invalid(
+            f"The schedule keeps K={steps[0].draft_length} at every level: it is one of the "
+            "fixed variants, so there is nothing to verify."
+        )
+    top = max(s.draft_length for s in steps)
+    template = derived.by_k[top]
+    argv = list(template.launch_argv)
+    engine = template.engine
+    if _vllm_form(derived.fixed):
+        raw = flag_value(argv, "--speculative-config")
+        base = json.loads(raw) if raw else {}
+        seqs = flag_value(argv, "--max-num-seqs")
+        config = vllm_speculative_config_for(
+            steps, base, max_num_seqs=int(seqs) if seqs and seqs.isdigit() else None
+        )
+        assert config is not None  # more than one step: some step drafts
+        if engine == "simulator":
+            argv = drop_flags(argv, ("--speculative-num-steps", "--speculative-eagle-topk"))
+            argv = set_flag(argv, "--metrics-style", "vllm")
+        return set_flag(argv, "--speculative-config", json.dumps(config, separators=(",", ":")))
+    if engine in ("sglang", "simulator"):
+        text = json.dumps(sglang_adaptive_config(steps), indent=2) + "\n"
+        argv = drop_flags(argv, _SGLANG_ADAPTIVE)
+        argv = set_flag(argv, "--speculative-num-steps", str(top))
+        argv = set_flag(argv, "--speculative-eagle-topk", "1")
+        return [
+            *argv,
+            "--speculative-adaptive",
+            "--speculative-adaptive-config",
+            _config_file(template, text),
+        ]
+    if engine == "llamacpp":
+        raise _invalid(llamacpp_schedule_entry(steps).note)
+    raise _invalid(f"No schedule configuration is known for a {engine} profile.")
+
+
+def verification_create(*, experiment: Experiment, user: Any = None) -> Experiment:
+    """Queue [tuned, every fixed variant] on ``experiment``'s levels, load and repeats."""
+    derived = derive(experiment)
+    argv = tuned_argv(derived)
+    template = derived.by_k[max(s.draft_length for s in derived.schedule.steps())]
+    described = derived.schedule.describe()
+    tuned = variant_profile(
+        template,
+        "schedule",
+        argv,
+        speculative=True,
+        notes=f"Schedule from experiment #{experiment.pk}: {described}",
+    )
+    if tuned.name.startswith(f"{template.name} ["):
+        # "Base [K=5] [schedule]" reads worse than "Base [schedule]".
+        wanted = f"{_base_name(template.name)} [schedule]"
+        if not ServerProfile.objects.filter(name=wanted).exclude(pk=tuned.pk).exists():
+            tuned.name = wanted
+            tuned.save(update_fields=["name"])
+    return services.experiment_create(
+        profiles=[tuned, *derived.fixed],
+        levels=experiment.levels,
+        load=dict(experiment.load),
+        name=f"Verify the schedule of #{experiment.pk}",
+        repeats=experiment.repeats,
+        order=experiment.order,
+        notes=f"Verifies the schedule derived from experiment #{experiment.pk}: {described}",
+        tags=[VERIFY_TAG],
+        user=user,
+    )
+
+
+def _fmt(ratio: Ratio) -> str:
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.point:.3f}x, no interval"
+    return f"{ratio.point:.3f}x, {ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f}x"
+
+
+def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
+    return {"point": ratio.point, "low": ratio.low, "high": ratio.high, "method": ratio.method}
+
+
+def level_verdicts(tuned: Curve, fixed: Sequence[Curve]) -> dict[str, Any]:
+    """Per level tuned by both: tuned / best fixed (by point) with its interval, and the fixed
+    variants conclusively ahead of tuned there (tuned / fixed wholly below 1)."""
+    rows: list[dict[str, Any]] = []
+    failing: list[str] = []
+    for sample in tuned.levels:
+        c = sample.concurrency
+        pairs = [(f.name, f.level(c)) for f in fixed]
+        present = [(name, s) for name, s in pairs if s is not None]
+        if not present:
+            continue
+        ratios = {name: level_ratio(s, sample, seed=c) for name, s in present}
+        best = max(present, key=lambda item: item[1].value)[0]
+        ahead = [
+            name
+            for name, r in ratios.items()
+            if r.has_interval and r.high is not None and r.high < 1.0
+        ]
+        rows.append(
+            {
+                "concurrency": c,
+                "tuned": sample.value,
+                "best_fixed": best,
+                "best_fixed_value": dict(present)[best].value,
+                "ratio": _ratio_dict(ratios[best]),
+                "conclusively_worse_than": ahead,
+                "ok": not ahead,
+            }
+        )
+        if ahead:
+            failing.append(f"C={c} ({'; '.join(f'{n}: {_fmt(ratios[n])}' for n in ahead)})")
+    if not rows:
+        verdict = "No level was measured by the tuned arm and a fixed variant: no verdict."
+    elif not failing:
+        verdict = (
+            "The schedule is at least as good as every fixed choice at every level: no fixed "
+            f"variant is conclusively ahead of it ({DEFAULT_CONFIDENCE:.0%} intervals)."
+        )
+    else:
+        verdict = (
+            "The schedule is not at least as good as every fixed choice: conclusively worse at "
+            + ", ".join(failing)
+            + " (tuned / fixed)."
+        )
+    return {"levels": rows, "ok": bool(rows) and not failing, "verdict": verdict}
+
+
+def verification_report(*, experiment: Experiment) -> dict[str, Any]:
+    """The per-level report of a verification experiment (arm A is the tuned schedule)."""
+    if VERIFY_TAG not in (experiment.tags or []):
+        raise _invalid(f"Experiment #{experiment.pk} is not a schedule verification.")
+    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    if len(curves) < 2:
+        raise _invalid(f"Experiment #{experiment.pk} has fewer than two arms.")
+    report = level_verdicts(curves[0], curves[1:])
+    return {
+        "experiment_id": experiment.pk,
+        "state": experiment.state,
+        "tuned": curves[0].name,
+        "fixed": [c.name for c in curves[1:]],
+        "confidence": DEFAULT_CONFIDENCE,
+        **report,
+    }

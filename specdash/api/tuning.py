@@ -1,0 +1,165 @@
+"""Parameter matrices (variants of one profile run as an experiment) and the verification of
+a speculation schedule derived from one (benchmarks.experiments.matrix and .tuning)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+from ninja.responses import Status
+from pydantic import StringConstraints
+
+from benchmarks.experiments import matrix, services, tuning
+from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.models import Experiment
+from hosts.models import ServerProfile
+from specdash.api import errors
+from specdash.api.auth import require_operator, require_sweeper, require_viewer
+from specdash.api.common import WRITE_ERRORS, path_id, responses
+from specdash.api.schemas import ExperimentAccepted, Id, In, SweepLoadIn
+
+router = Router(tags=["experiments"])
+
+_TEXT = r"^[^\x00]*$"
+
+
+class MatrixIn(In):
+    profile: Id = Field(description="The base profile whose argv the axes change")
+    axes: dict[str, Any] = Field(
+        description='Flag -> values, e.g. {"--speculative-num-steps": [1, 3, 5]}; a key inside '
+        'a JSON flag as {"--speculative-config.num_speculative_tokens": [1, 3]}; several axes '
+        "give their product"
+    )
+    include_off: bool = Field(False, description="Add a variant with speculation off (arm A)")
+    levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
+    load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
+    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
+    repeats: int = Field(1, ge=1, le=10)
+    order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
+    auto_resume: bool = False
+
+
+class RatioOut(Schema):
+    point: float
+    low: float | None
+    high: float | None
+    method: str
+
+
+class VerificationLevelOut(Schema):
+    concurrency: int
+    tuned: float
+    best_fixed: str
+    best_fixed_value: float
+    ratio: RatioOut = Field(description="tuned / best fixed variant, with its interval")
+    conclusively_worse_than: list[str]
+    ok: bool
+
+
+class VerificationOut(Schema):
+    experiment_id: int
+    state: str
+    tuned: str
+    fixed: list[str]
+    confidence: float
+    levels: list[VerificationLevelOut]
+    ok: bool
+    verdict: str
+
+
+def _experiment(experiment_id: int) -> Experiment:
+    experiment = exp_selectors.experiment_detail(experiment_id=experiment_id)
+    if experiment is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{experiment_id}.")
+    return experiment
+
+
+def _accepted(experiment: Experiment) -> Status[dict[str, Any]]:
+    experiment = _experiment(experiment.pk)
+    job = experiment.job
+    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
+    return Status(202, {"experiment": experiment, "job": job, "job_url": url})
+
+
+def _clear(exc: ValidationError) -> ValidationError:
+    """The messages in the error's headline too, not only under its fields."""
+    if not hasattr(exc, "error_dict"):
+        return exc
+    fields = dict(exc.message_dict)
+    fields.setdefault("__all__", [" ".join(m for ms in fields.values() for m in ms)])
+    return ValidationError(fields)
+
+
+@router.post(
+    "/experiments/matrix",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+    summary="Run a parameter matrix of one profile",
+)
+def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, Any]]:
+    """Create (or reuse) one variant profile per combination of the axes' values, and queue
+    an experiment with the variants as arms. 422 for an axis that cannot be applied."""
+    require_operator(request)
+    user = require_sweeper(request)
+    base = ServerProfile.objects.filter(pk=payload.profile).first()
+    if base is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{payload.profile}.")
+    try:
+        with transaction.atomic():
+            variants = matrix.matrix_variants(
+                base=base, axes=payload.axes, include_off=payload.include_off
+            )
+            experiment = services.experiment_create(
+                profiles=variants,
+                levels=payload.levels,
+                load=payload.load.model_dump(exclude_none=True),
+                name=payload.name or f"{base.name}: {', '.join(payload.axes)}",
+                repeats=payload.repeats,
+                order=payload.order,
+                auto_resume=payload.auto_resume,
+                user=user,
+            )
+    except ValidationError as exc:
+        raise _clear(exc) from None
+    return _accepted(experiment)
+
+
+@router.post(
+    "/experiments/{experiment_id}/verify",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+    summary="Verify the speculation schedule of a matrix experiment",
+)
+def verification_create(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Status[dict[str, Any]]:
+    """Derive the schedule from a completed experiment whose arms differ in draft length, write
+    it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load."""
+    require_operator(request)
+    user = require_sweeper(request)
+    try:
+        with transaction.atomic():
+            experiment = tuning.verification_create(
+                experiment=_experiment(experiment_id), user=user
+            )
+    except ValidationError as exc:
+        raise _clear(exc) from None
+    return _accepted(experiment)
+
+
+@router.get(
+    "/experiments/{experiment_id}/verification",
+    response=responses({200: VerificationOut}),
+    summary="Tuned schedule vs every fixed variant, per level",
+)
+def verification_report(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> dict[str, Any]:
+    """Per level: tuned / best fixed variant with its interval, the fixed variants
+    conclusively ahead of the schedule, and the verdict."""
+    require_viewer(request)
+    try:
+        return tuning.verification_report(experiment=_experiment(experiment_id))
+    except ValidationError as exc:
+        raise _clear(exc) from None

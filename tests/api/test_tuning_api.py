@@ -1,0 +1,129 @@
+"""POST /experiments/matrix, POST /experiments/{id}/verify, GET /experiments/{id}/verification."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from benchmarks.experiments import services
+from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.models import Experiment
+from hosts.models import ServerProfile
+from tests.api.conftest import ApiClient, error_of
+from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
+
+
+def test_matrix_creates_the_variants_and_an_experiment_with_them_as_arms(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    response = as_operator.post(
+        "/api/v1/experiments/matrix",
+        {"profile": base.pk, "axes": {"--speculative-num-steps": [1, 3]}, "include_off": True,
+         "levels": [1, 2], "load": LOAD},
+    )  # fmt: skip
+    assert response.status_code == 202, response.content
+    body = response.json()
+    experiment = Experiment.objects.get(pk=body["experiment"]["id"])
+    arms = list(experiment.arms.order_by("position").select_related("profile"))
+    assert [a.profile.name for a in arms] == ["Sim [off]", "Sim [K=1]", "Sim [K=3]"]
+    assert arms[1].profile.launch_argv == [*SIM, "--speculative-num-steps", "1"]
+    assert experiment.levels == [1, 2]
+    assert body["job_url"] == f"/api/v1/jobs/{body['job']['id']}"
+
+
+def test_matrix_with_a_key_axis_on_a_flag_the_base_lacks_is_422_and_creates_nothing(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    base = make_profile(launch_argv=SIM)
+    profiles, experiments = ServerProfile.objects.count(), Experiment.objects.count()
+    response = as_operator.post(
+        "/api/v1/experiments/matrix",
+        {"profile": base.pk, "axes": {"--speculative-config.num_speculative_tokens": [1, 3]},
+         "levels": [1]},
+    )  # fmt: skip
+    assert response.status_code == 422
+    error = error_of(response)
+    assert "--speculative-config is not in the base argv" in error["message"]
+    assert "axes" in error["fields"]
+    assert (ServerProfile.objects.count(), Experiment.objects.count()) == (profiles, experiments)
+
+
+def test_matrix_with_empty_or_non_scalar_values_is_422(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    base = make_profile(launch_argv=SIM)
+    for values, message in (([], "non-empty list"), ([[1]], "numbers or strings")):
+        response = as_operator.post(
+            "/api/v1/experiments/matrix",
+            {"profile": base.pk, "axes": {"--spec-steps": values}, "levels": [1]},
+        )
+        assert response.status_code == 422
+        assert message in error_of(response)["message"]
+
+
+def test_matrix_needs_the_operator_role(
+    as_viewer: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    base = make_profile(launch_argv=SIM)
+    response = as_viewer.post(
+        "/api/v1/experiments/matrix",
+        {"profile": base.pk, "axes": {"--spec-steps": [1, 2]}, "levels": [1]},
+    )
+    assert response.status_code == 403
+    assert ServerProfile.objects.count() == 1 and Experiment.objects.count() == 0
+
+
+def test_matrix_of_an_unknown_profile_is_404(as_operator: ApiClient) -> None:
+    response = as_operator.post(
+        "/api/v1/experiments/matrix",
+        {"profile": 999, "axes": {"--spec-steps": [1, 2]}, "levels": [1]},
+    )
+    assert response.status_code == 404
+
+
+def test_verify_queues_the_tuned_arm_with_every_fixed_variant_and_reports_per_level(
+    as_operator: ApiClient, as_viewer: ApiClient, make_profile: Callable[..., ServerProfile],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    variants = matrix_variants(
+        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+    )
+    first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
+    complete_with(first, MATRIX, tmp_path)
+
+    assert as_viewer.post(f"/api/v1/experiments/{first.pk}/verify").status_code == 403
+    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify")
+    assert response.status_code == 202, response.content
+    follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
+    names = list(follow_up.arms.order_by("position").values_list("profile__name", flat=True))
+    assert names == ["Sim [schedule]", "Sim [off]", "Sim [K=1]", "Sim [K=3]"]
+
+    # The follow-up measured: the tuned arm matches the best fixed choice at each level.
+    tuned_values = {1: (201, 202), 2: (331, 332), 8: (601, 604)}
+    complete_with(follow_up, {c: (tuned_values[c], *MATRIX[c]) for c in MATRIX}, tmp_path)
+    report = as_viewer.get(f"/api/v1/experiments/{follow_up.pk}/verification")
+    assert report.status_code == 200
+    body = report.json()
+    assert body["ok"] is True and body["tuned"] == "Sim [schedule]"
+    assert [row["best_fixed"] for row in body["levels"]] == ["Sim [K=3]", "Sim [K=3]", "Sim [off]"]
+    assert body["verdict"].startswith("The schedule is at least as good as every fixed choice")
+
+
+def test_verify_of_an_unfinished_experiment_is_422_and_report_of_another_is_422(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
+) -> None:
+    experiment = services.experiment_create(
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+    )
+    response = as_operator.post(f"/api/v1/experiments/{experiment.pk}/verify")
+    assert response.status_code == 422
+    assert "not completed" in error_of(response)["message"]
+    response = as_operator.get(f"/api/v1/experiments/{experiment.pk}/verification")
+    assert response.status_code == 422
+    assert "not a schedule verification" in error_of(response)["message"]
