@@ -15,46 +15,24 @@ only add them to every event).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from benchmarks.loadgen.acceptance import level_acceptance
-from benchmarks.loadgen.apis import PATHS, Api, read_llamacpp_timings
-from benchmarks.loadgen.client import send_request
+from benchmarks.loadgen.apis import Api, read_llamacpp_timings
 from benchmarks.loadgen.records import RequestRecord
 from engines.models import agreement_pattern, expected_speculation
 from hosts.telemetry.prometheus import parse_samples
+from tests.fixtures.replay import replay
 
 DATA = Path(__file__).parent / "data" / "llamacpp-0c1e570"
 META: dict[str, Any] = json.loads((DATA / "meta.json").read_text())
 
 
-class _Events(httpx.AsyncByteStream):
-    """The recorded body as the server streamed it: one read per SSE event."""
-
-    def __init__(self, body: bytes) -> None:
-        self.events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for event in self.events:
-            yield event
-
-
 async def _replay(api: Api, body: bytes) -> RequestRecord:
-    def reply(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, stream=_Events(body), headers={"content-type": "text/event-stream"}
-        )
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
-        rec = RequestRecord(request_id="r")
-        url = "http://127.0.0.1:1" + PATHS[api]
-        await send_request(client, api=api, url=url, content=b"{}", rec=rec)
-    return rec
+    return (await replay(api, body)).record
 
 
 def _server_timings(body: bytes) -> dict[str, Any]:

@@ -16,18 +16,16 @@ observations, the same events the `vllm:spec_decode_*` counters count).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from benchmarks.loadgen.acceptance import level_acceptance
-from benchmarks.loadgen.apis import PATHS, Api
-from benchmarks.loadgen.client import send_request
+from benchmarks.loadgen.apis import Api
 from benchmarks.loadgen.records import RequestRecord
 from hosts.telemetry.prometheus import parse_samples
+from tests.fixtures.replay import replay
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 METHODS = ("draft_model", "eagle", "eagle3")
@@ -40,26 +38,8 @@ def _meta(method: str) -> dict[str, Any]:
     return meta
 
 
-class _Events(httpx.AsyncByteStream):
-    def __init__(self, body: bytes) -> None:
-        self.events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for event in self.events:
-            yield event
-
-
 async def _replay(api: Api, body: bytes) -> RequestRecord:
-    def reply(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, stream=_Events(body), headers={"content-type": "text/event-stream"}
-        )
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
-        rec = RequestRecord(request_id="r")
-        url = "http://127.0.0.1:1" + PATHS[api]
-        await send_request(client, api=api, url=url, content=b"{}", rec=rec)
-    return rec
+    return (await replay(api, body)).record
 
 
 def _reported(body: bytes) -> dict[str, Any]:
