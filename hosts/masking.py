@@ -1,5 +1,5 @@
 """Secret-looking environment values, hidden wherever a profile's or a host's environment
-leaves the database: the API's host and instance bodies, a sweep's environment snapshot."""
+leaves the database: the API's host and profile bodies, a sweep's environment snapshot."""
 
 from __future__ import annotations
 
