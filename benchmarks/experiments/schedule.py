@@ -1,7 +1,7 @@
 """A speculation schedule from a completed experiment whose arms are variants of one server.
 
 Each arm's draft length is read from its profile's launch argv, where the engine's own flags
-say it (``draft_length``); an arm without speculation drafts 0. The arms, simplest first
+say it (``drafts.draft_length``); an arm without speculation drafts 0. The arms, simplest first
 (shortest draft), go to ``stats.schedule.derive_schedule`` with their stored levels (repeats,
 else the level's requests for a bootstrap, as the comparison builds its curves), and the
 schedule is written as the engine's configuration by ``stats.schedule_configs`` (every engine's
@@ -17,101 +17,17 @@ from typing import Any
 
 from benchmarks.experiments import selectors
 from benchmarks.experiments.comparison import SeriesData, series_curve
+from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
 from benchmarks.models import Experiment
-from benchmarks.simulator.profiles import PROFILES
 from benchmarks.stats.schedule import Schedule, Variant, derive_schedule
-from benchmarks.stats.schedule_configs import VLLM_SETTING, engine_schedules
-
-# Where each engine's launch argv says the draft length (named in the message when it does not).
-DRAFT_FLAGS = {
-    "vllm": "num_speculative_tokens in --speculative-config",
-    "sglang": "--speculative-num-steps",
-    "llamacpp": "--spec-draft-n-max",
-    "simulator": "--spec-steps, or a --profile with its spec_steps",
-}
-
-
-def _option(argv: Sequence[str], *names: str) -> str | None:
-    """The value of the last ``--name value`` or ``--name=value`` in ``argv``."""
-    found = None
-    for i, arg in enumerate(argv):
-        for name in names:
-            if arg == name and i + 1 < len(argv):
-                found = argv[i + 1]
-            elif arg.startswith(f"{name}="):
-                found = arg.split("=", 1)[1]
-    return found
-
-
-def _count(text: str | None) -> int | None:
-    if text is None or not text.strip().isdigit():
-        return None
-    return int(text)
-
-
-def _vllm(argv: Sequence[str]) -> int | None:
-    raw = _option(argv, "--speculative-config", "-sc")
-    if raw is None:
-        return 0
-    try:
-        config = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(config, dict) or VLLM_SETTING in config:
-        return None  # not JSON, or already load-adaptive: no single draft length
-    k = config.get("num_speculative_tokens")
-    return k if isinstance(k, int) and not isinstance(k, bool) and k >= 0 else None
-
-
-def _sglang(argv: Sequence[str]) -> int | None:
-    if "--speculative-adaptive" in argv:
-        return None
-    steps = _option(argv, "--speculative-num-steps")
-    if steps is None:
-        # Without an algorithm SGLang does not speculate; with one, the step count is its
-        # default, which the argv does not say.
-        return 0 if _option(argv, "--speculative-algorithm") is None else None
-    return _count(steps)
-
-
-def _llamacpp(argv: Sequence[str]) -> int | None:
-    n = _option(argv, "--spec-draft-n-max")
-    if n is not None:
-        return _count(n)
-    spec_type = _option(argv, "--spec-type")
-    drafter = _option(argv, "-md", "--model-draft")
-    if drafter is None and spec_type in (None, "none"):
-        return 0
-    return None  # drafting with llama-server's default length, which the argv does not say
-
-
-def _simulator(argv: Sequence[str]) -> int | None:
-    if "--speculative-adaptive" in argv or _option(argv, "--speculative-config") is not None:
-        return None
-    steps = _option(argv, "--spec-steps")
-    if steps is not None:
-        return _count(steps)
-    profile = PROFILES.get(_option(argv, "--profile") or "baseline")
-    if profile is None:
-        return None
-    return profile.spec_steps if profile.speculative else 0
-
-
-_READERS = {"vllm": _vllm, "sglang": _sglang, "llamacpp": _llamacpp, "simulator": _simulator}
-
-
-def draft_length(engine: str, argv: Sequence[str]) -> int | None:
-    """Draft tokens per verify step the launch argv configures (0: no speculation); None
-    when the argv does not say (an engine default, a load-adaptive config, another engine)."""
-    reader = _READERS.get(engine)
-    return reader([str(a) for a in argv]) if reader is not None else None
+from benchmarks.stats.schedule_configs import engine_schedules
 
 
 def _vllm_base(argvs: Sequence[Sequence[str]]) -> dict[str, Any] | None:
     """The speculative config (method, draft model) of the longest-drafting vLLM arm."""
     best: tuple[int, dict[str, Any]] | None = None
     for argv in argvs:
-        raw = _option([str(a) for a in argv], "--speculative-config", "-sc")
+        raw = option([str(a) for a in argv], "--speculative-config", "-sc")
         config = json.loads(raw) if raw is not None else None
         if isinstance(config, dict):
             k = int(config.get("num_speculative_tokens") or 0)
@@ -122,7 +38,7 @@ def _vllm_base(argvs: Sequence[Sequence[str]]) -> dict[str, Any] | None:
 
 def _max_num_seqs(argvs: Sequence[Sequence[str]]) -> int | None:
     """The arms' common --max-num-seqs, so the last vLLM range ends there; None otherwise."""
-    values = {_count(_option([str(a) for a in argv], "--max-num-seqs")) for argv in argvs}
+    values = {count(option([str(a) for a in argv], "--max-num-seqs")) for argv in argvs}
     return values.pop() if len(values) == 1 else None
 
 

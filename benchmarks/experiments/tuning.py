@@ -27,12 +27,11 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from benchmarks.experiments import selectors, services
-from benchmarks.experiments.comparison import METRIC, LevelRun, SeriesData, read_request_points
+from benchmarks.experiments import drafts, selectors, services
+from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import drop_flags, flag_value, set_flag, variant_profile
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.simulator.profiles import get_profile
 from benchmarks.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
 from benchmarks.stats.schedule import Schedule, Variant, derive_schedule
 from benchmarks.stats.schedule_configs import (
@@ -41,7 +40,7 @@ from benchmarks.stats.schedule_configs import (
     sglang_adaptive_config,
     vllm_speculative_config_for,
 )
-from benchmarks.stats.types import Curve, LevelSample, Ratio
+from benchmarks.stats.types import Curve, Ratio
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"
@@ -52,88 +51,17 @@ def _invalid(message: str) -> ValidationError:
     return ValidationError({"__all__": [message]})
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise _invalid(f"{what}: {value!r} is not a draft length")
-
-
-def _vllm_k(profile: ServerProfile, raw: str) -> int:
-    try:
-        config = json.loads(raw)
-    except json.JSONDecodeError:
-        raise _invalid(f"{profile.name}: --speculative-config is not JSON") from None
-    if not isinstance(config, dict):
-        raise _invalid(f"{profile.name}: --speculative-config is not a JSON object")
-    if "num_speculative_tokens_per_batch_size" in config:
-        raise _invalid(f"{profile.name} already drafts by batch size: not a fixed choice")
-    return _int(config.get("num_speculative_tokens"), profile.name)
-
-
 def draft_length(profile: ServerProfile) -> int:
     """The draft tokens per step ``profile`` serves with at every load (0: no speculation),
-    read from its argv as its engine reads it; ValidationError when the argv does not say or
-    the profile already adapts to load."""
-    argv = profile.launch_argv
-    engine = profile.engine
-    if any(flag_value(argv, f) is not None or f in argv for f in _SGLANG_ADAPTIVE):
-        raise _invalid(f"{profile.name} already drafts by batch size: not a fixed choice")
-    vllm_config = flag_value(argv, "--speculative-config")
-    if engine == "vllm" or (engine == "simulator" and vllm_config is not None):
-        return 0 if vllm_config is None else _vllm_k(profile, vllm_config)
-    if engine in ("sglang", "simulator"):
-        steps = flag_value(argv, "--speculative-num-steps")
-        if steps is not None:
-            return _int(steps, profile.name)
-        if engine == "sglang":
-            if flag_value(argv, "--speculative-algorithm") is None:
-                return 0
-            raise _invalid(f"{profile.name}: speculative without --speculative-num-steps")
-        spec_steps = flag_value(argv, "--spec-steps")
-        if spec_steps is not None:
-            return _int(spec_steps, profile.name)
-        try:
-            sim = get_profile(flag_value(argv, "--profile") or "baseline")
-        except (KeyError, ValueError):
-            raise _invalid(f"{profile.name}: unknown simulator --profile") from None
-        return sim.spec_steps if sim.speculative else 0
-    if engine == "llamacpp":
-        n_max = flag_value(argv, "--spec-draft-n-max") or flag_value(argv, "--draft-max")
-        if n_max is not None:
-            return _int(n_max, profile.name)
-        if flag_value(argv, "-md") is None and flag_value(argv, "--model-draft") is None:
-            return 0
-    raise _invalid(f"{profile.name}: the draft length cannot be read from a {engine} argv")
-
-
-def series_curve(series: SeriesData) -> Curve:
-    """An arm's stored levels as a curve, each level sampled as the comparison samples it:
-    repeats when there are two or more, else the level's requests for a bootstrap."""
-    grouped: dict[int, list[float]] = {}
-    firsts: dict[int, LevelRun] = {}
-    for run in series.runs:
-        value = run.figures.get(METRIC)
-        if value is None or value <= 0:
-            continue
-        grouped.setdefault(run.concurrency, []).append(float(value))
-        firsts.setdefault(run.concurrency, run)
-    levels = []
-    for c, values in sorted(grouped.items()):
-        if len(values) >= 2:
-            levels.append(LevelSample.from_repeats(c, values))
-            continue
-        run = firsts[c]
-        points = []
-        if run.records_path and Path(run.records_path).exists():
-            points = [
-                p
-                for p in read_request_points(Path(run.records_path), run.index, run.attempt)
-                if p.duration > 0
-            ]
-        levels.append(LevelSample(c, values[0], requests=points if len(points) >= 2 else ()))
-    return Curve(series.name, levels, speculative=series.speculative, engine=series.engine)
+    read from its argv as its engine reads it (``drafts.draft_length``); ValidationError when
+    the argv does not state one, or the profile already adapts to load."""
+    k = drafts.draft_length(profile.engine, profile.launch_argv)
+    if k is None:
+        where = drafts.DRAFT_FLAGS.get(profile.engine, f"no flag known for {profile.engine!r}")
+        raise _invalid(
+            f"{profile.name}: its argv does not state one draft length for every load ({where})"
+        )
+    return k
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks.experiments.schedule import draft_length, experiment_schedule
+from benchmarks.experiments import services
+from benchmarks.experiments.drafts import draft_length
+from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.schedule import experiment_schedule
 from benchmarks.stats.engines import ENGINE_NAMES
 from hosts.models import ServerProfile
+from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.experiments.schedule_data import (
     BASELINE,
     EAGLE3,
@@ -25,6 +29,8 @@ from tests.benchmarks.experiments.schedule_data import (
 )
 
 pytestmark = pytest.mark.django_db
+
+SIM_VLLM = ["sim", "--profile", "eagle3", "--metrics-style", "vllm"]
 
 
 @pytest.mark.parametrize(
@@ -48,6 +54,15 @@ pytestmark = pytest.mark.django_db
         ("simulator", ["python", "-m", "benchmarks.simulator"], 0),
         ("simulator", ["sim", "--profile", "eagle3"], 3),
         ("simulator", ["sim", "--profile", "eagle3", "--spec-steps", "5"], 5),
+        ("simulator", ["sim", "--profile", "eagle3", "--spec-steps", "0"], 0),
+        ("simulator", ["sim", "--profile", "eagle3", "--speculative-num-steps", "0"], 0),
+        ("simulator", ["sim", "--profile", "eagle3", "--speculative-num-steps=1"], 1),
+        ("simulator", [*SIM_VLLM, '--speculative-config={"num_speculative_tokens":0}'], 0),
+        ("simulator", [*SIM_VLLM, "--speculative-config", '{"num_speculative_tokens":2}'], 2),
+        # The simulator refuses vLLM's flag without vLLM's metrics, and a load-adaptive one
+        # has no single length.
+        ("simulator", ["sim", "--speculative-config", '{"num_speculative_tokens":2}'], None),
+        ("simulator", ["sim", "--speculative-adaptive", "--speculative-num-steps", "3"], None),
         ("custom", ["server"], None),
     ],
 )
@@ -55,6 +70,42 @@ def test_the_draft_length_is_read_where_each_engine_states_it(
     engine: str, argv: list[str], expected: int | None
 ) -> None:
     assert draft_length(engine, argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("extra", "axis"),
+    [
+        ([], "--speculative-num-steps"),
+        (
+            ["--metrics-style", "vllm", "--speculative-config", '{"num_speculative_tokens":2}'],
+            "--speculative-config.num_speculative_tokens",
+        ),
+    ],
+    ids=["sglang-flags", "vllm-flags"],
+)
+def test_matrix_simulator_variants_read_as_off_and_their_k_on_the_schedule(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path, extra: list[str], axis: str
+) -> None:
+    # The variants keep the speculative --profile eagle3 (3 drafts) and set the draft length
+    # with the engine flag, which the simulator honours over the profile.
+    base = make_profile(
+        name="Sim", launch_argv=["sim", "--profile", "eagle3", *extra], speculative=True
+    )
+    variants = matrix_variants(base=base, axes={axis: [1, 3]}, include_off=True)
+    experiment = services.experiment_create(
+        profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}
+    )
+    k1 = {c: (BASELINE[c] + EAGLE3[c]) / 2 for c in BASELINE}
+    figures = {"Sim [off]": BASELINE, "Sim [K=1]": k1, "Sim [K=3]": EAGLE3}
+    for i, step in enumerate(experiment.steps.select_related("arm__profile")):
+        make_sweep(
+            step.arm.profile, figures[step.arm.profile.name], tmp=tmp_path, step=step, seed=i
+        )
+    schedule = experiment_schedule(experiment=experiment)
+    assert schedule["available"], schedule["message"]
+    assert {v["name"]: v["draft_length"] for v in schedule["variants"]} == {
+        "Sim [off]": 0, "Sim [K=1]": 1, "Sim [K=3]": 3,
+    }  # fmt: skip
 
 
 def test_a_clean_crossover_gives_two_bands_and_the_vllm_schedule(
