@@ -47,15 +47,16 @@ class ComparisonQuery(Schema):
     )
 
 
-def _experiment(experiment_id: int) -> Experiment:
+def experiment_or_404(experiment_id: int) -> Experiment:
     experiment = exp_selectors.experiment_detail(experiment_id=experiment_id)
     if experiment is None:
         raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{experiment_id}.")
     return experiment
 
 
-def _accepted(experiment: Experiment) -> Status[dict[str, Any]]:
-    experiment = _experiment(experiment.pk)
+def experiment_accepted(experiment: Experiment) -> Status[dict[str, Any]]:
+    """202 with the experiment as stored now and the URL of its job."""
+    experiment = experiment_or_404(experiment.pk)
     job = experiment.job
     url = f"/api/v1/jobs/{job.pk}" if job is not None else None
     return Status(202, {"experiment": experiment, "job": job, "job_url": url})
@@ -104,7 +105,7 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dic
         tags=payload.tags,
         user=user,
     )
-    return _accepted(experiment)
+    return experiment_accepted(experiment)
 
 
 @router.get("/experiments/{experiment_id}", response=responses({200: ExperimentDetailOut}))
@@ -113,7 +114,7 @@ def experiment_detail(
 ) -> Experiment:
     """Status of an experiment and of each of its steps."""
     require_viewer(request)
-    return _experiment(experiment_id)
+    return experiment_or_404(experiment_id)
 
 
 @router.post(
@@ -125,7 +126,9 @@ def experiment_cancel(
 ) -> Status[dict[str, Any]]:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
     user = require_sweeper(request)
-    return _accepted(services.experiment_cancel(experiment=_experiment(experiment_id), user=user))
+    return experiment_accepted(
+        services.experiment_cancel(experiment=experiment_or_404(experiment_id), user=user)
+    )
 
 
 @router.post(
@@ -138,7 +141,9 @@ def experiment_resume(
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
     user = require_sweeper(request)
-    return _accepted(services.experiment_resume(experiment=_experiment(experiment_id), user=user))
+    return experiment_accepted(
+        services.experiment_resume(experiment=experiment_or_404(experiment_id), user=user)
+    )
 
 
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
@@ -148,7 +153,7 @@ def experiment_comparison(
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
     require_viewer(request)
-    experiment = _experiment(experiment_id)
+    experiment = experiment_or_404(experiment_id)
     # As on the comparison page: a finished experiment keeps the comparison built when it
     # ended; a running one is compared on what it has so far.
     if experiment.is_finished and experiment.comparison:
@@ -173,7 +178,7 @@ def experiment_schedule(
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
     read from their profiles' launch argv."""
     require_viewer(request)
-    return speculation_schedule.experiment_schedule(experiment=_experiment(experiment_id))
+    return speculation_schedule.experiment_schedule(experiment=experiment_or_404(experiment_id))
 
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")

@@ -13,12 +13,11 @@ from ninja.responses import Status
 from pydantic import StringConstraints
 
 from benchmarks.experiments import matrix, services, tuning
-from benchmarks.experiments import selectors as exp_selectors
-from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
 from specdash.api.common import WRITE_ERRORS, path_id, responses
+from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In, SweepLoadIn
 
 router = Router(tags=["experiments"])
@@ -70,20 +69,6 @@ class VerificationOut(Schema):
     verdict: str
 
 
-def _experiment(experiment_id: int) -> Experiment:
-    experiment = exp_selectors.experiment_detail(experiment_id=experiment_id)
-    if experiment is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{experiment_id}.")
-    return experiment
-
-
-def _accepted(experiment: Experiment) -> Status[dict[str, Any]]:
-    experiment = _experiment(experiment.pk)
-    job = experiment.job
-    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
-    return Status(202, {"experiment": experiment, "job": job, "job_url": url})
-
-
 def _clear(exc: ValidationError) -> ValidationError:
     """The messages in the error's headline too, not only under its fields."""
     if not hasattr(exc, "error_dict"):
@@ -123,7 +108,7 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
             )
     except ValidationError as exc:
         raise _clear(exc) from None
-    return _accepted(experiment)
+    return experiment_accepted(experiment)
 
 
 @router.post(
@@ -141,11 +126,11 @@ def verification_create(
     try:
         with transaction.atomic():
             experiment = tuning.verification_create(
-                experiment=_experiment(experiment_id), user=user
+                experiment=experiment_or_404(experiment_id), user=user
             )
     except ValidationError as exc:
         raise _clear(exc) from None
-    return _accepted(experiment)
+    return experiment_accepted(experiment)
 
 
 @router.get(
@@ -160,6 +145,6 @@ def verification_report(
     conclusively ahead of the schedule, and the verdict."""
     require_viewer(request)
     try:
-        return tuning.verification_report(experiment=_experiment(experiment_id))
+        return tuning.verification_report(experiment=experiment_or_404(experiment_id))
     except ValidationError as exc:
         raise _clear(exc) from None
