@@ -26,10 +26,13 @@ from tests.benchmarks.experiments.constructed import make_sweep
 @pytest.fixture
 def measured(simulator: Simulator, transactional_db: Any) -> Sweep:
     """A sweep measured for real by the load generator against the simulator."""
+    return _measure(simulator, [1, 3], requests_per_level=9, max_tokens=6)
+
+
+def _measure(simulator: Simulator, levels: list[int], **fields: Any) -> Sweep:
     sweep = services.sweep_create(
-        base_url=simulator.base_url, levels=[1, 3],
-        load=load(model=simulator.model, requests_per_level=9, max_tokens=6),
-    )  # fmt: skip
+        base_url=simulator.base_url, levels=levels, load=load(model=simulator.model, **fields)
+    )
     assert sweep.job_id is not None
     job = Job.objects.get(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
@@ -161,21 +164,7 @@ def test_the_audit_endpoint_needs_a_login(client: Client) -> None:
 def measured_with_slo(simulator: Simulator, transactional_db: Any) -> Sweep:
     """A sweep with SLOs measured for real: its levels store goodput."""
     slo = {"ttft_ms": 60_000, "e2e_ms": 120_000, "scope": "request", "attainment": 0.9}
-    sweep = services.sweep_create(
-        base_url=simulator.base_url, levels=[2],
-        load=load(model=simulator.model, requests_per_level=6, max_tokens=4, slo=slo),
-    )  # fmt: skip
-    assert sweep.job_id is not None
-    job = Job.objects.get(pk=sweep.job_id)
-    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
-
-    async def run() -> dict[str, Any]:
-        return await asyncio.wait_for(handler.run_sweep(ctx), 90)
-
-    result = async_to_sync(run)()
-    assert result["state"] == SweepState.COMPLETED
-    sweep.refresh_from_db()
-    return sweep
+    return _measure(simulator, [2], requests_per_level=6, max_tokens=4, slo=slo)
 
 
 def test_stored_goodput_is_recomputed_and_a_tampered_figure_fails_the_audit(
