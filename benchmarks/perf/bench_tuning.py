@@ -214,7 +214,7 @@ def print_schedule(schedule: dict[str, Any]) -> None:
         rows.append([
             f"{band['start']}..{end}", _short(band["variant"]), str(band["draft_length"]),
             ",".join(map(str, band["levels"])), _num(gain, "{:.3f}x"), interval,
-            ",".join(_short(v) for v in band["runner_up"]),
+            ",".join(dict.fromkeys(_short(v) for v in band["runner_up"])),
         ])  # fmt: skip
     table(["C band", "variant", "K", "levels tested", "gain", "gain interval", "over"], rows)
     if schedule["untested"]:
