@@ -36,6 +36,7 @@ DJANGO_FREE = (
     "benchmarks.stats",
     "benchmarks.perf.bench_loadgen",
     "benchmarks.perf.bench_simulator",
+    "benchmarks.perf.bench_tuning",
     "benchmarks.perf.ports",
     "engines",
     "hosts.agent",
