@@ -44,9 +44,6 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 
-# The bootstrap's percentile bounds use the load generator's quantile (linear interpolation,
-# numpy's default), the one definition behind every p50/p99 the dashboard shows.
-from benchmarks.loadgen.metrics import quantile
 from benchmarks.stats.tdist import t_ppf
 from benchmarks.stats.types import (
     Curve,
@@ -70,6 +67,17 @@ AGREEMENT = 0.01
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise ValueError("confidence must be in (0, 1)")
+
+
+def quantile(sorted_values: Sequence[float], p: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        raise ValueError("no values")
+    pos = p * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
 
 
 def ratio_from_repeats(
