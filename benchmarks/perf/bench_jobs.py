@@ -47,6 +47,8 @@ DEGRADED_LAG_MS = 250.0
 
 
 def _quantile(values: list[float], q: float) -> float | None:
+    # Nearest rank (upper), not the load generator's interpolation: the figure is a lag the
+    # worker loop was actually seen to have, comparable with those docs/operations.md records.
     if not values:
         return None
     ordered = sorted(values)
