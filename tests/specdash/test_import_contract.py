@@ -253,3 +253,31 @@ def test_the_job_registry_imports_no_app() -> None:
         t for t in imports("hosts.jobs.registry") if not t.startswith("ext:") and not _in(t, ("hosts.jobs",))
     }  # fmt: skip
     assert outside == set()
+
+
+def _closure(starts: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(t for t in edges(module) if not t.startswith("ext:"))
+    return seen
+
+
+def test_the_gpu_stand_in_and_the_statistics_need_only_the_standard_library() -> None:
+    # The simulator's nvidia-smi stand-in runs under a host's plain python3 (a test host's
+    # path_prepend), and the statistics are imported by it: a third-party import anywhere in
+    # what they reach (the load generator's httpx, say) makes the stand-in print no GPUs.
+    for root in ("benchmarks.simulator.smi", "benchmarks.stats"):
+        reached = _closure([m for m in modules() if _in(m, (root,))])
+        assert any(_in(m, ("benchmarks.stats",)) for m in reached), root
+        third_party = {
+            f"{m} imports {t[4:]}"
+            for m in reached
+            for t in edges(m)
+            if t.startswith("ext:") and t[4:] not in sys.stdlib_module_names
+            and t[4:] != "__future__"
+        }  # fmt: skip
+        assert not third_party, "\n".join(sorted(third_party))
