@@ -17,6 +17,7 @@ from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from benchmarks.simulator.cli import parse_config
+from benchmarks.stats.types import Ratio
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -186,3 +187,29 @@ def test_report_refuses_an_experiment_that_is_not_a_verification(
     )
     with pytest.raises(ValidationError, match="not a schedule verification"):
         tuning.verification_report(experiment=experiment)
+
+
+def _ratio(point: float, low: float, high: float) -> Ratio:
+    return Ratio(point=point, low=low, high=high, method="bootstrap-requests", confidence=0.95)
+
+
+# The figures of a shared 2-core run: tuned / best fixed at C=1, 2 and 8.
+_SHARED_RUN = {
+    1: _ratio(1.003, 0.957, 1.053),
+    2: _ratio(0.958, 0.947, 0.971),
+    8: _ratio(0.983, 0.978, 0.986),
+}
+
+
+def test_gaps_under_the_margin_are_behind_within_it_not_conclusive() -> None:
+    placed = {c: tuning.classify_ratios({"k3": r}, 0.05) for c, r in _SHARED_RUN.items()}
+    assert placed == {1: ([], []), 2: ([], ["k3"]), 8: ([], ["k3"])}
+
+
+def test_margin_zero_gives_the_old_verdict() -> None:
+    placed = {c: tuning.classify_ratios({"k3": r}, 0.0) for c, r in _SHARED_RUN.items()}
+    assert placed == {1: ([], []), 2: (["k3"], []), 8: (["k3"], [])}
+
+
+def test_a_ten_percent_gap_is_worse_even_with_the_margin() -> None:
+    assert tuning.classify_ratios({"k3": _ratio(0.90, 0.88, 0.92)}, 0.05) == (["k3"], [])
