@@ -209,11 +209,35 @@ def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
     return {"point": ratio.point, "low": ratio.low, "high": ratio.high, "method": ratio.method}
 
 
-def level_verdicts(tuned: Curve, fixed: Sequence[Curve]) -> dict[str, Any]:
-    """Per level tuned by both: tuned / best fixed (by point) with its interval, and the fixed
-    variants conclusively ahead of tuned there (tuned / fixed wholly below 1)."""
+# Practical-equivalence margin: a fixed variant counts as ahead only when tuned / fixed lies
+# wholly below 1 - margin. Arms are measured minutes apart, and on a shared machine they drift
+# run to run by a few percent, while a request-bootstrap interval holds only the spread within
+# one run, so a 2-4% gap would read as conclusive. With repeats the Welch interval already
+# includes between-run spread and the margin can be set to 0.
+DEFAULT_MARGIN = 0.05
+
+
+def classify_ratios(ratios: dict[str, Ratio], margin: float) -> tuple[list[str], list[str]]:
+    """(ahead, within): fixed variants whose tuned / fixed interval lies wholly below
+    1 - margin, and those wholly below 1 but not below 1 - margin."""
+    ahead: list[str] = []
+    within: list[str] = []
+    for name, r in ratios.items():
+        if not r.has_interval or r.high is None or r.high >= 1.0:
+            continue
+        (ahead if r.high < 1.0 - margin else within).append(name)
+    return ahead, within
+
+
+def level_verdicts(
+    tuned: Curve, fixed: Sequence[Curve], margin: float = DEFAULT_MARGIN
+) -> dict[str, Any]:
+    """Per level tuned by both: tuned / best fixed (by point) with its interval, the fixed
+    variants conclusively ahead of tuned there (tuned / fixed wholly below 1 - margin) and
+    those behind within the margin (wholly below 1, not below 1 - margin)."""
     rows: list[dict[str, Any]] = []
     failing: list[str] = []
+    close: list[str] = []
     for sample in tuned.levels:
         c = sample.concurrency
         pairs = [(f.name, f.level(c)) for f in fixed]
@@ -222,11 +246,7 @@ def level_verdicts(tuned: Curve, fixed: Sequence[Curve]) -> dict[str, Any]:
             continue
         ratios = {name: level_ratio(s, sample, seed=c) for name, s in present}
         best = max(present, key=lambda item: item[1].value)[0]
-        ahead = [
-            name
-            for name, r in ratios.items()
-            if r.has_interval and r.high is not None and r.high < 1.0
-        ]
+        ahead, within = classify_ratios(ratios, margin)
         rows.append(
             {
                 "concurrency": c,
@@ -235,40 +255,53 @@ def level_verdicts(tuned: Curve, fixed: Sequence[Curve]) -> dict[str, Any]:
                 "best_fixed_value": dict(present)[best].value,
                 "ratio": _ratio_dict(ratios[best]),
                 "conclusively_worse_than": ahead,
+                "behind_within_margin": within,
                 "ok": not ahead,
             }
         )
         if ahead:
             failing.append(f"C={c} ({'; '.join(f'{n}: {_fmt(ratios[n])}' for n in ahead)})")
+        if within:
+            close.append(f"C={c} ({'; '.join(f'{n}: {_fmt(ratios[n])}' for n in within)})")
+    margin_text = f"margin {margin:.0%}"
     if not rows:
         verdict = "No level was measured by the tuned arm and a fixed variant: no verdict."
     elif not failing:
         verdict = (
             "The schedule is at least as good as every fixed choice at every level: no fixed "
-            f"variant is conclusively ahead of it ({DEFAULT_CONFIDENCE:.0%} intervals)."
+            f"variant is conclusively ahead of it ({DEFAULT_CONFIDENCE:.0%} intervals, "
+            f"{margin_text})."
         )
     else:
         verdict = (
             "The schedule is not at least as good as every fixed choice: conclusively worse at "
             + ", ".join(failing)
-            + " (tuned / fixed)."
+            + f" (tuned / fixed, below 1 - {margin_text})."
+        )
+    if close:
+        verdict += (
+            " Behind within the margin (wholly below 1, not below 1 - "
+            f"{margin_text}): " + ", ".join(close) + "."
         )
     return {"levels": rows, "ok": bool(rows) and not failing, "verdict": verdict}
 
 
-def verification_report(*, experiment: Experiment) -> dict[str, Any]:
+def verification_report(
+    *, experiment: Experiment, margin: float = DEFAULT_MARGIN
+) -> dict[str, Any]:
     """The per-level report of a verification experiment (arm A is the tuned schedule)."""
     if VERIFY_TAG not in (experiment.tags or []):
         raise _invalid(f"Experiment #{experiment.pk} is not a schedule verification.")
     curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
     if len(curves) < 2:
         raise _invalid(f"Experiment #{experiment.pk} has fewer than two arms.")
-    report = level_verdicts(curves[0], curves[1:])
+    report = level_verdicts(curves[0], curves[1:], margin)
     return {
         "experiment_id": experiment.pk,
         "state": experiment.state,
         "tuned": curves[0].name,
         "fixed": [c.name for c in curves[1:]],
         "confidence": DEFAULT_CONFIDENCE,
+        "margin": margin,
         **report,
     }

@@ -244,10 +244,11 @@ def print_verification(report: dict[str, Any]) -> None:
             else "none"
         )
         behind = ",".join(map(_short, level["conclusively_worse_than"]))
+        close = ",".join(map(_short, level.get("behind_within_margin", [])))
         rows.append([
             str(level["concurrency"]), _num(level["tuned"]), _short(level["best_fixed"]),
             _num(level["best_fixed_value"]), f"{ratio['point']:.3f}", interval, ratio["method"],
-            "ok" if level["ok"] else f"behind {behind}",
+            (f"within margin {close}" if close else "ok") if level["ok"] else f"behind {behind}",
         ])  # fmt: skip
     table(
         [
@@ -262,6 +263,7 @@ def print_verification(report: dict[str, Any]) -> None:
         ],
         rows,
     )
+    say(f"  margin: {report['margin']:.0%} (a fixed variant is ahead only below 1 - margin)")
     say(f"  verdict: {report['verdict']}")
 
 
@@ -414,7 +416,7 @@ def _loop(api: Api, args: argparse.Namespace, load: dict[str, Any], active: list
     arms = ", ".join(a["profile"] for a in verify["arms"])
     say(f"\nVerification experiment {verify['id']}: {arms}")
     wait_experiment(api, verify["id"], timeout=args.timeout)
-    report = api.call("GET", f"/experiments/{verify['id']}/verification")
+    report = api.call("GET", f"/experiments/{verify['id']}/verification?margin={args.margin:g}")
     verified = api.call("GET", f"/experiments/{verify['id']}/comparison")
     say()
     print_matrix(verified)
@@ -439,6 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"values of {DRAFT_AXIS} (speculation off is always added)",
     )  # fmt: skip
     parser.add_argument("--duration", type=float, default=4.0, help="seconds of load per level")
+    parser.add_argument(
+        "--margin", type=float, default=0.05,
+        help="practical-equivalence margin of the verdict (0 <= margin < 0.5; 0 with repeats)",
+    )  # fmt: skip
     parser.add_argument(
         "--requests-per-level", type=int, default=None,
         help="requests per level instead of --duration (the same number at every level)",

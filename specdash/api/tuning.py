@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import StringConstraints
 
@@ -55,7 +55,18 @@ class VerificationLevelOut(Schema):
     best_fixed_value: float
     ratio: RatioOut = Field(description="tuned / best fixed variant, with its interval")
     conclusively_worse_than: list[str]
+    behind_within_margin: list[str]
     ok: bool
+
+
+class VerificationQuery(Schema):
+    margin: float = Field(
+        tuning.DEFAULT_MARGIN,
+        ge=0.0,
+        lt=0.5,
+        description="Practical-equivalence margin: a fixed variant is ahead only when "
+        "schedule / fixed lies wholly below 1 - margin (0 with repeats)",
+    )
 
 
 class VerificationOut(Schema):
@@ -64,6 +75,7 @@ class VerificationOut(Schema):
     tuned: str
     fixed: list[str]
     confidence: float
+    margin: float
     levels: list[VerificationLevelOut]
     ok: bool
     verdict: str
@@ -139,12 +151,16 @@ def verification_create(
     summary="Tuned schedule vs every fixed variant, per level",
 )
 def verification_report(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+    request: HttpRequest,
+    query: Query[VerificationQuery],
+    experiment_id: int = path_id("Experiment id"),
 ) -> dict[str, Any]:
     """Per level: tuned / best fixed variant with its interval, the fixed variants
     conclusively ahead of the schedule, and the verdict."""
     require_viewer(request)
     try:
-        return tuning.verification_report(experiment=experiment_or_404(experiment_id))
+        return tuning.verification_report(
+            experiment=experiment_or_404(experiment_id), margin=query.margin
+        )
     except ValidationError as exc:
         raise _clear(exc) from None

@@ -17,6 +17,7 @@ from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from benchmarks.simulator.cli import parse_config
+from benchmarks.stats.types import Curve, LevelSample, Ratio
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -186,3 +187,45 @@ def test_report_refuses_an_experiment_that_is_not_a_verification(
     )
     with pytest.raises(ValidationError, match="not a schedule verification"):
         tuning.verification_report(experiment=experiment)
+
+
+def _ratio(point: float, low: float, high: float) -> Ratio:
+    return Ratio(point=point, low=low, high=high, method="bootstrap-requests", confidence=0.95)
+
+
+# The figures of a shared 2-core run: tuned / best fixed at C=1, 2 and 8.
+_SHARED_RUN = {
+    1: _ratio(1.003, 0.957, 1.053),
+    2: _ratio(0.958, 0.947, 0.971),
+    8: _ratio(0.983, 0.978, 0.986),
+}
+
+
+def test_gaps_under_the_margin_are_behind_within_it_not_conclusive() -> None:
+    placed = {c: tuning.classify_ratios({"k3": r}, 0.05) for c, r in _SHARED_RUN.items()}
+    assert placed == {1: ([], []), 2: ([], ["k3"]), 8: ([], ["k3"])}
+
+
+def test_margin_zero_gives_the_old_verdict() -> None:
+    placed = {c: tuning.classify_ratios({"k3": r}, 0.0) for c, r in _SHARED_RUN.items()}
+    assert placed == {1: ([], []), 2: (["k3"], []), 8: (["k3"], [])}
+
+
+def test_a_ten_percent_gap_is_worse_even_with_the_margin() -> None:
+    assert tuning.classify_ratios({"k3": _ratio(0.90, 0.88, 0.92)}, 0.05) == (["k3"], [])
+
+
+@pytest.mark.parametrize(
+    ("margin", "ok", "within", "worse"),
+    [(0.05, True, [2, 8], []), (0.0, False, [], [2, 8])],
+)
+def test_verdict_on_the_shared_run_figures_depends_on_the_margin(
+    monkeypatch: pytest.MonkeyPatch, margin: float, ok: bool, within: list[int], worse: list[int]
+) -> None:
+    monkeypatch.setattr(tuning, "level_ratio", lambda fixed, tuned, seed: _SHARED_RUN[seed])
+    levels = [LevelSample(concurrency=c, value=100.0) for c in _SHARED_RUN]
+    report = tuning.level_verdicts(Curve("tuned", levels), [Curve("k3", levels)], margin)
+    assert report["ok"] is ok
+    assert [r["concurrency"] for r in report["levels"] if r["behind_within_margin"]] == within
+    assert [r["concurrency"] for r in report["levels"] if r["conclusively_worse_than"]] == worse
+    assert ("Behind within the margin" in report["verdict"]) is bool(within)
