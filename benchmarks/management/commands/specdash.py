@@ -20,6 +20,18 @@ from benchmarks.loadgen.cli import rate_list
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
 
 
+def _load_arguments(parser: CommandParser) -> None:
+    """The load of a sweep or an experiment: levels, requests or duration per level, token
+    counts and arrivals."""
+    parser.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
+    amount = parser.add_mutually_exclusive_group()
+    amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
+    amount.add_argument("--duration", type=float, help="Seconds per level")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--input-tokens", type=int, default=128)
+    _arrivals(parser)
+
+
 def _arrivals(parser: CommandParser) -> None:
     """Open-loop arrivals, written as the load generator's own --request-rate (and parsed by
     the same function)."""
@@ -82,13 +94,7 @@ class Command(BaseCommand):
 
         sweep = sub.add_parser("sweep", help="Sweep a ready instance")
         sweep.add_argument("instance", type=int)
-        sweep.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
-        amount = sweep.add_mutually_exclusive_group()
-        amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
-        amount.add_argument("--duration", type=float, help="Seconds per level")
-        sweep.add_argument("--max-tokens", type=int, default=128)
-        sweep.add_argument("--input-tokens", type=int, default=128)
-        _arrivals(sweep)
+        _load_arguments(sweep)
         sweep.add_argument("--name", default="")
         sweep.add_argument("--tag", action="append", default=[])
         sweep.add_argument("--wait", action="store_true", help="Wait until it finishes")
@@ -113,13 +119,7 @@ class Command(BaseCommand):
         verbs = experiment.add_subparsers(dest="verb", required=True)
         create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
         create.add_argument("profiles", nargs="+", help="Profile names or ids, A first")
-        create.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
-        amount = create.add_mutually_exclusive_group()
-        amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
-        amount.add_argument("--duration", type=float, help="Seconds per level")
-        create.add_argument("--max-tokens", type=int, default=128)
-        create.add_argument("--input-tokens", type=int, default=128)
-        _arrivals(create)
+        _load_arguments(create)
         create.add_argument("--repeats", type=int, default=1)
         create.add_argument("--order", choices=["sequential", "interleaved"], default="sequential")
         create.add_argument("--name", default="")
