@@ -254,7 +254,10 @@ async def test_a_cancel_that_overruns_the_grace_ends_cancelled_forced_with_the_k
         current = Job.objects.get(pk=job.pk)
         if current.state == JobState.RUNNING and not current.cancel_requested:
             job_cancel(job=current)
-        return current.is_finished
+        # The forced clean-up is owed in the UPDATE that ends the job and paid right after it:
+        # wait for the payment too, or the worker may be stopped in between (a stop that, by
+        # design, leaves the debt to the next poll of any worker).
+        return current.is_finished and not current.hook_owed
 
     await _drive(_fast_worker(cancel_grace=0.3), running_then_cancel)
     job = await Job.objects.aget(pk=job.pk)
