@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -56,7 +55,6 @@ from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)
 
-MAX_STREAMS_ENV = "SPECDASH_LOADGEN_MAX_STREAMS"
 # Between spawning the shards and their common start: a Python process takes about a second
 # to import and connect on a busy machine. A shard that misses it starts late (and is flagged).
 START_MARGIN_S = 2.0
@@ -71,9 +69,9 @@ _STATUS_RANK = {"completed": 0, "cancelled": 1, "failed": 2}
 
 
 def max_streams() -> int:
-    """Streams per load-generator process before a level is split; 0: never split."""
-    raw = os.environ.get(MAX_STREAMS_ENV, "").strip()
-    return max(0, int(raw)) if raw else 0
+    """Streams per load-generator process before a level is split (the
+    ``SPECDASH_LOADGEN_MAX_STREAMS`` setting); 0: never split."""
+    return max(0, int(settings.SPECDASH_LOADGEN_MAX_STREAMS))
 
 
 def shard_count(concurrency: int, *, streams: int, requests: int | None = None) -> int:

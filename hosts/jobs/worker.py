@@ -15,7 +15,7 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -38,16 +38,6 @@ from hosts.models import Job, JobState
 
 logger = logging.getLogger(__name__)
 
-
-# Environment variables that tune every worker of a deployment (the embedded one in
-# ``serve`` included); ``manage.py jobworker`` flags override them per process.
-LEASE_ENV = "SPECDASH_JOB_LEASE_S"
-HEARTBEAT_ENV = "SPECDASH_JOB_HEARTBEAT_S"
-MAX_JOBS_ENV = "SPECDASH_JOB_MAX_JOBS"
-POLL_ENV = "SPECDASH_JOB_POLL_S"
-KINDS_ENV = "SPECDASH_JOB_KINDS"  # comma-separated job kinds this worker claims (empty: all)
-TAGS_ENV = "SPECDASH_JOB_TAGS"  # comma-separated tags: it also claims jobs asking for one
-MACHINE_ENV = "SPECDASH_JOB_MACHINE"  # what "one per machine" counts; default: the host name
 
 HOOK_INTERRUPTED = "interrupted"
 HOOK_CANCEL_FORCED = "cancel_forced"
@@ -78,40 +68,36 @@ class WorkerSettings:
             )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerSettings:
-        """Defaults, then ``SPECDASH_JOB_*`` variables, then explicit (non-None) overrides.
+    def from_settings(cls, **overrides: Any) -> WorkerSettings:
+        """The ``SPECDASH_JOB_*`` settings (specdash/settings.py), then explicit (non-None)
+        overrides (``manage.py jobworker`` flags).
 
-        A lease shorter than the default brings the default heartbeat down to a third of it,
-        so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
+        Without a heartbeat setting, a lease shorter than the default brings the heartbeat
+        down to a third of it, so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
         """
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, key, kind in (
-            (LEASE_ENV, "lease_seconds", float),
-            (HEARTBEAT_ENV, "heartbeat_interval", float),
-            (MAX_JOBS_ENV, "max_jobs", int),
-            (POLL_ENV, "poll_interval", float),
-        ):
-            raw = env.get(name, "").strip()
-            if raw:
-                try:
-                    values[key] = kind(raw)
-                except ValueError:
-                    raise ValueError(f"{name}={raw!r} is not a number") from None
-        for name, key in ((KINDS_ENV, "kinds"), (TAGS_ENV, "tags")):
-            values[key] = _names(env.get(name, ""))
-        values["machine"] = env.get(MACHINE_ENV, "").strip()
+        from django.conf import settings
+
+        values: dict[str, Any] = {
+            "lease_seconds": float(settings.SPECDASH_JOB_LEASE_S),
+            "max_jobs": int(settings.SPECDASH_JOB_MAX_JOBS),
+            "poll_interval": float(settings.SPECDASH_JOB_POLL_S),
+            "kinds": _names(settings.SPECDASH_JOB_KINDS),
+            "tags": _names(settings.SPECDASH_JOB_TAGS),
+            "machine": str(settings.SPECDASH_JOB_MACHINE).strip(),
+        }
+        if settings.SPECDASH_JOB_HEARTBEAT_S is not None:
+            values["heartbeat_interval"] = float(settings.SPECDASH_JOB_HEARTBEAT_S)
         for key in ("kinds", "tags"):
             if isinstance(overrides.get(key), str):
-                overrides[key] = _names(overrides[key])
+                overrides[key] = _names(overrides[key].split(","))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        lease = float(values.get("lease_seconds", cls.lease_seconds))
+        lease = float(values["lease_seconds"])
         values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
         return cls(**values)
 
 
-def _names(raw: str) -> tuple[str, ...]:
-    return tuple(sorted({part.strip() for part in raw.split(",") if part.strip()}))
+def _names(parts: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in parts if part.strip()}))
 
 
 def default_machine() -> str:
@@ -272,7 +258,7 @@ def finish_job(
 class Worker:
     def __init__(self, worker_id: str | None = None, settings: WorkerSettings | None = None):
         self.worker_id = worker_id or default_worker_id()
-        self.settings = settings or WorkerSettings.from_env()
+        self.settings = settings or WorkerSettings.from_settings()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from hosts import presets
 from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
@@ -158,7 +159,7 @@ async def _wait_until_ready(
             last_stage = result.stage
             await sync_to_async(steps.readiness_progress)(plan, result.stage, result.detail)
         if loop.time() >= next_status:
-            next_status = loop.time() + steps.STATUS_INTERVAL_S
+            next_status = loop.time() + settings.SPECDASH_STATUS_INTERVAL_S
             try:
                 status = await agent.call("status", plan.status_args(), timeout=30)
             except (TransportError, AgentFailed) as exc:
@@ -183,7 +184,7 @@ async def _wait_until_ready(
                 f"(last check: {result.stage} {result.detail})" + _bind_hint(plan),
                 failed=True,
             )
-        await asyncio.sleep(steps.READY_POLL_S)
+        await asyncio.sleep(settings.SPECDASH_READY_POLL_S)
 
 
 def _bind_hint(plan: steps.Plan) -> str:
@@ -206,12 +207,12 @@ async def _watch(
         except (TransportError, AgentFailed) as exc:
             unreachable_since = unreachable_since or loop.time()
             await sync_to_async(steps.note)(plan, f"Host unreachable: {exc}", once=True)
-            if loop.time() - unreachable_since > steps.LOST_AFTER_S:
+            if loop.time() - unreachable_since > settings.SPECDASH_LOST_AFTER_S:
                 await sync_to_async(steps.mark_lost)(
-                    plan, f"Host unreachable for {steps.LOST_AFTER_S:.0f} s: {exc}"
+                    plan, f"Host unreachable for {settings.SPECDASH_LOST_AFTER_S:.0f} s: {exc}"
                 )
                 return {"outcome": "lost"}
-            await asyncio.sleep(steps.WATCH_INTERVAL_S)
+            await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
             continue
         await sync_to_async(steps.update_log)(plan, status)
         if not status.get("alive"):
@@ -223,7 +224,7 @@ async def _watch(
             await sync_to_async(steps.note)(
                 plan, "Health check failing while the process is alive", once=True
             )
-        await asyncio.sleep(steps.WATCH_INTERVAL_S)
+        await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
 
 
 async def _stop(

@@ -6,7 +6,6 @@ second viewer or a restarted dashboard sees the truth.
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 from dataclasses import dataclass, field, replace
@@ -29,10 +28,6 @@ from hosts.models import (
 from hosts.models.instances import ACTIVE_STATES
 from specdash import realtime
 
-READY_POLL_S = float(os.environ.get("SPECDASH_READY_POLL_S", "0.25"))
-STATUS_INTERVAL_S = float(os.environ.get("SPECDASH_STATUS_INTERVAL_S", "1.0"))
-WATCH_INTERVAL_S = float(os.environ.get("SPECDASH_WATCH_INTERVAL_S", "1.0"))
-LOST_AFTER_S = float(os.environ.get("SPECDASH_LOST_AFTER_S", "120"))
 LOG_LINES = 60
 # Ended instances a Stop cleans up after (with a verified stop of whatever is left).
 CLEANUP_STATES = frozenset({InstanceState.FAILED, InstanceState.CRASHED, InstanceState.LOST})

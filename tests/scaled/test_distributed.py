@@ -144,10 +144,10 @@ def fast_simulator(tmp_path: Path) -> Iterator[Simulator]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_sweep_level_above_the_streams_per_process_runs_as_two_processes_merged_into_one_level(
-    fast_simulator: Simulator, monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Path
+    fast_simulator: Simulator, settings: Any, tmp_path: Path
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[1, 4],
