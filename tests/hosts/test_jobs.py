@@ -25,16 +25,8 @@ from hosts.jobs import (
     on_interrupted,
 )
 from hosts.jobs.fence import job_finish, job_publish
-from hosts.jobs.worker import (
-    CANCELLED_REASON,
-    FORCED_REASON,
-    HOOK_INTERRUPTED,
-    Worker,
-    WorkerSettings,
-    claim_next_job,
-    reap_expired_jobs,
-    renew_leases,
-)
+from hosts.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs, renew_leases
+from hosts.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
 from hosts.models import Job, JobState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -340,7 +332,7 @@ KILLED_REAPER = """
 import os, signal, django
 django.setup()
 from hosts.jobs import job_enqueue, on_interrupted
-from hosts.jobs.worker import reap_expired_jobs
+from hosts.jobs.queue import reap_expired_jobs
 
 @on_interrupted("test.owed")
 def hook(job_id, params):
@@ -408,6 +400,10 @@ def test_worker_kinds_tags_and_machine_come_from_the_settings_and_flags_override
     assert (flags.kinds, flags.tags, flags.machine) == (("server.run",), ("a", "b"), "gpu-2")
     settings.SPECDASH_JOB_KINDS = []
     assert WorkerSettings.from_settings().kinds == ()
+
+
+def test_the_declared_job_settings_default_to_the_worker_defaults() -> None:
+    assert WorkerSettings.from_settings() == WorkerSettings()
 
 
 def test_a_short_lease_setting_alone_brings_the_heartbeat_down_to_a_third(settings: Any) -> None:
