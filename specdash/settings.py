@@ -225,6 +225,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("SPECDASH_STATIC_ROOT", VAR_DIR / "staticfiles"))
+# Daphne serves /static/ itself (specdash/asgi.py) unless this is off (behind nginx).
+SPECDASH_SERVE_STATIC = _env_bool("SPECDASH_SERVE_STATIC", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
