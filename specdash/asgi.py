@@ -25,7 +25,7 @@ from specdash.routing import websocket_urlpatterns  # noqa: E402
 # behind nginx set SPECDASH_SERVE_STATIC=0 and let nginx serve STATIC_ROOT.
 http_app = (
     ASGIStaticFilesHandler(django_asgi_app)
-    if os.environ.get("SPECDASH_SERVE_STATIC", "1") == "1" and not settings.DEBUG
+    if settings.SPECDASH_SERVE_STATIC and not settings.DEBUG
     else django_asgi_app
 )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SPECDASH_VAR_DIR", BASE_DIR / "var"))
@@ -28,6 +29,30 @@ def _env_bool(name: str, default: bool = False) -> bool:
 
 def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = _env_float(name, default)
+    assert value is not None
+    return value
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
 
 
 def _secret_key() -> str:
@@ -200,6 +225,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("SPECDASH_STATIC_ROOT", VAR_DIR / "staticfiles"))
+# Daphne serves /static/ itself (specdash/asgi.py) unless this is off (behind nginx).
+SPECDASH_SERVE_STATIC = _env_bool("SPECDASH_SERVE_STATIC", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -215,6 +242,45 @@ SPECDASH_SWEEP_BASE_URLS = _env_list("SPECDASH_SWEEP_BASE_URLS", "")
 SPECDASH_STOP_GRACE_S = int(os.environ.get("SPECDASH_STOP_GRACE_S", "10"))
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
+
+# Job workers (hosts/jobs/worker.py ``WorkerSettings``), every worker of a deployment, the one
+# ``serve`` embeds included; ``manage.py jobworker`` flags override them per process.
+SPECDASH_JOB_LEASE_S = _env_seconds("SPECDASH_JOB_LEASE_S", 30.0)
+# None: 5 s, or a third of a lease shorter than 15 s (at most half the lease in any case).
+SPECDASH_JOB_HEARTBEAT_S = _env_float("SPECDASH_JOB_HEARTBEAT_S", None)
+SPECDASH_JOB_MAX_JOBS = _env_int("SPECDASH_JOB_MAX_JOBS", 32)
+SPECDASH_JOB_POLL_S = _env_seconds("SPECDASH_JOB_POLL_S", 0.5)
+SPECDASH_JOB_KINDS = _env_list("SPECDASH_JOB_KINDS", "")  # empty: every kind
+SPECDASH_JOB_TAGS = _env_list("SPECDASH_JOB_TAGS", "")
+SPECDASH_JOB_MACHINE = os.environ.get("SPECDASH_JOB_MACHINE", "").strip()  # empty: host name
+
+# Sweep levels split across load-generator processes (benchmarks/sweeps/distributed.py) and
+# run as jobs on other machines (benchmarks/sweeps/shards.py). 0 streams: never split.
+SPECDASH_LOADGEN_MAX_STREAMS = max(0, _env_int("SPECDASH_LOADGEN_MAX_STREAMS", 0))
+SPECDASH_LOADGEN_SHARD_JOBS = _env_bool("SPECDASH_LOADGEN_SHARD_JOBS")
+SPECDASH_LOADGEN_SHARD_TAGS = _env_list("SPECDASH_LOADGEN_SHARD_TAGS", "")
+SPECDASH_LOADGEN_SHARD_SPREAD = _env_bool("SPECDASH_LOADGEN_SHARD_SPREAD")
+SPECDASH_LOADGEN_GANG_TIMEOUT_S = _env_seconds("SPECDASH_LOADGEN_GANG_TIMEOUT_S", 60.0)
+
+# Server lifecycle polling (hosts/lifecycle/): readiness checks, status lines while starting,
+# the watch of a ready server, and how long an unreachable host's instance waits before `lost`.
+SPECDASH_READY_POLL_S = _env_seconds("SPECDASH_READY_POLL_S", 0.25)
+SPECDASH_STATUS_INTERVAL_S = _env_seconds("SPECDASH_STATUS_INTERVAL_S", 1.0)
+SPECDASH_WATCH_INTERVAL_S = _env_seconds("SPECDASH_WATCH_INTERVAL_S", 1.0)
+SPECDASH_LOST_AFTER_S = _env_seconds("SPECDASH_LOST_AFTER_S", 120.0)
+
+# Telemetry (hosts/telemetry/conf.py ``TelemetrySettings``, whose defaults these are).
+SPECDASH_TELEMETRY_RETENTION_S = _env_seconds("SPECDASH_TELEMETRY_RETENTION_S", 7 * 86400.0)
+SPECDASH_TELEMETRY_DOWNSAMPLE_AFTER_S = _env_seconds(
+    "SPECDASH_TELEMETRY_DOWNSAMPLE_AFTER_S", 3600.0
+)
+SPECDASH_TELEMETRY_DOWNSAMPLE_STEP_S = _env_seconds("SPECDASH_TELEMETRY_DOWNSAMPLE_STEP_S", 10.0)
+SPECDASH_TELEMETRY_GPU_INTERVAL_MS = _env_int("SPECDASH_TELEMETRY_GPU_INTERVAL_MS", 1000)
+SPECDASH_TELEMETRY_HOST_INTERVAL_S = _env_seconds("SPECDASH_TELEMETRY_HOST_INTERVAL_S", 1.0)
+SPECDASH_TELEMETRY_SCRAPE_S = _env_seconds("SPECDASH_TELEMETRY_SCRAPE_S", 1.0)
+SPECDASH_TELEMETRY_LINGER_S = _env_seconds("SPECDASH_TELEMETRY_LINGER_S", 15.0)
+SPECDASH_TELEMETRY_WATCH_TTL_S = _env_seconds("SPECDASH_TELEMETRY_WATCH_TTL_S", 60.0)
+SPECDASH_TELEMETRY_HISTORY_S = _env_seconds("SPECDASH_TELEMETRY_HISTORY_S", 900.0)
 
 # Production hardening, switched on with SPECDASH_SECURE=1 behind TLS.
 if _env_bool("SPECDASH_SECURE"):

@@ -3,9 +3,11 @@
 With ``SPECDASH_LOADGEN_SHARD_JOBS=1`` a split level does not spawn its shards as children
 of the coordinating worker: each shard becomes a ``sweep.shard`` job that any worker claims
 (on any machine sharing the database), runs the same load-generator argv there, and reports
-through its job row: events as they come, then its request records. The coordinator reads
-them through ``RemoteShardProcess``, which behaves like a local ``LoadgenProcess``, so the
-exact merge of ``distributed`` is the same whichever machine each shard ran on.
+through its job's append-only events (``JobEvent`` rows): its events as they come, then its
+request records, each row written once. The coordinator reads only the rows after the last
+one it took in, through ``RemoteShardProcess``, which behaves like a local
+``LoadgenProcess``, so the exact merge of ``distributed`` is the same whichever machine each
+shard ran on.
 
 Placement: ``SPECDASH_LOADGEN_SHARD_TAGS=a,b`` sends shard i to a worker started with tag i
 (``jobworker --tags``); ``SPECDASH_LOADGEN_SHARD_SPREAD=1`` runs a level's shards one per
@@ -19,9 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -30,38 +31,37 @@ from django.conf import settings
 
 from benchmarks.sweeps.runner import LoadgenProcess
 from hosts.jobs import JobContext, job_cancel, job_enqueue
-from hosts.jobs.fence import gang_members, gang_start
+from hosts.jobs.fence import gang_members, gang_start, job_events_after
 from hosts.models import Job, JobState
 
-SHARD_JOBS_ENV = "SPECDASH_LOADGEN_SHARD_JOBS"
 SHARD_JOB_KIND = "sweep.shard"
-SHARD_TAGS_ENV = "SPECDASH_LOADGEN_SHARD_TAGS"
-SHARD_SPREAD_ENV = "SPECDASH_LOADGEN_SHARD_SPREAD"
-GANG_TIMEOUT_ENV = "SPECDASH_LOADGEN_GANG_TIMEOUT_S"
-GANG_TIMEOUT_S = 60.0
 # Between the gang's "all ready" and its common start: every load generator is already up
 # and waiting, so this covers only the database round trips that deliver the start.
 GANG_MARGIN_S = 1.0
 POLL_S = 0.5
-# Events are published to the job row at most this often (a sample arrives about once a second).
+# Events are appended at most this often (a sample arrives about once a second); any other
+# event at once.
 PUBLISH_S = 0.5
+# A shard job's events: "event" (a load-generator event line), "record" (a request record line).
+EVENT = "event"
+RECORD = "record"
+RECORDS_PER_APPEND = 500
+READ_BATCH = 1000
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+# The SPECDASH_LOADGEN_SHARD_* settings (specdash/settings.py), read when a level starts.
 
 
 def shard_jobs_enabled() -> bool:
-    return _flag(SHARD_JOBS_ENV)
+    return bool(settings.SPECDASH_LOADGEN_SHARD_JOBS)
 
 
 def shard_tags() -> list[str]:
-    return [t.strip() for t in os.environ.get(SHARD_TAGS_ENV, "").split(",") if t.strip()]
+    return [str(t).strip() for t in settings.SPECDASH_LOADGEN_SHARD_TAGS if str(t).strip()]
 
 
 def gang_timeout() -> float:
-    raw = os.environ.get(GANG_TIMEOUT_ENV, "").strip()
-    return float(raw) if raw else GANG_TIMEOUT_S
+    return float(settings.SPECDASH_LOADGEN_GANG_TIMEOUT_S)
 
 
 class PlacementError(Exception):
@@ -73,10 +73,10 @@ def shard_placement(*, n: int, spread_key: str) -> list[dict[str, str]]:
     tags = shard_tags()
     if tags and n > len(tags):
         raise PlacementError(
-            f"{n} shards but only {len(tags)} tags ({', '.join(tags)}) in {SHARD_TAGS_ENV}: "
-            "one shard per tag, so this level cannot be placed"
+            f"{n} shards but only {len(tags)} tags ({', '.join(tags)}) in "
+            "SPECDASH_LOADGEN_SHARD_TAGS: one shard per tag, so this level cannot be placed"
         )
-    spread = spread_key if _flag(SHARD_SPREAD_ENV) else ""
+    spread = spread_key if settings.SPECDASH_LOADGEN_SHARD_SPREAD else ""
     return [{"tag": tags[i] if tags else "", "spread_key": spread} for i in range(n)]
 
 
@@ -91,9 +91,10 @@ def _with_records(argv: list[str], records: Path) -> list[str]:
 
 
 async def run_shard(ctx: JobContext) -> dict[str, Any]:
-    """Run one shard's load generator here and report through the job row. A gang member
-    starts its load generator at once, says it is ready when that process is up, and hands
-    it the common start its gang is given (``--start-at-stdin``)."""
+    """Run one shard's load generator here and report through the job's events: each event,
+    then each request record, appended once as its own row. A gang member starts its load
+    generator at once, says it is ready when that process is up, and hands it the common
+    start its gang is given (``--start-at-stdin``)."""
     argv = [str(a) for a in ctx.params["argv"]]
     gang = bool(ctx.params.get("gang"))
     if gang:
@@ -103,19 +104,21 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
         proc = await LoadgenProcess.start(
             _with_records(argv, records), cwd=settings.BASE_DIR, stdin_pipe=gang
         )
-        result: dict[str, Any] = {"worker_id": ctx.worker_id, "events": [], "pid": proc.pid}
+        result: dict[str, Any] = {"worker_id": ctx.worker_id, "pid": proc.pid}
         loop = asyncio.get_running_loop()
         published = 0.0
+        pending: list[tuple[str, Any]] = []
         up = asyncio.Event()
 
         async def read() -> None:
             nonlocal published
             async for event in proc.events():
                 up.set()
-                result["events"].append(event)
+                pending.append((EVENT, event))
                 if loop.time() - published >= PUBLISH_S or event.get("event") != "sample":
                     published = loop.time()
-                    await ctx.publish(dict(result))
+                    await _append(ctx, pending)
+            await _append(ctx, pending)
 
         reader = asyncio.create_task(read())
         cancel = asyncio.create_task(ctx.cancelled.wait())
@@ -139,20 +142,34 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
             proc.kill()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        await _append(ctx, pending)  # what a reader cut short by the stop had not written
         text = await asyncio.to_thread(
             lambda: records.read_text(encoding="utf-8") if records.exists() else ""
         )
-        result["records"] = [line for line in text.splitlines() if line.strip()]
+        lines = [line for line in text.splitlines() if line.strip()]
+        for i in range(0, len(lines), RECORDS_PER_APPEND):
+            await ctx.append([(RECORD, line) for line in lines[i : i + RECORDS_PER_APPEND]])
+        result["records"] = len(lines)
         result["stderr"] = proc.stderr_text()[-2000:]
         return result
 
 
-class RemoteShardProcess:
-    """A shard running as a job somewhere, seen through its job row like a local process."""
+async def _append(ctx: JobContext, pending: list[tuple[str, Any]]) -> None:
+    if pending:
+        batch = list(pending)
+        pending.clear()
+        await ctx.append(batch)
 
-    def __init__(self, job: Job, records_path: Path) -> None:
-        self.job_id = job.pk
+
+class RemoteShardProcess:
+    """A shard running as a job somewhere, seen through its job's events like a local
+    process. ``position`` is the seq of the last event it has taken in: a reader attached
+    with it (``attach``) goes on from there, each event and record exactly once."""
+
+    def __init__(self, job_id: int, records_path: Path, *, position: int = 0) -> None:
+        self.job_id = job_id
         self.records_path = records_path
+        self.position = position
         self.exit_code: int | None = None
         self.worker_id = ""
         self._done = asyncio.Event()
@@ -175,33 +192,61 @@ class RemoteShardProcess:
             tag=tag,
             spread_key=spread_key,
         )
-        return cls(job, records_path)
+        return cls(job.pk, records_path)
+
+    @classmethod
+    def attach(cls, job_id: int, records_path: Path, *, position: int = 0) -> RemoteShardProcess:
+        """A reader of a shard job already enqueued, from ``position`` on (0: from its first
+        event, with a fresh records file)."""
+        return cls(job_id, records_path, position=position)
 
     @property
     def pid(self) -> int:
         return -self.job_id  # not a process here; shown in logs only
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        seen = 0
+    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
+        if self.position == 0:
+            await asyncio.to_thread(self.records_path.write_text, "", encoding="utf-8")
         while True:
+            # The job's state first: when it has ended, every event it wrote is already
+            # there for the read that follows.
             job = await Job.objects.aget(pk=self.job_id)
-            events = (job.result or {}).get("events") or []
-            for event in events[seen:]:
-                yield event
-            seen = len(events)
+            while rows := await sync_to_async(job_events_after)(
+                job_id=self.job_id, after=self.position, limit=READ_BATCH
+            ):
+                records: list[str] = []
+                for row in rows:
+                    if row.kind == RECORD:
+                        records.append(str(row.payload))
+                        continue
+                    await self._take_records(records, upto=row.seq - 1)
+                    # Taken in before it is handed on: a reader stopped at this event
+                    # never gets it again from a reader attached at its position.
+                    self.position = row.seq
+                    if row.kind == EVENT:
+                        yield dict(row.payload)
+                await self._take_records(records, upto=rows[-1].seq)
             if job.is_finished:
-                await self._finish(job)
+                self._finish(job)
                 return
             await asyncio.sleep(POLL_S)
 
-    async def _finish(self, job: Job) -> None:
+    async def _take_records(self, lines: list[str], *, upto: int) -> None:
+        """Append the request records read so far to the records file, then move past them."""
+        if lines:
+            text = "".join(f"{line}\n" for line in lines)
+            await asyncio.to_thread(self._append_text, text)
+            lines.clear()
+        self.position = max(self.position, upto)
+
+    def _append_text(self, text: str) -> None:
+        with self.records_path.open("a", encoding="utf-8") as f:
+            f.write(text)
+
+    def _finish(self, job: Job) -> None:
         result = job.result or {}
         self.worker_id = str(result.get("worker_id") or job.worker_id)
         self.exit_code = result.get("exit_code")
-        lines = result.get("records") or []
-        await asyncio.to_thread(
-            self.records_path.write_text, "".join(f"{line}\n" for line in lines), encoding="utf-8"
-        )
         self._done.set()
 
     def terminate(self) -> None:

@@ -4,13 +4,15 @@ worker that reaped or took over the job wrote."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
-from hosts.models import Job, JobState
+from hosts.models import Job, JobEvent, JobState
 
 
 def _ours(job_id: int, worker_id: str) -> Any:
@@ -18,8 +20,30 @@ def _ours(job_id: int, worker_id: str) -> Any:
 
 
 def job_publish(*, job_id: int, worker_id: str, result: dict[str, Any]) -> bool:
-    """Progress into the job's result (a shard's events); False if the job is no longer ours."""
+    """Progress into the job's result (replacing it); False if the job is no longer ours.
+    What grows as the job runs goes to ``job_append`` instead."""
     return bool(_ours(job_id, worker_id).update(result=result, heartbeat_at=timezone.now()))
+
+
+def job_append(*, job_id: int, worker_id: str, entries: Sequence[tuple[str, Any]]) -> int | None:
+    """Append ``(kind, payload)`` entries to the job's events, each as its own row numbered
+    after the last; the last number written, or None (nothing written) if the job is no
+    longer ours. Nothing already written is rewritten: the cost is that of the new rows."""
+    with transaction.atomic():
+        # The fence, and the row lock that orders two appends to one job.
+        if not _ours(job_id, worker_id).update(heartbeat_at=timezone.now()):
+            return None
+        last = JobEvent.objects.filter(job_id=job_id).aggregate(last=Max("seq"))["last"] or 0
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=job_id, seq=last + i, kind=kind, payload=payload)
+            for i, (kind, payload) in enumerate(entries, start=1)
+        )
+        return int(last + len(entries))
+
+
+def job_events_after(*, job_id: int, after: int, limit: int = 1000) -> list[JobEvent]:
+    """The job's events numbered above ``after``, in order, at most ``limit`` of them."""
+    return list(JobEvent.objects.filter(job_id=job_id, seq__gt=after).order_by("seq")[:limit])
 
 
 def job_mark_ready(*, job_id: int, worker_id: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,20 @@ class JobContext:
         ):
             self.lost = "its row is no longer running under this worker"
             raise LeaseLost(f"job {self.job_id}: {self.lost}")
+
+    async def append(self, entries: Sequence[tuple[str, Any]]) -> int:
+        """Append ``(kind, payload)`` entries to the job's events (one row each, written once);
+        the last seq written. Only while this worker owns the job."""
+        from hosts.jobs.fence import job_append
+
+        self.check_lease()
+        last: int | None = await _in_thread(job_append)(
+            job_id=self.job_id, worker_id=self.worker_id, entries=list(entries)
+        )
+        if last is None:
+            self.lost = "its row is no longer running under this worker"
+            raise LeaseLost(f"job {self.job_id}: {self.lost}")
+        return last
 
     async def mark_ready(self) -> None:
         """Gang start: this member is claimed and prepared."""

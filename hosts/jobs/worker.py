@@ -15,42 +15,30 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.db.models import Q
-from django.utils import timezone
+from django.db import close_old_connections
 
-from hosts.jobs.fence import job_finish, job_renew
-from hosts.jobs.registry import (
-    JobContext,
-    LeaseLost,
-    forced_cancel_hook_for,
-    handler_for,
-    interrupt_hook_for,
-    load_handlers,
+from hosts.jobs.fence import job_finish
+from hosts.jobs.queue import (
+    HOOK_CANCEL_FORCED,
+    HOOK_INTERRUPTED,
+    cancel_requested_ids,
+    claim_next_job,
+    default_machine,
+    reap_expired_jobs,
+    renew_leases,
+    run_owed_hook,
 )
+from hosts.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
 from hosts.models import Job, JobState
 
 logger = logging.getLogger(__name__)
 
 
-# Environment variables that tune every worker of a deployment (the embedded one in
-# ``serve`` included); ``manage.py jobworker`` flags override them per process.
-LEASE_ENV = "SPECDASH_JOB_LEASE_S"
-HEARTBEAT_ENV = "SPECDASH_JOB_HEARTBEAT_S"
-MAX_JOBS_ENV = "SPECDASH_JOB_MAX_JOBS"
-POLL_ENV = "SPECDASH_JOB_POLL_S"
-KINDS_ENV = "SPECDASH_JOB_KINDS"  # comma-separated job kinds this worker claims (empty: all)
-TAGS_ENV = "SPECDASH_JOB_TAGS"  # comma-separated tags: it also claims jobs asking for one
-MACHINE_ENV = "SPECDASH_JOB_MACHINE"  # what "one per machine" counts; default: the host name
-
-HOOK_INTERRUPTED = "interrupted"
-HOOK_CANCEL_FORCED = "cancel_forced"
 CANCELLED_REASON = "cancelled on request; stopped within the grace"
 FORCED_REASON = "cancelled on request; did not stop within the grace; forced"
 
@@ -78,201 +66,46 @@ class WorkerSettings:
             )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerSettings:
-        """Defaults, then ``SPECDASH_JOB_*`` variables, then explicit (non-None) overrides.
+    def from_settings(cls, **overrides: Any) -> WorkerSettings:
+        """The ``SPECDASH_JOB_*`` settings (specdash/settings.py), then explicit (non-None)
+        overrides (``manage.py jobworker`` flags).
 
-        A lease shorter than the default brings the default heartbeat down to a third of it,
-        so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
+        Without a heartbeat setting, a lease shorter than the default brings the heartbeat
+        down to a third of it, so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
         """
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, key, kind in (
-            (LEASE_ENV, "lease_seconds", float),
-            (HEARTBEAT_ENV, "heartbeat_interval", float),
-            (MAX_JOBS_ENV, "max_jobs", int),
-            (POLL_ENV, "poll_interval", float),
-        ):
-            raw = env.get(name, "").strip()
-            if raw:
-                try:
-                    values[key] = kind(raw)
-                except ValueError:
-                    raise ValueError(f"{name}={raw!r} is not a number") from None
-        for name, key in ((KINDS_ENV, "kinds"), (TAGS_ENV, "tags")):
-            values[key] = _names(env.get(name, ""))
-        values["machine"] = env.get(MACHINE_ENV, "").strip()
+        from django.conf import settings
+
+        values: dict[str, Any] = {
+            "lease_seconds": float(settings.SPECDASH_JOB_LEASE_S),
+            "max_jobs": int(settings.SPECDASH_JOB_MAX_JOBS),
+            "poll_interval": float(settings.SPECDASH_JOB_POLL_S),
+            "kinds": _names(settings.SPECDASH_JOB_KINDS),
+            "tags": _names(settings.SPECDASH_JOB_TAGS),
+            "machine": str(settings.SPECDASH_JOB_MACHINE).strip(),
+        }
+        if settings.SPECDASH_JOB_HEARTBEAT_S is not None:
+            values["heartbeat_interval"] = float(settings.SPECDASH_JOB_HEARTBEAT_S)
         for key in ("kinds", "tags"):
             if isinstance(overrides.get(key), str):
-                overrides[key] = _names(overrides[key])
+                overrides[key] = _names(overrides[key].split(","))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        lease = float(values.get("lease_seconds", cls.lease_seconds))
+        lease = float(values["lease_seconds"])
         values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
         return cls(**values)
 
 
-def _names(raw: str) -> tuple[str, ...]:
-    return tuple(sorted({part.strip() for part in raw.split(",") if part.strip()}))
-
-
-def default_machine() -> str:
-    return socket.gethostname()
+def _names(parts: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in parts if part.strip()}))
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def claim_next_job(
-    *,
-    worker_id: str,
-    lease_seconds: float,
-    kinds: tuple[str, ...] = (),
-    tags: tuple[str, ...] = (),
-    machine: str = "",
-) -> Job | None:
-    """Claim the oldest queued job whose lock is free and whose placement this worker meets;
-    None when there is none.
-
-    The conditional UPDATE (state still 'queued') is atomic in SQLite and PostgreSQL, so
-    exactly one worker wins a job. A job whose lock key is held by a running job, or whose
-    spread key already runs on this machine, violates a partial unique constraint and is
-    skipped until that job ends.
-    """
-    queued = Job.objects.filter(state=JobState.QUEUED).order_by("created_at", "pk")
-    if kinds:
-        queued = queued.filter(kind__in=kinds)
-    queued = queued.filter(Q(tag="") | Q(tag__in=tags)) if tags else queued.filter(tag="")
-    if connection.features.has_select_for_update_skip_locked:
-        with transaction.atomic():
-            candidates = list(queued.select_for_update(skip_locked=True)[:20])
-    else:
-        candidates = list(queued[:20])
-    now = timezone.now()
-    for job in candidates:
-        try:
-            with transaction.atomic():
-                won = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-                    state=JobState.RUNNING,
-                    worker_id=worker_id,
-                    machine=machine or default_machine(),
-                    started_at=now,
-                    heartbeat_at=now,
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
-                )
-        except IntegrityError:
-            continue
-        if won:
-            return Job.objects.get(pk=job.pk)
-    return None
-
-
-def renew_leases(*, worker_id: str, job_ids: list[int], lease_seconds: float) -> list[int]:
-    """Extend the leases of our running jobs; the ids whose renewal matched no row (reaped,
-    so no longer ours)."""
-    return [
-        job_id
-        for job_id in job_ids
-        if not job_renew(job_id=job_id, worker_id=worker_id, lease_seconds=lease_seconds)
-    ]
-
-
-def cancel_requested_ids(*, job_ids: list[int]) -> set[int]:
-    return set(
-        Job.objects.filter(pk__in=job_ids, cancel_requested=True).values_list("pk", flat=True)
-    )
-
-
-# Owed hooks that failed wait this long (doubling up to the cap) before the next attempt.
-HOOK_RETRY_S = 1.0
-HOOK_RETRY_MAX_S = 60.0
-_hook_retry: dict[int, tuple[float, float]] = {}  # job id -> (next attempt, current wait)
-
-
-def reap_expired_jobs() -> list[int]:
-    """Mark running jobs whose worker stopped renewing its lease as interrupted, then run
-    every owed follow-up (these reaps', and any a reaper that died left behind)."""
-    now = timezone.now()
-    reaped = []
-    for job in Job.objects.filter(state=JobState.RUNNING, lease_expires_at__lt=now):
-        # The reap and the debt of its hook in one UPDATE: nothing can fall between them.
-        updated = Job.objects.filter(
-            pk=job.pk, state=JobState.RUNNING, lease_expires_at__lt=now
-        ).update(
-            state=JobState.INTERRUPTED,
-            finished_at=now,
-            error=f"worker {job.worker_id} stopped renewing its lease",
-            hook_owed=HOOK_INTERRUPTED,
-        )
-        if updated:
-            reaped.append(job.pk)
-    run_owed_hooks()
-    return reaped
-
-
-def run_owed_hooks() -> list[int]:
-    """Run every owed follow-up not waiting for a retry; the ids done."""
-    loop_now = time.monotonic()
-    done = []
-    for job_id in Job.objects.exclude(hook_owed="").values_list("pk", flat=True):
-        next_try, _ = _hook_retry.get(job_id, (0.0, 0.0))
-        if loop_now >= next_try and run_owed_hook(job_id):
-            done.append(job_id)
-    return done
-
-
-def run_owed_hook(job_id: int) -> bool:
-    """Run a job's owed hook in one transaction with the clearing of the debt: either both
-    commit, or (a crash, an exception) neither does and the hook stays owed. True if done."""
-    try:
-        with transaction.atomic():
-            job = Job.objects.filter(pk=job_id).exclude(hook_owed="").first()
-            if job is None:
-                return False
-            # Conditional, first: the write lock (SQLite) or row lock (PostgreSQL) that makes
-            # a second worker attempting the same debt wait, then find it paid.
-            if not Job.objects.filter(pk=job_id, hook_owed=job.hook_owed).update(hook_owed=""):
-                return False
-            if job.hook_owed == HOOK_CANCEL_FORCED:
-                hook = forced_cancel_hook_for(job.kind)
-            else:
-                hook = interrupt_hook_for(job.kind)
-            if hook is not None:
-                hook(job.pk, job.params)
-    except Exception:
-        _, wait = _hook_retry.get(job_id, (0.0, HOOK_RETRY_S / 2))
-        wait = min(HOOK_RETRY_MAX_S, wait * 2)
-        _hook_retry[job_id] = (time.monotonic() + wait, wait)
-        logger.exception("owed hook of job %s failed; retried in %.0f s", job_id, wait)
-        return False
-    _hook_retry.pop(job_id, None)
-    return True
-
-
-def finish_job(
-    *,
-    job_id: int,
-    state: str,
-    result: dict[str, Any] | None = None,
-    error: str = "",
-    worker_id: str | None = None,
-) -> bool:
-    """The final state. With ``worker_id`` (what workers use), fenced: False and nothing
-    written when the job is no longer running under that worker."""
-    if worker_id is not None:
-        return job_finish(
-            job_id=job_id, worker_id=worker_id, state=state, result=result, error=error
-        )
-    return bool(
-        Job.objects.filter(pk=job_id).update(
-            state=state, result=result or {}, error=error, finished_at=timezone.now()
-        )
-    )
-
-
 class Worker:
     def __init__(self, worker_id: str | None = None, settings: WorkerSettings | None = None):
         self.worker_id = worker_id or default_worker_id()
-        self.settings = settings or WorkerSettings.from_env()
+        self.settings = settings or WorkerSettings.from_settings()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from hosts import presets
 from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
-from hosts.lifecycle import steps
+from hosts.lifecycle import steps, verdicts
 from hosts.lifecycle.readiness import (
     ReadinessResult,
     check_ready,
@@ -29,37 +29,18 @@ from hosts.lifecycle.readiness import (
     is_healthy,
 )
 from hosts.lifecycle.remote import Agent, AgentFailed
+from hosts.lifecycle.stopping import (
+    call_with_retries,
+    cleanup_after_crash,
+    cleanup_stop,
+    connection_problem,
+    stop_and_verify,
+)
 from hosts.models import InstanceState, ServerInstance
 from hosts.telemetry import manager as telemetry
-from hosts.transports import HopError, TransportError
+from hosts.transports import TransportError
 
 logger = logging.getLogger(__name__)
-
-# A launch or stop call that fails on the way (SSH drop) is retried: the agent reconciles a
-# repeated launch of the same run id instead of starting a second server.
-REMOTE_RETRIES = 3
-
-
-async def _call_with_retries(
-    agent: Agent,
-    command: str,
-    args: dict[str, Any],
-    *,
-    timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
-    check: bool = True,
-    retry: Callable[[TransportError], bool] = lambda exc: True,
-) -> dict[str, Any]:
-    last: Exception | None = None
-    for attempt in range(REMOTE_RETRIES):
-        try:
-            return await agent.call(command, args, timeout=timeout, check=check)
-        except TransportError as exc:
-            if not retry(exc):
-                raise
-            last = exc
-            await asyncio.sleep(0.5 * (attempt + 1))
-    assert last is not None
-    raise last
 
 
 def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
@@ -68,12 +49,6 @@ def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
     return Agent.for_host(plan.host, plan.container).fence(
         guard=ctx.check_lease, controller=ctx.job_id
     )
-
-
-def _connection_problem(exc: TransportError) -> bool:
-    """Worth asking again: the connection failed or dropped. A container hop that answered
-    (missing, not running) will answer the same."""
-    return not (isinstance(exc, HopError) and exc.hop_index > 1)
 
 
 @job_handler("server.run")
@@ -89,13 +64,13 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
             return await _adopt(ctx, plan, agent, client)
         try:
             # Read-only, so a dropped connection is simply asked again, like launch and stop.
-            preflight = await _call_with_retries(
+            preflight = await call_with_retries(
                 agent,
                 "preflight",
                 plan.preflight_args(),
                 timeout=60,
                 check=False,
-                retry=_connection_problem,
+                retry=connection_problem,
             )
         except TransportError as exc:
             # The error names the hop that failed: the ssh connection or the container.
@@ -110,7 +85,7 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
         baseline = steps.baseline_from_preflight(preflight, plan.gpu_ids)
         await sync_to_async(steps.record_baseline)(plan, baseline)
         try:
-            launch = await _call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+            launch = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
         except AgentFailed as exc:
             # The supervisor recorded why (127: the argv could not be executed) and the log.
             code = exc.answer.get("exit_code")
@@ -141,7 +116,7 @@ async def _wait_until_ready(
     last_stage = ""
     while True:
         if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
-            return await _stop(plan, agent, reason="Stop requested while loading")
+            return await stop_and_verify(plan, agent, reason="Stop requested while loading")
         # One probe never runs past the readiness budget (its HTTP timeout alone is 10 s).
         remaining = max(deadline - loop.time(), 0.05)
         try:
@@ -158,7 +133,7 @@ async def _wait_until_ready(
             last_stage = result.stage
             await sync_to_async(steps.readiness_progress)(plan, result.stage, result.detail)
         if loop.time() >= next_status:
-            next_status = loop.time() + steps.STATUS_INTERVAL_S
+            next_status = loop.time() + settings.SPECDASH_STATUS_INTERVAL_S
             try:
                 status = await agent.call("status", plan.status_args(), timeout=30)
             except (TransportError, AgentFailed) as exc:
@@ -168,7 +143,7 @@ async def _wait_until_ready(
                 await sync_to_async(steps.update_log)(plan, status)
                 if not status.get("alive"):
                     code = status.get("exit_code")
-                    return await _stop(
+                    return await stop_and_verify(
                         plan,
                         agent,
                         reason=steps.exited_before_ready(code) + _bind_hint(plan),
@@ -176,14 +151,14 @@ async def _wait_until_ready(
                         failed=True,
                     )
         if loop.time() >= deadline:
-            return await _stop(
+            return await stop_and_verify(
                 plan,
                 agent,
                 reason=f"Not ready after {plan.readiness_timeout_s:g} s "
                 f"(last check: {result.stage} {result.detail})" + _bind_hint(plan),
                 failed=True,
             )
-        await asyncio.sleep(steps.READY_POLL_S)
+        await asyncio.sleep(settings.SPECDASH_READY_POLL_S)
 
 
 def _bind_hint(plan: steps.Plan) -> str:
@@ -199,76 +174,31 @@ async def _watch(
     loop = asyncio.get_running_loop()
     while True:
         if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
-            return {"outcome": await _stop(plan, agent, reason="Stop requested")}
+            return {"outcome": await stop_and_verify(plan, agent, reason="Stop requested")}
         try:
             status = await agent.call("status", plan.status_args(), timeout=30)
             unreachable_since = None
         except (TransportError, AgentFailed) as exc:
             unreachable_since = unreachable_since or loop.time()
             await sync_to_async(steps.note)(plan, f"Host unreachable: {exc}", once=True)
-            if loop.time() - unreachable_since > steps.LOST_AFTER_S:
+            if loop.time() - unreachable_since > settings.SPECDASH_LOST_AFTER_S:
                 await sync_to_async(steps.mark_lost)(
-                    plan, f"Host unreachable for {steps.LOST_AFTER_S:.0f} s: {exc}"
+                    plan, f"Host unreachable for {settings.SPECDASH_LOST_AFTER_S:.0f} s: {exc}"
                 )
                 return {"outcome": "lost"}
-            await asyncio.sleep(steps.WATCH_INTERVAL_S)
+            await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
             continue
         await sync_to_async(steps.update_log)(plan, status)
         if not status.get("alive"):
             code = status.get("exit_code")
             await sync_to_async(steps.mark_crashed)(plan, code, status)
-            await _cleanup_after_crash(plan, agent)
+            await cleanup_after_crash(plan, agent)
             return {"outcome": "crashed"}
         if not await is_healthy(client, plan.readiness):
             await sync_to_async(steps.note)(
                 plan, "Health check failing while the process is alive", once=True
             )
-        await asyncio.sleep(steps.WATCH_INTERVAL_S)
-
-
-async def _stop(
-    plan: steps.Plan,
-    agent: Agent,
-    *,
-    reason: str,
-    exit_code: int | None = None,
-    failed: bool = False,
-) -> str:
-    """Targeted stop then verification; the final state is stopped/failed or dirty."""
-    await sync_to_async(steps.mark_stopping)(plan, reason)
-    # The GPU series around the stop, read by the telemetry probe's own argv and parser.
-    await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
-    try:
-        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await _call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
-    except (TransportError, AgentFailed) as exc:
-        await sync_to_async(steps.mark_dirty)(
-            plan, f"{reason}; the stop could not be completed: {exc}", {}
-        )
-        return "dirty"
-    # The probe's reading after the verification is part of the verdict, not just the chart.
-    reading = await telemetry.gpu_record_now(
-        agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id
-    )
-    return await sync_to_async(steps.finish_stop)(
-        plan,
-        reason=reason,
-        stop=stop,
-        verify=verify,
-        exit_code=exit_code,
-        failed=failed,
-        probe_reading=reading,
-    )
-
-
-async def _cleanup_after_crash(plan: steps.Plan, agent: Agent) -> None:
-    try:
-        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await _call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
-    except (TransportError, AgentFailed) as exc:
-        await sync_to_async(steps.mark_dirty)(plan, f"Crashed; clean-up failed: {exc}", {})
-        return
-    await sync_to_async(steps.finish_crash_cleanup)(plan, stop=stop, verify=verify)
+        await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
 
 
 async def _adopt(
@@ -278,7 +208,7 @@ async def _adopt(
     if plan.pid is None:
         return await _adopt_unrecorded_launch(ctx, plan, agent, client)
     try:
-        status = await _call_with_retries(agent, "status", plan.status_args(), timeout=30)
+        status = await call_with_retries(agent, "status", plan.status_args(), timeout=30)
     except (TransportError, AgentFailed) as exc:
         await sync_to_async(steps.mark_lost)(
             plan, f"Could not check the server after a restart: {exc}"
@@ -302,7 +232,9 @@ async def _adopt(
             return {"outcome": outcome}
     elif plan.state == InstanceState.STOPPING:
         return {
-            "outcome": await _stop(plan, agent, reason="Stop resumed after a dashboard restart")
+            "outcome": await stop_and_verify(
+                plan, agent, reason="Stop resumed after a dashboard restart"
+            )
         }
     elif not await is_healthy(client, plan.readiness):
         await sync_to_async(steps.note)(plan, "Adopted, but its health check does not answer yet")
@@ -320,13 +252,13 @@ async def _clean_up_leftovers(
     )
     if plan.state == InstanceState.READY:
         await sync_to_async(steps.mark_crashed)(plan, code, status)
-        await _cleanup_after_crash(plan, agent)
+        await cleanup_after_crash(plan, agent)
         state = await ServerInstance.objects.values_list("state", flat=True).aget(
             pk=plan.instance_id
         )
         return str(state)
     failed = plan.state in {InstanceState.STARTING, InstanceState.LOADING}
-    return await _stop(plan, agent, reason=why, exit_code=code, failed=failed)
+    return await stop_and_verify(plan, agent, reason=why, exit_code=code, failed=failed)
 
 
 async def _adopt_unrecorded_launch(
@@ -336,7 +268,7 @@ async def _adopt_unrecorded_launch(
     dashboard dies: the server may be running with nobody knowing its pid. Its processes
     carry the marker, so ask for them before declaring anything."""
     try:
-        found = await _call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
+        found = await call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
     except (TransportError, AgentFailed) as exc:
         await sync_to_async(steps.mark_lost)(
             plan, f"Could not look for the server after a dashboard restart: {exc}"
@@ -362,20 +294,20 @@ async def _adopt_unrecorded_launch(
     )
     if plan.state == InstanceState.STOPPING:  # a clean-up of these was already under way
         why = "Stop resumed after a dashboard restart (processes found by marker)"
-        return {"outcome": await _stop(plan, agent, reason=why, failed=True)}
+        return {"outcome": await stop_and_verify(plan, agent, reason=why, failed=True)}
     launch: dict[str, Any] | None = None
     refusal: AgentFailed | None = None
     # The repeated launch of the same run id re-attaches (the supervisor's server.json);
     # the supervisor may be a moment from writing it, hence the second try.
     for _ in range(2):
         try:
-            launch = await _call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+            launch = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
             break
         except AgentFailed as exc:
             refusal = exc
             await asyncio.sleep(1.0)
         except TransportError as exc:
-            await sync_to_async(steps.mark_dirty)(
+            await sync_to_async(verdicts.mark_dirty)(
                 plan, f"Found the run's processes after a restart, then lost the host: {exc}", {}
             )
             return {"outcome": "dirty"}
@@ -385,7 +317,7 @@ async def _adopt_unrecorded_launch(
             f"The dashboard restarted during the launch; {len(live)} process(es) of the run "
             f"were left without a server ({refusal})"
         )
-        return {"outcome": await _stop(plan, agent, reason=why, failed=True)}
+        return {"outcome": await stop_and_verify(plan, agent, reason=why, failed=True)}
     plan = await sync_to_async(steps.record_launch)(plan, launch, plan.baseline_gpu_memory)
     outcome = await _wait_until_ready(ctx, plan, agent, client)
     if outcome != "ready":
@@ -430,28 +362,9 @@ async def stop_server(ctx: JobContext) -> dict[str, Any]:
     plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     if plan.state in steps.CLEANUP_STATES:
-        return {"outcome": await _cleanup_stop(plan, agent)}
+        return {"outcome": await cleanup_stop(plan, agent)}
     reason = str(ctx.params.get("reason") or "Stop requested")
-    return {"outcome": await _stop(plan, agent, reason=reason)}
-
-
-async def _cleanup_stop(plan: steps.Plan, agent: Agent) -> str:
-    """A verified stop of an instance that already ended (failed, crashed, lost) and may
-    have left processes behind. Its port and GPUs may belong to another instance by now:
-    those are left out of the verification rather than taken back."""
-    others = await sync_to_async(steps.begin_cleanup)(plan)
-    verify_args = plan.verify_args()
-    if others.port_holder:
-        verify_args["port"] = None
-    verify_args["gpus"] = [g for g in plan.gpu_ids if g not in others.gpus]
-    try:
-        stop = await _call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await _call_with_retries(agent, "verify", verify_args, timeout=60)
-    except (TransportError, AgentFailed) as exc:
-        return await sync_to_async(steps.finish_cleanup)(
-            plan, others, stop={}, verify={"verdict": "unknown", "reasons": [str(exc)]}
-        )
-    return await sync_to_async(steps.finish_cleanup)(plan, others, stop=stop, verify=verify)
+    return {"outcome": await stop_and_verify(plan, agent, reason=reason)}
 
 
 @job_handler("server.kill_holders")
@@ -471,7 +384,7 @@ async def kill_holders(ctx: JobContext) -> dict[str, Any]:
         plan, f"Signalled {killed.get('signalled')}, skipped {killed.get('skipped')}"
     )
     return {
-        "outcome": await _stop(
+        "outcome": await stop_and_verify(
             plan, agent, reason="Re-verified after killing the listed GPU holders"
         )
     }

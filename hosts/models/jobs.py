@@ -1,6 +1,11 @@
 """Background jobs. Their state lives here, in the database, so that any worker process on
 any machine can run them, a restarted dashboard shows the truth, and a dead worker is detected
-by its expired lease. See hosts/jobs/ for the worker and docs/operations.md for the design."""
+by its expired lease. See hosts/jobs/ for the worker and docs/operations.md for the design.
+
+What a running job reports as it goes (a load-generator shard's events and request records)
+is appended as ``JobEvent`` rows, each written once and never updated, so a reader polls only
+the rows after the last ``seq`` it has seen and the cost of a report grows with what is new in
+it, never with what came before."""
 
 from __future__ import annotations
 
@@ -82,3 +87,24 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.state in FINISHED_JOB_STATES
+
+
+class JobEvent(models.Model):
+    """One entry a running job appended about itself, numbered from 1 per job. Written once
+    (``hosts.jobs.fence.job_append``, fenced like every write a job makes), never updated."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    # What the payload is to its reader; the sweep shards use "event" and "record".
+    kind = models.CharField(max_length=16)
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [
+            # Also the index a reader's "after seq N" query runs on.
+            models.UniqueConstraint(fields=["job", "seq"], name="job_event_one_per_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} {self.kind} {self.seq}"

@@ -1,22 +1,14 @@
 """Telemetry settings, read when needed (never at import time).
 
-Each value comes from the Django setting of the same name when the settings module defines
-it, else from the environment variable, else the default.
+Each value is the Django setting of the same name, declared (from its ``SPECDASH_*``
+environment variable, with the default below) in specdash/settings.py.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from django.conf import settings
-
-
-def _number(name: str, default: float) -> float:
-    value = getattr(settings, name, None)
-    if value is None:
-        value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
 
 
 @dataclass(frozen=True)
@@ -38,21 +30,14 @@ class TelemetrySettings:
 
     @classmethod
     def load(cls) -> TelemetrySettings:
-        base = cls()
         return cls(
-            retention_s=_number("SPECDASH_TELEMETRY_RETENTION_S", base.retention_s),
-            downsample_after_s=_number(
-                "SPECDASH_TELEMETRY_DOWNSAMPLE_AFTER_S", base.downsample_after_s
-            ),
-            downsample_step_s=_number(
-                "SPECDASH_TELEMETRY_DOWNSAMPLE_STEP_S", base.downsample_step_s
-            ),
-            gpu_interval_ms=int(
-                _number("SPECDASH_TELEMETRY_GPU_INTERVAL_MS", base.gpu_interval_ms)
-            ),
-            host_interval_s=_number("SPECDASH_TELEMETRY_HOST_INTERVAL_S", base.host_interval_s),
-            scrape_interval_s=_number("SPECDASH_TELEMETRY_SCRAPE_S", base.scrape_interval_s),
-            linger_s=_number("SPECDASH_TELEMETRY_LINGER_S", base.linger_s),
-            watch_ttl_s=_number("SPECDASH_TELEMETRY_WATCH_TTL_S", base.watch_ttl_s),
-            history_s=_number("SPECDASH_TELEMETRY_HISTORY_S", base.history_s),
+            retention_s=float(settings.SPECDASH_TELEMETRY_RETENTION_S),
+            downsample_after_s=float(settings.SPECDASH_TELEMETRY_DOWNSAMPLE_AFTER_S),
+            downsample_step_s=float(settings.SPECDASH_TELEMETRY_DOWNSAMPLE_STEP_S),
+            gpu_interval_ms=int(settings.SPECDASH_TELEMETRY_GPU_INTERVAL_MS),
+            host_interval_s=float(settings.SPECDASH_TELEMETRY_HOST_INTERVAL_S),
+            scrape_interval_s=float(settings.SPECDASH_TELEMETRY_SCRAPE_S),
+            linger_s=float(settings.SPECDASH_TELEMETRY_LINGER_S),
+            watch_ttl_s=float(settings.SPECDASH_TELEMETRY_WATCH_TTL_S),
+            history_s=float(settings.SPECDASH_TELEMETRY_HISTORY_S),
         )

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.forms import LoadPlanForm
 from benchmarks.loadgen.cli import build_parser, slo_from_args
 from benchmarks.models import Sweep, SweepLevel
-from benchmarks.sweeps.distributed import MAX_STREAMS_ENV, split_needed
+from benchmarks.sweeps.distributed import split_needed
 from benchmarks.sweeps.runner import loadgen_argv
 from tests.api.conftest import ApiClient, error_of
 
@@ -210,10 +210,8 @@ def test_comparison_api_speaks_goodput_when_the_reference_sweep_had_an_slo(
     assert row4["cells"][1]["accept_length"] == 2.4  # the server's figure for that level
 
 
-def test_open_loop_levels_are_never_split_across_processes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(MAX_STREAMS_ENV, "4")
+def test_open_loop_levels_are_never_split_across_processes(settings: Any) -> None:
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 4
     assert split_needed([16], {"requests_per_level": 64})
     # each shard would send the whole rate: the arrivals stay one process's schedule
     assert not split_needed([16], {"requests_per_level": 64, "request_rate": 10.0})

@@ -18,7 +18,8 @@ from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler
 from hosts.jobs import JobContext
-from hosts.jobs.worker import Worker, WorkerSettings, reap_expired_jobs
+from hosts.jobs.queue import reap_expired_jobs
+from hosts.jobs.worker import Worker, WorkerSettings
 from hosts.models import InstanceState, Job, JobState, ServerInstance
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
 

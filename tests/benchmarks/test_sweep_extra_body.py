@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from benchmarks import services
-from benchmarks.sweeps.distributed import Shard, shard_argv
 from benchmarks.sweeps.runner import loadgen_argv
+from benchmarks.sweeps.split import Shard, shard_argv
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import load
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,18 +25,11 @@ from hosts.jobs import (
     on_interrupted,
 )
 from hosts.jobs.fence import job_finish, job_publish
-from hosts.jobs.worker import (
-    CANCELLED_REASON,
-    FORCED_REASON,
-    HOOK_INTERRUPTED,
-    Worker,
-    WorkerSettings,
-    claim_next_job,
-    reap_expired_jobs,
-    renew_leases,
-)
+from hosts.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs, renew_leases
+from hosts.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
 from hosts.models import Job, JobState
 
+ROOT = Path(__file__).resolve().parents[2]
 interrupted_calls: list[int] = []
 
 
@@ -341,7 +335,7 @@ KILLED_REAPER = """
 import os, signal, django
 django.setup()
 from hosts.jobs import job_enqueue, on_interrupted
-from hosts.jobs.worker import reap_expired_jobs
+from hosts.jobs.queue import reap_expired_jobs
 
 @on_interrupted("test.owed")
 def hook(job_id, params):
@@ -393,18 +387,58 @@ def test_a_reaper_killed_between_the_reap_and_its_hook_leaves_the_hook_owed_and_
 # --- placement ---------------------------------------------------------------------------
 
 
-def test_worker_kinds_tags_and_machine_come_from_the_environment_and_flags_override() -> None:
-    env = {"SPECDASH_JOB_KINDS": "sweep.shard, sweep.run", "SPECDASH_JOB_TAGS": "b,a,",
-           "SPECDASH_JOB_MACHINE": "load-1"}  # fmt: skip
-    settings = WorkerSettings.from_env(env)
-    assert (settings.kinds, settings.tags, settings.machine) == (
+def test_worker_kinds_tags_and_machine_come_from_the_settings_and_flags_override(
+    settings: Any,
+) -> None:
+    settings.SPECDASH_JOB_KINDS = ["sweep.shard", " sweep.run"]
+    settings.SPECDASH_JOB_TAGS = ["b", "a", ""]
+    settings.SPECDASH_JOB_MACHINE = "load-1"
+    conf = WorkerSettings.from_settings()
+    assert (conf.kinds, conf.tags, conf.machine) == (
         ("sweep.run", "sweep.shard"),
         ("a", "b"),
         "load-1",
     )
-    flags = WorkerSettings.from_env(env, kinds="server.run", tags=None, machine="gpu-2")
+    flags = WorkerSettings.from_settings(kinds="server.run", tags=None, machine="gpu-2")
     assert (flags.kinds, flags.tags, flags.machine) == (("server.run",), ("a", "b"), "gpu-2")
-    assert WorkerSettings.from_env({}).kinds == ()
+    settings.SPECDASH_JOB_KINDS = []
+    assert WorkerSettings.from_settings().kinds == ()
+
+
+def test_the_declared_job_settings_default_to_the_worker_defaults() -> None:
+    assert WorkerSettings.from_settings() == WorkerSettings()
+
+
+def test_a_short_lease_setting_alone_brings_the_heartbeat_down_to_a_third(settings: Any) -> None:
+    settings.SPECDASH_JOB_LEASE_S = 3.0
+    settings.SPECDASH_JOB_HEARTBEAT_S = None
+    assert WorkerSettings.from_settings().heartbeat_interval == 1.0
+    assert WorkerSettings.from_settings(lease_seconds=60.0).heartbeat_interval == 5.0
+    settings.SPECDASH_JOB_HEARTBEAT_S = 0.5
+    assert WorkerSettings.from_settings().heartbeat_interval == 0.5
+
+
+def test_the_job_settings_come_from_the_environment_when_the_process_starts() -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "specdash.settings",
+           "SPECDASH_JOB_KINDS": "sweep.shard, sweep.run", "SPECDASH_JOB_TAGS": "b,a,",
+           "SPECDASH_JOB_MACHINE": "load-1", "SPECDASH_JOB_LEASE_S": "3"}  # fmt: skip
+    code = (
+        "import django; django.setup()\n"
+        "from hosts.jobs.worker import WorkerSettings\n"
+        "s = WorkerSettings.from_settings()\n"
+        "print(s.kinds, s.tags, s.machine, s.lease_seconds, s.heartbeat_interval)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "('sweep.run', 'sweep.shard') ('a', 'b') load-1 3.0 1.0"
+    bad = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**env, "SPECDASH_JOB_LEASE_S": "soon"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "SPECDASH_JOB_LEASE_S='soon' is not a number" in bad.stderr
 
 
 @pytest.mark.django_db

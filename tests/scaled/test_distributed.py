@@ -16,8 +16,8 @@ from benchmarks import services
 from benchmarks.loadgen.metrics import summarize_level
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.sweeps import distributed, handler
-from benchmarks.sweeps.distributed import ShardLevel, combine_samples, merge_shard_levels
+from benchmarks.sweeps import handler, split
+from benchmarks.sweeps.split import ShardLevel, combine_samples, merge_shard_levels
 from hosts.jobs import JobContext
 from tests.benchmarks.conftest import Simulator, load, start_simulator
 from tests.loadgen.conftest import assert_close, clock_tolerance, make_record, shortest_interval
@@ -125,12 +125,12 @@ def test_live_samples_of_the_shards_add_up_and_keep_the_worst_latency():
 
 
 def test_shard_count_splits_only_above_the_streams_per_process():
-    assert distributed.shard_count(4, streams=0) == 1
-    assert distributed.shard_count(4, streams=4) == 1
-    assert distributed.shard_count(5, streams=4) == 2
-    assert distributed.shard_count(1000, streams=256) == 4
+    assert split.shard_count(4, streams=0) == 1
+    assert split.shard_count(4, streams=4) == 1
+    assert split.shard_count(5, streams=4) == 2
+    assert split.shard_count(1000, streams=256) == 4
     # Never more shards than requests: each shard needs at least one.
-    assert distributed.shard_count(1000, streams=10, requests=3) == 3
+    assert split.shard_count(1000, streams=10, requests=3) == 3
 
 
 @pytest.fixture
@@ -144,10 +144,10 @@ def fast_simulator(tmp_path: Path) -> Iterator[Simulator]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_sweep_level_above_the_streams_per_process_runs_as_two_processes_merged_into_one_level(
-    fast_simulator: Simulator, monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Path
+    fast_simulator: Simulator, settings: Any, tmp_path: Path
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[1, 4],
@@ -192,10 +192,10 @@ def test_each_shard_gets_its_share_of_the_requests_a_common_start_and_its_own_ru
     tmp_path: Path,
 ) -> None:
     shards = [
-        distributed.Shard(i, 2, share, tmp_path / f"s{i}.jsonl") for i, share in enumerate((11, 10))
+        split.Shard(i, 2, share, tmp_path / f"s{i}.jsonl") for i, share in enumerate((11, 10))
     ]
     argvs = [
-        distributed.shard_argv(base_url="http://127.0.0.1:1", model="m", start_at=1.7e9 + 0.5,
+        split.shard_argv(base_url="http://127.0.0.1:1", model="m", start_at=1.7e9 + 0.5,
                                load={"api": "completions", "requests_per_level": 21}, shard=s,
                                run_id="s1-l0")
         for s in shards

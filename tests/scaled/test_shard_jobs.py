@@ -12,7 +12,6 @@ from asgiref.sync import sync_to_async
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import distributed, shards
 from hosts.jobs.worker import Worker, WorkerSettings
 from hosts.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load
@@ -28,13 +27,12 @@ async def _until(check: Any, timeout: float = 60) -> None:
 @pytest.mark.django_db(transaction=True)
 async def test_shard_jobs_run_on_another_worker_and_merge_into_one_level(
     fast_simulator: Simulator,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
     settings: Any,
     tmp_path: Path,
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
-    monkeypatch.setenv(shards.SHARD_JOBS_ENV, "1")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+    settings.SPECDASH_LOADGEN_SHARD_JOBS = True
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[4],

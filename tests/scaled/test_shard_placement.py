@@ -13,7 +13,6 @@ from asgiref.sync import sync_to_async
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import distributed, shards
 from hosts.jobs.worker import Worker, WorkerSettings
 from hosts.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load
@@ -78,15 +77,14 @@ def _load_machine(name: str, tag: str) -> Worker:
 @pytest.mark.django_db(transaction=True)
 async def test_shards_land_one_per_tag_and_start_together_within_a_measured_skew(
     fast_simulator: Simulator,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
     settings: Any,
     tmp_path: Path,
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
-    monkeypatch.setenv(shards.SHARD_JOBS_ENV, "1")
-    monkeypatch.setenv(shards.SHARD_TAGS_ENV, "a,b")
-    monkeypatch.setenv(shards.SHARD_SPREAD_ENV, "1")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+    settings.SPECDASH_LOADGEN_SHARD_JOBS = True
+    settings.SPECDASH_LOADGEN_SHARD_TAGS = ["a", "b"]
+    settings.SPECDASH_LOADGEN_SHARD_SPREAD = True
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[4],
@@ -144,15 +142,14 @@ def _sweep_page(sweep_id: int) -> str:
 @pytest.mark.django_db(transaction=True)
 async def test_a_level_whose_shards_need_two_machines_fails_with_a_reason_instead_of_doubling_up(
     fast_simulator: Simulator,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
     settings: Any,
     tmp_path: Path,
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
-    monkeypatch.setenv(shards.SHARD_JOBS_ENV, "1")
-    monkeypatch.setenv(shards.SHARD_SPREAD_ENV, "1")
-    monkeypatch.setenv(shards.GANG_TIMEOUT_ENV, "4")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+    settings.SPECDASH_LOADGEN_SHARD_JOBS = True
+    settings.SPECDASH_LOADGEN_SHARD_SPREAD = True
+    settings.SPECDASH_LOADGEN_GANG_TIMEOUT_S = 4.0
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[4],
@@ -181,14 +178,13 @@ async def test_a_level_whose_shards_need_two_machines_fails_with_a_reason_instea
 @pytest.mark.django_db(transaction=True)
 async def test_more_shards_than_tags_fails_the_level_at_once(
     fast_simulator: Simulator,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
     settings: Any,
     tmp_path: Path,
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
-    monkeypatch.setenv(distributed.MAX_STREAMS_ENV, "2")
-    monkeypatch.setenv(shards.SHARD_JOBS_ENV, "1")
-    monkeypatch.setenv(shards.SHARD_TAGS_ENV, "a,b")
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+    settings.SPECDASH_LOADGEN_SHARD_JOBS = True
+    settings.SPECDASH_LOADGEN_SHARD_TAGS = ["a", "b"]
     sweep = await sync_to_async(services.sweep_create)(
         base_url=fast_simulator.base_url,
         levels=[6],

@@ -12,7 +12,7 @@ from hosts.jobs.worker import Worker, WorkerSettings
 class Command(BaseCommand):
     help = (
         "Run a job worker: claims queued jobs (server lifecycle, sweeps, experiments). "
-        "Unset flags fall back to the SPECDASH_JOB_* environment variables, then to defaults."
+        "Unset flags fall back to the SPECDASH_JOB_* settings (environment variables)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -44,7 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            settings = WorkerSettings.from_env(
+            settings = WorkerSettings.from_settings(
                 max_jobs=options["max_jobs"],
                 poll_interval=options["poll_interval"],
                 lease_seconds=options["lease_seconds"],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hosts import services
-from hosts.lifecycle import steps
+from hosts.lifecycle import steps, verdicts
 from hosts.models import InstanceState, ServerInstance
 
 CLEAN_VERIFY = {"verdict": "stopped", "reasons": [], "holders": [], "members": []}
@@ -27,7 +27,7 @@ def _stopping_plan(make_profile: Any) -> steps.Plan:
 def test_a_probe_reading_above_the_baseline_turns_a_clean_verdict_dirty(make_profile: Any) -> None:
     plan = _stopping_plan(make_profile)
     reading = {"index": [0, 1, 2], "used": [100, 9000, 50000], "total": [97887] * 3}
-    state = steps.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
+    state = verdicts.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
                               exit_code=None, failed=False, probe_reading=reading)  # fmt: skip
     instance = ServerInstance.objects.get(pk=plan.instance_id)
     assert state == InstanceState.DIRTY == instance.state
@@ -45,7 +45,7 @@ def test_a_probe_reading_above_the_baseline_turns_a_clean_verdict_dirty(make_pro
 def test_agreeing_readers_give_a_verified_stop(make_profile: Any) -> None:
     plan = _stopping_plan(make_profile)
     reading = {"index": [0, 1], "used": [100, 400], "total": [97887, 97887]}  # within 512 MiB
-    state = steps.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
+    state = verdicts.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
                               exit_code=None, failed=False, probe_reading=reading)  # fmt: skip
     instance = ServerInstance.objects.get(pk=plan.instance_id)
     assert state == InstanceState.STOPPED == instance.state
@@ -56,6 +56,6 @@ def test_agreeing_readers_give_a_verified_stop(make_profile: Any) -> None:
 @pytest.mark.django_db
 def test_no_probe_reading_leaves_the_agents_verdict(make_profile: Any) -> None:
     plan = _stopping_plan(make_profile)
-    state = steps.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
+    state = verdicts.finish_stop(plan, reason="Stop requested", stop=STOP, verify=CLEAN_VERIFY,
                               exit_code=None, failed=False, probe_reading=None)  # fmt: skip
     assert state == InstanceState.STOPPED

@@ -1,0 +1,249 @@
+"""What one split level is made of: each shard's share and argv, and the exact merge of
+what the shards measured into one level summary (``benchmarks.sweeps.distributed`` runs
+them). The merge is ``summarize_level`` over the union of the shards' records, never an
+average of their summaries; each shard's own figures say which fell behind and why."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.loadgen.goodput import Slo
+from benchmarks.loadgen.merge import merge_client_health, merge_records
+from benchmarks.loadgen.metrics import summarize_level
+from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+from benchmarks.sweeps.runner import loadgen_argv
+
+# A shard "fell behind" when it started this much later than the common start...
+LATE_START_S = 0.25
+# ...kept fewer than this share of its streams in flight, or served its streams at less
+# than this fraction of the best shard's per-stream throughput.
+MIN_CONCURRENCY_RATIO = 0.9
+MIN_STREAM_RATE_RATIO = 0.8
+_STATUS_RANK = {"completed": 0, "cancelled": 1, "failed": 2}
+
+
+def shard_count(concurrency: int, *, streams: int, requests: int | None = None) -> int:
+    """How many processes a level of ``concurrency`` runs as (each keeps at least one stream
+    and, with a request count, at least one request)."""
+    if streams <= 0 or concurrency <= streams:
+        return 1
+    n = math.ceil(concurrency / streams)
+    return max(1, min(n, concurrency, requests if requests else n))
+
+
+@dataclass
+class Shard:
+    """One shard's share of a level and what it reported."""
+
+    index: int
+    concurrency: int
+    requests: int | None
+    records_path: Path
+    anchor: ClockAnchor | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    run_start: dict[str, Any] = field(default_factory=dict)
+    run_end: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    last_sample: dict[str, Any] | None = None
+    worker_id: str = ""  # the job worker that ran it, when shards run as jobs
+
+
+@dataclass(frozen=True)
+class ShardLevel:
+    """A shard's measured records on its own perf clock, with its anchor: the input of the
+    exact merge."""
+
+    index: int
+    concurrency: int
+    anchor: ClockAnchor
+    records: list[RequestRecord]
+    status: str = "completed"
+    reason: str | None = None
+    client: dict[str, Any] = field(default_factory=dict)
+    start_at: float | None = None
+    worker_id: str = ""
+
+
+def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
+    own = summarize_level(part.records, concurrency=part.concurrency, mode=mode, anchor=part.anchor)
+    measured = [r for r in part.records if not r.warmup]
+    first = min((r.start for r in measured), default=None)
+    lag = (
+        max(0.0, part.anchor.to_wall(first) - part.start_at)
+        if first is not None and part.start_at is not None
+        else None
+    )
+    tok_s = own["output_tok_s"]
+    return {
+        "index": part.index,
+        "concurrency": part.concurrency,
+        "status": part.status,
+        "requests_ok": own["requests"]["ok"],
+        "requests_failed": own["requests"]["failed"],
+        "output_tok_s": tok_s,
+        "per_stream_tok_s": tok_s / part.concurrency if tok_s is not None else None,
+        "achieved_concurrency": own["achieved_concurrency"],
+        "start_lag_s": lag,
+        "client_limited": bool(part.client.get("client_limited")),
+        "worker": part.worker_id or "coordinator",
+    }
+
+
+def _behind(row: dict[str, Any], best_rate: float | None) -> list[str]:
+    why = []
+    if row["status"] != "completed":
+        why.append(f"ended {row['status']}")
+    if row["start_lag_s"] is not None and row["start_lag_s"] > LATE_START_S:
+        why.append(f"started {row['start_lag_s']:.2f}s late")
+    if row["client_limited"]:
+        why.append("client-limited")
+    achieved = row["achieved_concurrency"]
+    if achieved is not None and achieved < MIN_CONCURRENCY_RATIO * row["concurrency"]:
+        why.append(f"kept {achieved:.1f} of {row['concurrency']} streams in flight")
+    rate = row["per_stream_tok_s"]
+    if rate is not None and best_rate and rate < MIN_STREAM_RATE_RATIO * best_rate:
+        why.append(f"{rate:.1f} tok/s per stream vs {best_rate:.1f} for the best shard")
+    return why
+
+
+def start_skew(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Between the first and the last shard to send its first measured request: how far
+    apart the shards of a level really began (None with fewer than two that began)."""
+    lags = [r["start_lag_s"] for r in rows if r.get("start_lag_s") is not None]
+    return max(lags) - min(lags) if len(lags) >= 2 else None
+
+
+def merge_shard_levels(
+    parts: Sequence[ShardLevel],
+    *,
+    level_index: int,
+    mode: str = "closed",
+    slo: Slo | None = None,
+) -> dict[str, Any]:
+    """The level summary of a split level: ``summarize_level`` over the union of every
+    shard's records (rebased onto the first shard's clock), plus ``split``: each shard's
+    share and figures, and which shards fell behind and why."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    anchor, records = merge_records([(p.anchor, p.records) for p in parts])
+    worst = max(parts, key=lambda p: _STATUS_RANK.get(p.status, 2))
+    concurrency = sum(p.concurrency for p in parts)
+    summary = summarize_level(
+        records,
+        concurrency=concurrency,
+        mode=mode,
+        partial=worst.status != "completed",
+        anchor=anchor,
+        slo=slo,  # goodput over the union, like every other figure
+    )
+    rows = [_shard_figures(p, mode) for p in parts]
+    rates = [r["per_stream_tok_s"] for r in rows if r["per_stream_tok_s"] is not None]
+    best = max(rates) if rates else None
+    for row in rows:
+        row["behind"] = _behind(row, best)
+    client = merge_client_health([p.client for p in parts if p.client.get("loop_lag_ms")])
+    client.setdefault("warnings", [])
+    client["warnings"] += [
+        f"shard {r['index']} fell behind: {'; '.join(r['behind'])}" for r in rows if r["behind"]
+    ]
+    client["client_limited"] = any(r["client_limited"] for r in rows)
+    summary.update(
+        level_index=level_index,
+        status=worst.status,
+        reason=worst.reason,
+        processes=len(parts),
+        client=client,
+        anchor=anchor.to_dict(),
+        split={
+            "shards": rows,
+            "behind": [r["index"] for r in rows if r["behind"]],
+            "median_per_stream_tok_s": statistics.median(rates) if rates else None,
+            "start_skew_s": start_skew(rows),
+        },
+    )
+    return summary
+
+
+def read_shard_records(
+    shard: Shard, *, level_index: int, sweep_records: Path, attempt: int | None = None
+) -> list[RequestRecord]:
+    """A shard's measured records (its JSON lines carry wall-clock times) on its anchor; its
+    lines are appended to the sweep's records file under the sweep's level index, so the
+    export holds the union exactly as a one-process sweep's does."""
+    assert shard.anchor is not None
+    out = []
+    with (
+        contextlib.suppress(FileNotFoundError),
+        shard.records_path.open(encoding="utf-8") as f,
+        sweep_records.open("a", encoding="utf-8") as union,
+    ):
+        for line in f:
+            if not line.strip():
+                continue
+            data = json.loads(line)
+            tags: dict[str, int] = {"level": level_index}
+            if attempt is not None:
+                tags["attempt"] = attempt
+            union.write(json.dumps({**data, **tags}) + "\n")
+            record = RequestRecord.from_json(data, shard.anchor)
+            if not record.warmup:
+                out.append(record)
+    return out
+
+
+def combine_samples(samples: Sequence[dict[str, Any]], *, concurrency: int) -> dict[str, Any]:
+    """One live sample from the shards' latest ones: counts add up; latency and client
+    figures are the worst shard's (live percentiles cannot be merged, the summary is exact)."""
+    first = samples[0]
+    out = {k: v for k, v in first.items() if k not in {"event"}}
+    for key in ("tok_s", "in_flight", "completed", "errors"):
+        out[key] = sum(s.get(key) or 0 for s in samples)
+    for key in ("ttft_p50", "loop_lag_ms", "client_cpu"):
+        values = [s[key] for s in samples if s.get(key) is not None]
+        out[key] = max(values) if values else None
+    out["client_limited"] = any(s.get("client_limited") for s in samples)
+    out["t"] = max(float(s.get("t") or 0.0) for s in samples)
+    out["concurrency"] = concurrency
+    out["shards"] = len(samples)
+    return out
+
+
+def shard_argv(
+    *,
+    base_url: str,
+    model: str,
+    load: dict[str, Any],
+    shard: Shard,
+    start_at: float | None,
+    run_id: str,
+    engine: str = "",
+) -> list[str]:
+    share_load = dict(load)
+    if shard.requests is not None:
+        share_load["requests_per_level"] = shard.requests
+    argv = loadgen_argv(
+        base_url=base_url,
+        model=model,
+        levels=[shard.concurrency],
+        load=share_load,
+        records_path=shard.records_path,
+        engine=engine,
+    )
+    # Distinct run ids keep request ids apart; distinct seeds keep the prompts apart. Without
+    # a start (a gang-started shard job), the shard is given it once its gang is ready.
+    start = ["--start-at", repr(start_at)] if start_at is not None else []
+    return [
+        *argv,
+        *start,
+        "--run-id",
+        f"{run_id}-p{shard.index}",
+        "--seed",
+        str(shard.index),
+    ]
