@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from hosts.models.instances import GpuClaim, InstanceEvent, InstanceState, ServerInstance
-from hosts.models.jobs import Job, JobState
+from hosts.models.jobs import Job, JobHook, JobState
 from hosts.models.registry import Container, ContainerKind, Engine, Host, HostKind, ServerProfile
 from hosts.models.telemetry import TelemetryKind, TelemetrySample, TelemetryWatch
 from hosts.models.tokens import ApiToken
@@ -17,6 +17,7 @@ __all__ = [
     "InstanceEvent",
     "InstanceState",
     "Job",
+    "JobHook",
     "JobState",
     "ServerInstance",
     "ServerProfile",
