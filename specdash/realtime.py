@@ -29,10 +29,6 @@ def experiment_group(experiment_id: int) -> str:
     return f"experiment-{experiment_id}"
 
 
-def host_group(host_id: int) -> str:
-    return f"host-{host_id}"
-
-
 def _message(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
     # Channels dispatches {"type": "sweep.sample"} to a consumer method ``sweep_sample``.
     return {"type": event_type, "payload": payload}

@@ -11,6 +11,10 @@ from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.roles import OPERATORS, VIEWERS, ensure_roles
 from tests.fixtures.ports import free_port
 
+# Shared fixtures of the suites that start servers (the lifecycle, experiment, telemetry and
+# engine tests): the simulator's GPU ledger, leftover clean-up and in-loop job runners.
+pytest_plugins = ["tests.fixtures.servers"]
+
 
 @pytest.fixture
 def roles(db: Any) -> None:

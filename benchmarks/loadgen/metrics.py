@@ -14,6 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 
+# One interpolated quantile for the load generator and the statistics. It lives with the
+# statistics, which import only the standard library (the simulator's nvidia-smi stand-in
+# runs them under a host's plain python3); the load generator may depend on them, not back.
+from benchmarks.stats.intervals import quantile as quantile
+
 if TYPE_CHECKING:
     from benchmarks.loadgen.goodput import Slo
 
@@ -27,18 +32,6 @@ DEFAULT_DIP_TOLERANCE_S = 0.05
 # sometimes 2-3, on a loaded one) or read together. Decode steps of the engines measured are
 # several milliseconds apart.
 DELIVERY_GAP_S = 0.002
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    n = len(sorted_values)
-    if n == 0:
-        raise ValueError("quantile of no values")
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
 
 
 def distribution(values: Iterable[float], *, scale: float = 1.0) -> dict[str, Any]:

@@ -71,9 +71,9 @@ def _check_confidence(confidence: float) -> None:
 
 def quantile(sorted_values: Sequence[float], p: float) -> float:
     """Linear-interpolation quantile (numpy's default) of already sorted values."""
-    # The load generator's `metrics.quantile` is the same definition. It is not imported from
-    # there: the simulator (and its nvidia-smi stand-in, run by a host's plain python3) imports
-    # these statistics, and the load generator's package pulls in httpx.
+    # The load generator's summaries use this one too (`metrics.quantile` is this function).
+    # It lives here, not there: the simulator (and its nvidia-smi stand-in, run by a host's
+    # plain python3) imports these statistics, and the load generator's package pulls in httpx.
     if not sorted_values:
         raise ValueError("no values")
     pos = p * (len(sorted_values) - 1)

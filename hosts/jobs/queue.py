@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from hosts.jobs.fence import job_finish, job_renew
 from hosts.jobs.registry import forced_cancel_hook_for, interrupt_hook_for
-from hosts.models import Job, JobState
+from hosts.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
 
-HOOK_INTERRUPTED = "interrupted"
-HOOK_CANCEL_FORCED = "cancel_forced"
+HOOK_INTERRUPTED = JobHook.INTERRUPTED
+HOOK_CANCEL_FORCED = JobHook.CANCEL_FORCED
 
 
 def default_machine() -> str:

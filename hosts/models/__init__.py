@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from hosts.models.instances import GpuClaim, InstanceEvent, InstanceState, ServerInstance
-from hosts.models.jobs import Job, JobEvent, JobState
+from hosts.models.jobs import Job, JobEvent, JobHook, JobState
 from hosts.models.registry import Container, ContainerKind, Engine, Host, HostKind, ServerProfile
 from hosts.models.telemetry import TelemetryKind, TelemetrySample, TelemetryWatch
 from hosts.models.tokens import ApiToken
@@ -18,6 +18,7 @@ __all__ = [
     "InstanceState",
     "Job",
     "JobEvent",
+    "JobHook",
     "JobState",
     "ServerInstance",
     "ServerProfile",

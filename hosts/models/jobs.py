@@ -22,6 +22,13 @@ class JobState(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted"  # its worker died (lease expired) or shut down
 
 
+class JobHook(models.TextChoices):
+    """The follow-up a job's kind owes after a reap or a forced cancel (``Job.hook_owed``)."""
+
+    INTERRUPTED = "interrupted", "Interrupt hook"  # the job's worker died or shut down
+    CANCEL_FORCED = "cancel_forced", "Forced-cancel hook"  # a cancel that did not wait for it
+
+
 FINISHED_JOB_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
 )
@@ -49,7 +56,7 @@ class Job(models.Model):
     # The follow-up a reap or a forced cancel owes ("interrupted" / "cancel_forced"), set in
     # the same UPDATE as the final state and cleared in the transaction of the hook's own
     # writes, so a reaper that dies in between leaves it owed and any worker runs it later.
-    hook_owed = models.CharField(max_length=16, blank=True)
+    hook_owed = models.CharField(max_length=16, choices=JobHook.choices, blank=True)
     # Gang start: when the job said it was ready, and the common start its gang was given.
     ready_at = models.DateTimeField(null=True, blank=True)
     start_at = models.FloatField(null=True, blank=True)
@@ -71,12 +78,12 @@ class Job(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["lock_key"],
-                condition=models.Q(state="running") & ~models.Q(lock_key=""),
+                condition=models.Q(state=JobState.RUNNING) & ~models.Q(lock_key=""),
                 name="job_one_running_per_lock",
             ),
             models.UniqueConstraint(
                 fields=["spread_key", "machine"],
-                condition=models.Q(state="running") & ~models.Q(spread_key=""),
+                condition=models.Q(state=JobState.RUNNING) & ~models.Q(spread_key=""),
                 name="job_one_running_per_spread_machine",
             ),
         ]

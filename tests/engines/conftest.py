@@ -22,11 +22,7 @@ import pytest
 from engines.models import ModelPair, write_pair
 from engines.paths import llama_server_binary
 from hosts.presets import llamacpp_argv
-
-# The job worker and the leftover-killer of the experiment and lifecycle tests, not copies.
-from tests.benchmarks.experiments.conftest import worker  # noqa: F401
 from tests.fixtures.ports import free_port
-from tests.hosts.lifecycle.conftest import _kill_leftovers  # noqa: F401
 
 # Two knob settings whose verify steps are all alike (misses evenly spaced): with
 # --spec-draft-n-max 3 each step accepts 2 (agreement 2/3) or 1 (agreement 1/2) draft tokens.
@@ -34,6 +30,11 @@ AGREEMENTS = (2 / 3, 1 / 2)
 N_MAX = 3
 THREADS = 1  # one thread: on a loaded 2-core machine, spinning thread pools stall each other
 START_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers(kill_leftover_servers: None) -> None:
+    """Every test here may start servers: none outlives its test."""
 
 
 @pytest.fixture(scope="session")

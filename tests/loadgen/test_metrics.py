@@ -12,6 +12,7 @@ from benchmarks.loadgen.metrics import (
     summarize_level,
     window_tokens,
 )
+from benchmarks.stats import intervals
 from tests.loadgen.conftest import make_record
 
 
@@ -199,6 +200,12 @@ def test_quantiles_interpolate_linearly():
     assert d["p50"] == 20.0
     assert d["mean"] == 20.0
     assert d["max"] == 30.0
+
+
+def test_level_quantiles_and_comparison_bounds_share_one_quantile():
+    # The level figures and the statistics' bootstrap bounds interpolate the same way because
+    # they call the same function, not two copies kept in step.
+    assert quantile is intervals.quantile
 
 
 def test_empty_level_summarizes_without_errors():

@@ -17,7 +17,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from benchmarks.loadgen.cli import rate_list
+from benchmarks.models.experiments import ExperimentState
+from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
+
+# The states a stop ends in, what `stop --wait` waits for.
+STOP_SETTLED = frozenset(
+    {InstanceState.STOPPED, InstanceState.DIRTY, InstanceState.FAILED, InstanceState.LOST}
+)
 
 
 def _load_arguments(parser: CommandParser) -> None:
@@ -239,7 +246,7 @@ class Command(BaseCommand):
         if experiment.get("reason"):
             text += f": {experiment['reason']}"
         self._out(options, experiment, text)
-        if verb == "wait" and experiment["state"] != "completed":
+        if verb == "wait" and experiment["state"] != ExperimentState.COMPLETED:
             raise CommandError(text, returncode=1)
 
     def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
@@ -252,7 +259,7 @@ class Command(BaseCommand):
         instance = body["instance"]
         if options["wait"]:
             instance = client.wait_instance(instance["id"])
-            if instance["state"] != "ready":
+            if instance["state"] != InstanceState.READY:
                 raise CommandError(
                     f"instance {instance['id']} {instance['state']}: {instance['reason']}"
                 )
@@ -261,9 +268,7 @@ class Command(BaseCommand):
     def _stop(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         instance = client.post(f"/instances/{options['instance']}/stop")["instance"]
         if options["wait"]:
-            instance = client.wait_instance(
-                instance["id"], states=frozenset({"stopped", "dirty", "failed", "lost"})
-            )
+            instance = client.wait_instance(instance["id"], states=STOP_SETTLED)
         self._out(options, instance, f"instance {instance['id']} {instance['state']}")
 
     def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:

@@ -1,32 +1,26 @@
 """Fixtures for experiments through the real lifecycle: a local host whose GPUs are the
-simulator's ledger, simulated profiles, a job worker in the test's event loop."""
+simulator's ledger and simulated profiles. The ledger, the job worker in the test's event
+loop and the leftover clean-up are tests/fixtures/servers.py's."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 
-from hosts.jobs.worker import Worker, WorkerSettings
-from hosts.models import Engine, Host, HostKind, ServerInstance, ServerProfile
-from tests.hosts.lifecycle.conftest import SIM_BIN, _db_ok, _marker_pids, free_port
+from hosts.models import Engine, Host, HostKind, ServerProfile
+from tests.fixtures.ports import free_port
+from tests.fixtures.servers import ROOT as ROOT  # also imported from here
+from tests.fixtures.servers import SIM_BIN
 
-ROOT = Path(settings.BASE_DIR)
 
-
-@pytest.fixture
-def sim_state(tmp_path: Path) -> Path:
-    state = tmp_path / "sim-gpu"
-    state.mkdir()
-    return state
+@pytest.fixture(autouse=True)
+def _kill_leftovers(kill_leftover_servers: None) -> None:
+    """Every test here may start servers: none outlives its test."""
 
 
 @pytest.fixture
@@ -62,25 +56,3 @@ def sim_profile(sim_host: Host, sim_state: Path) -> Callable[..., ServerProfile]
         )  # fmt: skip
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _kill_leftovers() -> Iterator[None]:
-    yield
-    run_ids = set(ServerInstance.objects.values_list("run_id", flat=True)) if _db_ok() else set()
-    for pid in _marker_pids(run_ids):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-async def worker() -> AsyncIterator[Worker]:
-    """A job worker running in the test's event loop, stopped (and its jobs with it) after."""
-    stop = asyncio.Event()
-    w = Worker(worker_id="experiment-test", settings=WorkerSettings(poll_interval=0.1))
-    task = asyncio.create_task(w.run(stop))
-    try:
-        yield w
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.experiments.conftest import worker  # noqa: F401
-from tests.hosts.lifecycle.conftest import _kill_leftovers, jobs, sim_host, sim_state  # noqa: F401
+# The lifecycle tests' simulated host; the job runners and the clean-up are
+# tests/fixtures/servers.py's (turned on for every engine test by tests/engines/conftest.py).
+from tests.hosts.lifecycle.conftest import sim_host  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[3]
 CACHE = Path(

@@ -18,23 +18,20 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from hosts import services
-from hosts.jobs import JobContext
-from hosts.jobs.registry import handler_for, load_handlers
 from hosts.models import (
     Container,
     Engine,
     Host,
     HostKind,
-    Job,
-    JobState,
     ServerInstance,
     ServerProfile,
 )
 from tests.fixtures.ports import free_port as free_port  # also imported from here
+from tests.fixtures.servers import ROOT as ROOT
+from tests.fixtures.servers import SIM_BIN as SIM_BIN
+from tests.fixtures.servers import marker_pids as marker_pids  # also imported from here
 from tests.fixtures.sshd import SshServer, sshd, start_sshd, stop_sshd  # noqa: F401
 
-ROOT = Path(settings.BASE_DIR)
-SIM_BIN = ROOT / "benchmarks" / "simulator" / "bin"
 FIXTURE_BIN = ROOT / "tests" / "fixtures" / "bin"
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the pve_sshd "node" knows: CT 129 runs, CT 131 exists but is stopped, others do not exist.
@@ -42,26 +39,9 @@ RUNNING_CT = "129"
 STOPPED_CT = "131"
 
 
-def _marker_pids(run_ids: set[str]) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in environ:
-            if item.startswith(b"SPECDASH_RUN_ID=") and item.split(b"=", 1)[1].decode() in run_ids:
-                found.append(int(entry))
-    return found
-
-
-@pytest.fixture
-def sim_state(tmp_path: Path) -> Path:
-    state = tmp_path / "sim-gpu"
-    state.mkdir()
-    return state
+@pytest.fixture(autouse=True)
+def _kill_leftovers(kill_leftover_servers: None) -> None:
+    """Every test here may start servers: none outlives its test."""
 
 
 @pytest.fixture
@@ -101,23 +81,6 @@ def sim_profile(sim_host: Host, sim_state: Path) -> Callable[..., ServerProfile]
     return make
 
 
-@pytest.fixture(autouse=True)
-def _kill_leftovers() -> Iterator[None]:
-    yield
-    run_ids = set(ServerInstance.objects.values_list("run_id", flat=True)) if _db_ok() else set()
-    for pid in _marker_pids(run_ids):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _db_ok() -> bool:
-    try:
-        ServerInstance.objects.exists()
-    except Exception:
-        return False
-    return True
-
-
 def gpu_used_mb(state: Path) -> dict[int, int]:
     out = subprocess.run(
         [str(SIM_BIN / "nvidia-smi"), "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
@@ -125,35 +88,6 @@ def gpu_used_mb(state: Path) -> dict[int, int]:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return {int(a): int(b) for a, b in (line.split(",") for line in out.strip().splitlines())}
-
-
-class JobRunner:
-    """Runs the queued jobs of an instance in-process, as a worker would."""
-
-    def __init__(self) -> None:
-        load_handlers()
-
-    async def run_next(
-        self, instance_id: int, *, cancel_after: float | None = None
-    ) -> dict[str, Any]:
-        job = (
-            await Job.objects.filter(state=JobState.QUEUED, params__instance_id=instance_id)
-            .order_by("pk")
-            .afirst()
-        )
-        assert job is not None, "no queued job"
-        await Job.objects.filter(pk=job.pk).aupdate(state=JobState.RUNNING, worker_id="test")
-        ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
-        handler = handler_for(job.kind)
-        assert handler is not None
-        result = await handler(ctx)
-        await Job.objects.filter(pk=job.pk).aupdate(state=JobState.SUCCEEDED, result=result or {})
-        return result or {}
-
-
-@pytest.fixture
-def jobs() -> JobRunner:
-    return JobRunner()
 
 
 async def start(profile: ServerProfile) -> ServerInstance:
@@ -171,10 +105,6 @@ async def wait_state(instance_id: int, *states: str, timeout: float = 60) -> Ser
             if instance.state in states:
                 return instance
             await asyncio.sleep(0.1)
-
-
-def marker_pids(run_id: str) -> list[int]:
-    return _marker_pids({run_id})
 
 
 # ----------------------------------------------------------------------------- over ssh

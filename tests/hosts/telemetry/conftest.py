@@ -4,6 +4,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from asgiref.sync import sync_to_async
 
 from hosts.jobs import JobContext
@@ -11,10 +12,13 @@ from hosts.jobs.registry import handler_for, load_handlers
 from hosts.models import Job, JobState
 from hosts.telemetry.service import TELEMETRY_JOB, telemetry_lock_key
 
-# The lifecycle fixtures (simulated GPUs, the in-process job runner, leftover clean-up) and the
-# real sshd, shared with these tests.
+# The real sshd; the simulated GPUs and the in-process job runner are tests/fixtures/servers.py's.
 from tests.fixtures.sshd import sshd  # noqa: F401
-from tests.hosts.lifecycle.conftest import _kill_leftovers, jobs, sim_state  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers(kill_leftover_servers: None) -> None:
+    """Every test here may start servers: none outlives its test."""
 
 
 async def until(check: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:

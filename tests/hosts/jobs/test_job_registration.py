@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A fresh interpreter: in this one, other tests have imported the handler modules already.
 # Nothing but Django's own start-up: no handler module is imported by hand.

@@ -29,7 +29,7 @@ from hosts.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs
 from hosts.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
 from hosts.models import Job, JobState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 interrupted_calls: list[int] = []
 
 
