@@ -223,6 +223,11 @@ def verification_create(
     """Queue [tuned, every fixed variant] on ``experiment``'s levels and load, each
     ``verification_repeats`` times (default: ``VERIFY_REPEATS``)."""
     count = verification_repeats(experiment, repeats)
+    with transaction.atomic():  # the tuned profile only with its experiment
+        return _verification_create(experiment, count, user)
+
+
+def _verification_create(experiment: Experiment, count: int, user: Any) -> Experiment:
     derived = derive(experiment)
     argv = tuned_argv(derived)
     template = derived.by_k[max(s.draft_length for s in derived.schedule.steps())]
