@@ -34,13 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.perf.dashboard import DashboardDidNotStart, serving
 from benchmarks.perf.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,37 +83,6 @@ def manage(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     if done.returncode != 0:
         raise Failed(f"manage.py {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return done.stdout
-
-
-@contextmanager
-def dashboard(env: dict[str, str], port: int, log_path: Path) -> Iterator[str]:
-    """``manage.py serve`` (Daphne + job worker) until the block ends; its process group is
-    ended on the way out, also when the block fails."""
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port), "--exit-with-parent"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(url + "/accounts/login/", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise Failed("the dashboard did not start:\n" + log_path.read_text()[-3000:])
-                time.sleep(0.3)
-            yield url
-        finally:
-            os.killpg(server.pid, 15)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, 9)
-                server.wait()
 
 
 class Api:
@@ -364,7 +333,11 @@ def run(args: argparse.Namespace, var: Path) -> int:
         f"Levels {args.levels}; draft lengths {args.draft_lengths} + off; {sizing}; "
         f"max_tokens {args.max_tokens} (ignore_eos)"
     )
-    with dashboard(env, port, var / "serve.log") as url:
+    serve = serving(
+        env=env, port=port, log_path=var / "serve.log", start_timeout=120, stop_timeout=60,
+        exit_with_parent=True,
+    )  # fmt: skip
+    with serve as url:
         api = Api(url, token)
         active: list[int] = []
         try:
@@ -463,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 1
     try:
         status = run(args, var)
-    except Failed as exc:
+    except (Failed, DashboardDidNotStart) as exc:
         say(f"\nFAILED: {exc}")
     except KeyboardInterrupt:
         say("\ninterrupted")

@@ -37,6 +37,7 @@ DJANGO_FREE = (
     "benchmarks.perf.bench_loadgen",
     "benchmarks.perf.bench_simulator",
     "benchmarks.perf.bench_tuning",
+    "benchmarks.perf.dashboard",
     "benchmarks.perf.ports",
     "engines",
     "hosts.agent",
