@@ -39,6 +39,7 @@ DJANGO_FREE = (
     "benchmarks.perf.bench_tuning",
     "benchmarks.perf.dashboard",
     "benchmarks.perf.ports",
+    "benchmarks.perf.tuning_report",
     "engines",
     "hosts.agent",
     "hosts.transports",
