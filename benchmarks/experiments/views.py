@@ -15,8 +15,17 @@ from django.views.decorators.http import require_POST
 
 from benchmarks import audit
 from benchmarks.experiments import comparison as comparisons
-from benchmarks.experiments import figures, forms, matrix, report, selectors, services, tuning
+from benchmarks.experiments import (
+    figures,
+    forms,
+    matrix,
+    report,
+    selectors,
+    services,
+    tuning,
+)
 from benchmarks.experiments import schedule as speculation_schedule
+from benchmarks.experiments.history import history_build
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from hosts import roles
@@ -299,7 +308,7 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = selectors.profile_detail(profile_id=profile_id)
     if profile is None:
         raise Http404("No such profile")
-    history = comparisons.history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
+    history = history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
     context = {
         "profile": profile,
         "history": history,
