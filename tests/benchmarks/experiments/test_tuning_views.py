@@ -240,3 +240,15 @@ def test_a_comparison_that_is_not_a_verification_has_no_verification_section(
     client.force_login(viewer)
     html = client.get(f"/experiments/{matrix_done.pk}/comparison/").content.decode()
     assert 'data-testid="verification-section"' not in html
+
+
+def test_a_schedule_that_keeps_one_variant_offers_no_verification(
+    client: Client, operator: Any, base: ServerProfile, tmp_path: Path
+) -> None:
+    variants = matrix_variants(base=base, axes={"--speculative-num-steps": [3]}, include_off=True)
+    experiment = services.experiment_create(profiles=variants, levels=[1, 8], load=LOAD, repeats=2)
+    complete_with(experiment, {1: ((100, 101), (200, 201)), 8: ((300, 301), (400, 401))}, tmp_path)
+    client.force_login(operator)
+    html = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert 'data-testid="chart-schedule"' in html
+    assert 'data-testid="verify-nothing"' in html and 'data-testid="verify-schedule"' not in html
