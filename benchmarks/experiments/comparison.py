@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +29,8 @@ from typing import Any
 
 from benchmarks.experiments import workload
 from benchmarks.experiments.equivalence import equivalence_summary
+from benchmarks.experiments.records import read_request_points as read_request_points
+from benchmarks.experiments.records import request_points as request_points
 from benchmarks.loadgen.goodput import Slo
 from benchmarks.stats import (
     Crossing,
@@ -42,7 +44,6 @@ from benchmarks.stats import (
     find_saturation,
 )
 from benchmarks.stats.speculative_schedule import vllm_speculative_config
-from benchmarks.sweeps.recordfile import read_record_file
 
 logger = logging.getLogger(__name__)
 
@@ -92,35 +93,6 @@ class SeriesData:
     runs: tuple[LevelRun, ...]
     environment: list[dict[str, Any]] = field(default_factory=list)
     engine: str = ""  # the profile's engine key
-
-
-def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
-    """Measured, successful requests as bootstrap points (warm-up and failures left out)."""
-    points = []
-    for record in records:
-        if record.get("warmup") or record.get("error_kind"):
-            continue
-        start, end = record.get("start"), record.get("end")
-        if not isinstance(start, int | float) or not isinstance(end, int | float):
-            continue
-        if end <= start:
-            continue
-        first = record.get("first_token")
-        points.append(
-            RequestPoint(
-                start=float(start),
-                end=float(end),
-                output_tokens=int(record.get("out") or 0),
-                ttft=float(first) - float(start) if isinstance(first, int | float) else None,
-                e2e=float(end) - float(start),
-            )
-        )
-    return points
-
-
-def read_request_points(path: Path, index: int, attempt: int) -> list[RequestPoint]:
-    """The requests of one level attempt from a sweep's records file (see recordfile)."""
-    return request_points(read_record_file(path).level(index, attempt))
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -453,40 +425,3 @@ def comparison_build(
         "warnings": warnings,
         "built_at": datetime.now(tz=UTC).isoformat(),
     }
-
-
-# -- a profile's history --
-
-
-@dataclass(frozen=True)
-class HistoryRun:
-    sweep_id: int
-    name: str
-    created_at: datetime
-    levels: dict[int, float]  # concurrency -> output tok/s of its completed levels
-    tags: tuple[str, ...] = ()
-
-
-def history_build(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
-    """Per sweep of one profile: its lowest-C (single-stream) and saturation throughput."""
-    out = []
-    for run in runs:
-        levels = {c: v for c, v in run.levels.items() if v is not None and v > 0}
-        if not levels:
-            continue
-        lowest = min(levels)
-        saturation = find_saturation(Curve.from_values(run.name, levels))
-        out.append(
-            {
-                "sweep_id": run.sweep_id,
-                "name": run.name,
-                "created_at": run.created_at.isoformat(),
-                "lowest_concurrency": lowest,
-                "lowest_tok_s": levels[lowest],
-                "c1_tok_s": levels.get(1),
-                "saturation": saturation_dict(saturation),
-                "levels": sorted(levels),
-                "tags": list(run.tags),
-            }
-        )
-    return out

@@ -9,6 +9,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from benchmarks.experiments import selectors, services
+from benchmarks.experiments.tuning import DEFAULT_MARGIN
 from benchmarks.forms import LoadPlanForm
 from benchmarks.models.experiments import ExperimentOrder
 from hosts.models import ServerProfile
@@ -86,6 +87,120 @@ class ExperimentForm(LoadPlanForm):
         if hasattr(error, "error_dict") and "profiles" in error.error_dict:
             error.error_dict["profile_b"] = error.error_dict.pop("profiles")
         super().add_service_error(error)
+
+
+def _axis_value(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_axes_text(text: str) -> dict[str, list[int | float | str]]:
+    """Axes typed one per line, a flag then its values: ``--speculative-num-steps 1, 2, 3``
+    or ``--speculative-config.num_speculative_tokens = 1, 3``; ValidationError naming the
+    line otherwise. Values that read as numbers are numbers; the rest stay text."""
+    axes: dict[str, list[int | float | str]] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        flag, _, rest = line.replace("=", " ", 1).partition(" ")
+        values = [v.strip() for v in rest.replace(" ", ",").split(",") if v.strip()]
+        if not flag.startswith("-") or not values:
+            raise ValidationError(
+                f"Line {number} ({line!r}): write a flag then its values, "
+                "e.g. --speculative-num-steps 1, 2, 3"
+            )
+        if flag in axes:
+            raise ValidationError(f"Line {number}: {flag} is given twice")
+        axes[flag] = [_axis_value(v) for v in values]
+    if not axes:
+        raise ValidationError("Give at least one axis")
+    return axes
+
+
+class MatrixForm(LoadPlanForm):
+    """A parameter matrix: one base profile, axes over its launch argv, the variants run as
+    one experiment's arms (benchmarks.experiments.tuning.matrix_create)."""
+
+    name = forms.CharField(
+        max_length=200, required=False, help_text="Default: the profile and the axes"
+    )
+    base = ProfileChoiceField(queryset=ServerProfile.objects.none(), label="Base profile")
+    axes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "--speculative-num-steps 1, 3, 5"}),
+        help_text="One axis per line: a flag and its values (--speculative-num-steps 1, 3, 5); "
+        "a key inside a JSON flag as --speculative-config.num_speculative_tokens 1, 3. Several "
+        "axes give their product",
+    )
+    include_off = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Add speculation off",
+        help_text="A variant without speculation, run first (arm A, the reference)",
+    )
+    repeats = forms.IntegerField(
+        initial=1, min_value=1, max_value=services.MAX_REPEATS, help_text="Sweeps per variant"
+    )
+    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=ExperimentOrder.SEQUENTIAL)
+    auto_resume = forms.BooleanField(
+        required=False,
+        label="Resume by itself after a restart",
+        help_text="A restarted worker continues it from where it stopped (docs/operations.md)",
+    )
+
+    field_order = [
+        "name", "base", "axes", "include_off", "levels", *LoadPlanForm.LOAD_FIELDS,
+        *LoadPlanForm.SLO_FIELDS, "repeats", "order", "auto_resume", "notes", "tags",
+    ]  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["base"]
+        assert isinstance(field, ProfileChoiceField)
+        field.queryset = selectors.experiment_profiles()
+
+    def clean_axes(self) -> dict[str, list[int | float | str]]:
+        return parse_axes_text(self.cleaned_data["axes"])
+
+    def preview_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {"base": data["base"], "axes": data["axes"], "include_off": data["include_off"]}
+
+    def service_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            **self.preview_kwargs(),
+            "name": data["name"],
+            "repeats": data["repeats"],
+            "order": data["order"],
+            "auto_resume": data["auto_resume"],
+            **self.plan_kwargs(),
+        }
+
+
+class VerifyForm(forms.Form):
+    repeats = forms.IntegerField(min_value=1, max_value=services.MAX_REPEATS, required=False)
+
+
+def parse_margin(value: str | None) -> tuple[float, str]:
+    """The verdict's margin from a query string (a fraction, 0 to below 0.5): (margin, error);
+    the default margin and a message for anything else."""
+    if value is None or value == "":
+        return DEFAULT_MARGIN, ""
+    try:
+        margin = float(value)
+    except ValueError:
+        margin = -1.0
+    if not 0.0 <= margin < 0.5:
+        return DEFAULT_MARGIN, (
+            f"Margin {value!r} is not a fraction from 0 to below 0.5; "
+            f"the default {DEFAULT_MARGIN:g} is used."
+        )
+    return margin, ""
 
 
 def parse_sweep_ids(values: list[str]) -> list[int]:

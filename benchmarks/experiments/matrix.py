@@ -269,14 +269,21 @@ def variant_profile(
     return variant
 
 
+def matrix_preview(
+    *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False
+) -> list[VariantSpec]:
+    """The variants ``matrix_variants`` would run, in arm order, without saving anything;
+    ValidationError (keyed "axes") as it would raise."""
+    specs = expand(base, parse_axes(axes), include_off=include_off)
+    return [specs[-1], *specs[:-1]] if include_off else specs
+
+
 def matrix_variants(
     *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False
 ) -> list[ServerProfile]:
     """The variant profiles of ``base`` over ``axes`` (created or reused), "off" first when
     asked (the simplest variant, the reference of a comparison and of a schedule)."""
-    specs = expand(base, parse_axes(axes), include_off=include_off)
-    if include_off:
-        specs = [specs[-1], *specs[:-1]]
+    specs = matrix_preview(base=base, axes=axes, include_off=include_off)
     with transaction.atomic():
         profiles = [
             variant_profile(base, s.name_suffix, s.argv, speculative=s.speculative) for s in specs

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -27,15 +26,19 @@ from django.core.exceptions import ValidationError
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import equivalence, services
+from benchmarks.experiments.stops import SETTINGS as SETTINGS
+from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
+from benchmarks.experiments.stops import StopOutcome as StopOutcome
+from benchmarks.experiments.stops import host_probe as _host_probe
+from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
+from benchmarks.experiments.stops import stop_verified as stop_verified
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
 from hosts.jobs import JobContext
-from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import GpuClaim, InstanceState, Job, JobState, ServerInstance, ServerProfile
+from hosts.models import InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES
-from hosts.transports import TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -52,21 +55,6 @@ START_ENDED = frozenset(
 )
 
 
-@dataclass
-class RunnerSettings:
-    poll_seconds: float = 0.25
-    # A verified stop of a large server (TERM, grace, KILL, verify) can take minutes.
-    stop_timeout_s: float = 600.0
-    sweep_cancel_timeout_s: float = 60.0
-    probe_timeout_s: float = 30.0
-    probe_host: bool = True
-    # How many times one step's sweep is resumed after its load generator died.
-    sweep_resumes: int = 5
-
-
-SETTINGS = RunnerSettings()
-
-
 class _Cancelled(Exception):
     """The operator cancelled the experiment (raised at the next wait point)."""
 
@@ -80,84 +68,6 @@ class _Halt(Exception):
 
 class _StepsStopped(Exception):
     """A start failed and the experiment is set to stop on a start failure."""
-
-
-@dataclass
-class StopOutcome:
-    clean: bool
-    state: str
-    reason: str
-    evidence: dict[str, Any]
-
-
-def _lifecycle_busy(instance_id: int) -> Any:
-    return Job.objects.filter(
-        lock_key=host_services.instance_lock_key(instance_id),
-        state__in=[JobState.QUEUED, JobState.RUNNING],
-    ).aexists()
-
-
-async def stop_verified(
-    instance_id: int,
-    *,
-    cancelled: asyncio.Event | None = None,
-    settings: RunnerSettings | None = None,
-) -> StopOutcome:
-    """Stop an instance (if it still runs) and wait for its lifecycle to finish with it.
-
-    Clean means: ``stopped`` or ``failed`` (both end in a verified kill that found no
-    process, a free port and GPU memory back to its level before the start), or ``crashed``
-    with its GPU claims released (its clean-up verified the GPUs). ``dirty``, ``lost`` or a
-    stop that does not finish within the timeout are not clean.
-    """
-    cfg = settings or SETTINGS
-    instance = await ServerInstance.objects.aget(pk=instance_id)
-    if instance.state in ACTIVE_STATES and not instance.stop_requested:
-        await sync_to_async(host_services.instance_stop)(instance=instance)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + cfg.stop_timeout_s
-    while True:
-        instance = await ServerInstance.objects.aget(pk=instance_id)
-        if instance.state not in ACTIVE_STATES and not await _lifecycle_busy(instance_id):
-            break
-        if loop.time() > deadline:
-            return StopOutcome(
-                False,
-                instance.state,
-                f"the stop of server #{instance_id} was not verified within "
-                f"{cfg.stop_timeout_s:g} s (still {instance.state})",
-                dict(instance.evidence),
-            )
-        await asyncio.sleep(cfg.poll_seconds)
-    state = instance.state
-    claims_left = await GpuClaim.objects.filter(instance_id=instance_id).aexists()
-    clean = state in {InstanceState.STOPPED, InstanceState.FAILED} or (
-        state == InstanceState.CRASHED and not claims_left
-    )
-    return StopOutcome(clean, state, instance.reason, dict(instance.evidence))
-
-
-async def _host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
-    """GPU names and engine versions as the host reports them (best effort, never raises)."""
-    instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
-        pk=instance_id
-    )
-    try:
-        agent = Agent.for_host(instance.host, instance.profile.container)
-        answer = await agent.call("probe", {}, timeout=seconds)
-    except (TransportError, AgentFailed, OSError) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    smi = answer.get("nvidia_smi") or {}
-    return {
-        "gpus": list(smi.get("gpus") or []),
-        "nvidia_smi_error": smi.get("error"),
-        "driver_version": smi.get("driver_version"),
-        "cuda_version": smi.get("cuda_version"),
-        "engines": answer.get("engines") or {},
-        "hostname": answer.get("hostname"),
-        "kernel": answer.get("kernel"),
-        "container": answer.get("container"),
-    }
 
 
 class ExperimentRun:

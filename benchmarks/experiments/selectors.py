@@ -13,7 +13,8 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from benchmarks.experiments.comparison import HistoryRun, LevelRun, SeriesData
+from benchmarks.experiments.comparison import LevelRun, SeriesData
+from benchmarks.experiments.history import HistoryRun
 from benchmarks.models import (
     Experiment,
     ExperimentArm,

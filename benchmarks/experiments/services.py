@@ -1,37 +1,49 @@
 """Write-side actions on experiments.
 
-Web requests create and cancel experiments; the ``experiment.run`` job
-(benchmarks.experiments.runner) records what it does through the recording functions
-below. Every change emits its ``experiment.*`` event after commit, on the experiment's
-group of the channel layer (specdash.realtime).
+Web requests create, cancel and resume experiments; the ``experiment.run`` job
+(benchmarks.experiments.runner) records what it does through the recording functions of
+``benchmarks.experiments.recording`` (re-exported here), and the job hooks below end an
+interrupted or force-cancelled one. Every change emits its ``experiment.*`` event after
+commit, on the experiment's group of the channel layer (``benchmarks.experiments.events``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
-from benchmarks.experiments import comparison, selectors
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState, Sweep
+from benchmarks.experiments.events import EXPERIMENT_STATE as EXPERIMENT_STATE
+from benchmarks.experiments.events import EXPERIMENT_STEP as EXPERIMENT_STEP
+from benchmarks.experiments.events import broadcast_state as _broadcast_state
+from benchmarks.experiments.events import broadcast_step as _broadcast_step
+from benchmarks.experiments.events import close_steps as _close_steps
+from benchmarks.experiments.events import history_add as _history_add
+from benchmarks.experiments.recording import ExperimentPlan as ExperimentPlan
+from benchmarks.experiments.recording import StepPlan as StepPlan
+from benchmarks.experiments.recording import experiment_begin as experiment_begin
+from benchmarks.experiments.recording import experiment_finish as experiment_finish
+from benchmarks.experiments.recording import (
+    experiment_skip_remaining as experiment_skip_remaining,
+)
+from benchmarks.experiments.recording import experiment_step_start as experiment_step_start
+from benchmarks.experiments.recording import experiment_step_sweep as experiment_step_sweep
+from benchmarks.experiments.recording import experiment_step_update as experiment_step_update
+from benchmarks.experiments.recording import (
+    experiment_store_comparison as experiment_store_comparison,
+)
+from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
 from benchmarks.sweeps.plan import is_rate_sweep
-from hosts import services as host_services
 from hosts.jobs import job_cancel, job_enqueue
-from hosts.models import JobState, ServerInstance, ServerProfile
-from specdash import realtime
+from hosts.models import JobState, ServerProfile
 
 EXPERIMENT_JOB_KIND = "experiment.run"
-EXPERIMENT_STATE = "experiment.state"  # {"experiment_id", "experiment": {...}}
-EXPERIMENT_STEP = "experiment.step"  # {"experiment_id", "step": {...}}
 MAX_PROFILES = 8
 MAX_REPEATS = 10
 LABELS = "ABCDEFGH"
@@ -152,42 +164,6 @@ def experiment_create(
     return experiment
 
 
-def _broadcast_state(experiment_id: int) -> None:
-    experiment = Experiment.objects.get(pk=experiment_id)
-    realtime.broadcast_on_commit(
-        realtime.experiment_group(experiment_id),
-        EXPERIMENT_STATE,
-        {"experiment_id": experiment_id, "experiment": selectors.experiment_as_dict(experiment)},
-    )
-
-
-def _broadcast_step(step_id: int) -> None:
-    step = (
-        ExperimentStep.objects.select_related("arm__profile", "instance", "sweep")
-        .filter(pk=step_id)
-        .first()
-    )
-    if step is None:
-        return
-    realtime.broadcast_on_commit(
-        realtime.experiment_group(step.experiment_id),
-        EXPERIMENT_STEP,
-        {"experiment_id": step.experiment_id, "step": selectors.step_as_dict(step)},
-    )
-
-
-def _close_steps(experiment_id: int, state: str, reason: str) -> None:
-    """Pending steps (never started) end as ``state``: skipped or cancelled."""
-    now = timezone.now()
-    for step_id in ExperimentStep.objects.filter(
-        experiment_id=experiment_id, state=StepState.PENDING
-    ).values_list("pk", flat=True):
-        ExperimentStep.objects.filter(pk=step_id).update(
-            state=state, reason=reason, finished_at=now
-        )
-        _broadcast_step(step_id)
-
-
 def experiment_cancel(*, experiment: Experiment, user: Any = None) -> Experiment:
     """Cancel: a queued experiment at once; a running one when its job sees the request
     (it then cancels the sweep in progress and stops its server with a verified stop)."""
@@ -214,189 +190,6 @@ def experiment_cancel(*, experiment: Experiment, user: Any = None) -> Experiment
             _broadcast_state(experiment.pk)
     experiment.refresh_from_db()
     return experiment
-
-
-# -- recording what the runner does (sync; the async job calls these via sync_to_async) --
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    step_id: int
-    index: int
-    label: str
-    repeat: int
-    profile_id: int
-    profile_name: str
-
-
-@dataclass(frozen=True)
-class ExperimentPlan:
-    experiment_id: int
-    name: str
-    levels: list[int]
-    load: dict[str, Any]
-    repeats: int
-    notes: str
-    tags: list[str]
-    continue_on_start_failure: bool
-    check_output_equivalence: bool
-    steps: list[StepPlan]
-    user: Any
-
-
-def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
-    """Mark a queued experiment running and return its plan; None if no longer queued."""
-    with transaction.atomic():
-        # A resumed experiment keeps its first start time.
-        updated = Experiment.objects.filter(pk=experiment_id, state=ExperimentState.QUEUED).update(
-            state=ExperimentState.RUNNING,
-            started_at=Coalesce(F("started_at"), Value(timezone.now())),
-        )
-        if not updated:
-            return None
-        _broadcast_state(experiment_id)
-    experiment = Experiment.objects.select_related("created_by").get(pk=experiment_id)
-    steps = [
-        StepPlan(
-            step_id=s.pk,
-            index=s.index,
-            label=s.arm.label,
-            repeat=s.repeat,
-            profile_id=s.arm.profile_id,
-            profile_name=s.arm.profile.name,
-        )
-        for s in ExperimentStep.objects.filter(experiment_id=experiment_id)
-        .select_related("arm__profile")
-        .order_by("index")
-    ]
-    return ExperimentPlan(
-        experiment_id=experiment_id,
-        name=experiment.name,
-        levels=list(experiment.levels),
-        load=dict(experiment.load),
-        repeats=experiment.repeats,
-        notes=experiment.notes,
-        tags=list(experiment.tags),
-        continue_on_start_failure=experiment.continue_on_start_failure,
-        check_output_equivalence=experiment.check_output_equivalence,
-        steps=steps,
-        user=experiment.created_by,
-    )
-
-
-_UNSET: Any = object()
-
-
-def experiment_step_update(
-    *,
-    step_id: int,
-    state: str,
-    reason: str | None = None,
-    instance_id: int | None = _UNSET,
-    environment: dict[str, Any] | None = None,
-    equivalence: dict[str, Any] | None = None,
-) -> None:
-    """Move a step on; it gets its start time when it leaves pending, its end when final."""
-    with transaction.atomic():
-        step = ExperimentStep.objects.select_for_update().get(pk=step_id)
-        now = timezone.now()
-        step.state = state
-        if reason is not None:
-            step.reason = reason
-        if instance_id is not _UNSET:
-            step.instance_id = instance_id
-        if environment is not None:
-            step.environment = environment
-        if equivalence is not None:
-            step.equivalence = equivalence
-        if step.started_at is None and state != StepState.PENDING:
-            step.started_at = now
-        if state in FINISHED_STEP_STATES and step.finished_at is None:
-            step.finished_at = now
-        step.save()
-        _broadcast_step(step_id)
-
-
-def experiment_step_start(
-    *, step_id: int, profile: ServerProfile, user: Any = None
-) -> ServerInstance:
-    """Start the step's server and record it on the step, in one transaction."""
-    with transaction.atomic():
-        instance = host_services.instance_start(profile=profile, user=user)
-        experiment_step_update(step_id=step_id, state=StepState.STARTING, instance_id=instance.pk)
-    return instance
-
-
-def experiment_step_sweep(
-    *, plan: ExperimentPlan, step: StepPlan, instance_id: int, host_probe: dict[str, Any]
-) -> Sweep:
-    """Create the step's sweep against its READY instance and move the step to sweeping."""
-    with transaction.atomic():
-        instance = ServerInstance.objects.get(pk=instance_id)
-        repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
-        sweep = sweep_services.sweep_create(
-            instance=instance,
-            levels=plan.levels,
-            load=plan.load,
-            name=f"{plan.name} · {step.label}{repeat}"[:200],
-            notes=plan.notes,
-            tags=[*plan.tags, f"experiment:{plan.experiment_id}", f"arm:{step.label}"],
-            user=plan.user,
-        )
-        sweep.experiment_step_id = step.step_id
-        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.
-        sweep.environment = {**sweep.environment, "host_probe": host_probe}
-        sweep.save(update_fields=["experiment_step", "environment"])
-        experiment_step_update(step_id=step.step_id, state=StepState.SWEEPING)
-    return sweep
-
-
-def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) -> None:
-    with transaction.atomic():
-        _close_steps(experiment_id, state, reason)
-
-
-def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
-    """Build the comparison from the experiment's sweeps and keep it on the experiment."""
-    experiment = Experiment.objects.get(pk=experiment_id)
-    result = comparison.comparison_build(
-        series=selectors.experiment_series(experiment=experiment),
-        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
-        slo=(experiment.load or {}).get("slo"),
-    )
-    Experiment.objects.filter(pk=experiment_id).update(comparison=result)
-    return result
-
-
-def experiment_finish(
-    *, experiment_id: int, state: str, reason: str = "", evidence: dict[str, Any] | None = None
-) -> bool:
-    """End an experiment; steps still pending are skipped (cancelled when it was cancelled).
-    A reason recorded earlier (who cancelled) is kept. False if it had already ended."""
-    with transaction.atomic():
-        experiment = Experiment.objects.select_for_update().filter(pk=experiment_id).first()
-        if experiment is None or experiment.is_finished:
-            return False
-        experiment.state = state
-        if not (experiment.reason and state == ExperimentState.CANCELLED):
-            experiment.reason = reason
-        if evidence is not None:
-            experiment.evidence = evidence
-        experiment.finished_at = timezone.now()
-        experiment.save(update_fields=["state", "reason", "evidence", "finished_at"])
-        # An interrupted experiment keeps its pending steps: they are what a resume runs.
-        if state != ExperimentState.INTERRUPTED:
-            left = StepState.CANCELLED if state == ExperimentState.CANCELLED else StepState.SKIPPED
-            _close_steps(experiment_id, left, f"the experiment ended {state}")
-        _broadcast_state(experiment_id)
-    return True
-
-
-def _history_add(experiment_id: int, entry: dict[str, Any]) -> None:
-    """Append to the experiment's history (the row is locked by the caller's transaction)."""
-    experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
-    experiment.history = [*experiment.history, {"t": timezone.now().isoformat(), **entry}]
-    experiment.save(update_fields=["history"])
 
 
 def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:

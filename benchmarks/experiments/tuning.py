@@ -5,9 +5,11 @@ every fixed choice it was derived from.
 differ in draft length (read from each arm's argv, ``draft_length``). The schedule is derived
 from their stored levels (``benchmarks.stats.schedule``), written as the engine's own
 configuration (``schedule_configs``) into a new "tuned" variant profile, and a follow-up
-experiment runs [tuned, every fixed variant] on the same levels, load and repeats. The
-schedule was chosen on the data it is judged by in the first experiment; the follow-up
-measures it afresh.
+experiment runs [tuned, every fixed variant] on the same levels and load, each level
+``VERIFY_REPEATS`` times by default (or the first experiment's repeats when more), so that
+each tuned / fixed interval holds the spread between runs, not only the spread of one run's
+requests. The schedule was chosen on the data it is judged by in the first experiment; the
+follow-up measures it afresh.
 
 ``verification_report``: on that follow-up, per level, tuned / best fixed variant with its
 interval, and a verdict: at least as good as every fixed choice at every level, or the levels
@@ -19,17 +21,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from benchmarks.experiments import drafts, selectors, services
 from benchmarks.experiments.comparison import series_curve
-from benchmarks.experiments.matrix import drop_flags, flag_value, set_flag, variant_profile
+from benchmarks.experiments.matrix import (
+    drop_flags,
+    flag_value,
+    matrix_variants,
+    set_flag,
+    variant_profile,
+)
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from benchmarks.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
@@ -44,6 +53,9 @@ from benchmarks.stats.types import Curve, Ratio
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"
+# Sweeps per arm in a verification: with one, a level's interval is a bootstrap over one run's
+# requests, blind to the few percent arms drift between runs on a shared machine.
+VERIFY_REPEATS = 3
 _SGLANG_ADAPTIVE = ("--speculative-adaptive", "--speculative-adaptive-config")
 
 
@@ -167,8 +179,55 @@ def tuned_argv(derived: Derived) -> list[str]:
     raise _invalid(f"No schedule configuration is known for a {engine} profile.")
 
 
-def verification_create(*, experiment: Experiment, user: Any = None) -> Experiment:
-    """Queue [tuned, every fixed variant] on ``experiment``'s levels, load and repeats."""
+def matrix_create(
+    *,
+    base: ServerProfile,
+    axes: Mapping[str, Any],
+    include_off: bool = False,
+    levels: Sequence[int],
+    load: dict[str, Any],
+    name: str = "",
+    user: Any = None,
+    **options: Any,
+) -> Experiment:
+    """The variants of ``base`` over ``axes`` (``matrix.matrix_variants``) queued as one
+    experiment's arms, all or nothing: a bad axis or plan creates no profile. ``options``:
+    the rest of ``services.experiment_create``'s (repeats, order, notes, tags, ...)."""
+    with transaction.atomic():
+        variants = matrix_variants(base=base, axes=axes, include_off=include_off)
+        return services.experiment_create(
+            profiles=variants,
+            levels=list(levels),
+            load=load,
+            name=name or f"{base.name}: {', '.join(axes)}",
+            user=user,
+            **options,
+        )
+
+
+def verification_repeats(experiment: Experiment, repeats: int | None) -> int:
+    """The repeats of ``experiment``'s verification: ``repeats`` when given (1 to
+    ``services.MAX_REPEATS``), else ``VERIFY_REPEATS`` or the experiment's own when more."""
+    if repeats is None:
+        return max(VERIFY_REPEATS, experiment.repeats)
+    if isinstance(repeats, bool) or not 1 <= repeats <= services.MAX_REPEATS:
+        raise ValidationError(
+            {"repeats": [f"Repeats must be a whole number from 1 to {services.MAX_REPEATS}."]}
+        )
+    return repeats
+
+
+def verification_create(
+    *, experiment: Experiment, repeats: int | None = None, user: Any = None
+) -> Experiment:
+    """Queue [tuned, every fixed variant] on ``experiment``'s levels and load, each
+    ``verification_repeats`` times (default: ``VERIFY_REPEATS``)."""
+    count = verification_repeats(experiment, repeats)
+    with transaction.atomic():  # the tuned profile only with its experiment
+        return _verification_create(experiment, count, user)
+
+
+def _verification_create(experiment: Experiment, count: int, user: Any) -> Experiment:
     derived = derive(experiment)
     argv = tuned_argv(derived)
     template = derived.by_k[max(s.draft_length for s in derived.schedule.steps())]
@@ -191,7 +250,7 @@ def verification_create(*, experiment: Experiment, user: Any = None) -> Experime
         levels=experiment.levels,
         load=dict(experiment.load),
         name=f"Verify the schedule of #{experiment.pk}",
-        repeats=experiment.repeats,
+        repeats=count,
         order=experiment.order,
         notes=f"Verifies the schedule derived from experiment #{experiment.pk}: {described}",
         tags=[VERIFY_TAG],

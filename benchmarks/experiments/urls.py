@@ -8,6 +8,12 @@ from benchmarks.experiments import views
 
 urlpatterns = [
     path("experiments/new/", views.experiment_new, name="experiment-new"),
+    path("experiments/matrix/", views.experiment_matrix, name="experiment-matrix"),
+    path(
+        "experiments/<int:experiment_id>/verify/",
+        views.experiment_verify,
+        name="experiment-verify",
+    ),
     path("experiments/<int:experiment_id>/", views.experiment_detail, name="experiment-detail"),
     path(
         "experiments/<int:experiment_id>/cancel/",

@@ -15,9 +15,19 @@ from django.views.decorators.http import require_POST
 
 from benchmarks import audit
 from benchmarks.experiments import comparison as comparisons
-from benchmarks.experiments import figures, forms, report, selectors, services
+from benchmarks.experiments import (
+    figures,
+    forms,
+    matrix,
+    report,
+    selectors,
+    services,
+    tuning,
+)
 from benchmarks.experiments import schedule as speculation_schedule
+from benchmarks.experiments.history import history_build
 from benchmarks.models import Experiment
+from benchmarks.models.experiments import ExperimentState
 from hosts import roles
 from specdash.http import HtmxHttpRequest
 
@@ -92,6 +102,46 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
     return render(request, "benchmarks/experiment_new.html", context, status=status)
 
 
+@experiment_operator_required
+def experiment_matrix(request: HttpRequest) -> HttpResponse:
+    """A parameter matrix: "Preview" shows the variants the axes expand to (nothing saved),
+    "Launch" creates them and queues the experiment; errors keep what was typed."""
+    form = forms.MatrixForm(request.POST or None)
+    variants: list[matrix.VariantSpec] = []
+    if request.method == "POST" and form.is_valid():
+        try:
+            if "preview" in request.POST:
+                variants = matrix.matrix_preview(**form.preview_kwargs())
+            else:
+                experiment = tuning.matrix_create(**form.service_kwargs(), user=request.user)
+                return redirect("benchmarks:experiment-detail", experiment_id=experiment.pk)
+        except ValidationError as exc:
+            form.add_service_error(exc)
+    status = 400 if form.is_bound and form.errors else 200
+    context = {"form": form, "variants": variants, "nav": "experiments"}
+    return render(request, "benchmarks/experiment_matrix.html", context, status=status)
+
+
+@require_POST
+@experiment_operator_required
+def experiment_verify(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """Queue the verification of this experiment's speculation schedule (as
+    POST /api/v1/experiments/{id}/verify); errors go back to its comparison page."""
+    experiment = _experiment_or_404(experiment_id)
+    form = forms.VerifyForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ValidationError([f"{k}: {e}" for k, es in form.errors.items() for e in es])
+        follow_up = tuning.verification_create(
+            experiment=experiment, repeats=form.cleaned_data["repeats"], user=request.user
+        )
+    except ValidationError as exc:
+        messages.error(request, "Not verified: " + "; ".join(exc.messages))
+        return redirect("benchmarks:experiment-comparison", experiment_id=experiment_id)
+    messages.success(request, f"Verification of experiment #{experiment_id}'s schedule queued.")
+    return redirect("benchmarks:experiment-detail", experiment_id=follow_up.pk)
+
+
 def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, Any]:
     steps = selectors.experiment_steps(experiment_id=experiment.pk)
     current = selectors.experiment_current_step(steps=steps)
@@ -104,6 +154,7 @@ def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, A
         "current": selectors.step_as_dict(current) if current is not None else None,
         "verdicts": verdicts,
         "can_run_experiments": can_run_experiments(request.user),
+        "is_verification": tuning.VERIFY_TAG in (experiment.tags or []),
         "live_config": {
             "experimentId": experiment.pk,
             "wsPath": f"/ws/experiments/{experiment.pk}/",  # benchmarks/routing.py
@@ -163,6 +214,19 @@ def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpRespo
     )
     if schedule["available"]:
         context["figures"]["schedule"] = figures.schedule_figure(schedule)
+    if tuning.VERIFY_TAG in (experiment.tags or []):
+        margin, margin_error = forms.parse_margin(request.GET.get("margin"))
+        try:
+            context["verification"] = tuning.verification_report(
+                experiment=experiment, margin=margin
+            )
+        except ValidationError as exc:
+            context["verification_error"] = "; ".join(exc.messages)
+        context["margin_error"] = margin_error
+    context["can_verify"] = (
+        can_run_experiments(request.user) and experiment.state == ExperimentState.COMPLETED
+    )
+    context["verify_repeats"] = tuning.verification_repeats(experiment, None)
     return render(request, "benchmarks/comparison.html", context)
 
 
@@ -244,7 +308,7 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = selectors.profile_detail(profile_id=profile_id)
     if profile is None:
         raise Http404("No such profile")
-    history = comparisons.history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
+    history = history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
     context = {
         "profile": profile,
         "history": history,

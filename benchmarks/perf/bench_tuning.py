@@ -15,7 +15,7 @@ subprocesses and talks HTTP. It exits non-zero when something did not complete (
 did not start, an experiment that failed, a route that refused); a verdict "not at least as
 good" is a result and exits 0.
 
-    python -m benchmarks.perf.bench_tuning                      # the full run (~15 min, 2 cores)
+    python -m benchmarks.perf.bench_tuning                      # the full run (~30 min, 2 cores)
     python -m benchmarks.perf.bench_tuning --levels 1,2,8 --duration 2 --max-tokens 16
 
 The experiment API takes one load for every level: ``requests_per_level`` is the same number at
@@ -34,25 +34,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.perf.dashboard import DashboardDidNotStart, serving
 from benchmarks.perf.ports import free_port
+from benchmarks.perf.tuning_report import (
+    print_matrix,
+    print_schedule,
+    print_targets,
+    print_verification,
+    say,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "Simulated SGLang EAGLE-3"
 DRAFT_AXIS = "--speculative-num-steps"
 LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
 DRAFT_LENGTHS = (1, 2, 3, 5)
-# The scenario's figures the simulator is calibrated to (benchmarks/simulator/profiles.py).
-EAGLE3_SINGLE_STREAM = 96.1  # decode tok/s of one stream, EAGLE-3 (3 draft steps)
-BASELINE_SATURATED = 773.0  # aggregate output tok/s at 256 running, no speculation
-SATURATED_FROM = 200  # a top level from which the saturated figure is compared
-EAGLE3_STEPS = 3  # the seeded EAGLE-3 profile's draft length: the arm that is "EAGLE-3"
 FINISHED = {"completed", "cancelled", "failed", "halted", "interrupted"}
 
 # The demo profiles listen on fixed ports; this run must not meet a dashboard (or a test run)
@@ -71,10 +73,6 @@ class Failed(Exception):
     """Something did not complete: the run exits non-zero with this message."""
 
 
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
 def manage(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     done = subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -83,37 +81,6 @@ def manage(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     if done.returncode != 0:
         raise Failed(f"manage.py {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return done.stdout
-
-
-@contextmanager
-def dashboard(env: dict[str, str], port: int, log_path: Path) -> Iterator[str]:
-    """``manage.py serve`` (Daphne + job worker) until the block ends; its process group is
-    ended on the way out, also when the block fails."""
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port), "--exit-with-parent"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(url + "/accounts/login/", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise Failed("the dashboard did not start:\n" + log_path.read_text()[-3000:])
-                time.sleep(0.3)
-            yield url
-        finally:
-            os.killpg(server.pid, 15)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, 9)
-                server.wait()
 
 
 class Api:
@@ -160,152 +127,6 @@ def wait_experiment(api: Api, experiment_id: int, *, timeout: float) -> dict[str
         raise Failed(f"experiment {experiment_id} ended {body['state']}: {body['reason']}")
     say(f"  experiment {experiment_id} completed in {time.monotonic() - started:.0f}s")
     return body
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        say("  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
-
-
-def _num(value: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def _short(name: str) -> str:
-    """ "Simulated SGLang EAGLE-3 [K=3]" -> "K=3"."""
-    return name.rsplit("[", 1)[-1].rstrip("]") if name.endswith("]") else name
-
-
-def figures(comparison: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
-    """Per series name, per concurrency: the comparison's level row (output_tok_s, ...)."""
-    return {
-        s["name"]: {int(row["concurrency"]): row for row in s["levels"]}
-        for s in comparison["series"]
-    }
-
-
-def print_matrix(comparison: dict[str, Any]) -> None:
-    by_name = figures(comparison)
-    names = list(by_name)
-    levels = sorted({c for rows in by_name.values() for c in rows})
-    say("Matrix: output tok/s per variant and level")
-    rows = [
-        [str(c), *(_num(by_name[n].get(c, {}).get("output_tok_s")) for n in names)] for c in levels
-    ]
-    table(["C", *(_short(n) for n in names)], rows)
-
-
-def print_schedule(schedule: dict[str, Any]) -> None:
-    say("Schedule")
-    if not schedule["available"]:
-        say(f"  none: {schedule['message']}")
-        return
-    say(f"  {schedule['description']}")
-    rows = []
-    for band in schedule["bands"]:
-        end = "" if band["end"] is None else str(band["end"])
-        gain = band["expected_gain"]
-        interval = (
-            f"{band['gain_low']:.3f}-{band['gain_high']:.3f}"
-            if band["gain_low"] is not None and band["gain_high"] is not None
-            else "-"
-        )
-        rows.append([
-            f"{band['start']}..{end}", _short(band["variant"]), str(band["draft_length"]),
-            ",".join(map(str, band["levels"])), _num(gain, "{:.3f}x"), interval,
-            ",".join(dict.fromkeys(_short(v) for v in band["runner_up"])),
-        ])  # fmt: skip
-    table(["C band", "variant", "K", "levels tested", "gain", "gain interval", "over"], rows)
-    if schedule["untested"]:
-        say(f"  untested levels: {schedule['untested']}")
-    for config in schedule.get("configs", []):
-        exact = "exact" if config["exact"] else "approximate"
-        say(f"  {config['engine']} ({config['option']}, {exact}; {config['source']}):")
-        value = config["value"]
-        if value:
-            say("    " + (value if isinstance(value, str) else " ".join(value)))
-        if config.get("file_name"):
-            say(f"    {config['file_name']}:")
-            for line in str(config["file_text"]).splitlines():
-                say(f"      {line}")
-        if config.get("note"):
-            say(f"    note: {config['note']}")
-
-
-def print_verification(report: dict[str, Any]) -> None:
-    say(f"Verification: {_short(report['tuned'])} vs every fixed variant")
-    rows = []
-    for level in report["levels"]:
-        ratio = level["ratio"]
-        interval = (
-            f"{ratio['low']:.3f}-{ratio['high']:.3f}"
-            if ratio["low"] is not None and ratio["high"] is not None
-            else "none"
-        )
-        behind = ",".join(map(_short, level["conclusively_worse_than"]))
-        close = ",".join(map(_short, level.get("behind_within_margin", [])))
-        rows.append([
-            str(level["concurrency"]), _num(level["tuned"]), _short(level["best_fixed"]),
-            _num(level["best_fixed_value"]), f"{ratio['point']:.3f}", interval, ratio["method"],
-            (f"within margin {close}" if close else "ok") if level["ok"] else f"behind {behind}",
-        ])  # fmt: skip
-    table(
-        [
-            "C",
-            "tuned",
-            "best fixed",
-            "its tok/s",
-            "ratio",
-            f"{report['confidence']:.0%}",
-            "from",
-            "",
-        ],
-        rows,
-    )
-    say(f"  margin: {report['margin']:.0%} (a fixed variant is ahead only below 1 - margin)")
-    say(f"  verdict: {report['verdict']}")
-
-
-def print_targets(comparison: dict[str, Any], report: dict[str, Any]) -> None:
-    """The tuned arm beside the scenario's two figures and the arms standing for them here:
-    the fixed K=3 arm (the seeded EAGLE-3 profile's draft length) at the lowest level, and the
-    off arm (the baseline's server) at the highest."""
-    by_name = figures(comparison)
-    tuned = by_name[report["tuned"]]
-    fixed = {_short(n): rows for n, rows in by_name.items() if n != report["tuned"]}
-    low, high = min(tuned), max(tuned)
-    say("The tuned arm against the scenario's figures")
-
-    def decode(row: dict[str, Any]) -> float | None:
-        tpot = row.get("tpot_p50_ms")
-        return 1000.0 / tpot if tpot else None
-
-    eagle = fixed.get(f"K={EAGLE3_STEPS}", {}).get(low, {})
-    off = fixed.get("off", {}).get(high, {})
-    # The saturated figure is at 256 running: a top level far below it is not saturation.
-    saturated = BASELINE_SATURATED if high >= SATURATED_FROM else None
-    lines = [
-        (f"C={low} decode tok/s (1000/TPOT p50)", decode(tuned[low]), EAGLE3_SINGLE_STREAM,
-         "EAGLE-3 single stream", decode(eagle) if eagle else None, f"K={EAGLE3_STEPS}"),
-        (f"C={low} output tok/s", tuned[low].get("output_tok_s"), None, "",
-         eagle.get("output_tok_s"), f"K={EAGLE3_STEPS}"),
-        (f"C={high} output tok/s", tuned[high].get("output_tok_s"), saturated,
-         "baseline saturated (256 running)", off.get("output_tok_s"), "off"),
-    ]  # fmt: skip
-    for what, value, scenario, scenario_name, arm_value, arm in lines:
-        parts = [f"  {what}: tuned {_num(value)}"]
-        if scenario is not None and value is not None:
-            verdict = ">=" if value >= scenario else "<"
-            parts.append(
-                f"{verdict} scenario {scenario} ({scenario_name}, {value / scenario:.3f}x)"
-            )
-        if arm_value is not None and value is not None:
-            verdict = ">=" if value >= arm_value else "<"
-            parts.append(
-                f"{verdict} this run's {arm} arm {arm_value:.1f} ({value / arm_value:.3f}x)"
-            )
-        say("; ".join(parts))
 
 
 def leftovers(marker: str) -> list[str]:
@@ -364,7 +185,11 @@ def run(args: argparse.Namespace, var: Path) -> int:
         f"Levels {args.levels}; draft lengths {args.draft_lengths} + off; {sizing}; "
         f"max_tokens {args.max_tokens} (ignore_eos)"
     )
-    with dashboard(env, port, var / "serve.log") as url:
+    serve = serving(
+        env=env, port=port, log_path=var / "serve.log", start_timeout=120, stop_timeout=60,
+        exit_with_parent=True,
+    )  # fmt: skip
+    with serve as url:
         api = Api(url, token)
         active: list[int] = []
         try:
@@ -411,7 +236,9 @@ def _loop(api: Api, args: argparse.Namespace, load: dict[str, Any], active: list
     print_schedule(schedule)
     if not schedule["available"]:
         raise Failed("no schedule was derived")
-    verify = api.call("POST", f"/experiments/{matrix['id']}/verify")["experiment"]
+    verify = api.call(
+        "POST", f"/experiments/{matrix['id']}/verify", json={"repeats": args.verify_repeats}
+    )["experiment"]
     active.append(verify["id"])
     arms = ", ".join(a["profile"] for a in verify["arms"])
     say(f"\nVerification experiment {verify['id']}: {arms}")
@@ -442,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--duration", type=float, default=4.0, help="seconds of load per level")
     parser.add_argument(
+        "--verify-repeats", type=int, default=3,
+        help="sweeps per arm in the verification (the API's default, 3): the verdict's "
+        "intervals then hold run-to-run spread",
+    )  # fmt: skip
+    parser.add_argument(
         "--margin", type=float, default=0.05,
         help="practical-equivalence margin of the verdict (0 <= margin < 0.5; 0 with repeats)",
     )  # fmt: skip
@@ -463,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 1
     try:
         status = run(args, var)
-    except Failed as exc:
+    except (Failed, DashboardDidNotStart) as exc:
         say(f"\nFAILED: {exc}")
     except KeyboardInterrupt:
         say("\ninterrupted")

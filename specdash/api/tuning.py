@@ -12,7 +12,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import StringConstraints
 
-from benchmarks.experiments import matrix, services, tuning
+from benchmarks.experiments import tuning
 from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
@@ -39,6 +39,16 @@ class MatrixIn(In):
     repeats: int = Field(1, ge=1, le=10)
     order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
     auto_resume: bool = False
+
+
+class VerifyIn(In):
+    repeats: int | None = Field(
+        None,
+        ge=1,
+        le=10,
+        description=f"Sweeps per arm; default {tuning.VERIFY_REPEATS}, or the matrix "
+        "experiment's repeats when more",
+    )
 
 
 class RatioOut(Schema):
@@ -104,20 +114,18 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
     if base is None:
         raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{payload.profile}.")
     try:
-        with transaction.atomic():
-            variants = matrix.matrix_variants(
-                base=base, axes=payload.axes, include_off=payload.include_off
-            )
-            experiment = services.experiment_create(
-                profiles=variants,
-                levels=payload.levels,
-                load=payload.load.model_dump(exclude_none=True),
-                name=payload.name or f"{base.name}: {', '.join(payload.axes)}",
-                repeats=payload.repeats,
-                order=payload.order,
-                auto_resume=payload.auto_resume,
-                user=user,
-            )
+        experiment = tuning.matrix_create(
+            base=base,
+            axes=payload.axes,
+            include_off=payload.include_off,
+            levels=payload.levels,
+            load=payload.load.model_dump(exclude_none=True),
+            name=payload.name,
+            repeats=payload.repeats,
+            order=payload.order,
+            auto_resume=payload.auto_resume,
+            user=user,
+        )
     except ValidationError as exc:
         raise _clear(exc) from None
     return experiment_accepted(experiment)
@@ -129,16 +137,21 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
     summary="Verify the speculation schedule of a matrix experiment",
 )
 def verification_create(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+    request: HttpRequest,
+    payload: VerifyIn | None = None,
+    experiment_id: int = path_id("Experiment id"),
 ) -> Status[dict[str, Any]]:
     """Derive the schedule from a completed experiment whose arms differ in draft length, write
-    it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load."""
+    it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load,
+    each level ``repeats`` times (default 3) so the verdict's intervals hold run-to-run spread.
+    The body may be empty."""
     require_operator(request)
     user = require_sweeper(request)
+    repeats = payload.repeats if payload is not None else None
     try:
         with transaction.atomic():
             experiment = tuning.verification_create(
-                experiment=experiment_or_404(experiment_id), user=user
+                experiment=experiment_or_404(experiment_id), repeats=repeats, user=user
             )
     except ValidationError as exc:
         raise _clear(exc) from None

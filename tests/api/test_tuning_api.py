@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management import CommandError, call_command
 
 from benchmarks.experiments import services
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
+from specdash.api.client import SpecdashClient
 from tests.api.conftest import ApiClient, error_of
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
 
@@ -98,9 +102,10 @@ def test_verify_queues_the_tuned_arm_with_every_fixed_variant_and_reports_per_le
     complete_with(first, MATRIX, tmp_path)
 
     assert as_viewer.post(f"/api/v1/experiments/{first.pk}/verify").status_code == 403
-    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify")
+    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify", {"repeats": 2})
     assert response.status_code == 202, response.content
     follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
+    assert follow_up.repeats == 2
     names = list(follow_up.arms.order_by("position").values_list("profile__name", flat=True))
     assert names == ["Sim [schedule]", "Sim [off]", "Sim [K=1]", "Sim [K=3]"]
 
@@ -133,3 +138,68 @@ def test_verify_of_an_unfinished_experiment_is_422_and_report_of_another_is_422(
     response = as_operator.get(f"/api/v1/experiments/{experiment.pk}/verification")
     assert response.status_code == 422
     assert "not a schedule verification" in error_of(response)["message"]
+
+
+def test_verify_runs_three_repeats_by_default_and_refuses_a_bad_count(
+    as_operator: ApiClient, make_profile: Callable[..., ServerProfile],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    variants = matrix_variants(
+        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+    )
+    first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
+    complete_with(first, MATRIX, tmp_path)
+    experiments = Experiment.objects.count()
+    for bad in (0, 11, "three"):
+        refused = as_operator.post(f"/api/v1/experiments/{first.pk}/verify", {"repeats": bad})
+        assert refused.status_code == 422, bad
+    refused = as_operator.post(f"/api/v1/experiments/{first.pk}/verify", {"repeat": 3})
+    assert refused.status_code == 422
+    assert Experiment.objects.count() == experiments
+
+    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify")
+    assert response.status_code == 202, response.content
+    follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
+    assert follow_up.repeats == 3
+    assert follow_up.steps.filter(arm__position=0).count() == 3
+
+
+def test_the_management_command_verifies_with_the_repeat_count_and_prints_the_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[Any] = []
+    report = {
+        "ok": False, "verdict": "The schedule is not at least as good ...",
+        "levels": [{"concurrency": 8, "best_fixed": "Sim [off]",
+                    "ratio": {"point": 0.9, "low": 0.85, "high": 0.93, "method": "welch"}}],
+    }  # fmt: skip
+
+    def post(self: Any, path: str, body: Any = None) -> Any:
+        sent.append((path, body))
+        return {"experiment": {"id": 7, "state": "queued"}}
+
+    def get(self: Any, path: str, **params: Any) -> Any:
+        sent.append((path, params))
+        return report
+
+    def wait_finished(self: Any, path: str, *, timeout: float = 0) -> Any:
+        return {"id": 7, "state": "completed"}
+
+    monkeypatch.setattr(SpecdashClient, "post", post)
+    monkeypatch.setattr(SpecdashClient, "get", get)
+    monkeypatch.setattr(SpecdashClient, "wait_finished", wait_finished)
+    out = io.StringIO()
+    call_command("specdash", "--token", "t", "experiment", "verify", "3", stdout=out)
+    assert sent == [("/experiments/3/verify", {})]
+    assert out.getvalue().strip() == "experiment 7 queued"
+    sent.clear()
+    with pytest.raises(CommandError, match="not at least as good"):
+        call_command("specdash", "--token", "t", "experiment", "verify", "3", "--repeats", "5",
+                     "--margin", "0", "--wait", stdout=out)  # fmt: skip
+    assert sent == [
+        ("/experiments/3/verify", {"repeats": 5}),
+        ("/experiments/7/verification", {"margin": 0.0}),
+    ]
+    assert "C=8: tuned / Sim [off] 0.900x [0.850, 0.930]" in out.getvalue()

@@ -148,6 +148,19 @@ class Command(BaseCommand):
             if verb == "resume":
                 parser_.add_argument("--wait", action="store_true", help="Wait until it finishes")
 
+        verify = verbs.add_parser(
+            "verify",
+            help="Verify the speculation schedule of a completed matrix experiment: queue the "
+            "tuned arm against every fixed variant",
+        )
+        verify.add_argument("id", type=int, help="The matrix experiment")
+        verify.add_argument(
+            "--repeats", type=int, default=None, help="Sweeps per arm (default 3, or more)"
+        )
+        verify.add_argument("--margin", type=float, default=None, help="Verdict margin (0.05)")
+        verify.add_argument("--wait", action="store_true", help="Wait, then print the verdict")
+        verify.add_argument("--timeout", type=float, default=24 * 3600.0)
+
         compare = sub.add_parser("compare", help="Compare sweeps (first = reference)")
         compare.add_argument("sweeps", nargs="*", type=int)
         compare.add_argument("--experiment", type=int, help="Or an experiment's comparison")
@@ -237,6 +250,9 @@ class Command(BaseCommand):
         elif verb == "compare":
             self._compare(client, {**options, "experiment": options["id"], "sweeps": []})
             return
+        elif verb == "verify":
+            self._verify(client, options)
+            return
         else:
             experiment = {"id": options["id"]}
         if verb == "wait" or options.get("wait"):
@@ -248,6 +264,31 @@ class Command(BaseCommand):
         self._out(options, experiment, text)
         if verb == "wait" and experiment["state"] != ExperimentState.COMPLETED:
             raise CommandError(text, returncode=1)
+
+    def _verify(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        payload = {} if options["repeats"] is None else {"repeats": options["repeats"]}
+        experiment = client.post(f"/experiments/{options['id']}/verify", payload)["experiment"]
+        if not options["wait"]:
+            text = f"experiment {experiment['id']} {experiment['state']}"
+            self._out(options, experiment, text)
+            return
+        path = f"/experiments/{experiment['id']}"
+        experiment = client.wait_finished(path, timeout=options["timeout"])
+        if experiment["state"] != "completed":
+            raise CommandError(f"experiment {experiment['id']} {experiment['state']}", returncode=1)
+        query = {} if options["margin"] is None else {"margin": options["margin"]}
+        report = client.get(f"{path}/verification", **query)
+        lines = [f"experiment {experiment['id']} completed: {report['verdict']}"]
+        for row in report["levels"]:
+            r = row["ratio"]
+            interval = "" if r["low"] is None else f" [{r['low']:.3f}, {r['high']:.3f}]"
+            lines.append(
+                f"C={row['concurrency']}: tuned / {row['best_fixed']} {r['point']:.3f}x{interval}"
+            )
+        self._out(options, report, "\n".join(lines))
+        if not report["ok"]:
+            message = "the schedule is not at least as good as every fixed choice"
+            raise CommandError(message, returncode=1)
 
     def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         page = client.get("/profiles", limit=200)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from benchmarks.experiments import comparison, equivalence, selectors, services
+from benchmarks.experiments.history import history_build
 from benchmarks.models import LevelState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -160,7 +161,7 @@ def test_history_reports_each_sweeps_single_stream_and_saturation(
     base, _ = profiles
     make_sweep(base, {1: 90, 8: 500, 64: 760, 256: 770}, tmp=tmp_path, records=False)
     make_sweep(base, {2: 170, 8: 520}, tmp=tmp_path, records=False)
-    history = comparison.history_build(runs=selectors.profile_history_runs(profile_id=base.pk))
+    history = history_build(runs=selectors.profile_history_runs(profile_id=base.pk))
     assert [(h["c1_tok_s"], h["lowest_concurrency"]) for h in history] == [(90, 1), (None, 2)]
     assert history[0]["saturation"]["saturated"] and history[0]["saturation"]["concurrency"] == 64
     assert not history[1]["saturation"]["saturated"]

@@ -81,9 +81,9 @@ def test_sglang_form_schedule_becomes_a_tuned_simulator_profile_and_a_follow_up(
     speculation = parse_config([*argv[3:], "--disable-cuda-graph"]).speculation
     assert speculation is not None
     assert (speculation.starts, speculation.lengths) == ((1, 3), (3, 0))
-    assert (follow_up.levels, follow_up.repeats, follow_up.load) == (
-        first.levels, first.repeats, first.load
-    )  # fmt: skip
+    assert (follow_up.levels, follow_up.load) == (first.levels, first.load)
+    # Each level more than once by default: the verdict's intervals hold run-to-run spread.
+    assert first.repeats == 2 and follow_up.repeats == tuning.VERIFY_REPEATS == 3
     assert tuning.VERIFY_TAG in follow_up.tags
     assert f"#{first.pk}" in follow_up.notes
 
@@ -129,6 +129,40 @@ def test_an_unfinished_experiment_or_two_arms_with_one_draft_length_are_refused(
     complete_with(experiment, {1: ((100,), (110,))}, tmp_path)
     with pytest.raises(ValidationError, match="both draft 3"):
         tuning.verification_create(experiment=experiment)
+
+
+def test_verification_repeats_default_to_three_or_the_matrix_repeats_when_more(
+    make_profile: Callable[..., ServerProfile],
+) -> None:
+    experiment = services.experiment_create(
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=2
+    )
+    assert tuning.verification_repeats(experiment, None) == 3
+    assert tuning.verification_repeats(experiment, 1) == 1
+    experiment.repeats = 5
+    assert tuning.verification_repeats(experiment, None) == 5
+    for bad in (0, 11, True):
+        with pytest.raises(ValidationError, match="from 1 to 10"):
+            tuning.verification_repeats(experiment, bad)
+
+
+def test_matrix_create_is_all_or_nothing(make_profile: Callable[..., ServerProfile]) -> None:
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    before = ServerProfile.objects.count()
+    with pytest.raises(ValidationError) as caught:
+        # Valid axes, a bad plan: the variants must not outlive the refused experiment.
+        tuning.matrix_create(
+            base=base, axes={"--speculative-num-steps": [1, 3]}, levels=[0], load=LOAD
+        )
+    assert "levels" in caught.value.message_dict
+    assert ServerProfile.objects.count() == before and Experiment.objects.count() == 0
+    experiment = tuning.matrix_create(
+        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True,
+        levels=[1, 4], load=LOAD, repeats=2,
+    )  # fmt: skip
+    names = list(experiment.arms.order_by("position").values_list("profile__name", flat=True))
+    assert names == ["Sim [off]", "Sim [K=1]", "Sim [K=3]"]
+    assert (experiment.name, experiment.repeats) == ("Sim: --speculative-num-steps", 2)
 
 
 def _verification(

@@ -61,7 +61,9 @@ async def test_a_schedule_from_a_simulated_matrix_is_run_and_judged_against_each
     steps = derived.schedule.steps()
     # Whatever the noise did at C=2, K=1 leads at C=1 and off at C=8 in the model by 13-18%.
     assert steps[0].draft_length == 1 and steps[-1].draft_length == 0, steps
-    follow_up: Any = await sync_to_async(tuning.verification_create)(experiment=first)
+    # One sweep per arm, as the matrix ran, keeps the loop within this test's time; the
+    # default of three repeats is tested on constructed levels (test_tuning.py).
+    follow_up: Any = await sync_to_async(tuning.verification_create)(experiment=first, repeats=1)
     argv = (await sync_to_async(_arm_argv)(follow_up.pk))[0]
     path = argv[argv.index("--speculative-adaptive-config") + 1]
     config = json.loads(await sync_to_async(Path(path).read_text)())

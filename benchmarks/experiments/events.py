@@ -1,0 +1,58 @@
+"""The ``experiment.*`` events of an experiment's group on the channel layer
+(specdash.realtime), sent after commit, and the history rows the experiment page lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from benchmarks.experiments import selectors
+from benchmarks.models import Experiment, ExperimentStep, StepState
+from specdash import realtime
+
+EXPERIMENT_STATE = "experiment.state"  # {"experiment_id", "experiment": {...}}
+EXPERIMENT_STEP = "experiment.step"  # {"experiment_id", "step": {...}}
+
+
+def broadcast_state(experiment_id: int) -> None:
+    experiment = Experiment.objects.get(pk=experiment_id)
+    realtime.broadcast_on_commit(
+        realtime.experiment_group(experiment_id),
+        EXPERIMENT_STATE,
+        {"experiment_id": experiment_id, "experiment": selectors.experiment_as_dict(experiment)},
+    )
+
+
+def broadcast_step(step_id: int) -> None:
+    step = (
+        ExperimentStep.objects.select_related("arm__profile", "instance", "sweep")
+        .filter(pk=step_id)
+        .first()
+    )
+    if step is None:
+        return
+    realtime.broadcast_on_commit(
+        realtime.experiment_group(step.experiment_id),
+        EXPERIMENT_STEP,
+        {"experiment_id": step.experiment_id, "step": selectors.step_as_dict(step)},
+    )
+
+
+def close_steps(experiment_id: int, state: str, reason: str) -> None:
+    """Pending steps (never started) end as ``state``: skipped or cancelled."""
+    now = timezone.now()
+    for step_id in ExperimentStep.objects.filter(
+        experiment_id=experiment_id, state=StepState.PENDING
+    ).values_list("pk", flat=True):
+        ExperimentStep.objects.filter(pk=step_id).update(
+            state=state, reason=reason, finished_at=now
+        )
+        broadcast_step(step_id)
+
+
+def history_add(experiment_id: int, entry: dict[str, Any]) -> None:
+    """Append to the experiment's history (the row is locked by the caller's transaction)."""
+    experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
+    experiment.history = [*experiment.history, {"t": timezone.now().isoformat(), **entry}]
+    experiment.save(update_fields=["history"])

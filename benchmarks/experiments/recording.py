@@ -1,0 +1,196 @@
+"""What the ``experiment.run`` job (benchmarks.experiments.runner) records as it goes: the
+plan it runs, each step's state, server and sweep, the comparison, the end. Sync; the async
+job calls these through ``sync_to_async``. Re-exported by ``benchmarks.experiments.services``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from benchmarks import services as sweep_services
+from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments.events import broadcast_state as _broadcast_state
+from benchmarks.experiments.events import broadcast_step as _broadcast_step
+from benchmarks.experiments.events import close_steps as _close_steps
+from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
+from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from hosts import services as host_services
+from hosts.models import ServerInstance, ServerProfile
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step_id: int
+    index: int
+    label: str
+    repeat: int
+    profile_id: int
+    profile_name: str
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    experiment_id: int
+    name: str
+    levels: list[int]
+    load: dict[str, Any]
+    repeats: int
+    notes: str
+    tags: list[str]
+    continue_on_start_failure: bool
+    check_output_equivalence: bool
+    steps: list[StepPlan]
+    user: Any
+
+
+def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
+    """Mark a queued experiment running and return its plan; None if no longer queued."""
+    with transaction.atomic():
+        # A resumed experiment keeps its first start time.
+        updated = Experiment.objects.filter(pk=experiment_id, state=ExperimentState.QUEUED).update(
+            state=ExperimentState.RUNNING,
+            started_at=Coalesce(F("started_at"), Value(timezone.now())),
+        )
+        if not updated:
+            return None
+        _broadcast_state(experiment_id)
+    experiment = Experiment.objects.select_related("created_by").get(pk=experiment_id)
+    steps = [
+        StepPlan(
+            step_id=s.pk,
+            index=s.index,
+            label=s.arm.label,
+            repeat=s.repeat,
+            profile_id=s.arm.profile_id,
+            profile_name=s.arm.profile.name,
+        )
+        for s in ExperimentStep.objects.filter(experiment_id=experiment_id)
+        .select_related("arm__profile")
+        .order_by("index")
+    ]
+    return ExperimentPlan(
+        experiment_id=experiment_id,
+        name=experiment.name,
+        levels=list(experiment.levels),
+        load=dict(experiment.load),
+        repeats=experiment.repeats,
+        notes=experiment.notes,
+        tags=list(experiment.tags),
+        continue_on_start_failure=experiment.continue_on_start_failure,
+        check_output_equivalence=experiment.check_output_equivalence,
+        steps=steps,
+        user=experiment.created_by,
+    )
+
+
+_UNSET: Any = object()
+
+
+def experiment_step_update(
+    *,
+    step_id: int,
+    state: str,
+    reason: str | None = None,
+    instance_id: int | None = _UNSET,
+    environment: dict[str, Any] | None = None,
+    equivalence: dict[str, Any] | None = None,
+) -> None:
+    """Move a step on; it gets its start time when it leaves pending, its end when final."""
+    with transaction.atomic():
+        step = ExperimentStep.objects.select_for_update().get(pk=step_id)
+        now = timezone.now()
+        step.state = state
+        if reason is not None:
+            step.reason = reason
+        if instance_id is not _UNSET:
+            step.instance_id = instance_id
+        if environment is not None:
+            step.environment = environment
+        if equivalence is not None:
+            step.equivalence = equivalence
+        if step.started_at is None and state != StepState.PENDING:
+            step.started_at = now
+        if state in FINISHED_STEP_STATES and step.finished_at is None:
+            step.finished_at = now
+        step.save()
+        _broadcast_step(step_id)
+
+
+def experiment_step_start(
+    *, step_id: int, profile: ServerProfile, user: Any = None
+) -> ServerInstance:
+    """Start the step's server and record it on the step, in one transaction."""
+    with transaction.atomic():
+        instance = host_services.instance_start(profile=profile, user=user)
+        experiment_step_update(step_id=step_id, state=StepState.STARTING, instance_id=instance.pk)
+    return instance
+
+
+def experiment_step_sweep(
+    *, plan: ExperimentPlan, step: StepPlan, instance_id: int, host_probe: dict[str, Any]
+) -> Sweep:
+    """Create the step's sweep against its READY instance and move the step to sweeping."""
+    with transaction.atomic():
+        instance = ServerInstance.objects.get(pk=instance_id)
+        repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
+        sweep = sweep_services.sweep_create(
+            instance=instance,
+            levels=plan.levels,
+            load=plan.load,
+            name=f"{plan.name} · {step.label}{repeat}"[:200],
+            notes=plan.notes,
+            tags=[*plan.tags, f"experiment:{plan.experiment_id}", f"arm:{step.label}"],
+            user=plan.user,
+        )
+        sweep.experiment_step_id = step.step_id
+        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.
+        sweep.environment = {**sweep.environment, "host_probe": host_probe}
+        sweep.save(update_fields=["experiment_step", "environment"])
+        experiment_step_update(step_id=step.step_id, state=StepState.SWEEPING)
+    return sweep
+
+
+def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) -> None:
+    with transaction.atomic():
+        _close_steps(experiment_id, state, reason)
+
+
+def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
+    """Build the comparison from the experiment's sweeps and keep it on the experiment."""
+    experiment = Experiment.objects.get(pk=experiment_id)
+    result = comparison.comparison_build(
+        series=selectors.experiment_series(experiment=experiment),
+        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
+    )
+    Experiment.objects.filter(pk=experiment_id).update(comparison=result)
+    return result
+
+
+def experiment_finish(
+    *, experiment_id: int, state: str, reason: str = "", evidence: dict[str, Any] | None = None
+) -> bool:
+    """End an experiment; steps still pending are skipped (cancelled when it was cancelled).
+    A reason recorded earlier (who cancelled) is kept. False if it had already ended."""
+    with transaction.atomic():
+        experiment = Experiment.objects.select_for_update().filter(pk=experiment_id).first()
+        if experiment is None or experiment.is_finished:
+            return False
+        experiment.state = state
+        if not (experiment.reason and state == ExperimentState.CANCELLED):
+            experiment.reason = reason
+        if evidence is not None:
+            experiment.evidence = evidence
+        experiment.finished_at = timezone.now()
+        experiment.save(update_fields=["state", "reason", "evidence", "finished_at"])
+        # An interrupted experiment keeps its pending steps: they are what a resume runs.
+        if state != ExperimentState.INTERRUPTED:
+            left = StepState.CANCELLED if state == ExperimentState.CANCELLED else StepState.SKIPPED
+            _close_steps(experiment_id, left, f"the experiment ended {state}")
+        _broadcast_state(experiment_id)
+    return True

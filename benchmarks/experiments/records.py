@@ -1,0 +1,40 @@
+"""A level's measured requests read back from a sweep's records file, as the bootstrap points
+of the comparison's intervals (re-exported by ``benchmarks.experiments.comparison``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.stats import RequestPoint
+from benchmarks.sweeps.recordfile import read_record_file
+
+
+def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
+    """Measured, successful requests as bootstrap points (warm-up and failures left out)."""
+    points = []
+    for record in records:
+        if record.get("warmup") or record.get("error_kind"):
+            continue
+        start, end = record.get("start"), record.get("end")
+        if not isinstance(start, int | float) or not isinstance(end, int | float):
+            continue
+        if end <= start:
+            continue
+        first = record.get("first_token")
+        points.append(
+            RequestPoint(
+                start=float(start),
+                end=float(end),
+                output_tokens=int(record.get("out") or 0),
+                ttft=float(first) - float(start) if isinstance(first, int | float) else None,
+                e2e=float(end) - float(start),
+            )
+        )
+    return points
+
+
+def read_request_points(path: Path, index: int, attempt: int) -> list[RequestPoint]:
+    """The requests of one level attempt from a sweep's records file (see recordfile)."""
+    return request_points(read_record_file(path).level(index, attempt))

@@ -1,0 +1,111 @@
+"""What the ``experiment.run`` job (benchmarks.experiments.runner) asks of a server besides
+starting it: a verified stop (``stop_verified``) and the host's GPUs and engine versions
+(``host_probe``), with the runner's timings (``SETTINGS``, re-exported by the runner)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from hosts import services as host_services
+from hosts.lifecycle.remote import Agent, AgentFailed
+from hosts.models import GpuClaim, InstanceState, Job, JobState, ServerInstance
+from hosts.models.instances import ACTIVE_STATES
+from hosts.transports import TransportError
+
+
+@dataclass
+class RunnerSettings:
+    poll_seconds: float = 0.25
+    # A verified stop of a large server (TERM, grace, KILL, verify) can take minutes.
+    stop_timeout_s: float = 600.0
+    sweep_cancel_timeout_s: float = 60.0
+    probe_timeout_s: float = 30.0
+    probe_host: bool = True
+    # How many times one step's sweep is resumed after its load generator died.
+    sweep_resumes: int = 5
+
+
+SETTINGS = RunnerSettings()
+
+
+@dataclass
+class StopOutcome:
+    clean: bool
+    state: str
+    reason: str
+    evidence: dict[str, Any]
+
+
+def lifecycle_busy(instance_id: int) -> Any:
+    """An awaitable: whether a lifecycle job of the instance is queued or running."""
+    return Job.objects.filter(
+        lock_key=host_services.instance_lock_key(instance_id),
+        state__in=[JobState.QUEUED, JobState.RUNNING],
+    ).aexists()
+
+
+async def stop_verified(
+    instance_id: int,
+    *,
+    cancelled: asyncio.Event | None = None,
+    settings: RunnerSettings | None = None,
+) -> StopOutcome:
+    """Stop an instance (if it still runs) and wait for its lifecycle to finish with it.
+
+    Clean means: ``stopped`` or ``failed`` (both end in a verified kill that found no
+    process, a free port and GPU memory back to its level before the start), or ``crashed``
+    with its GPU claims released (its clean-up verified the GPUs). ``dirty``, ``lost`` or a
+    stop that does not finish within the timeout are not clean.
+    """
+    cfg = settings or SETTINGS
+    instance = await ServerInstance.objects.aget(pk=instance_id)
+    if instance.state in ACTIVE_STATES and not instance.stop_requested:
+        await sync_to_async(host_services.instance_stop)(instance=instance)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + cfg.stop_timeout_s
+    while True:
+        instance = await ServerInstance.objects.aget(pk=instance_id)
+        if instance.state not in ACTIVE_STATES and not await lifecycle_busy(instance_id):
+            break
+        if loop.time() > deadline:
+            return StopOutcome(
+                False,
+                instance.state,
+                f"the stop of server #{instance_id} was not verified within "
+                f"{cfg.stop_timeout_s:g} s (still {instance.state})",
+                dict(instance.evidence),
+            )
+        await asyncio.sleep(cfg.poll_seconds)
+    state = instance.state
+    claims_left = await GpuClaim.objects.filter(instance_id=instance_id).aexists()
+    clean = state in {InstanceState.STOPPED, InstanceState.FAILED} or (
+        state == InstanceState.CRASHED and not claims_left
+    )
+    return StopOutcome(clean, state, instance.reason, dict(instance.evidence))
+
+
+async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
+    """GPU names and engine versions as the host reports them (best effort, never raises)."""
+    instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
+        pk=instance_id
+    )
+    try:
+        agent = Agent.for_host(instance.host, instance.profile.container)
+        answer = await agent.call("probe", {}, timeout=seconds)
+    except (TransportError, AgentFailed, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    smi = answer.get("nvidia_smi") or {}
+    return {
+        "gpus": list(smi.get("gpus") or []),
+        "nvidia_smi_error": smi.get("error"),
+        "driver_version": smi.get("driver_version"),
+        "cuda_version": smi.get("cuda_version"),
+        "engines": answer.get("engines") or {},
+        "hostname": answer.get("hostname"),
+        "kernel": answer.get("kernel"),
+        "container": answer.get("container"),
+    }
