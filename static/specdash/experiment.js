@@ -90,7 +90,7 @@
           return !snapshotSamples.has(sampleKey(s));
         }));
       },
-    });
+    }, { probe: "/sweeps/" + id + "/" });  // asked if a reconnect fails: the sweep's own page
   }
 
   function showState(experiment) {
