@@ -27,7 +27,7 @@ def server_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @roles.viewer_required
-def instance_detail(request: HttpRequest, instance_id: int) -> HttpResponse:
+def instance_detail(request: HtmxHttpRequest, instance_id: int) -> HttpResponse:
     instance = selectors.instance_detail(instance_id=instance_id)
     if instance is None:
         raise Http404("No such server instance")
@@ -37,7 +37,11 @@ def instance_detail(request: HttpRequest, instance_id: int) -> HttpResponse:
         "can_operate": roles.can_operate(request.user),
         "nav": "servers",
     }
-    return render(request, "hosts/instance_detail.html", context)
+    template = "hosts/instance_detail.html"
+    if request.htmx:
+        # The page swaps its server-rendered part when the instance's state moves on.
+        template += "#instance-live"
+    return render(request, template, context)
 
 
 @require_POST

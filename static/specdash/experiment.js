@@ -4,9 +4,9 @@
 (function () {
   "use strict";
 
-  const MAX_POINTS = 3600;
   const configNode = document.getElementById("experiment-config");
   if (!configNode || !window.specdashLive) return;
+  const charts = window.specdashCharts;
   const config = JSON.parse(configNode.textContent);
   const nodes = {
     state: document.getElementById("experiment-state"),
@@ -16,7 +16,6 @@
   const steps = new Map();
   let sweepId = null;
   let sweepSocket = null;
-  let chartBuilt = false;
   // Samples of the sweep's snapshot: the first live batch may repeat some (the socket
   // subscribes before the snapshot is read); those are left out.
   let snapshotSamples = new Set();
@@ -58,19 +57,21 @@
     nodes.current.appendChild(document.createTextNode(" (" + step.label + ": " + step.profile + ")"));
   }
 
-  function drawSamples(samples) {
-    if (!window.Plotly) return;
+  // A snapshot (of a sweep followed from now on) draws the chart; live batches extend it.
+  function drawSnapshot(samples) {
+    if (!charts) return;
     const xs = samples.map(function (s) { return s.t * 1000; });
     const ys = samples.map(function (s) { return s.tok_s; });
-    if (!chartBuilt) {
-      window.Plotly.newPlot(nodes.chart, [{ x: xs, y: ys, mode: "lines", type: "scatter", name: "tok/s" }], {
-        margin: { l: 60, r: 20, t: 24, b: 40 }, showlegend: false, xaxis: { type: "date" },
-        yaxis: { title: { text: "output tok/s" }, rangemode: "tozero" },
-      }, { responsive: true, displaylogo: false });
-      chartBuilt = true;
-    } else if (xs.length) {
-      window.Plotly.extendTraces(nodes.chart, { x: [xs], y: [ys] }, [0], MAX_POINTS);
-    }
+    charts.draw(nodes.chart, [{ x: xs, y: ys, mode: "lines", type: "scatter", name: "tok/s" }],
+      charts.timeLayout("output tok/s"));
+  }
+
+  function addSamples(samples) {
+    if (!charts || samples.length === 0) return;
+    charts.extend(nodes.chart, {
+      x: [samples.map(function (s) { return s.t * 1000; })],
+      y: [samples.map(function (s) { return s.tok_s; })],
+    }, [0]);
   }
 
   function followSweep(id) {
@@ -79,18 +80,17 @@
     sweepId = id;
     sweepSocket = null;
     if (id === null) return;
-    sweepSocket = window.specdashLive.connect("/ws/sweeps/" + id + "/", function (message) {
-      if (message.type === "snapshot") {
-        if (chartBuilt && window.Plotly) window.Plotly.purge(nodes.chart);
-        chartBuilt = false;
+    sweepSocket = window.specdashLive.connect("/ws/sweeps/" + id + "/", {
+      "snapshot": function (message) {
         snapshotSamples = new Set(message.samples.map(sampleKey));
-        drawSamples(message.samples);
-      } else if (message.type === "sweep.samples") {
-        drawSamples(message.samples.filter(function (s) {
+        drawSnapshot(message.samples);
+      },
+      "sweep.samples": function (message) {
+        addSamples(message.samples.filter(function (s) {
           return !snapshotSamples.has(sampleKey(s));
         }));
-      }
-    });
+      },
+    }, { probe: "/sweeps/" + id + "/" });  // asked if a reconnect fails: the sweep's own page
   }
 
   function showState(experiment) {
@@ -117,23 +117,19 @@
     });
   }
 
-  window.specdashLive.connect(config.wsPath, function (message) {
-    switch (message.type) {
-      case "snapshot":
-        showState(message.experiment);
-        updateSteps(message.steps);
-        break;
-      case "experiment.step":
-        updateSteps([message.step]);
-        refresh();
-        break;
-      case "experiment.state":
-        showState(message.experiment);
-        refresh();
-        break;
-      default:
-        break;
-    }
+  window.specdashLive.connect(config.wsPath, {
+    "snapshot": function (message) {
+      showState(message.experiment);
+      updateSteps(message.steps);
+    },
+    "experiment.step": function (message) {
+      updateSteps([message.step]);
+      refresh();
+    },
+    "experiment.state": function (message) {
+      showState(message.experiment);
+      refresh();
+    },
   });
   window.setInterval(tick, 1000);
 })();

@@ -1,7 +1,8 @@
 // The history chart of a profile's sweeps: the figure comes from the json_script tag.
 (function () {
+  "use strict";
+
   const source = document.getElementById("history-figure");
-  if (!source || !window.Plotly) return;
-  const fig = JSON.parse(source.textContent);
-  window.Plotly.newPlot("chart-history", fig.data, fig.layout, { responsive: true, displaylogo: false });
+  if (!source || !window.specdashCharts) return;
+  window.specdashCharts.figure(document.getElementById("chart-history"), JSON.parse(source.textContent));
 })();

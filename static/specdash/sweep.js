@@ -1,11 +1,12 @@
-// The sweep page: three Plotly charts built once from the websocket snapshot, then extended
-// with each batch of samples (extendTraces with a point cap) and each finished level.
+// The sweep page: three Plotly charts drawn from the websocket snapshot (charts.js), then
+// extended with each batch of samples and each finished level; the time left counts down
+// from the server's estimate between events.
 (function () {
   "use strict";
 
-  const MAX_POINTS = 3600;
   const configNode = document.getElementById("sweep-config");
-  if (!configNode || !window.Plotly || !window.specdashLive) return;
+  if (!configNode || !window.specdashCharts || !window.specdashLive) return;
+  const charts = window.specdashCharts;
   const config = JSON.parse(configNode.textContent);
   const nodes = {
     tokps: document.getElementById("chart-tokps"),
@@ -16,13 +17,12 @@
     progress: document.getElementById("sweep-progress"),
     eta: document.getElementById("sweep-eta"),
   };
-  const plotConfig = { responsive: true, displaylogo: false };
-  const margin = { l: 60, r: 20, t: 24, b: 40 };
   // Level index -> level dict; which levels already have a boundary line / a curve point.
   let levels = new Map();
   let boundaries = new Set();
   let plotted = new Set();
   let progress = null;
+  let sweepFinished = false;
   let built = false;
   // The socket subscribes before the snapshot is read, so the first live batch may repeat
   // samples the snapshot holds: those are left out (a repeat would draw a line back in time).
@@ -61,11 +61,7 @@
 
   function timeLayout(title) {
     const marks = boundaryShapes();
-    return {
-      margin: margin, showlegend: false, xaxis: { type: "date" },
-      yaxis: { title: { text: title }, rangemode: "tozero" },
-      shapes: marks.shapes, annotations: marks.annotations,
-    };
+    return charts.timeLayout(title, { shapes: marks.shapes, annotations: marks.annotations });
   }
 
   // A rate sweep's curve is against the offered rate, a concurrency sweep's against C.
@@ -103,29 +99,28 @@
       { x: pts.x, y: pts.steady, name: "steady window", mode: "lines+markers", type: "scatter",
         line: { dash: "dot" } },
     ];
-    const curveLayout = {
-      margin: margin, legend: { orientation: "h", y: -0.25 },
+    const curveLayout = charts.layout({
+      legend: { orientation: "h", y: -0.25 },
       xaxis: {
         type: "log", title: { text: snapshot.sweep.x_title || "concurrency" },
         tickvals: snapshot.sweep.x_values || snapshot.sweep.levels,
       },
       yaxis: { title: { text: "output tok/s" }, rangemode: "tozero" },
-    };
-    // A reconnect brings a fresh snapshot: react() replaces the data in place.
-    const draw = built ? window.Plotly.react : window.Plotly.newPlot;
-    draw(nodes.tokps, tokps, timeLayout("output tok/s"), plotConfig);
-    draw(nodes.inflight, inflight, timeLayout("requests"), plotConfig);
-    draw(nodes.curve, curve, curveLayout, plotConfig);
+    });
+    // A reconnect brings a fresh snapshot: drawn again in place.
+    charts.draw(nodes.tokps, tokps, timeLayout("output tok/s"));
+    charts.draw(nodes.inflight, inflight, timeLayout("requests"));
+    charts.draw(nodes.curve, curve, curveLayout);
     built = true;
   }
 
   function addSamples(samples) {
     if (!built || samples.length === 0) return;
     const xs = samples.map(function (s) { return s.t * 1000; });
-    window.Plotly.extendTraces(nodes.tokps,
-      { x: [xs], y: [samples.map(function (s) { return s.tok_s; })] }, [0], MAX_POINTS);
-    window.Plotly.extendTraces(nodes.inflight,
-      { x: [xs.slice()], y: [samples.map(function (s) { return s.in_flight; })] }, [0], MAX_POINTS);
+    charts.extend(nodes.tokps,
+      { x: [xs], y: [samples.map(function (s) { return s.tok_s; })] }, [0]);
+    charts.extend(nodes.inflight,
+      { x: [xs.slice()], y: [samples.map(function (s) { return s.in_flight; })] }, [0]);
   }
 
   function updateLevel(level) {
@@ -134,26 +129,22 @@
     if (level.started_at !== null && !boundaries.has(level.index)) {
       const marks = boundaryShapes();
       const update = { shapes: marks.shapes, annotations: marks.annotations };
-      window.Plotly.relayout(nodes.tokps, update);
-      window.Plotly.relayout(nodes.inflight, update);
+      charts.relayout(nodes.tokps, update);
+      charts.relayout(nodes.inflight, update);
     }
     if (finished(level) && !plotted.has(level.index)) {
       plotted.add(level.index);
-      window.Plotly.extendTraces(nodes.curve, {
+      charts.extend(nodes.curve, {
         x: [[xOf(level)], [xOf(level)]],
         y: [[level.output_tok_s], [level.steady_output_tok_s]],
       }, [0, 1]);
     }
   }
 
-  function formatSeconds(s) {
-    if (s < 90) return Math.round(s) + " s";
-    if (s < 5400) return Math.round(s / 60) + " min";
-    return (s / 3600).toFixed(1) + " h";
-  }
-
-  function showProgress(p, sweepFinished) {
+  // finishedNow: the sweep's own word when the message carries it, else undefined.
+  function showProgress(p, finishedNow) {
     if (p) progress = p;
+    if (finishedNow !== undefined) sweepFinished = finishedNow;
     if (!progress) return;
     if (progress.level_number) {
       nodes.progress.textContent = "Level " + progress.level_number + " of " + progress.level_count;
@@ -163,7 +154,7 @@
       return;
     }
     const left = Math.max(0, progress.eta_s - (Date.now() / 1000 - progress.as_of));
-    nodes.eta.textContent = "about " + formatSeconds(left) + " left";
+    nodes.eta.textContent = "about " + window.specdashLive.formatSeconds(left) + " left";
   }
 
   function showState(sweep) {
@@ -180,33 +171,29 @@
     document.body.dispatchEvent(new CustomEvent("sweep-level"));
   }
 
-  function onMessage(message) {
-    switch (message.type) {
-      case "snapshot":
-        build(message);
-        showState(message.sweep);
-        showProgress(message.progress, message.sweep.finished);
-        break;
-      case "sweep.samples":
-        addSamples(message.samples.filter(function (s) {
-          return !snapshotSamples.has(sampleKey(s));
-        }));
-        showProgress(null, false);
-        break;
-      case "sweep.level":
-        updateLevel(message.level);
-        showProgress(message.progress, false);
-        refreshTable();
-        break;
-      case "sweep.state":
-        showState(message.sweep);
-        showProgress(message.progress, message.sweep.finished);
-        refreshTable();
-        break;
-      default:
-        break;
-    }
-  }
-
-  window.specdashLive.connect(config.wsPath, onMessage);
+  window.specdashLive.connect(config.wsPath, {
+    "snapshot": function (message) {
+      build(message);
+      showState(message.sweep);
+      showProgress(message.progress, message.sweep.finished);
+    },
+    "sweep.samples": function (message) {
+      addSamples(message.samples.filter(function (s) {
+        return !snapshotSamples.has(sampleKey(s));
+      }));
+      showProgress(null);
+    },
+    "sweep.level": function (message) {
+      updateLevel(message.level);
+      showProgress(message.progress);
+      refreshTable();
+    },
+    "sweep.state": function (message) {
+      showState(message.sweep);
+      showProgress(message.progress, message.sweep.finished);
+      refreshTable();
+    },
+  });
+  // The time left counts down between events.
+  window.setInterval(function () { showProgress(null); }, 1000);
 })();

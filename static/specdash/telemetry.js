@@ -2,47 +2,17 @@
 // GPU), the server's running/queued requests and accept length, and a compact GPU strip for the
 // Servers page. A socket to /ws/telemetry/<hosts|instances|sweeps>/<id>/ sends the recent
 // history first ({"type": "snapshot", "samples": [...]}), then batches ("telemetry.samples").
-// Figures are built once and extended with Plotly.extendTraces; they are rebuilt only when the
-// set of GPUs changes. Each drawn GPU sample's age (ms since it was taken on the host) is kept
+// The socket is specdashLive's (it renews the page's claim on the host's probes as the snapshot
+// asks); figures are drawn with charts.js and extended per batch, and drawn again only when the
+// set of GPUs changes or a reconnect brings a fresh snapshot. Each drawn GPU sample's age (ms since it was taken on the host) is kept
 // in window.__telemetryLatencies for the latency benchmark.
 (function () {
   "use strict";
 
-  const MAX_POINTS = 3600;
   const MAX_LATENCIES = 20000;
-  const plotConfig = { responsive: true, displaylogo: false };
-  const margin = { l: 60, r: 50, t: 24, b: 40 };
+  const charts = window.specdashCharts;
   window.__telemetryLatencies = window.__telemetryLatencies || [];
   window.__telemetrySnapshotPoints = 0;
-
-  // A socket that reconnects with back-off and renews the page's claim on the host's probes.
-  function connect(path, onMessage) {
-    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-    let delay = 1000;
-    let keepalive = null;
-    function open() {
-      const socket = new WebSocket(scheme + "//" + window.location.host + path);
-      socket.addEventListener("open", function () { delay = 1000; });
-      socket.addEventListener("message", function (event) {
-        let message;
-        try { message = JSON.parse(event.data); } catch (err) { return; }
-        if (message.type === "snapshot" && message.keepalive_s) {
-          window.clearInterval(keepalive);
-          keepalive = window.setInterval(function () {
-            if (socket.readyState === WebSocket.OPEN) socket.send('{"type": "keepalive"}');
-          }, message.keepalive_s * 1000);
-        }
-        onMessage(message);
-      });
-      socket.addEventListener("close", function (event) {
-        window.clearInterval(keepalive);
-        if (event.code >= 4400 && event.code < 4500) return;
-        window.setTimeout(open, delay);
-        delay = Math.min(delay * 2, 15000);
-      });
-    }
-    open();
-  }
 
   function recordLatency(t) {
     const list = window.__telemetryLatencies;
@@ -70,12 +40,10 @@
   }
 
   Charts.prototype.timeLayout = function (title, extra) {
-    return Object.assign({
-      margin: margin, xaxis: { type: "date" }, showlegend: true,
-      legend: { orientation: "h", y: -0.2 },
-      yaxis: { title: { text: title }, rangemode: "tozero" },
+    return charts.timeLayout(title, Object.assign({
+      showlegend: true, legend: { orientation: "h", y: -0.2 },
       shapes: this.marks.shapes, annotations: this.marks.annotations,
-    }, extra || {});
+    }, extra || {}));
   };
 
   Charts.prototype.buildGpu = function (samples) {
@@ -107,11 +75,8 @@
         nticks: 2,
       };
     });
-    const draw = this.gpus === null ? window.Plotly.newPlot : window.Plotly.react;
-    if (this.nodes.memory) {
-      draw(this.nodes.memory, memory, this.timeLayout("GiB used (stacked)"), plotConfig);
-    }
-    if (this.nodes.util) draw(this.nodes.util, util, utilLayout, plotConfig);
+    charts.draw(this.nodes.memory, memory, this.timeLayout("GiB used (stacked)"));
+    charts.draw(this.nodes.util, util, utilLayout);
     this.gpus = gpus;
   };
 
@@ -135,14 +100,9 @@
       });
     }
     const traces = gpus.map(function (g, i) { return i; });
-    if (this.nodes.memory) {
-      window.Plotly.extendTraces(this.nodes.memory, { x: xs, y: columns("used", gib) }, traces,
-        MAX_POINTS);
-    }
-    if (this.nodes.util) {
-      window.Plotly.extendTraces(this.nodes.util,
-        { x: xs.map(function (x) { return x.slice(); }), y: columns("util") }, traces, MAX_POINTS);
-    }
+    charts.extend(this.nodes.memory, { x: xs, y: columns("used", gib) }, traces);
+    charts.extend(this.nodes.util,
+      { x: xs.map(function (x) { return x.slice(); }), y: columns("util") }, traces);
   };
 
   Charts.prototype.addServer = function (samples) {
@@ -162,17 +122,18 @@
           name: "accept length", yaxis: "y2", line: { width: 1.5, color: "#5b8c3a" } }),
       ];
       const layout = this.timeLayout("requests", {
+        margin: { l: 60, r: 50, t: 24, b: 40 },
         yaxis2: { title: { text: "accept length" }, overlaying: "y", side: "right",
                   rangemode: "tozero" },
       });
-      window.Plotly.newPlot(this.nodes.server, traces, layout, plotConfig);
+      charts.draw(this.nodes.server, traces, layout);
       this.serverBuilt = true;
       return;
     }
-    window.Plotly.extendTraces(this.nodes.server, {
+    charts.extend(this.nodes.server, {
       x: [xs, xs.slice(), xs.slice()],
       y: [field("running"), field("queued"), field("accept_length")],
-    }, [0, 1, 2], MAX_POINTS);
+    }, [0, 1, 2]);
   };
 
   Charts.prototype.add = function (samples, live) {
@@ -186,7 +147,7 @@
     this.marks = { shapes: marks.shapes || [], annotations: marks.annotations || [] };
     const update = { shapes: this.marks.shapes, annotations: this.marks.annotations };
     [this.nodes.memory, this.nodes.util, this.nodes.server].forEach(function (node) {
-      if (node && node.data) window.Plotly.relayout(node, update);
+      charts.relayout(node, update);
     });
   };
 
@@ -196,32 +157,33 @@
   // Charts for a host, instance or sweep page. options: {wsPath, instanceId, nodes: {memory,
   // util, server}}; any node may be missing.
   function mount(options) {
-    if (!window.Plotly) return null;
-    const charts = new Charts(options);
-    mounted.push(charts);
-    connect(options.wsPath, function (message) {
-      if (message.type === "snapshot") {
-        // A reconnect brings a fresh snapshot: rebuild from it.
-        charts.gpus = charts.gpus === null ? null : [];
-        charts.serverBuilt = false;
+    if (!charts) return null;
+    const view = new Charts(options);
+    mounted.push(view);
+    window.specdashLive.connect(options.wsPath, {
+      "snapshot": function (message) {
+        // A reconnect brings a fresh snapshot: drawn again from it.
+        view.gpus = view.gpus === null ? null : [];
+        view.serverBuilt = false;
         window.__telemetrySnapshotPoints = message.samples.filter(function (s) {
           return s.k === "gpu";
         }).length;
-        charts.snapshotSamples = new Set(message.samples.map(sampleKey));
-        charts.add(message.samples, false);
-      } else if (message.type === "telemetry.samples") {
-        charts.add(message.samples.filter(function (s) {
-          return !charts.snapshotSamples.has(sampleKey(s));
+        view.snapshotSamples = new Set(message.samples.map(sampleKey));
+        view.add(message.samples, false);
+      },
+      "telemetry.samples": function (message) {
+        view.add(message.samples.filter(function (s) {
+          return !view.snapshotSamples.has(sampleKey(s));
         }), true);
-      }
+      },
     });
-    return charts;
+    return view;
   }
 
   // Level boundaries (from the sweep page) on every telemetry chart, as on its throughput chart.
   function setMarks(marks) {
     pendingMarks = marks;
-    mounted.forEach(function (charts) { charts.setMarks(JSON.parse(JSON.stringify(marks))); });
+    mounted.forEach(function (view) { view.setMarks(JSON.parse(JSON.stringify(marks))); });
   }
 
   // The Servers page: one row of GPU cells per host, the latest memory and utilisation.
@@ -248,13 +210,16 @@
       });
       node.replaceChildren.apply(node, cells);
     }
-    connect(node.dataset.ws, function (message) {
-      const samples = message.samples || [];
-      const gpu = samples.filter(function (s) { return s.k === "gpu"; });
+    function latest(message, live) {
+      const gpu = message.samples.filter(function (s) { return s.k === "gpu"; });
       if (gpu.length) {
         render(gpu[gpu.length - 1]);
-        if (message.type !== "snapshot") recordLatency(gpu[gpu.length - 1].t);
+        if (live) recordLatency(gpu[gpu.length - 1].t);
       }
+    }
+    window.specdashLive.connect(node.dataset.ws, {
+      "snapshot": function (message) { latest(message, false); },
+      "telemetry.samples": function (message) { latest(message, true); },
     });
   }
 
@@ -267,7 +232,7 @@
 
   // Pages declare what to chart with data attributes; nothing else to call.
   document.querySelectorAll("[data-telemetry-ws]").forEach(function (root) {
-    const charts = mount({
+    const view = mount({
       wsPath: root.dataset.telemetryWs,
       instanceId: root.dataset.instance ? Number(root.dataset.instance) : null,
       nodes: {
@@ -276,7 +241,7 @@
         server: root.querySelector("[data-chart=server]"),
       },
     });
-    if (charts && pendingMarks) charts.setMarks(pendingMarks);
+    if (view && pendingMarks) view.setMarks(pendingMarks);
   });
   document.querySelectorAll(".gpu-strip[data-ws]").forEach(strip);
 })();
