@@ -12,8 +12,9 @@ from __future__ import annotations
 # is fetched from a model hub.
 #
 # Each round runs both clients, alternating which goes first, each against a fresh simulator
-# (`--profile fast --t0-ms 4 --k-ms 0.002 --max-running 512`) pinned to core 0, the client pinned
-# to core 1: C=256, 2,500 requests, 32 input and 96 output tokens, ignore_eos. Printed per run:
+# (`--profile fast --t0-ms 4 --k-ms 0.002 --max-running 512 --http lean`: on its lean HTTP server,
+# whose one-core ceiling is ~1.5-2x Daphne's) pinned to core 0, the client pinned to core 1:
+# C=256, 2,500 requests, 32 input and 96 output tokens, ignore_eos. Printed per run:
 # output tok/s and TTFT p50/p99 as each client reports them, the mean requests in flight at the
 # server (from its truth log: a client that does not hold C shows here), and the simulator's CPU
 # over the run (near 100%: the run measured the simulator, not the client). Then the medians,
