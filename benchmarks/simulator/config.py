@@ -43,6 +43,8 @@ class SimConfig:
     crash_after_requests: int = 0
     fail_oom_at_start: bool = False
     log_interval: float = 10.0
+    # The HTTP server under the ASGI app: "daphne" or "lean" (lean.py; docs/simulator.md).
+    http: str = "daphne"
     worker_title: str | None = None
     # SGLang's health endpoint (SGLang mode): after warm-up, each call sleeps this long, then
     # answers 200 if the scheduler produced output meanwhile (an idle one runs a 1-token

@@ -86,7 +86,8 @@ def utilization(running: int, max_running: int) -> int:
 
 
 class Engine:
-    """The main process: socket, workers, GPU holding, ASGI app and Daphne."""
+    """The main process: socket, workers, GPU holding, ASGI app and its HTTP server (Daphne,
+    or the lean one of `lean.py` with `--http lean`)."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -150,6 +151,23 @@ class Engine:
         )
 
     def _serve(self, sock: socket.socket) -> int:
+        if self.config.http == "lean":
+            return self._serve_lean(sock)
+        return self._serve_daphne(sock)
+
+    def _serve_lean(self, sock: socket.socket) -> int:
+        from .lean import LeanServer
+
+        async def serve() -> None:
+            assert self.app is not None
+            server = LeanServer(self.app, asyncio.get_running_loop())
+            await server.serve(sock, started=self._started, before_shutdown=self._before_shutdown)
+
+        asyncio.run(serve())
+        log.info("Server stopped")
+        return 0
+
+    def _serve_daphne(self, sock: socket.socket) -> int:
         from daphne.server import Server
         from twisted.internet import reactor as twisted_reactor
 
