@@ -4,12 +4,9 @@ from __future__ import annotations
 #
 #     .venv/bin/python -m benchmarks.perf.bench_peers [--rounds 2] [--skip-added-ttft]
 #
-# The peer is SGLang 0.5.9's `python -m sglang.bench_serving` (aiohttp, one loop), installed on
-# first use into its own venv under ~/.cache/specdash/peers/ (the sglang wheel with --no-deps, plus
-# only the packages bench_serving imports; no torch). Its random dataset needs a tokenizer: the
-# project's own tiny HF tokenizer (engines/models_hf.py) is written beside the venv, and the
-# `random-ids` dataset draws token ids from it (`random` would fetch ShareGPT), so nothing
-# is fetched from a model hub.
+# The peer is SGLang 0.5.9's `python -m sglang.bench_serving`, installed on first use into its
+# own venv (sglang_peer.py says how, with nothing from a model hub); `--transports` times the
+# hot path alone on each transport (hot_path.py).
 #
 # Each round runs both clients, alternating which goes first, each against a fresh simulator
 # (`--profile fast --t0-ms 4 --k-ms 0.002 --max-running 512 --http lean`: on its lean HTTP server,
@@ -47,34 +44,15 @@ from benchmarks.perf.bench_loadgen import (
     read_truth,
     simulator,
 )
-
-PEER = "sglang-0.5.9"
-PEER_DIR = Path.home() / ".cache" / "specdash" / "peers" / PEER
-# What sglang.bench_serving imports at module level (found by importing it in a fresh venv until
-# it loaded), pinned to versions that import together: sglang 0.5.9 wants transformers 4.57.1,
-# whose huggingface_hub (<1.0) the newest datasets no longer imports with.
-PEER_PACKAGES = [
-    "aiohttp==3.14.5",
-    "numpy==2.4.6",
-    "pybase64==1.5.1",
-    "requests==2.34.2",
-    "datasets==4.0.0",
-    "pillow==13.0.0",
-    "tqdm==4.70.1",
-    "transformers==4.57.1",
-    "ipython==9.18.1",
-    "pydantic==2.14.4",
-]
-SIM_ARGS = ("--t0-ms", "4", "--k-ms", "0.002", "--max-running", "512", "--http", "lean")
-SIM_PROFILE = "fast"
-
-
-@dataclass(frozen=True)
-class Setup:
-    concurrency: int = 256
-    requests: int = 2500
-    input_len: int = 32
-    output_len: int = 96
+from benchmarks.perf.hot_path import transports
+from benchmarks.perf.sglang_peer import (
+    SIM_PROFILE,
+    Setup,
+    peer_python,
+    peer_tokenizer,
+    run_peer,
+    taskset,
+)
 
 
 @dataclass
@@ -91,49 +69,7 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# -- the peer's environment -------------------------------------------------------------------
-
-
-def peer_python() -> Path:
-    """The peer venv's python, installed on first use (a marker file names what was installed:
-    a changed package list installs again)."""
-    python = PEER_DIR / "bin" / "python"
-    marker = PEER_DIR / ".specdash-installed"
-    wanted = " ".join(PEER_PACKAGES) + "\n"
-    if python.exists() and marker.exists() and marker.read_text() == wanted:
-        return python
-    print(f"installing {PEER}'s client into {PEER_DIR} (once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(PEER_DIR)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "sglang==0.5.9"], check=True)
-    subprocess.run([*pip, *PEER_PACKAGES], check=True)
-    subprocess.run(
-        [str(python), "-m", "sglang.bench_serving", "--help"], check=True, capture_output=True
-    )
-    marker.write_text(wanted)
-    return python
-
-
-def peer_tokenizer() -> Path:
-    """The project's tiny tokenizer (one token per character), for the peer's random dataset."""
-    from engines.models_hf import config_json, tokenizer_json  # torch-free, unlike write_model
-
-    out = PEER_DIR.parent / "tokenizer"
-    if not (out / "tokenizer.json").exists():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(config_json()))
-        (out / "tokenizer_config.json").write_text(
-            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096})
-        )
-        (out / "tokenizer.json").write_text(json.dumps(tokenizer_json()))
-    return out
-
-
 # -- one client run ---------------------------------------------------------------------------
-
-
-def _taskset(core: int | None, argv: list[str]) -> list[str]:
-    return argv if core is None else ["taskset", "-c", str(core), *argv]
 
 
 def run_specdash(url: str, setup: Setup, tmp: Path, core: int | None) -> dict[str, Any]:
@@ -144,7 +80,7 @@ def run_specdash(url: str, setup: Setup, tmp: Path, core: int | None) -> dict[st
         "--input-tokens", str(setup.input_len), "--max-tokens", str(setup.output_len),
         "--ignore-eos", "--output", str(out), "--quiet",
     ]  # fmt: skip
-    subprocess.run(_taskset(core, argv), cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(taskset(core, argv), cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     level = json.loads(out.read_text())["levels"][0]
     client = level.get("client") or {}
     return {
@@ -154,28 +90,6 @@ def run_specdash(url: str, setup: Setup, tmp: Path, core: int | None) -> dict[st
         "failed": level["requests"]["failed"],
         "client_cpu": (client.get("cpu_pct") or {}).get("mean"),
         "loop_lag_p99": (client.get("loop_lag_ms") or {}).get("p99"),
-    }
-
-
-def run_peer(url: str, setup: Setup, tmp: Path, core: int | None) -> dict[str, Any]:
-    out = tmp / "peer.jsonl"
-    argv = [
-        str(peer_python()), "-m", "sglang.bench_serving", "--backend", "sglang-oai",
-        "--base-url", url, "--model", MODEL, "--tokenizer", str(peer_tokenizer()),
-        "--dataset-name", "random-ids", "--random-input-len", str(setup.input_len),
-        "--random-output-len", str(setup.output_len), "--random-range-ratio", "1",
-        "--num-prompts", str(setup.requests), "--max-concurrency", str(setup.concurrency),
-        "--request-rate", "inf", "--warmup-requests", "1", "--disable-tqdm",
-        "--output-file", str(out), "--seed", "1",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run(_taskset(core, argv), cwd=tmp, env=env, check=True, stdout=subprocess.DEVNULL)
-    res = json.loads(out.read_text().splitlines()[-1])
-    return {
-        "tok_s": res["output_throughput"],
-        "ttft_p50": res["median_ttft_ms"],
-        "ttft_p99": res["p99_ttft_ms"],
-        "failed": setup.requests - res["completed"],
     }
 
 
@@ -196,7 +110,7 @@ def in_flight(truth: dict[str, dict[str, Any]]) -> float:
 def one_run(client: str, rnd: int, setup: Setup, tmp: Path, cores: tuple[int | None, ...]) -> Run:
     work = tmp / f"{client}-{rnd}"
     work.mkdir()
-    with simulator(SIM_PROFILE, work, cores[0], *SIM_ARGS) as (url, truth_path, pid):
+    with simulator(SIM_PROFILE, work, cores[0], *setup.sim_args) as (url, truth_path, pid):
         sim = psutil.Process(pid)
         cpu0, t0 = sim.cpu_times(), time.monotonic()
         fn = run_specdash if client == "specdash" else run_peer
@@ -284,7 +198,7 @@ def report(runs: list[Run], setup: Setup) -> None:
     )
 
 
-def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None:
+def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float, setup: Setup) -> None:
     """Added TTFT p99 against chunks/s, one load-generator process, paced at 1 ms a step."""
     print(
         "\n== added TTFT (client TTFT minus the simulator's truth) against chunks/s, one "
@@ -304,7 +218,7 @@ def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None
     best = None
     best_own = None
     try:
-        sim_args = ("--t0-ms", "1", *SIM_ARGS[-2:])
+        sim_args = ("--t0-ms", "1", *setup.sim_args[-2:])
         with simulator("fast", tmp, cores[0], *sim_args) as (url, truth_path, pid):
             for c in (2, 4, 8, 12, 16, 20, 24, 32):
                 row = asyncio.run(capacity_level(url, truth_path, pid, c, seconds, 1))
@@ -338,103 +252,6 @@ def added_ttft(tmp: Path, cores: tuple[int | None, ...], seconds: float) -> None
     )
 
 
-# -- the hot path on each transport ------------------------------------------------------------
-
-
-async def _transport_run(kind: str, url: str, setup: Setup) -> str:
-    """Closed loop of `setup` through one transport, the same SSE decoder and chunk handler."""
-    from benchmarks.loadgen.apis import Api, build_body, make_handler
-    from benchmarks.loadgen.client import _DECODE, make_client, make_httpx_client, send_request
-    from benchmarks.loadgen.records import RequestRecord
-    from benchmarks.loadgen.sse import DONE, SSEDecoder
-
-    body = build_body(
-        Api.COMPLETIONS,
-        model=MODEL,
-        prompt="x " * setup.input_len,
-        max_tokens=setup.output_len,
-        ignore_eos=True,
-    )
-    content = json.dumps(body).encode()
-    path = url + "/v1/completions"
-    c = setup.concurrency
-    aiohttp: Any = None
-    session: Any = None
-    if kind == "aiohttp":  # the peer venv's, not a dependency of the project
-        aiohttp = __import__("aiohttp")
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=c + 4),
-            timeout=aiohttp.ClientTimeout(total=600),
-        )
-    client = make_httpx_client(c) if kind == "httpx" else make_client(c)
-
-    async def via_aiohttp(rec: RequestRecord) -> None:
-        rec.start = time.perf_counter()
-        handler = make_handler(Api.COMPLETIONS, rec, None)
-        decoder = SSEDecoder()
-        headers = {"Content-Type": "application/json", "X-Request-Id": rec.request_id}
-        async with session.post(path, data=content, headers=headers) as resp:
-            async for raw in resp.content.iter_any():
-                now = time.perf_counter()
-                for payload in decoder.feed(raw):
-                    if payload == DONE:
-                        rec.end = now
-                    elif not handler.handle_fast(payload, now):
-                        handler.handle(_DECODE(payload.decode()), now)
-        handler.finish()
-
-    records: list[RequestRecord] = []
-    numbers = iter(range(setup.requests))
-
-    async def worker() -> None:
-        for i in numbers:
-            rec = RequestRecord(request_id=f"{kind}-{i}")
-            if session is not None:
-                await via_aiohttp(rec)
-            else:
-                await send_request(client, api=Api.COMPLETIONS, url=path, content=content, rec=rec)
-            records.append(rec)
-
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(c)))
-    t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    await client.aclose()
-    if session is not None:
-        await session.close()
-    tokens = sum(r.output_tokens for r in records)
-    ttft = sorted(1e3 * (r.first_token - r.start) for r in records if r.first_token is not None)
-    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    ok = sum(r.ok for r in records)
-    version = f" {aiohttp.__version__}" if aiohttp is not None else ""
-    return (
-        f"{kind + version:<15} ok {ok:>5}  {tokens / (t1 - t0):>8,.0f} tok/s  TTFT p50 "
-        f"{statistics.median(ttft):>6.0f} ms  client CPU {100 * cpu / (t1 - t0):>3.0f}%  "
-        f"{1e6 * cpu / max(tokens, 1):>6.1f} us/token"
-    )
-
-
-def transports(setup: Setup, tmp: Path, cores: tuple[int | None, ...], rounds: int) -> None:
-    """The hot path alone on http1, aiohttp and one httpx pool, in this process on core 1."""
-    site = next((PEER_DIR / "lib").glob("python3*/site-packages"))
-    sys.path.append(str(site))  # aiohttp from the peer venv, after the project's own packages
-    print(
-        "\n== the hot path alone, per transport: one process, closed loop, same setup, same SSE "
-        "decoder and chunk handler; 'us/token' = this process's CPU per output token"
-    )
-    if cores[1] is not None:
-        os.sched_setaffinity(0, {cores[1]})
-    kinds = ["http1", "aiohttp", "httpx"]
-    try:
-        for rnd in range(1, rounds + 1):
-            for kind in kinds if rnd % 2 else kinds[::-1]:
-                work = tmp / f"transport-{kind}-{rnd}"
-                work.mkdir()
-                with simulator(SIM_PROFILE, work, cores[0], *SIM_ARGS) as (url, _, _):
-                    print(f"{rnd:>5} " + asyncio.run(_transport_run(kind, url, setup)), flush=True)
-    finally:
-        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-
-
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"load average {one:.2f} (1 min) / {five:.2f} (5 min)"
@@ -465,18 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the simulator's HTTP server (lean: its emission ceiling is ~2x Daphne's)",
     )
     args = p.parse_args(argv)
-    global SIM_ARGS
-    SIM_ARGS = (*SIM_ARGS[:-1], args.sim_http)
-    setup = Setup(requests=args.requests)
+    setup = Setup(requests=args.requests, sim_http=args.sim_http)
     cores = _cores()
     if args.rounds or args.transports:
         peer_python()
         peer_tokenizer()
     print(
-        f"setup: simulator --profile {SIM_PROFILE} {' '.join(SIM_ARGS)}, fresh per run, on core "
-        f"{cores[0]}; each client on core {cores[1]}; C={setup.concurrency}, {setup.requests} "
-        f"requests, {setup.input_len} input / {setup.output_len} output tokens, ignore_eos; "
-        f"{os.cpu_count()} cores; {_load()} at start"
+        f"setup: simulator --profile {SIM_PROFILE} {' '.join(setup.sim_args)}, fresh per run, "
+        f"on core {cores[0]}; each client on core {cores[1]}; C={setup.concurrency}, "
+        f"{setup.requests} requests, {setup.input_len} input / {setup.output_len} output "
+        f"tokens, ignore_eos; {os.cpu_count()} cores; {_load()} at start"
     )
     print(
         "specdash = python -m benchmarks.loadgen (1 process); sglang = SGLang 0.5.9 "
@@ -502,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.transports:
             transports(setup, tmp, cores, max(args.rounds, 1))
         if not args.skip_added_ttft:
-            added_ttft(tmp, cores, args.added_ttft_seconds)
+            added_ttft(tmp, cores, args.added_ttft_seconds, setup)
     print(f"\n{_load()} at the end (2-core machine: above ~0.5 others shared the cores)")
     return 0
 
