@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,8 +24,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from benchmarks import selectors
-from benchmarks.loadgen.datasets import PROMPT_SETS
-from benchmarks.loadgen.goodput import Slo
+from benchmarks.loadgen.settings import APIS as APIS  # the form's choices
+from benchmarks.loadgen.settings import LoadSettings, LoadSettingsError
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
@@ -37,20 +37,6 @@ from specdash import realtime
 SWEEP_JOB_KIND = "sweep.run"
 MAX_CONCURRENCY = 4096
 MAX_LEVELS = 64
-APIS = ("completions", "chat", "generate")
-
-# name: (kind, minimum, maximum, default); None bounds are open.
-_LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
-    "requests_per_level": ("int", 1, 1_000_000, None),
-    "duration": ("float", 0.1, 86_400, None),
-    "warmup_requests": ("int", 0, 100_000, 0),
-    "input_tokens": ("int", 1, 131_072, 128),
-    "max_tokens": ("int", 1, 65_536, 128),
-    "temperature": ("float", 0, 2, None),
-    "request_timeout": ("float", 1, 3_600, 600.0),
-    # The gamma shape of open-loop arrival gaps (1: Poisson); the rates are sweeps.plan's.
-    "burstiness": ("float", 0.01, 100, 1.0),
-}
 
 
 def sweep_lock_key(sweep_id: int) -> str:
@@ -80,73 +66,22 @@ def sweep_clean_levels(levels: Sequence[Any]) -> list[int]:
     return cleaned
 
 
-def _number(name: str, value: Any, kind: str, low: float | None, high: float | None) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError({name: "Enter a number."})
-    if kind == "int" and not float(value).is_integer():
-        raise ValidationError({name: "Enter a whole number."})
-    if not math.isfinite(value):
-        raise ValidationError({name: "Enter a finite number."})
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValidationError({name: f"Must be between {low:g} and {high:g}."})
-    return int(value) if kind == "int" else float(value)
-
-
-def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
-    """Validated load-generator settings with defaults filled in (unknown keys refused)."""
-    known = {"api", "model", "ignore_eos", "prompt_set", "slo", "request_rate", *_LOAD_FIELDS}
-    unknown = sorted(set(load) - known)
-    if unknown:
-        raise ValidationError(f"Unknown load setting(s): {', '.join(unknown)}.")
-    errors: dict[str, list[str]] = {}
-    cleaned: dict[str, Any] = {}
-    api = load.get("api") or "completions"
-    if api not in APIS:
-        errors["api"] = [f"Choose one of {', '.join(APIS)}."]
-    cleaned["api"] = api
-    model = load.get("model") or ""
-    if not isinstance(model, str) or len(model) > 200 or model.startswith("-"):
-        errors["model"] = ["A model name of up to 200 characters, not starting with '-'."]
-    cleaned["model"] = model
-    cleaned["ignore_eos"] = bool(load.get("ignore_eos", False))
-    prompt_set = load.get("prompt_set") or "synthetic"
-    if prompt_set not in PROMPT_SETS:
-        errors["prompt_set"] = [f"Choose one of {', '.join(PROMPT_SETS)}."]
-    cleaned["prompt_set"] = prompt_set
-    slo = load.get("slo")
+def sweep_clean_load(load: Mapping[str, Any] | LoadSettings) -> dict[str, Any]:
+    """Validated load-generator settings with defaults filled in (unknown keys refused), in
+    the form a sweep stores (``LoadSettings.to_stored``)."""
+    if isinstance(load, LoadSettings):
+        load = load.to_stored()
     try:
-        if slo is not None and not isinstance(slo, dict):
-            raise ValueError("SLO must be an object of limits in milliseconds")
-        parsed = Slo.from_dict(slo)
-        cleaned["slo"] = parsed.to_dict() if parsed is not None else None
-    except ValueError as exc:
-        errors["slo"] = [str(exc)]
-    try:
-        cleaned["request_rate"] = level_plans.clean_request_rate(load.get("request_rate"))
-    except ValidationError as exc:
-        errors["request_rate"] = exc.messages
-    for name, (kind, low, high, default) in _LOAD_FIELDS.items():
-        value = load.get(name)
-        if value is None or value == "":
-            cleaned[name] = default
-            continue
-        try:
-            cleaned[name] = _number(name, value, kind, low, high)
-        except ValidationError as exc:
-            errors.setdefault(name, []).extend(exc.messages)
-    has_count = cleaned.get("requests_per_level") is not None
-    has_duration = cleaned.get("duration") is not None
-    if has_count == has_duration and not ({"requests_per_level", "duration"} & set(errors)):
-        errors.setdefault("requests_per_level", []).append(
-            "Give either requests per level or a duration per level (one of the two)."
-        )
-    if errors:
-        raise ValidationError(errors)
-    return cleaned
+        settings = LoadSettings.clean(load)
+    except LoadSettingsError as exc:
+        if exc.message:
+            raise ValidationError(exc.message) from None
+        raise ValidationError(exc.errors) from None
+    return settings.to_stored()
 
 
 def sweep_clean_plan(
-    levels: Sequence[Any], load: dict[str, Any]
+    levels: Sequence[Any], load: Mapping[str, Any] | LoadSettings
 ) -> tuple[list[int], dict[str, Any]]:
     """Levels and load settings cleaned together (a rate sweep takes one concurrency cap);
     every error of both, keyed by field, in one ValidationError."""
@@ -270,7 +205,7 @@ def sweep_create(
     instance: ServerInstance | None = None,
     base_url: str = "",
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: Mapping[str, Any] | LoadSettings,
     name: str = "",
     notes: str = "",
     tags: Sequence[str] = (),

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
-from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
+from benchmarks.loadgen.datasets import builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
-from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchmarks.loadgen.metrics import summarize_level
@@ -30,6 +30,8 @@ from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
 from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
+from benchmarks.loadgen.settings import add_load_arguments, settings_from_args
+from benchmarks.loadgen.settings import rate_list as rate_list  # the specdash CLI parses with it
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -44,16 +46,6 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers like 1,2,5,10: {text!r}") from exc
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
-    return values
-
-
-def rate_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected req/s like 2 or 1,2,4: {text!r}") from exc
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise argparse.ArgumentTypeError("request rates must be positive numbers")
     return values
 
 
@@ -78,56 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closed-loop (or Poisson) streaming load against an LLM inference server.",
     )
     p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
-    p.add_argument("--api", choices=[a.value for a in Api], default="completions")
-    p.add_argument(
-        "--model",
-        default=None,
-        help="the served model name (default: the first id the server lists at /v1/models)",
-    )
     p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
-    stop = p.add_mutually_exclusive_group(required=True)
-    stop.add_argument("--requests-per-level", type=int, help="measured requests per level")
-    stop.add_argument("--duration", type=float, help="seconds of measured load per level")
-    p.add_argument("--warmup-requests", type=int, default=0, help="per level, not measured")
-    p.add_argument("--input-tokens", type=int, default=128, help="synthetic prompt length")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="fixed output length (default: the dataset's, else 128)",
-    )
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--temperature", type=float, default=None)
+    add_load_arguments(p)
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
-    p.add_argument(
-        "--prompt-set",
-        choices=PROMPT_SETS,
-        default="synthetic",
-        help="built-in prompts (installed packages, offline); --dataset overrides it",
-    )
-    p.add_argument(
-        "--request-rate",
-        type=rate_list,
-        default=None,
-        help="open-loop arrivals, req/s (concurrency then caps the requests in flight); "
-        "several (1,2,4) with one --concurrency make a rate sweep",
-    )
-    p.add_argument(
-        "--burstiness",
-        type=float,
-        default=1.0,
-        help="gamma shape of the gaps between arrivals: 1 Poisson, <1 burstier",
-    )
-    slo = p.add_argument_group("SLO (goodput in each level summary)")
-    for figure in ("ttft", "tpot", "itl", "e2e"):
-        slo.add_argument(f"--slo-{figure}-ms", type=float, default=None)
-    slo.add_argument("--slo-scope", choices=SLO_SCOPES, default="p99")
-    slo.add_argument("--slo-attainment", type=float, default=0.99)
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--request-timeout", type=float, default=600.0, help="per request, seconds")
     p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
     p.add_argument("--on-server-error", choices=["stop", "continue"], default="stop")
     p.add_argument("--max-consecutive-connect-errors", type=int, default=10)
@@ -182,16 +131,7 @@ def _prompts(args: argparse.Namespace) -> PromptSource:
 
 
 def slo_from_args(args: argparse.Namespace) -> Slo | None:
-    return Slo.from_dict(
-        {
-            "ttft_ms": args.slo_ttft_ms,
-            "tpot_ms": args.slo_tpot_ms,
-            "itl_ms": args.slo_itl_ms,
-            "e2e_ms": args.slo_e2e_ms,
-            "scope": args.slo_scope,
-            "attainment": args.slo_attainment,
-        }
-    )
+    return settings_from_args(args).slo_target()
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -275,7 +215,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     # The run starts now: asking the server for its model below is part of it.
     started = time.time()
     discovery_error = None
-    if args.model is None:
+    if not args.model:
         # SGLang's /generate needs no model name; the OpenAI APIs do.
         args.model = ""
         if args.api != Api.GENERATE.value:
@@ -284,7 +224,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 say(f"[model {args.model!r}, from {args.base_url}/v1/models]")
             except ModelDiscoveryError as exc:
                 discovery_error = f"no model name to send: {exc}"
-    slo = slo_from_args(args)
+    settings = settings_from_args(args)
+    slo = settings.slo_target()
     params = _params(args)
     start: dict[str, Any] = {}
     if args.start_at is not None:
@@ -330,22 +271,13 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break
-            cfg = LevelConfig(
-                api=Api(args.api),
+            cfg = LevelConfig.from_settings(
+                settings.model_copy(update={"model": args.model}),
                 base_url=args.base_url,
-                model=args.model,
                 concurrency=c,
-                level_index=i,
-                num_requests=args.requests_per_level,
-                duration=args.duration,
-                warmup_requests=args.warmup_requests,
                 request_rate=rate,
-                burstiness=args.burstiness,
-                max_tokens=args.max_tokens,
-                ignore_eos=args.ignore_eos,
-                temperature=args.temperature,
+                level_index=i,
                 extra_body=args.extra_body,
-                request_timeout=args.request_timeout,
                 seed=args.seed,
                 drain_seconds=args.drain_seconds,
                 on_server_error=args.on_server_error,
@@ -557,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         build_parser().error(str(exc))
     try:
-        slo_from_args(args)
+        settings_from_args(args)  # the same rules as a sweep's settings, said per flag
         _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
     except (ValueError, OSError) as exc:
         build_parser().error(str(exc))

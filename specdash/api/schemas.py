@@ -4,13 +4,14 @@ input schemas refuse unknown keys so a typo is a 422, not a silently ignored set
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from ninja import Field, Schema
-from pydantic import ConfigDict, StringConstraints
+from pydantic import ConfigDict, StringConstraints, create_model
 
 from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.loadgen.settings import LoadSettings, SloSettings, input_fields
 from hosts.masking import masked_env  # secret values are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
 
@@ -329,36 +330,19 @@ class KillHoldersIn(In):
 # -- sweeps -------------------------------------------------------------------------------
 
 
-class SloIn(In):
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    itl_ms: float | None = Field(None, description="Token-level inter-token latency")
-    e2e_ms: float | None = None
-    scope: str = Field("p99", description="p99 (of the level) or request (per request)")
-    attainment: float | None = Field(None, description="Share of requests (scope request)")
+# The load settings' request bodies, from the one model (benchmarks.loadgen.settings): every
+# setting optional (the service fills in the defaults and checks the values, per field).
+if TYPE_CHECKING:
 
+    class SloIn(In): ...
 
-class SweepLoadIn(In):
-    requests_per_level: int | None = Field(None, description="Requests per level (or duration)")
-    duration: float | None = Field(None, description="Seconds per level (or requests_per_level)")
-    warmup_requests: int | None = None
-    input_tokens: int | None = None
-    max_tokens: int | None = None
-    api: str | None = None
-    model: Text | None = None
-    ignore_eos: bool = False
-    temperature: float | None = None
-    prompt_set: str | None = Field(
-        None, description="synthetic (default), sharegpt (chat), humaneval (code), mixed"
+    class SweepLoadIn(In): ...
+
+else:
+    SloIn = create_model("SloIn", __base__=In, **input_fields(SloSettings))
+    SweepLoadIn = create_model(
+        "SweepLoadIn", __base__=In, **input_fields(LoadSettings, nested={"slo": SloIn})
     )
-    request_rate: float | list[float] | None = Field(
-        None,
-        description="Open-loop arrivals in req/s: one rate for every level (each level's "
-        "concurrency caps in-flight), or a list of several for a rate sweep (one level per rate, "
-        "levels then one concurrency: the cap); each above 0",
-    )
-    burstiness: float | None = Field(None, description="Gamma shape of arrival gaps (1: Poisson)")
-    slo: SloIn | None = Field(None, description="Latency targets: goodput per level")
 
 
 class SweepIn(In):
