@@ -12,7 +12,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -20,6 +19,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
+from benchmarks.loadgen.cli_io import (
+    boundary_scrape,
+    open_records,
+    progress_line,
+    sleep_until,
+    stdin_line,
+    summary_line,
+)
+from benchmarks.loadgen.cli_io import write_output as write_output  # its first home
 from benchmarks.loadgen.datasets import builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
 from benchmarks.loadgen.goodput import Slo
@@ -30,8 +38,10 @@ from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
 from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks.loadgen.settings import add_load_arguments, settings_from_args
-from benchmarks.loadgen.settings import rate_list as rate_list  # the specdash CLI parses with it
+from benchmarks.loadgen.settings_args import add_load_arguments, settings_from_args
+from benchmarks.loadgen.settings_args import (
+    rate_list as rate_list,  # the specdash CLI parses with it
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -141,17 +151,6 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
-    ttft = s["ttft_p50"]
-    ttft_txt = f"{ttft * 1e3:.0f}ms" if ttft is not None else "-"
-    warn = " CLIENT-LIMITED" if s["client_limited"] else ""
-    return (
-        f"[level {level} C={concurrency} {s['phase']}] tok/s={s['tok_s']:.0f} "
-        f"in_flight={s['in_flight']} done={s['completed']} err={s['errors']} "
-        f"ttft_p50={ttft_txt} lag={s['loop_lag_ms']:.1f}ms cpu={s['client_cpu']:.0f}%{warn}"
-    )
-
-
 def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
     """The level's summary, computed from its records exactly as the records file holds them
     (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
@@ -236,7 +235,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     if args.start_at_stdin:
         # Imported, connected to its reader, prompts built: only the start is missing, so
         # the processes of a gang are all ready when it is given and start within a timer tick.
-        given = (await _stdin_line(cancel)).strip()
+        given = (await stdin_line(cancel)).strip()
         try:
             args.start_at = _epoch(given) if given else None
         except argparse.ArgumentTypeError as exc:
@@ -263,7 +262,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
-            await _sleep_until(args.start_at, cancel)
+            await sleep_until(args.start_at, cancel)
         plan = (
             [] if discovery_error is not None else level_plan(args.concurrency, args.request_rate)
         )
@@ -288,7 +287,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             )
             processes = max(1, min(args.processes, c))
             boundary = (
-                await _boundary_scrape(args.boundary_metrics_url)
+                await boundary_scrape(args.boundary_metrics_url)
                 if args.boundary_metrics_url
                 else {}
             )
@@ -309,7 +308,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
                 s = {k: v for k, v in s.items() if k != "recent_ttft"}
                 events.emit("sample", level_index=i, concurrency=c, **s)
-                say(_progress(i, c, s))
+                say(progress_line(i, c, s))
 
             try:
                 if processes > 1:
@@ -320,7 +319,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     result = await run_level(cfg, prompts, cancel=cancel, on_sample=on_sample)
             except Exception as exc:
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
-                events.emit("level_error", level_index=i, reason=reason, detail=_tb())
+                detail = traceback.format_exc()[-2000:]
+                events.emit("level_error", level_index=i, reason=reason, detail=detail)
                 status = "failed"
                 break
             summary = level_summary(result, processes=processes, slo=slo)
@@ -340,12 +340,12 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 records_f.flush()
             # The level's closing scrape, before the next level can send anything.
             boundary = (
-                await _boundary_scrape(args.boundary_metrics_url)
+                await boundary_scrape(args.boundary_metrics_url)
                 if args.boundary_metrics_url
                 else {}
             )
             events.emit("level_summary", level_index=i, summary=summary, **boundary)
-            say(_summary_line(summary))
+            say(summary_line(summary))
             if result.status == "failed":
                 events.emit("level_error", level_index=i, reason=result.reason)
                 if args.on_server_error == "stop":
@@ -372,110 +372,6 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         write_output(args.output, json.dumps(json.loads(dumps(out)), indent=1) + "\n")
     events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
     return EXIT_FAILED if status == "failed" else EXIT_OK
-
-
-def open_records(path: Path, *, append: bool) -> TextIO:
-    """The records file, replaced or appended to. Appending first ends a line that a killed
-    earlier writer left half-written, so that torn line never glues onto the next record."""
-    if not append:
-        return path.open("w", encoding="utf-8")
-    torn = False
-    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    handle = path.open("a", encoding="utf-8")
-    if torn:
-        handle.write("\n")
-    return handle
-
-
-async def _boundary_scrape(url: str) -> dict[str, Any]:
-    """The server's /metrics text just before a level starts, with the time it answered.
-
-    Taken here, in the process that sends the requests, and awaited before the first one:
-    a scrape by whoever reads the events would land after the level's opening burst."""
-    import httpx  # the CLI's other paths do not need it loaded
-
-    limits = httpx.Limits(max_keepalive_connections=0)  # no connection outlives the scrape
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
-            response = await client.get(url)
-            response.raise_for_status()
-    except httpx.HTTPError as exc:
-        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
-    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write atomically (a reader never sees half a file), except onto something that is not
-    a regular file (/dev/null, a FIFO): renaming onto /dev/null would replace the device."""
-    if path.exists() and not path.is_file():
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-async def _stdin_line(cancel: asyncio.Event) -> str:
-    """One line from stdin, or "" on a cancel or end of input. Read in a daemon thread: a
-    blocked read must not keep a cancelled process from exiting."""
-    loop = asyncio.get_running_loop()
-    got: asyncio.Future[str] = loop.create_future()
-
-    def deliver(line: str) -> None:
-        if not got.done():
-            got.set_result(line)
-
-    def read() -> None:
-        line = sys.stdin.readline()
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(deliver, line)
-
-    threading.Thread(target=read, name="start-at-stdin", daemon=True).start()
-    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
-    pending: set[asyncio.Future[Any]] = {got, waiter}
-    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    return got.result() if got.done() else ""
-
-
-async def _sleep_until(wall: float, cancel: asyncio.Event) -> None:
-    """Sleep until the wall-clock time `wall`, or until cancelled.
-
-    Slept in steps of at most a second and re-read from time.time() each step, so that a wall clock
-    stepped by NTP while waiting still gives the intended instant (the point is that processes on
-    several machines start together by their synchronised clocks).
-    """
-    while not cancel.is_set():
-        left = wall - time.time()
-        if left <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(cancel.wait(), timeout=min(left, 1.0))
-
-
-def _tb() -> str:
-    return traceback.format_exc()[-2000:]
-
-
-def _fmt(value: Any, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _summary_line(s: dict[str, Any]) -> str:
-    req = s["requests"]
-    return (
-        f"== level {s['level_index']} C={s['concurrency']} {s['status']}: "
-        f"ok={req['ok']} failed={req['failed']} out_tok/s={_fmt(s['output_tok_s'], '.1f')} "
-        f"steady={_fmt(s['steady']['output_tok_s'], '.1f')} "
-        f"ttft_p50={_fmt(s['ttft_ms']['p50'], '.1f')}ms "
-        f"itl_p50={_fmt(s['itl_ms']['p50'], '.2f')}ms "
-        f"conc={_fmt(s['achieved_concurrency'], '.2f')}"
-        + (" CLIENT-LIMITED" if s["client"].get("client_limited") else "")
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

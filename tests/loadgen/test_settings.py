@@ -10,14 +10,8 @@ import pytest
 
 from benchmarks.loadgen import cli
 from benchmarks.loadgen.level import LevelConfig
-from benchmarks.loadgen.settings import (
-    LoadSettings,
-    LoadSettingsError,
-    Option,
-    add_load_arguments,
-    flat_fields,
-    settings_from_args,
-)
+from benchmarks.loadgen.settings import LoadSettings, LoadSettingsError, Option, flat_fields
+from benchmarks.loadgen.settings_args import add_load_arguments, settings_from_args
 
 # Every field away from its default, so a flag that is dropped or misread shows.
 EVERY_FIELD = LoadSettings.clean(

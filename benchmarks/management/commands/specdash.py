@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from benchmarks.loadgen.settings import add_load_arguments, given_settings
+from benchmarks.loadgen.settings_args import add_load_arguments, given_settings
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
 
 
