@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 
 from benchmarks import selectors, services
+from benchmarks.loadgen.goodput import SLO_FIGURES
+from benchmarks.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
 from benchmarks.models.sweeps import DEFAULT_LEVELS
 from hosts.models import ServerInstance
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
+
+
+def load_form_field(field: FieldInfo) -> forms.Field:
+    """A load setting as a form field: its label, help, choices and initial from the model;
+    blank is the setting's default (the service's rule), bounds the service's too."""
+    opt = option(field)
+    default = field.get_default()
+    initial = default if opt.form_initial is UNSET else opt.form_initial
+    common: dict[str, Any] = {"required": False, "help_text": field.description or ""}
+    if opt.label:
+        common["label"] = opt.label
+    if field.annotation is bool:
+        return forms.BooleanField(initial=initial, **common)
+    if opt.choices:
+        return forms.ChoiceField(choices=list(opt.choices), initial=initial, **common)
+    kind = number_kind(field)
+    if kind == "int":
+        return forms.IntegerField(initial=initial, **common)
+    if kind == "float":
+        return forms.FloatField(initial=initial, **common)
+    return forms.CharField(initial=initial or None, **common)  # the rates, the model name
 
 
 class InstanceChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -27,66 +53,22 @@ class LoadPlanForm(forms.Form):
         help_text=f"Concurrency levels, comma separated (1 to {services.MAX_CONCURRENCY}); "
         "with several request rates, one: the cap on requests in flight",
     )
-    requests_per_level = forms.IntegerField(
-        required=False, initial=100, help_text="Or leave empty and give a duration"
-    )
-    duration = forms.FloatField(required=False, label="Duration per level (s)")
-    warmup_requests = forms.IntegerField(initial=0, required=False, label="Warm-up requests")
-    input_tokens = forms.IntegerField(initial=128)
-    max_tokens = forms.IntegerField(initial=128, label="Max output tokens")
-    api = forms.ChoiceField(choices=[(a, a) for a in services.APIS], initial="completions")
-    ignore_eos = forms.BooleanField(required=False, initial=True, label="Ignore EOS")
-    temperature = forms.FloatField(required=False)
-    prompt_set = forms.ChoiceField(
-        choices=[
-            ("synthetic", "synthetic (random words of the input length)"),
-            ("sharegpt", "ShareGPT (chat)"),
-            ("humaneval", "HumanEval (code)"),
-            ("mixed", "ShareGPT + HumanEval alternating (chat, code)"),
-        ],
-        initial="synthetic",
-        required=False,
-        label="Prompts",
-        help_text="The same prompts in the same order for every profile",
-    )
-    request_rate = forms.CharField(
-        required=False,
-        label="Request rates (req/s)",
-        help_text="Empty: closed loop. One rate: open-loop arrivals at every level, each level's "
-        "C capping what is in flight. Several (0.5, 1, 2, 4): a rate sweep, one level per rate "
-        "under one concurrency cap in Levels",
-    )
-    burstiness = forms.FloatField(
-        required=False, initial=1.0, help_text="Gamma shape of arrival gaps: 1 Poisson, <1 bursty"
-    )
-    slo_ttft_ms = forms.FloatField(required=False, label="SLO: TTFT (ms)")
-    slo_tpot_ms = forms.FloatField(required=False, label="SLO: TPOT (ms)")
-    slo_itl_ms = forms.FloatField(required=False, label="SLO: token ITL (ms)")
-    slo_e2e_ms = forms.FloatField(required=False, label="SLO: E2E (ms)")
-    slo_scope = forms.ChoiceField(
-        choices=[("p99", "p99 of the level within each limit"), ("request", "per request")],
-        initial="p99",
-        required=False,
-        label="SLO applies to",
-        help_text="Per request: a level meets it when 99% of its requests meet every limit",
-    )
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     tags = forms.CharField(required=False, help_text="Comma separated")
 
-    LOAD_FIELDS = (
-        "requests_per_level",
-        "duration",
-        "warmup_requests",
-        "input_tokens",
-        "max_tokens",
-        "api",
-        "ignore_eos",
-        "temperature",
-        "prompt_set",
-        "request_rate",
-        "burstiness",
-    )
-    SLO_FIELDS = ("slo_ttft_ms", "slo_tpot_ms", "slo_itl_ms", "slo_e2e_ms", "slo_scope")
+    # The load settings' fields, from the one model (benchmarks.loadgen.settings).
+    LOAD_FIELDS = tuple(n for n in LoadSettings.model_fields if n != "slo")
+    SLO_FIELDS = tuple(n for n, _ in flat_fields() if n.startswith("slo_"))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        load_fields = {name: load_form_field(field) for name, field in flat_fields()}
+        # after levels, before notes and tags (field_order of subclasses places them again)
+        head = {k: v for k, v in self.fields.items() if k not in ("notes", "tags")}
+        tail = {k: v for k, v in self.fields.items() if k in ("notes", "tags")}
+        self.fields = {**head, **load_fields, **tail}
+        if self.field_order is not None:
+            self.order_fields(self.field_order)
 
     def clean_levels(self) -> list[int]:
         text: str = self.cleaned_data["levels"]
@@ -112,9 +94,10 @@ class LoadPlanForm(forms.Form):
     def plan_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         load = {name: data.get(name) for name in self.LOAD_FIELDS}
-        slo = {name[4:]: data.get(name) for name in self.SLO_FIELDS[:-1]}
-        if any(v is not None for v in slo.values()):
-            load["slo"] = {**slo, "scope": data.get("slo_scope") or "p99"}
+        slo = {name[4:]: data.get(name) for name in self.SLO_FIELDS}
+        if any(slo.get(figure) is not None for figure in SLO_FIGURES):
+            # the limits as given (None: no limit); the rest only when set
+            load["slo"] = {k: v for k, v in slo.items() if k in SLO_FIGURES or v not in (None, "")}
         return {
             "levels": data["levels"],
             "load": load,

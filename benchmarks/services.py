@@ -1,64 +1,53 @@
 """Write-side actions on sweeps.
 
 Web requests create and cancel sweeps; the ``sweep.run`` job (benchmarks/sweeps/) records
-what the load generator reports through the ``sweep_*`` recording functions below. Each
-change emits its event after commit (see specdash.realtime for the payloads).
+what the load generator reports through the ``sweep_*`` recording functions of
+``benchmarks.sweeps.recording``, re-exported here. Each change emits its event after
+commit (see specdash.realtime for the payloads).
 """
 
 from __future__ import annotations
 
-import math
 import platform
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import models, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from benchmarks import selectors
-from benchmarks.loadgen.datasets import PROMPT_SETS
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
+from benchmarks.loadgen.settings import APIS as APIS  # the form's choices
+from benchmarks.loadgen.settings import LoadSettings, LoadSettingsError
+from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps.recording import (  # the job's recording services, re-exported
+    CRASH_ERROR_KINDS as CRASH_ERROR_KINDS,
+)
+from benchmarks.sweeps.recording import SweepPlan as SweepPlan
+from benchmarks.sweeps.recording import broadcast_sweep_state
+from benchmarks.sweeps.recording import level_fields_from_summary as level_fields_from_summary
+from benchmarks.sweeps.recording import sweep_begin as sweep_begin
+from benchmarks.sweeps.recording import sweep_finish as sweep_finish
+from benchmarks.sweeps.recording import sweep_level_finished as sweep_level_finished
+from benchmarks.sweeps.recording import sweep_level_started as sweep_level_started
+from benchmarks.sweeps.recording import sweep_levels_cut_by_crash as sweep_levels_cut_by_crash
+from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
+from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
 from hosts.jobs import job_cancel, job_enqueue
 from hosts.masking import masked_env
 from hosts.models import InstanceState, JobState, ServerInstance
-from specdash import realtime
 
 SWEEP_JOB_KIND = "sweep.run"
 MAX_CONCURRENCY = 4096
 MAX_LEVELS = 64
-APIS = ("completions", "chat", "generate")
-
-# name: (kind, minimum, maximum, default); None bounds are open.
-_LOAD_FIELDS: dict[str, tuple[str, float | None, float | None, Any]] = {
-    "requests_per_level": ("int", 1, 1_000_000, None),
-    "duration": ("float", 0.1, 86_400, None),
-    "warmup_requests": ("int", 0, 100_000, 0),
-    "input_tokens": ("int", 1, 131_072, 128),
-    "max_tokens": ("int", 1, 65_536, 128),
-    "temperature": ("float", 0, 2, None),
-    "request_timeout": ("float", 1, 3_600, 600.0),
-    # The gamma shape of open-loop arrival gaps (1: Poisson); the rates are sweeps.plan's.
-    "burstiness": ("float", 0.01, 100, 1.0),
-}
 
 
 def sweep_lock_key(sweep_id: int) -> str:
     return f"sweep:{sweep_id}"
-
-
-def sweep_records_file(*, sweep_id: int) -> Path:
-    return Path(settings.SPECDASH_DATA_DIR) / "sweeps" / str(sweep_id) / "records.jsonl"
 
 
 def sweep_clean_levels(levels: Sequence[Any]) -> list[int]:
@@ -80,73 +69,22 @@ def sweep_clean_levels(levels: Sequence[Any]) -> list[int]:
     return cleaned
 
 
-def _number(name: str, value: Any, kind: str, low: float | None, high: float | None) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError({name: "Enter a number."})
-    if kind == "int" and not float(value).is_integer():
-        raise ValidationError({name: "Enter a whole number."})
-    if not math.isfinite(value):
-        raise ValidationError({name: "Enter a finite number."})
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValidationError({name: f"Must be between {low:g} and {high:g}."})
-    return int(value) if kind == "int" else float(value)
-
-
-def sweep_clean_load(load: dict[str, Any]) -> dict[str, Any]:
-    """Validated load-generator settings with defaults filled in (unknown keys refused)."""
-    known = {"api", "model", "ignore_eos", "prompt_set", "slo", "request_rate", *_LOAD_FIELDS}
-    unknown = sorted(set(load) - known)
-    if unknown:
-        raise ValidationError(f"Unknown load setting(s): {', '.join(unknown)}.")
-    errors: dict[str, list[str]] = {}
-    cleaned: dict[str, Any] = {}
-    api = load.get("api") or "completions"
-    if api not in APIS:
-        errors["api"] = [f"Choose one of {', '.join(APIS)}."]
-    cleaned["api"] = api
-    model = load.get("model") or ""
-    if not isinstance(model, str) or len(model) > 200 or model.startswith("-"):
-        errors["model"] = ["A model name of up to 200 characters, not starting with '-'."]
-    cleaned["model"] = model
-    cleaned["ignore_eos"] = bool(load.get("ignore_eos", False))
-    prompt_set = load.get("prompt_set") or "synthetic"
-    if prompt_set not in PROMPT_SETS:
-        errors["prompt_set"] = [f"Choose one of {', '.join(PROMPT_SETS)}."]
-    cleaned["prompt_set"] = prompt_set
-    slo = load.get("slo")
+def sweep_clean_load(load: Mapping[str, Any] | LoadSettings) -> dict[str, Any]:
+    """Validated load-generator settings with defaults filled in (unknown keys refused), in
+    the form a sweep stores (``LoadSettings.to_stored``)."""
+    if isinstance(load, LoadSettings):
+        load = load.to_stored()
     try:
-        if slo is not None and not isinstance(slo, dict):
-            raise ValueError("SLO must be an object of limits in milliseconds")
-        parsed = Slo.from_dict(slo)
-        cleaned["slo"] = parsed.to_dict() if parsed is not None else None
-    except ValueError as exc:
-        errors["slo"] = [str(exc)]
-    try:
-        cleaned["request_rate"] = level_plans.clean_request_rate(load.get("request_rate"))
-    except ValidationError as exc:
-        errors["request_rate"] = exc.messages
-    for name, (kind, low, high, default) in _LOAD_FIELDS.items():
-        value = load.get(name)
-        if value is None or value == "":
-            cleaned[name] = default
-            continue
-        try:
-            cleaned[name] = _number(name, value, kind, low, high)
-        except ValidationError as exc:
-            errors.setdefault(name, []).extend(exc.messages)
-    has_count = cleaned.get("requests_per_level") is not None
-    has_duration = cleaned.get("duration") is not None
-    if has_count == has_duration and not ({"requests_per_level", "duration"} & set(errors)):
-        errors.setdefault("requests_per_level", []).append(
-            "Give either requests per level or a duration per level (one of the two)."
-        )
-    if errors:
-        raise ValidationError(errors)
-    return cleaned
+        settings = LoadSettings.clean(load)
+    except LoadSettingsError as exc:
+        if exc.message:
+            raise ValidationError(exc.message) from None
+        raise ValidationError(exc.errors) from None
+    return settings.to_stored()
 
 
 def sweep_clean_plan(
-    levels: Sequence[Any], load: dict[str, Any]
+    levels: Sequence[Any], load: Mapping[str, Any] | LoadSettings
 ) -> tuple[list[int], dict[str, Any]]:
     """Levels and load settings cleaned together (a rate sweep takes one concurrency cap);
     every error of both, keyed by field, in one ValidationError."""
@@ -270,7 +208,7 @@ def sweep_create(
     instance: ServerInstance | None = None,
     base_url: str = "",
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: Mapping[str, Any] | LoadSettings,
     name: str = "",
     notes: str = "",
     tags: Sequence[str] = (),
@@ -342,7 +280,7 @@ def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
                 finished_at=timezone.now(),
             )
             if updated:
-                _broadcast_state(sweep.pk)
+                broadcast_sweep_state(sweep.pk)
         else:
             Sweep.objects.filter(pk=sweep.pk, state=SweepState.RUNNING, reason="").update(
                 reason=f"cancelled by {who}"
@@ -411,7 +349,7 @@ def sweep_resume(
             user=user,
         )
         Sweep.objects.filter(pk=sweep.pk).update(job=job)
-        transaction.on_commit(lambda: _broadcast_state(sweep.pk))
+        transaction.on_commit(lambda: broadcast_sweep_state(sweep.pk))
     sweep.refresh_from_db()
     return sweep
 
@@ -434,288 +372,6 @@ def sweep_abandon(*, sweep: Sweep, user: Any = None) -> Sweep:
         Sweep.objects.filter(pk=sweep.pk, state=SweepState.INTERRUPTED).update(
             state=SweepState.CANCELLED, reason=f"abandoned by {who} after: {sweep.reason}"
         )
-        transaction.on_commit(lambda: _broadcast_state(sweep.pk))
+        transaction.on_commit(lambda: broadcast_sweep_state(sweep.pk))
     sweep.refresh_from_db()
     return sweep
-
-
-# -- recording what the job sees (sync; the async job calls these through sync_to_async) --
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """What the job needs to drive the load generator."""
-
-    sweep_id: int
-    base_url: str
-    model: str
-    levels: list[int]
-    load: dict[str, Any]
-    records_path: Path
-    instance_id: int | None
-    # A resumed sweep runs levels[level_offset:], still numbered as the sweep numbers them
-    # (a rate sweep: one concurrency per level left, and ``load["request_rate"]`` their rates).
-    level_offset: int = 0
-    # Which run of this sweep this is (1 = the first); written into every record.
-    attempt: int = 1
-    # The profile's engine ("" for a server specdash did not start): decides which body
-    # fields ask the server for each request's speculative figures.
-    engine: str = ""
-
-
-def _broadcast_state(sweep_id: int) -> None:
-    sweep = Sweep.objects.get(pk=sweep_id)
-    realtime.sweep_broadcast_on_commit(
-        sweep_id, realtime.SWEEP_STATE, selectors.sweep_state_payload(sweep=sweep)
-    )
-
-
-def _broadcast_level(level: SweepLevel) -> None:
-    sweep = Sweep.objects.get(pk=level.sweep_id)
-    levels = selectors.sweep_levels(sweep_id=sweep.pk)
-    payload = {
-        "level": selectors.level_as_dict(level, sweep=sweep),
-        "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
-    }
-    realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)
-
-
-def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
-    """Mark a queued sweep running and return its plan; None if it is no longer queued
-    (cancelled meanwhile). Fails the sweep at once if its server is not ready."""
-    with transaction.atomic():
-        now = timezone.now()
-        updated = Sweep.objects.filter(pk=sweep_id, state=SweepState.QUEUED).update(
-            state=SweepState.RUNNING, started_at=now
-        )
-        if not updated:
-            return None
-        Sweep.objects.filter(pk=sweep_id).update(attempts=models.F("attempts") + 1)
-        sweep = Sweep.objects.select_related("instance__host", "instance__profile", "profile").get(
-            pk=sweep_id
-        )
-        records = sweep_records_file(sweep_id=sweep_id)
-        records.parent.mkdir(parents=True, exist_ok=True)
-        sweep.records_path = str(records)
-        sweep.save(update_fields=["records_path"])
-        _broadcast_state(sweep_id)
-    instance = sweep.instance
-    if instance is not None and instance.state != InstanceState.READY:
-        sweep_finish(
-            sweep_id=sweep_id,
-            state=SweepState.FAILED,
-            reason=f"server #{instance.pk} is {instance.state}, not ready",
-        )
-        return None
-    target = sweep.environment.get("target", {})
-    levels, load = list(sweep.levels)[resume_from:], dict(sweep.load)
-    if level_plans.is_rate_sweep(sweep.load):
-        # A rate sweep resumed part way: the levels left, each with its concurrency and rate.
-        left = level_plans.sweep_level_plan(sweep.levels, sweep.load)[resume_from:]
-        levels = [c for c, _ in left]
-        load["request_rate"] = [r for _, r in left]
-    return SweepPlan(
-        sweep_id=sweep_id,
-        base_url=instance.base_url if instance is not None else sweep.base_url,
-        model=str(target.get("model") or ""),
-        levels=levels,
-        load=load,
-        records_path=records,
-        instance_id=instance.pk if instance is not None else None,
-        level_offset=resume_from,
-        attempt=sweep.attempts,
-        engine=_sweep_engine(sweep),
-    )
-
-
-def _sweep_engine(sweep: Sweep) -> str:
-    if sweep.instance is not None:
-        return str(sweep.instance.profile.engine)
-    return str(sweep.profile.engine) if sweep.profile is not None else ""
-
-
-def _from_epoch(t: Any) -> datetime:
-    if isinstance(t, int | float) and math.isfinite(t):
-        return datetime.fromtimestamp(t, tz=UTC)
-    return timezone.now()
-
-
-def _earlier_attempt(level: SweepLevel) -> dict[str, Any]:
-    """What a level's row held before the level was run again: kept beside the new run."""
-    return {
-        "attempt": level.attempt,
-        "state": level.state,
-        "reason": level.reason,
-        "requests_ok": level.requests_ok,
-        "requests_failed": level.requests_failed,
-        "output_tok_s": level.output_tok_s,
-        "summary": level.summary,
-        "server_metrics": level.server_metrics,
-        "started_at": level.started_at.isoformat() if level.started_at else None,
-        "finished_at": level.finished_at.isoformat() if level.finished_at else None,
-    }
-
-
-def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float) -> None:
-    """A level begins; a row left by an earlier attempt (a partial level) moves into
-    ``earlier_attempts`` and the row now stands for this attempt."""
-    with transaction.atomic():
-        attempt = Sweep.objects.filter(pk=sweep_id).values_list("attempts", flat=True).first()
-        attempt = max(1, attempt or 0)
-        level = (
-            SweepLevel.objects.select_for_update().filter(sweep_id=sweep_id, index=index).first()
-        )
-        if level is None:
-            level = SweepLevel(sweep_id=sweep_id, index=index, attempt=attempt)
-        elif level.attempt != attempt:
-            level.earlier_attempts = [*level.earlier_attempts, _earlier_attempt(level)]
-            for name, value in level_fields_from_summary({}).items():
-                setattr(level, name, value)
-            level.server_metrics = {}
-            level.finished_at = None
-            level.attempt = attempt
-        level.concurrency = concurrency
-        level.state = LevelState.RUNNING
-        level.started_at = _from_epoch(t)
-        level.save()
-        Sweep.objects.filter(pk=sweep_id).update(current_level_index=index)
-        _broadcast_level(level)
-
-
-def _dist(summary: dict[str, Any], name: str, key: str) -> float | None:
-    value = (summary.get(name) or {}).get(key)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def level_fields_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The SweepLevel columns a load-generator level summary fills in."""
-    status = summary.get("status")
-    if status == "completed" and not summary.get("partial"):
-        state = LevelState.COMPLETED
-    elif status == "failed":
-        state = LevelState.FAILED
-    else:
-        state = LevelState.PARTIAL
-    requests = summary.get("requests") or {}
-    steady = summary.get("steady") or {}
-    return {
-        "concurrency": int(summary.get("concurrency") or 0),
-        "state": state,
-        "summary": summary,
-        "output_tok_s": summary.get("output_tok_s"),
-        "steady_output_tok_s": steady.get("output_tok_s"),
-        "ttft_p50_ms": _dist(summary, "ttft_ms", "p50"),
-        "ttft_p99_ms": _dist(summary, "ttft_ms", "p99"),
-        "tpot_p50_ms": _dist(summary, "tpot_ms", "p50"),
-        "itl_p50_ms": _dist(summary, "itl_ms", "p50"),
-        "itl_p99_ms": _dist(summary, "itl_ms", "p99"),
-        "e2e_p50_ms": _dist(summary, "e2e_ms", "p50"),
-        "achieved_concurrency": summary.get("achieved_concurrency"),
-        "requests_ok": int(requests.get("ok") or 0),
-        "requests_failed": int(requests.get("failed") or 0),
-        "reason": str(summary.get("reason") or "") if state != LevelState.COMPLETED else "",
-    }
-
-
-def sweep_level_finished(*, sweep_id: int, summary: dict[str, Any]) -> SweepLevel:
-    """Persist a level summary (denormalised headline columns + the full summary)."""
-    index = int(summary["level_index"])
-    fields = level_fields_from_summary(summary)
-    with transaction.atomic():
-        level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
-        if level is None:
-            attempt = Sweep.objects.filter(pk=sweep_id).values_list("attempts", flat=True).first()
-            level = SweepLevel(
-                sweep_id=sweep_id,
-                index=index,
-                started_at=timezone.now(),
-                attempt=max(1, attempt or 0),
-            )
-        for name, value in fields.items():
-            setattr(level, name, value)
-        level.finished_at = timezone.now()
-        level.save()
-        _broadcast_level(level)
-    return level
-
-
-_SAMPLE_META = {"event", "level_index", "t"}
-
-
-def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> None:
-    """Store one batch of live samples and send it as one event."""
-    if not samples:
-        return
-    rows = [
-        SweepSample(
-            sweep_id=sweep_id,
-            level_index=int(s.get("level_index") or 0),
-            t=float(s.get("t") or 0.0),
-            data={k: v for k, v in s.items() if k not in _SAMPLE_META},
-        )
-        for s in samples
-    ]
-    with transaction.atomic():
-        SweepSample.objects.bulk_create(rows)
-        payload = [{**row.data, "level_index": row.level_index, "t": row.t} for row in rows]
-        realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_SAMPLES, {"samples": payload})
-
-
-# Request failures a server that died causes: refused connections, streams cut off.
-CRASH_ERROR_KINDS = ("connect", "disconnect", "protocol")
-
-
-def sweep_levels_cut_by_crash(*, sweep_id: int, from_index: int = 0) -> list[int]:
-    """After the server crashed mid-sweep: a level the load generator finished with requests
-    lost to the dead server is partial, not completed (comparisons count completed levels
-    only); one it gave up on stays failed. Either way its reason names the crash, with what
-    the load generator saw after it. Returns the indexes changed."""
-    changed = []
-    with transaction.atomic():
-        levels = SweepLevel.objects.select_for_update().filter(
-            sweep_id=sweep_id,
-            index__gte=from_index,
-            state__in=[LevelState.COMPLETED, LevelState.FAILED],
-        )
-        for level in levels:
-            causes = ((level.summary or {}).get("requests") or {}).get("errors_by_cause") or {}
-            lost = {k: int(causes[k]) for k in CRASH_ERROR_KINDS if causes.get(k)}
-            if not lost:
-                continue
-            seen = f" (load generator: {level.reason})" if level.reason else ""
-            if level.state == LevelState.COMPLETED:
-                level.state = LevelState.PARTIAL
-            level.reason = (
-                "server crashed during this level: "
-                + ", ".join(f"{n} {kind} error(s)" for kind, n in lost.items())
-                + seen
-            )
-            level.save(update_fields=["state", "reason"])
-            _broadcast_level(level)
-            changed.append(level.index)
-    return changed
-
-
-def sweep_finish(*, sweep_id: int, state: str, reason: str = "") -> bool:
-    """End a sweep (completed, cancelled, failed, interrupted); a level still running
-    becomes partial with the same reason. False if the sweep had already ended."""
-    if state not in FINISHED_SWEEP_STATES:
-        raise ValueError(f"{state!r} is not a final sweep state")
-    with transaction.atomic():
-        sweep = Sweep.objects.select_for_update().filter(pk=sweep_id).first()
-        if sweep is None or sweep.is_finished:
-            return False
-        now = timezone.now()
-        sweep.state = state
-        # A reason recorded earlier (who cancelled) is more specific than a generic one.
-        sweep.reason = sweep.reason if (sweep.reason and state == SweepState.CANCELLED) else reason
-        sweep.finished_at = now
-        sweep.save(update_fields=["state", "reason", "finished_at"])
-        for level in SweepLevel.objects.filter(sweep_id=sweep_id, state=LevelState.RUNNING):
-            level.state = LevelState.PARTIAL
-            level.reason = level.reason or reason
-            level.finished_at = now
-            level.save(update_fields=["state", "reason", "finished_at"])
-            _broadcast_level(level)
-        _broadcast_state(sweep_id)
-    return True

@@ -12,7 +12,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -20,9 +19,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.loadgen.apis import Api
-from benchmarks.loadgen.datasets import PROMPT_SETS, builtin_prompts
+from benchmarks.loadgen.cli_io import (
+    boundary_scrape,
+    open_records,
+    progress_line,
+    sleep_until,
+    stdin_line,
+    summary_line,
+)
+from benchmarks.loadgen.cli_io import write_output as write_output  # its first home
+from benchmarks.loadgen.datasets import builtin_prompts
 from benchmarks.loadgen.events import EventWriter, dumps, silence_stdout
-from benchmarks.loadgen.goodput import SLO_SCOPES, Slo
+from benchmarks.loadgen.goodput import Slo
 from benchmarks.loadgen.level import LevelConfig, LevelResult, run_level
 from benchmarks.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchmarks.loadgen.metrics import summarize_level
@@ -30,6 +38,10 @@ from benchmarks.loadgen.multiproc import run_level_multiprocess
 from benchmarks.loadgen.prompts import PromptSource, load_dataset
 from benchmarks.loadgen.records import RequestRecord
 from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
+from benchmarks.loadgen.settings_args import add_load_arguments, settings_from_args
+from benchmarks.loadgen.settings_args import (
+    rate_list as rate_list,  # the specdash CLI parses with it
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -44,16 +56,6 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers like 1,2,5,10: {text!r}") from exc
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
-    return values
-
-
-def rate_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected req/s like 2 or 1,2,4: {text!r}") from exc
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise argparse.ArgumentTypeError("request rates must be positive numbers")
     return values
 
 
@@ -78,56 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closed-loop (or Poisson) streaming load against an LLM inference server.",
     )
     p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
-    p.add_argument("--api", choices=[a.value for a in Api], default="completions")
-    p.add_argument(
-        "--model",
-        default=None,
-        help="the served model name (default: the first id the server lists at /v1/models)",
-    )
     p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
-    stop = p.add_mutually_exclusive_group(required=True)
-    stop.add_argument("--requests-per-level", type=int, help="measured requests per level")
-    stop.add_argument("--duration", type=float, help="seconds of measured load per level")
-    p.add_argument("--warmup-requests", type=int, default=0, help="per level, not measured")
-    p.add_argument("--input-tokens", type=int, default=128, help="synthetic prompt length")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="fixed output length (default: the dataset's, else 128)",
-    )
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--temperature", type=float, default=None)
+    add_load_arguments(p)
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
-    p.add_argument(
-        "--prompt-set",
-        choices=PROMPT_SETS,
-        default="synthetic",
-        help="built-in prompts (installed packages, offline); --dataset overrides it",
-    )
-    p.add_argument(
-        "--request-rate",
-        type=rate_list,
-        default=None,
-        help="open-loop arrivals, req/s (concurrency then caps the requests in flight); "
-        "several (1,2,4) with one --concurrency make a rate sweep",
-    )
-    p.add_argument(
-        "--burstiness",
-        type=float,
-        default=1.0,
-        help="gamma shape of the gaps between arrivals: 1 Poisson, <1 burstier",
-    )
-    slo = p.add_argument_group("SLO (goodput in each level summary)")
-    for figure in ("ttft", "tpot", "itl", "e2e"):
-        slo.add_argument(f"--slo-{figure}-ms", type=float, default=None)
-    slo.add_argument("--slo-scope", choices=SLO_SCOPES, default="p99")
-    slo.add_argument("--slo-attainment", type=float, default=0.99)
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--request-timeout", type=float, default=600.0, help="per request, seconds")
     p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
     p.add_argument("--on-server-error", choices=["stop", "continue"], default="stop")
     p.add_argument("--max-consecutive-connect-errors", type=int, default=10)
@@ -182,16 +141,7 @@ def _prompts(args: argparse.Namespace) -> PromptSource:
 
 
 def slo_from_args(args: argparse.Namespace) -> Slo | None:
-    return Slo.from_dict(
-        {
-            "ttft_ms": args.slo_ttft_ms,
-            "tpot_ms": args.slo_tpot_ms,
-            "itl_ms": args.slo_itl_ms,
-            "e2e_ms": args.slo_e2e_ms,
-            "scope": args.slo_scope,
-            "attainment": args.slo_attainment,
-        }
-    )
+    return settings_from_args(args).slo_target()
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,17 +149,6 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in vars(args).items():
         out[key] = str(value) if isinstance(value, Path) else value
     return out
-
-
-def _progress(level: int, concurrency: int, s: dict[str, Any]) -> str:
-    ttft = s["ttft_p50"]
-    ttft_txt = f"{ttft * 1e3:.0f}ms" if ttft is not None else "-"
-    warn = " CLIENT-LIMITED" if s["client_limited"] else ""
-    return (
-        f"[level {level} C={concurrency} {s['phase']}] tok/s={s['tok_s']:.0f} "
-        f"in_flight={s['in_flight']} done={s['completed']} err={s['errors']} "
-        f"ttft_p50={ttft_txt} lag={s['loop_lag_ms']:.1f}ms cpu={s['client_cpu']:.0f}%{warn}"
-    )
 
 
 def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
@@ -275,7 +214,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     # The run starts now: asking the server for its model below is part of it.
     started = time.time()
     discovery_error = None
-    if args.model is None:
+    if not args.model:
         # SGLang's /generate needs no model name; the OpenAI APIs do.
         args.model = ""
         if args.api != Api.GENERATE.value:
@@ -284,7 +223,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 say(f"[model {args.model!r}, from {args.base_url}/v1/models]")
             except ModelDiscoveryError as exc:
                 discovery_error = f"no model name to send: {exc}"
-    slo = slo_from_args(args)
+    settings = settings_from_args(args)
+    slo = settings.slo_target()
     params = _params(args)
     start: dict[str, Any] = {}
     if args.start_at is not None:
@@ -295,7 +235,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     if args.start_at_stdin:
         # Imported, connected to its reader, prompts built: only the start is missing, so
         # the processes of a gang are all ready when it is given and start within a timer tick.
-        given = (await _stdin_line(cancel)).strip()
+        given = (await stdin_line(cancel)).strip()
         try:
             args.start_at = _epoch(given) if given else None
         except argparse.ArgumentTypeError as exc:
@@ -322,7 +262,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
             wait = args.start_at - time.time()
             say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
-            await _sleep_until(args.start_at, cancel)
+            await sleep_until(args.start_at, cancel)
         plan = (
             [] if discovery_error is not None else level_plan(args.concurrency, args.request_rate)
         )
@@ -330,22 +270,13 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             if cancel.is_set():
                 status, reason = "cancelled", stop.reason
                 break
-            cfg = LevelConfig(
-                api=Api(args.api),
+            cfg = LevelConfig.from_settings(
+                settings.model_copy(update={"model": args.model}),
                 base_url=args.base_url,
-                model=args.model,
                 concurrency=c,
-                level_index=i,
-                num_requests=args.requests_per_level,
-                duration=args.duration,
-                warmup_requests=args.warmup_requests,
                 request_rate=rate,
-                burstiness=args.burstiness,
-                max_tokens=args.max_tokens,
-                ignore_eos=args.ignore_eos,
-                temperature=args.temperature,
+                level_index=i,
                 extra_body=args.extra_body,
-                request_timeout=args.request_timeout,
                 seed=args.seed,
                 drain_seconds=args.drain_seconds,
                 on_server_error=args.on_server_error,
@@ -356,7 +287,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             )
             processes = max(1, min(args.processes, c))
             boundary = (
-                await _boundary_scrape(args.boundary_metrics_url)
+                await boundary_scrape(args.boundary_metrics_url)
                 if args.boundary_metrics_url
                 else {}
             )
@@ -377,7 +308,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
                 s = {k: v for k, v in s.items() if k != "recent_ttft"}
                 events.emit("sample", level_index=i, concurrency=c, **s)
-                say(_progress(i, c, s))
+                say(progress_line(i, c, s))
 
             try:
                 if processes > 1:
@@ -388,7 +319,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     result = await run_level(cfg, prompts, cancel=cancel, on_sample=on_sample)
             except Exception as exc:
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
-                events.emit("level_error", level_index=i, reason=reason, detail=_tb())
+                detail = traceback.format_exc()[-2000:]
+                events.emit("level_error", level_index=i, reason=reason, detail=detail)
                 status = "failed"
                 break
             summary = level_summary(result, processes=processes, slo=slo)
@@ -408,12 +340,12 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 records_f.flush()
             # The level's closing scrape, before the next level can send anything.
             boundary = (
-                await _boundary_scrape(args.boundary_metrics_url)
+                await boundary_scrape(args.boundary_metrics_url)
                 if args.boundary_metrics_url
                 else {}
             )
             events.emit("level_summary", level_index=i, summary=summary, **boundary)
-            say(_summary_line(summary))
+            say(summary_line(summary))
             if result.status == "failed":
                 events.emit("level_error", level_index=i, reason=result.reason)
                 if args.on_server_error == "stop":
@@ -442,110 +374,6 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     return EXIT_FAILED if status == "failed" else EXIT_OK
 
 
-def open_records(path: Path, *, append: bool) -> TextIO:
-    """The records file, replaced or appended to. Appending first ends a line that a killed
-    earlier writer left half-written, so that torn line never glues onto the next record."""
-    if not append:
-        return path.open("w", encoding="utf-8")
-    torn = False
-    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    handle = path.open("a", encoding="utf-8")
-    if torn:
-        handle.write("\n")
-    return handle
-
-
-async def _boundary_scrape(url: str) -> dict[str, Any]:
-    """The server's /metrics text just before a level starts, with the time it answered.
-
-    Taken here, in the process that sends the requests, and awaited before the first one:
-    a scrape by whoever reads the events would land after the level's opening burst."""
-    import httpx  # the CLI's other paths do not need it loaded
-
-    limits = httpx.Limits(max_keepalive_connections=0)  # no connection outlives the scrape
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
-            response = await client.get(url)
-            response.raise_for_status()
-    except httpx.HTTPError as exc:
-        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
-    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write atomically (a reader never sees half a file), except onto something that is not
-    a regular file (/dev/null, a FIFO): renaming onto /dev/null would replace the device."""
-    if path.exists() and not path.is_file():
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-async def _stdin_line(cancel: asyncio.Event) -> str:
-    """One line from stdin, or "" on a cancel or end of input. Read in a daemon thread: a
-    blocked read must not keep a cancelled process from exiting."""
-    loop = asyncio.get_running_loop()
-    got: asyncio.Future[str] = loop.create_future()
-
-    def deliver(line: str) -> None:
-        if not got.done():
-            got.set_result(line)
-
-    def read() -> None:
-        line = sys.stdin.readline()
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(deliver, line)
-
-    threading.Thread(target=read, name="start-at-stdin", daemon=True).start()
-    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
-    pending: set[asyncio.Future[Any]] = {got, waiter}
-    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    return got.result() if got.done() else ""
-
-
-async def _sleep_until(wall: float, cancel: asyncio.Event) -> None:
-    """Sleep until the wall-clock time `wall`, or until cancelled.
-
-    Slept in steps of at most a second and re-read from time.time() each step, so that a wall clock
-    stepped by NTP while waiting still gives the intended instant (the point is that processes on
-    several machines start together by their synchronised clocks).
-    """
-    while not cancel.is_set():
-        left = wall - time.time()
-        if left <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(cancel.wait(), timeout=min(left, 1.0))
-
-
-def _tb() -> str:
-    return traceback.format_exc()[-2000:]
-
-
-def _fmt(value: Any, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _summary_line(s: dict[str, Any]) -> str:
-    req = s["requests"]
-    return (
-        f"== level {s['level_index']} C={s['concurrency']} {s['status']}: "
-        f"ok={req['ok']} failed={req['failed']} out_tok/s={_fmt(s['output_tok_s'], '.1f')} "
-        f"steady={_fmt(s['steady']['output_tok_s'], '.1f')} "
-        f"ttft_p50={_fmt(s['ttft_ms']['p50'], '.1f')}ms "
-        f"itl_p50={_fmt(s['itl_ms']['p50'], '.2f')}ms "
-        f"conc={_fmt(s['achieved_concurrency'], '.2f')}"
-        + (" CLIENT-LIMITED" if s["client"].get("client_limited") else "")
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.processes < 1:
@@ -557,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         build_parser().error(str(exc))
     try:
-        slo_from_args(args)
+        settings_from_args(args)  # the same rules as a sweep's settings, said per flag
         _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
     except (ValueError, OSError) as exc:
         build_parser().error(str(exc))

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.loadgen.apis import PATHS, Api, build_body
 from benchmarks.loadgen.client import StreamClient, make_client, send_request
@@ -20,6 +20,9 @@ from benchmarks.loadgen.health import HealthMonitor, LiveStats, client_limited
 from benchmarks.loadgen.metrics import quantile
 from benchmarks.loadgen.prompts import PromptSource
 from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+
+if TYPE_CHECKING:
+    from benchmarks.loadgen.settings import LoadSettings
 
 DEFAULT_MAX_TOKENS = 128
 _LEVEL_STRIDE = 10_000_019  # prompt indices of different levels never overlap
@@ -64,6 +67,36 @@ class LevelConfig:
     @property
     def mode(self) -> str:
         return "rate" if self.request_rate else "closed"
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: LoadSettings,
+        *,
+        base_url: str,
+        concurrency: int,
+        request_rate: float | None,
+        **run: Any,
+    ) -> LevelConfig:
+        """One level of a run with these load settings (``run``: the rest, such as the
+        level's index, the seed and the server-error policy). A max_tokens not given leaves
+        the output length to the dataset."""
+        return cls(
+            api=Api(settings.api),
+            base_url=base_url,
+            model=settings.model,
+            concurrency=concurrency,
+            num_requests=settings.requests_per_level,
+            duration=settings.duration,
+            warmup_requests=settings.warmup_requests,
+            request_rate=request_rate,
+            burstiness=settings.burstiness,
+            max_tokens=settings.max_tokens if "max_tokens" in settings.model_fields_set else None,
+            ignore_eos=settings.ignore_eos,
+            temperature=settings.temperature,
+            request_timeout=settings.request_timeout,
+            **run,
+        )
 
 
 @dataclass(slots=True)

@@ -9,39 +9,27 @@ make are the load generator's own ``level_plan``, the function behind its ``--co
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from benchmarks.loadgen import settings
 from benchmarks.loadgen.level import level_plan
 
-MIN_RATE = 0.001  # req/s: one request in about 17 minutes
-MAX_RATE = 1_000_000.0
+MIN_RATE = settings.MIN_RATE
+MAX_RATE = settings.MAX_RATE
 
 LevelPlan = list[tuple[int, float | None]]
 
 
 def clean_request_rate(value: Any) -> float | list[float] | None:
-    """None (closed loop), one rate, or several rates (a rate sweep), each a finite number of
-    requests per second; a one-element list is one rate. Raises ValidationError."""
-    if value is None or value == "":
-        return None
-    values = value if isinstance(value, list | tuple) else [value]
-    if not values:
-        raise ValidationError("Give at least one request rate, or none for a closed loop.")
-    rates: list[float] = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValidationError(f"{v!r} is not a number of requests per second.")
-        if not MIN_RATE <= v <= MAX_RATE:
-            raise ValidationError(
-                f"Request rate {v:g} is outside {MIN_RATE:g} to {MAX_RATE:g} req/s "
-                "(it must be above 0)."
-            )
-        rates.append(float(v))
-    return rates[0] if len(rates) == 1 else rates
+    """None (closed loop), one rate, or several rates (a rate sweep): the load settings' rule
+    (benchmarks.loadgen.settings). Raises ValidationError."""
+    try:
+        return settings.clean_request_rate(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def load_rates(load: dict[str, Any]) -> list[float] | None:

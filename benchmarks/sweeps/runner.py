@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.loadgen.apis import Api, engine_extra_body
-from benchmarks.sweeps.plan import load_rates
+from benchmarks.loadgen.settings import LoadSettings
 
 logger = logging.getLogger(__name__)
 
@@ -39,41 +39,25 @@ def loadgen_argv(
 ) -> list[str]:
     """The command line of one sweep's load generator (an argv list: no shell anywhere).
 
-    A sweep's own process appends to the sweep's records file and numbers its levels as the
-    sweep does (``level_index_base``), with the sweep's attempt in every record, so a resumed
-    run writes beside the levels already measured and never over them.
+    The load flags are the settings' own (``LoadSettings.to_argv``). A sweep's own process
+    appends to the sweep's records file and numbers its levels as the sweep does
+    (``level_index_base``), with the sweep's attempt in every record, so a resumed run
+    writes beside the levels already measured and never over them.
 
     ``engine`` (the profile's engine) adds the body fields that make the server report each
     request's speculative figures; a user's ``load["extra_body"]`` is merged over them."""
+    # The model is the caller's (the sweep's target, or "" to ask the server).
+    settings = LoadSettings.from_stored(load).model_copy(update={"model": model})
     argv = [
         python,
         "-m",
         "benchmarks.loadgen",
         "--base-url",
         base_url,
-        "--api",
-        str(load.get("api") or "completions"),
-        *(["--model", model] if model else []),
         "--concurrency",
         ",".join(str(c) for c in levels),
+        *settings.to_argv(),
     ]
-    if load.get("duration") is not None:
-        argv += ["--duration", repr(float(load["duration"]))]
-    else:
-        argv += ["--requests-per-level", str(int(load["requests_per_level"]))]
-    for flag, key in (
-        ("--warmup-requests", "warmup_requests"),
-        ("--input-tokens", "input_tokens"),
-        ("--max-tokens", "max_tokens"),
-    ):
-        if load.get(key) is not None:
-            argv += [flag, str(int(load[key]))]
-    if load.get("temperature") is not None:
-        argv += ["--temperature", repr(float(load["temperature"]))]
-    if load.get("request_timeout") is not None:
-        argv += ["--request-timeout", repr(float(load["request_timeout"]))]
-    if load.get("ignore_eos"):
-        argv.append("--ignore-eos")
     extra_body = request_extra_body(engine, load)
     if extra_body:
         argv += ["--extra-body", json.dumps(extra_body, sort_keys=True)]
@@ -81,23 +65,6 @@ def loadgen_argv(
         # The load generator scrapes right before each level's first request (the level's
         # server-side interval must include its opening burst).
         argv += ["--boundary-metrics-url", metrics_url]
-
-    if load.get("prompt_set"):
-        argv += ["--prompt-set", str(load["prompt_set"])]
-    rates = load_rates(load)
-    if rates is not None:
-        # One rate for every level, or a rate sweep (the load generator's level_plan pairs
-        # them with --concurrency exactly as sweeps.plan does).
-        argv += ["--request-rate", ",".join(repr(r) for r in rates)]
-    if load.get("burstiness") is not None:
-        argv += ["--burstiness", repr(float(load["burstiness"]))]
-    slo = load.get("slo") or {}
-    for figure in ("ttft", "tpot", "itl", "e2e"):
-        if slo.get(f"{figure}_ms") is not None:
-            argv += [f"--slo-{figure}-ms", repr(float(slo[f"{figure}_ms"]))]
-    if slo:
-        argv += ["--slo-scope", str(slo.get("scope") or "p99")]
-        argv += ["--slo-attainment", repr(float(slo.get("attainment") or 0.99))]
     argv += ["--events", "-", "--records", str(records_path), "--quiet"]
     if append_records:
         argv.append("--records-append")

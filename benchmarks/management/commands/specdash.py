@@ -7,6 +7,7 @@ local database, for bootstrapping scripts and CI.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from datetime import timedelta
@@ -16,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from benchmarks.loadgen.cli import rate_list
+from benchmarks.loadgen.settings_args import add_load_arguments, given_settings
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
@@ -28,43 +29,17 @@ STOP_SETTLED = frozenset(
 
 
 def _load_arguments(parser: CommandParser) -> None:
-    """The load of a sweep or an experiment: levels, requests or duration per level, token
-    counts and arrivals."""
+    """The load of a sweep or an experiment: levels, then every load setting with the load
+    generator's own flag (benchmarks.loadgen.settings); only those given are sent, the server
+    fills in the rest."""
     parser.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
-    amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--requests", type=int, help="Requests per level (default 20)")
-    amount.add_argument("--duration", type=float, help="Seconds per level")
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--input-tokens", type=int, default=128)
-    _arrivals(parser)
-
-
-def _arrivals(parser: CommandParser) -> None:
-    """Open-loop arrivals, written as the load generator's own --request-rate (and parsed by
-    the same function)."""
-    parser.add_argument(
-        "--request-rate",
-        type=rate_list,
-        default=None,
-        help="req/s: one for every level, or several (1,2,4) for a rate sweep under one "
-        "--levels concurrency (the in-flight cap)",
-    )
-    parser.add_argument("--burstiness", type=float, default=None, help="1 Poisson, <1 burstier")
+    add_load_arguments(parser, defaults=False, aliases={"requests_per_level": ("--requests",)})
 
 
 def _load(options: dict[str, Any]) -> dict[str, Any]:
-    load: dict[str, Any] = {
-        "max_tokens": options["max_tokens"],
-        "input_tokens": options["input_tokens"],
-    }
-    if options["duration"] is not None:
-        load["duration"] = options["duration"]
-    else:
-        load["requests_per_level"] = options["requests"] or 20
-    if options["request_rate"] is not None:
-        load["request_rate"] = options["request_rate"]
-    if options["burstiness"] is not None:
-        load["burstiness"] = options["burstiness"]
+    load = given_settings(argparse.Namespace(**options))
+    if "duration" not in load and "requests_per_level" not in load:
+        load["requests_per_level"] = 20
     return load
 
 

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+# What the load generator's CLI reads and writes besides its event stream: the records and
+# results files, the start given on stdin, the wait for a wall-clock start, the boundary
+# /metrics scrapes, and its progress lines.
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def open_records(path: Path, *, append: bool) -> TextIO:
+    """The records file, replaced or appended to. Appending first ends a line that a killed
+    earlier writer left half-written, so that torn line never glues onto the next record."""
+    if not append:
+        return path.open("w", encoding="utf-8")
+    torn = False
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    handle = path.open("a", encoding="utf-8")
+    if torn:
+        handle.write("\n")
+    return handle
+
+
+async def boundary_scrape(url: str) -> dict[str, Any]:
+    """The server's /metrics text just before a level starts, with the time it answered.
+
+    Taken here, in the process that sends the requests, and awaited before the first one:
+    a scrape by whoever reads the events would land after the level's opening burst."""
+    import httpx  # the CLI's other paths do not need it loaded
+
+    limits = httpx.Limits(max_keepalive_connections=0)  # no connection outlives the scrape
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
+            response = await client.get(url)
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
+    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write atomically (a reader never sees half a file), except onto something that is not
+    a regular file (/dev/null, a FIFO): renaming onto /dev/null would replace the device."""
+    if path.exists() and not path.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+async def stdin_line(cancel: asyncio.Event) -> str:
+    """One line from stdin, or "" on a cancel or end of input. Read in a daemon thread: a
+    blocked read must not keep a cancelled process from exiting."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not got.done():
+            got.set_result(line)
+
+    def read() -> None:
+        line = sys.stdin.readline()
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(deliver, line)
+
+    threading.Thread(target=read, name="start-at-stdin", daemon=True).start()
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
+    pending: set[asyncio.Future[Any]] = {got, waiter}
+    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    return got.result() if got.done() else ""
+
+
+async def sleep_until(wall: float, cancel: asyncio.Event) -> None:
+    """Sleep until the wall-clock time `wall`, or until cancelled.
+
+    Slept in steps of at most a second and re-read from time.time() each step, so that a wall clock
+    stepped by NTP while waiting still gives the intended instant (the point is that processes on
+    several machines start together by their synchronised clocks).
+    """
+    while not cancel.is_set():
+        left = wall - time.time()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cancel.wait(), timeout=min(left, 1.0))
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    req = s["requests"]
+    return (
+        f"== level {s['level_index']} C={s['concurrency']} {s['status']}: "
+        f"ok={req['ok']} failed={req['failed']} out_tok/s={_fmt(s['output_tok_s'], '.1f')} "
+        f"steady={_fmt(s['steady']['output_tok_s'], '.1f')} "
+        f"ttft_p50={_fmt(s['ttft_ms']['p50'], '.1f')}ms "
+        f"itl_p50={_fmt(s['itl_ms']['p50'], '.2f')}ms "
+        f"conc={_fmt(s['achieved_concurrency'], '.2f')}"
+        + (" CLIENT-LIMITED" if s["client"].get("client_limited") else "")
+    )
+
+
+def progress_line(level: int, concurrency: int, s: dict[str, Any]) -> str:
+    ttft = s["ttft_p50"]
+    ttft_txt = f"{ttft * 1e3:.0f}ms" if ttft is not None else "-"
+    warn = " CLIENT-LIMITED" if s["client_limited"] else ""
+    return (
+        f"[level {level} C={concurrency} {s['phase']}] tok/s={s['tok_s']:.0f} "
+        f"in_flight={s['in_flight']} done={s['completed']} err={s['errors']} "
+        f"ttft_p50={ttft_txt} lag={s['loop_lag_ms']:.1f}ms cpu={s['client_cpu']:.0f}%{warn}"
+    )

@@ -1,0 +1,218 @@
+"""Experiments, comparisons, verdicts and the speculation schedule."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from ninja import Field, Schema
+from pydantic import StringConstraints
+
+from benchmarks.experiments import selectors as exp_selectors
+from specdash.api.schemas.base import _TEXT, Id, In, Page
+from specdash.api.schemas.jobs import JobOut
+from specdash.api.schemas.sweeps import SweepLoadIn
+
+# -- experiments and comparisons -----------------------------------------------------------
+
+
+class ExperimentIn(In):
+    profiles: list[Id] = Field(
+        min_length=2, max_length=8, description="Profile ids; the first is A, the reference"
+    )
+    levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
+    load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
+    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
+    repeats: int = Field(1, ge=1, le=10)
+    order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
+    continue_on_start_failure: bool = True
+    check_output_equivalence: bool = False
+    auto_resume: bool = Field(False, description="Resume by itself after a worker restart")
+    notes: Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)] = ""
+    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
+        default_factory=list, max_length=50
+    )
+
+
+class ArmOut(Schema):
+    label: str
+    profile_id: int
+    profile: str
+
+    @staticmethod
+    def resolve_profile(obj: Any) -> str:
+        return str(obj.profile.name)
+
+
+class StepOut(Schema):
+    id: int
+    index: int
+    label: str
+    profile: str
+    repeat: int
+    state: str
+    reason: str
+    instance_id: int | None
+    sweep_id: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @staticmethod
+    def resolve_label(obj: Any) -> str:
+        return str(obj.arm.label)
+
+    @staticmethod
+    def resolve_profile(obj: Any) -> str:
+        return str(obj.arm.profile.name)
+
+    @staticmethod
+    def resolve_sweep_id(obj: Any) -> int | None:
+        sweep = getattr(obj, "sweep", None)
+        return sweep.pk if sweep is not None else None
+
+
+class ExperimentOut(Schema):
+    id: int
+    name: str
+    state: str
+    finished: bool
+    reason: str
+    levels: list[int]
+    load: dict[str, Any]
+    repeats: int
+    order: str
+    arms: list[ArmOut]
+    tags: list[str]
+    notes: str
+    has_comparison: bool
+    auto_resume: bool
+    history: list[dict[str, Any]] = Field(description="Every interruption and resume, in order")
+    created_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    job_id: int | None
+    url: str
+
+    @staticmethod
+    def resolve_finished(obj: Any) -> bool:
+        return bool(obj.is_finished)
+
+    @staticmethod
+    def resolve_arms(obj: Any) -> list[Any]:
+        return list(obj.arms.all())
+
+    @staticmethod
+    def resolve_has_comparison(obj: Any) -> bool:
+        return bool(obj.comparison)
+
+    @staticmethod
+    def resolve_created_by(obj: Any) -> str | None:
+        return obj.created_by.get_username() if obj.created_by is not None else None
+
+    @staticmethod
+    def resolve_url(obj: Any) -> str:
+        return f"/api/v1/experiments/{obj.pk}"
+
+
+class ExperimentDetailOut(ExperimentOut):
+    steps: list[StepOut]
+
+    @staticmethod
+    def resolve_steps(obj: Any) -> list[Any]:
+        return exp_selectors.experiment_steps(experiment_id=obj.pk)
+
+
+class ExperimentAccepted(Schema):
+    experiment: ExperimentOut
+    job: JobOut | None
+    job_url: str | None
+
+
+class ExperimentPage(Page):
+    items: list[ExperimentOut]
+
+
+class RatioOut(Schema):
+    concurrency: int
+    point: float
+    low: float | None
+    high: float | None
+    method: str
+    sign: int
+    inconclusive: bool
+    refused: str = Field("", description="Why an interval was computed but not published")
+
+
+class VerdictOut(Schema):
+    reference: str = Field(description="Label of the reference series (A)")
+    candidate: str
+    reference_name: str
+    candidate_name: str
+    text: str = Field(description="The verdict in plain English")
+    ratios: list[RatioOut] = Field(description="candidate / reference output tok/s per level")
+    unmatched: list[int]
+    crossover: dict[str, Any]
+    behind_from: int | None
+    ahead_from: int | None
+    settled_conclusively: bool
+    reference_saturation: dict[str, Any]
+    candidate_saturation: dict[str, Any]
+    saturation_ratio: float | None
+    speculative: bool
+    speculative_name: str
+    disable_speculation_above: int | None
+    engine_options: list[dict[str, Any]]
+
+
+class ComparisonOut(Schema):
+    version: int
+    metric: str
+    confidence: float
+    reference: str | None
+    series: list[dict[str, Any]]
+    verdicts: list[VerdictOut]
+    rows: list[dict[str, Any]]
+    slo: dict[str, Any] | None = Field(None, description="The SLO the goodput figures use")
+    goodput_verdicts: list[dict[str, Any]] = Field(
+        default_factory=list, description="The verdicts on goodput tok/s under the SLO"
+    )
+    equivalence: dict[str, Any] | None
+    warnings: list[str]
+    built_at: str
+
+
+class ScheduleOut(Schema):
+    available: bool = Field(description="False when no schedule can be derived (see message)")
+    message: str = Field(
+        description="Why there is no schedule (e.g. an arm's unreadable draft length)"
+    )
+    engine: str = Field(
+        "", description="The arms' engine; simulator arms get every engine's config"
+    )
+    reference: str | None = Field(
+        None, description="The simplest arm (kept where nothing is conclusive)"
+    )
+    confidence: float | None = None
+    variants: list[dict[str, Any]] = Field(
+        default_factory=list, description="Each arm's label, profile name and draft length"
+    )
+    bands: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Concurrency bands (start, end: inclusive, null = no upper end) with the "
+        "arm and draft length chosen, the tested levels inside, expected_gain over the "
+        "runner-up and its interval gain_low..gain_high (null without one)",
+    )
+    steps: list[dict[str, Any]] = Field(
+        default_factory=list, description="Batch-size steps (start, end, draft_length)"
+    )
+    choices: list[dict[str, Any]] = Field(
+        default_factory=list, description="Per tested level: the chosen arm and why"
+    )
+    untested: list[int] = Field(default_factory=list, description="Levels some arm did not test")
+    description: str = ""
+    configs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The engine configuration to paste: engine, option, exact, value (argv), "
+        "note, source, version, and file_name/file_text for a config file it names",
+    )

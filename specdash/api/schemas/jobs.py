@@ -1,0 +1,132 @@
+"""Jobs, server instances, their events and logs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ninja import Field, Schema
+
+from specdash.api.schemas.base import MAX_ID, In, Page
+
+# -- jobs and instances -------------------------------------------------------------------
+
+
+class JobOut(Schema):
+    id: int
+    kind: str
+    state: str
+    finished: bool
+    params: dict[str, Any]
+    result: dict[str, Any]
+    error: str = Field(
+        description="Why it ended other than succeeding: the failure, the interruption (worker "
+        "shut down, lease not renewed) or the cancel (within the grace, or forced)"
+    )
+    cancel_requested: bool
+    worker_id: str = Field(description="The worker that claimed it")
+    machine: str = Field(description="That worker's machine, as one-per-machine placement counts")
+    tag: str = Field(description="The worker tag it asked for (empty: any worker)")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    url: str
+
+    @staticmethod
+    def resolve_finished(obj: Any) -> bool:
+        return bool(obj.is_finished)
+
+    @staticmethod
+    def resolve_url(obj: Any) -> str:
+        return f"/api/v1/jobs/{obj.pk}"
+
+
+class InstanceOut(Schema):
+    id: int
+    profile_id: int
+    profile: str
+    host_id: int
+    host: str
+    state: str
+    active: bool
+    port: int
+    gpu_ids: list[int]
+    run_id: str
+    pid: int | None
+    exit_code: int | None
+    reason: str
+    evidence: dict[str, Any]
+    stop_requested: bool
+    started_by: str | None
+    created_at: datetime
+    ready_at: datetime | None
+    stopped_at: datetime | None
+    url: str
+
+    @staticmethod
+    def resolve_profile(obj: Any) -> str:
+        return str(obj.profile.name)
+
+    @staticmethod
+    def resolve_host(obj: Any) -> str:
+        return str(obj.host.name)
+
+    @staticmethod
+    def resolve_started_by(obj: Any) -> str | None:
+        return obj.started_by.get_username() if obj.started_by is not None else None
+
+    @staticmethod
+    def resolve_active(obj: Any) -> bool:
+        return bool(obj.is_active)
+
+    @staticmethod
+    def resolve_url(obj: Any) -> str:
+        return f"/api/v1/instances/{obj.pk}"
+
+
+class InstanceAccepted(Schema):
+    instance: InstanceOut
+    job: JobOut | None = Field(description="The job doing the work; poll its url")
+    job_url: str | None
+
+
+class InstanceEventOut(Schema):
+    id: int
+    at: datetime
+    kind: str
+    state: str
+    message: str
+    actor: str | None
+    data: dict[str, Any]
+
+    @staticmethod
+    def resolve_actor(obj: Any) -> str | None:
+        return obj.actor.get_username() if obj.actor is not None else None
+
+
+class LogOut(Schema):
+    instance_id: int
+    state: str
+    lines: list[str]
+
+
+class HolderIn(In):
+    pid: int = Field(ge=1, le=2**31 - 1)
+    start_time: int = Field(ge=0, le=MAX_ID)
+
+
+class KillHoldersIn(In):
+    holders: list[HolderIn] = Field(min_length=1, max_length=1000)
+    confirm: bool = Field(description="Must be true: the listed processes are killed")
+
+
+class InstancePage(Page):
+    items: list[InstanceOut]
+
+
+class InstanceEventPage(Page):
+    items: list[InstanceEventOut]
+
+
+class JobPage(Page):
+    items: list[JobOut]

@@ -1,0 +1,169 @@
+"""Sweeps, their load settings (generated from the one model), levels and samples."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+from ninja import Field, Schema
+from pydantic import StringConstraints, create_model
+
+from benchmarks import selectors as bench_selectors
+from benchmarks.loadgen.settings import LoadSettings, SloSettings, input_fields
+from specdash.api.schemas.base import _TEXT, Id, In, Page
+from specdash.api.schemas.jobs import JobOut
+
+# -- sweeps -------------------------------------------------------------------------------
+
+
+# The load settings' request bodies, from the one model (benchmarks.loadgen.settings): every
+# setting optional (the service fills in the defaults and checks the values, per field).
+if TYPE_CHECKING:
+
+    class SloIn(In): ...
+
+    class SweepLoadIn(In): ...
+
+else:
+    SloIn = create_model("SloIn", __base__=In, **input_fields(SloSettings))
+    SweepLoadIn = create_model(
+        "SweepLoadIn", __base__=In, **input_fields(LoadSettings, nested={"slo": SloIn})
+    )
+
+
+class SweepIn(In):
+    instance_id: Id | None = Field(None, description="A ready server instance")
+    base_url: Annotated[str, StringConstraints(max_length=300, pattern=_TEXT)] = Field(
+        "", description="Or an http(s) URL of a server specdash did not start"
+    )
+    levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
+    load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
+    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
+    notes: Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)] = ""
+    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
+        default_factory=list, max_length=50
+    )
+
+
+class ProgressOut(Schema):
+    level_number: int
+    level_count: int
+    finished_levels: int
+    eta_s: float | None
+
+
+class SweepOut(Schema):
+    id: int
+    name: str
+    state: str
+    finished: bool
+    instance_id: int | None
+    profile_id: int | None
+    profile: str | None
+    base_url: str
+    levels: list[int]
+    load: dict[str, Any]
+    reason: str
+    current_level_index: int | None
+    notes: str
+    tags: list[str]
+    created_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    job_id: int | None
+    url: str
+
+    @staticmethod
+    def resolve_profile(obj: Any) -> str | None:
+        return obj.profile.name if obj.profile is not None else None
+
+    @staticmethod
+    def resolve_created_by(obj: Any) -> str | None:
+        return obj.created_by.get_username() if obj.created_by is not None else None
+
+    @staticmethod
+    def resolve_finished(obj: Any) -> bool:
+        return bool(obj.is_finished)
+
+    @staticmethod
+    def resolve_url(obj: Any) -> str:
+        return f"/api/v1/sweeps/{obj.pk}"
+
+
+class SweepDetailOut(SweepOut):
+    environment: dict[str, Any]
+    progress: ProgressOut
+
+    @staticmethod
+    def resolve_progress(obj: Any) -> dict[str, Any]:
+        levels = bench_selectors.sweep_levels(sweep_id=obj.pk)
+        return bench_selectors.sweep_progress(sweep=obj, levels=levels)
+
+
+class SweepAccepted(Schema):
+    sweep: SweepOut
+    job: JobOut | None
+    job_url: str | None
+
+
+class LevelOut(Schema):
+    index: int
+    concurrency: int = Field(description="The level's C (in a rate sweep: the in-flight cap)")
+    target_rate: float | None = Field(
+        description="The offered request rate of an open-loop level (req/s; null: closed loop)"
+    )
+    state: str
+    output_tok_s: float | None
+    steady_output_tok_s: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    e2e_p50_ms: float | None
+    achieved_concurrency: float | None
+    requests_ok: int
+    requests_failed: int
+    reason: str
+    attempt: int = Field(description="The sweep attempt whose records this level summarises")
+    earlier_attempts: list[dict[str, Any]] = Field(
+        description="What earlier attempts of this level measured before it was run again"
+    )
+    started_at: datetime | None
+    finished_at: datetime | None
+    summary: dict[str, Any]
+    server_metrics: dict[str, Any] = Field(
+        description="The server's own figures over exactly this level (available false when "
+        "not scraped), from /metrics counter differences (docs/measurement.md): accept_length "
+        "per drafted step and tokens_per_step per engine step, each with its *_source "
+        "(counters: 1 + accepted/drafts; "
+        "verify_counters: (generation - requests) / verify calls; itl_counters: (generation - "
+        "requests) / ITL count; gauge: the engine's own gauge, its window, not the level); "
+        "latencies ttft_s / itl_s / e2e_s in seconds, itl_unit saying what one ITL sample is "
+        "(engine_step for vLLM: one per verify step under speculation; token for SGLang) and "
+        "ttft_resolution_s the first TTFT bucket bound where it is coarse (SGLang: 0.1 s); "
+        "ttft_bucket_limited (bool) true when the level's TTFT median lies in that first "
+        "bucket, so the ttft_s quantiles are bucket interpolations, not measurements (the mean, "
+        "sum / count, stays exact). The per-request speculative figures (verify steps, drafted "
+        "and accepted tokens the engine reported for each request) are in summary.acceptance."
+    )
+
+    @staticmethod
+    def resolve_target_rate(obj: Any) -> float | None:
+        rate = (obj.summary or {}).get("target_rate")
+        return float(rate) if isinstance(rate, int | float) else None
+
+
+class SampleOut(Schema):
+    level_index: int
+    t: float
+    data: dict[str, Any]
+
+
+class SweepPage(Page):
+    items: list[SweepOut]
+
+
+class SamplePage(Page):
+    items: list[SampleOut]
