@@ -65,8 +65,8 @@ pytest: $(VENV)/.dev-installed
 # The load generator's tests again with the machine's monotonic clock started just below 2^24 s
 # and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
 pytest-clock: $(VENV)/.dev-installed
-	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/loadgen
-	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/loadgen
+	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
+	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
 
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -m browser
@@ -82,30 +82,30 @@ pytest-vllm: $(VENV)/.dev-installed engines-vllm
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 
 bench-simulator: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_simulator
+	$(PY) -m perf.bench_simulator
 
 bench-loadgen: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_loadgen
+	$(PY) -m perf.bench_loadgen
 
 # Not part of `bench`: installs SGLang's client into its own venv under ~/.cache/specdash/peers.
 bench-peers: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_peers
+	$(PY) -m perf.bench_peers
 
 bench-transport: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_transport
+	$(PY) -m perf.bench_transport
 
 bench-lifecycle: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_lifecycle
+	$(PY) -m perf.bench_lifecycle
 
 bench-telemetry: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_telemetry
+	$(PY) -m perf.bench_telemetry
 
 bench-jobs: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_jobs
+	$(PY) -m perf.bench_jobs
 
 # Not part of `bench`: a matrix and its verification, about 15 minutes on 2 cores.
 bench-tuning: $(VENV)/.dev-installed
-	$(PY) -m benchmarks.perf.bench_tuning $(ARGS)
+	$(PY) -m perf.bench_tuning $(ARGS)
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import selectors as experiment_selectors
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.loadgen.metrics import summarize_level
-from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import RecordFile, read_record_file

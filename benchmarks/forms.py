@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from benchlib.loadgen.goodput import SLO_FIGURES
+from benchlib.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
 from benchmarks import selectors, services
-from benchmarks.loadgen.goodput import SLO_FIGURES
-from benchmarks.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
 from benchmarks.models.sweeps import DEFAULT_LEVELS
 from hosts.models import ServerInstance
 
@@ -56,7 +56,7 @@ class LoadPlanForm(forms.Form):
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     tags = forms.CharField(required=False, help_text="Comma separated")
 
-    # The load settings' fields, from the one model (benchmarks.loadgen.settings).
+    # The load settings' fields, from the one model (benchlib.loadgen.settings).
     LOAD_FIELDS = tuple(n for n in LoadSettings.model_fields if n != "slo")
     SLO_FIELDS = tuple(n for n, _ in flat_fields() if n.startswith("slo_"))
 

@@ -20,8 +20,8 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.utils import timezone
 
-from benchmarks.loadgen.settings import APIS as APIS  # the form's choices
-from benchmarks.loadgen.settings import LoadSettings, LoadSettingsError
+from benchlib.loadgen.settings import APIS as APIS  # the form's choices
+from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps.recording import (  # the job's recording services, re-exported

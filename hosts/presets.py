@@ -67,7 +67,7 @@ PRESETS: dict[str, EnginePreset] = {
         readiness_path="/health",
         metrics_path="/metrics",
         argv_template=[
-            "python3", "-m", "benchmarks.simulator", "--host", API_HOST,
+            "python3", "-m", "benchlib.simulator", "--host", API_HOST,
             "--port", "30000", "--profile", "baseline",
         ],
     ),

@@ -50,13 +50,13 @@ def make_profile(local_host: Host) -> Callable[..., ServerProfile]:
             "name": f"profile {n}",
             "engine": Engine.SIMULATOR,
             "host": local_host,
-            "launch_argv": [sys.executable, "-m", "benchmarks.simulator"],
+            "launch_argv": [sys.executable, "-m", "benchlib.simulator"],
             "gpu_ids": [],
         }
         fields.update(overrides)
         if "port" not in fields:
             # Never a port an earlier test used (it may still linger there), nor one from the
-            # range outgoing connections take theirs from (benchmarks/perf/ports.py).
+            # range outgoing connections take theirs from (perf/ports.py).
             fields["port"] = free_port()
         return ServerProfile.objects.create(**fields)
 

@@ -1,5 +1,5 @@
 """Build the comparison of two or more profiles from their sweeps (no ORM here: the inputs
-come from benchmarks.experiments.selectors, the statistics from benchmarks.stats).
+come from benchmarks.experiments.selectors, the statistics from benchlib.stats).
 
 The compared metric is each level's output tokens per second over the whole level (the
 load generator's ``output_tok_s``); the steady-window figure and the latencies are shown
@@ -27,12 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.experiments import workload
-from benchmarks.experiments.equivalence import equivalence_summary
-from benchmarks.experiments.records import read_request_points as read_request_points
-from benchmarks.experiments.records import request_points as request_points
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.stats import (
+from benchlib.loadgen.goodput import Slo
+from benchlib.stats import (
     Crossing,
     Curve,
     LevelSample,
@@ -43,7 +39,11 @@ from benchmarks.stats import (
     compare_all,
     find_saturation,
 )
-from benchmarks.stats.speculative_schedule import vllm_speculative_config
+from benchlib.stats.speculative_schedule import vllm_speculative_config
+from benchmarks.experiments import workload
+from benchmarks.experiments.equivalence import equivalence_summary
+from benchmarks.experiments.records import read_request_points as read_request_points
+from benchmarks.experiments.records import request_points as request_points
 
 logger = logging.getLogger(__name__)
 

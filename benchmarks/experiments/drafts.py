@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from benchmarks.simulator.profiles import PROFILES
-from benchmarks.stats.schedule_configs import VLLM_SETTING
+from benchlib.simulator.profiles import PROFILES
+from benchlib.stats.schedule_configs import VLLM_SETTING
 
 DRAFT_FLAGS = {
     "vllm": "num_speculative_tokens in --speculative-config",

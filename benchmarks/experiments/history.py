@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from benchlib.stats import Curve, find_saturation
 from benchmarks.experiments.comparison import saturation_dict
-from benchmarks.stats import Curve, find_saturation
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.stats import RequestPoint
+from benchlib.stats import RequestPoint
 from benchmarks.sweeps.recordfile import read_record_file
 
 

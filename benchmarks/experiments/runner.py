@@ -24,6 +24,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
+from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks import services as sweep_services
 from benchmarks.experiments import equivalence, services
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
@@ -32,7 +33,6 @@ from benchmarks.experiments.stops import StopOutcome as StopOutcome
 from benchmarks.experiments.stops import host_probe as _host_probe
 from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
-from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services

@@ -15,12 +15,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from benchlib.stats.schedule import Schedule, Variant, derive_schedule
+from benchlib.stats.schedule_configs import engine_schedules
 from benchmarks.experiments import selectors
 from benchmarks.experiments.comparison import SeriesData, series_curve
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
 from benchmarks.models import Experiment
-from benchmarks.stats.schedule import Schedule, Variant, derive_schedule
-from benchmarks.stats.schedule_configs import engine_schedules
 
 
 def _vllm_base(argvs: Sequence[Sequence[str]]) -> dict[str, Any] | None:

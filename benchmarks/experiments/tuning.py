@@ -3,7 +3,7 @@ every fixed choice it was derived from.
 
 ``verification_create``: the arms of a completed experiment are variants of one server that
 differ in draft length (read from each arm's argv, ``draft_length``). The schedule is derived
-from their stored levels (``benchmarks.stats.schedule``), written as the engine's own
+from their stored levels (``benchlib.stats.schedule``), written as the engine's own
 configuration (``schedule_configs``) into a new "tuned" variant profile, and a follow-up
 experiment runs [tuned, every fixed variant] on the same levels and load, each level
 ``VERIFY_REPEATS`` times by default (or the first experiment's repeats when more), so that
@@ -30,6 +30,15 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
+from benchlib.stats.schedule import Schedule, Variant, derive_schedule
+from benchlib.stats.schedule_configs import (
+    SGLANG_CONFIG_FILE,
+    llamacpp_schedule_entry,
+    sglang_adaptive_config,
+    vllm_speculative_config_for,
+)
+from benchlib.stats.types import Curve, Ratio
 from benchmarks.experiments import drafts, selectors, services
 from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import (
@@ -41,15 +50,6 @@ from benchmarks.experiments.matrix import (
 )
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
-from benchmarks.stats.schedule import Schedule, Variant, derive_schedule
-from benchmarks.stats.schedule_configs import (
-    SGLANG_CONFIG_FILE,
-    llamacpp_schedule_entry,
-    sglang_adaptive_config,
-    vllm_speculative_config_for,
-)
-from benchmarks.stats.types import Curve, Ratio
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"

@@ -8,7 +8,7 @@ reported (the level summary's ``acceptance``); per category always from the requ
 Goodput: each level's ``goodput_tok_s`` (load-generator summary) is the figure shown and the
 point estimate of the ratio, so the ratio is the row's two figures divided. Its interval comes
 from the repeats when both sides have two or more, else from a bootstrap over that level's
-requests (benchmarks.stats), where a request that missed the SLO delivers no tokens.
+requests (benchlib.stats), where a request that missed the SLO delivers no tokens.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.loadgen.goodput import Slo, request_meets
-from benchmarks.loadgen.records import ClockAnchor, RequestRecord
-from benchmarks.stats import Curve, LevelSample, RequestPoint
+from benchlib.loadgen.goodput import Slo, request_meets
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.stats import Curve, LevelSample, RequestPoint
 from benchmarks.sweeps.recordfile import read_record_file
 
 if TYPE_CHECKING:

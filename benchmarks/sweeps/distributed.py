@@ -5,7 +5,7 @@ One load-generator process drives a bounded number of streams well (see
 above it runs as ``ceil(C / max)`` shard processes, each with its share of C (and of the
 request count), all told to start at one wall-clock instant (``--start-at``). Each shard writes
 its own request records; the level summary is computed once, by
-``benchmarks.loadgen.metrics.summarize_level``, over the union of the records (never by
+``benchlib.loadgen.metrics.summarize_level``, over the union of the records (never by
 averaging the shards' summaries), and carries the per-shard split with every shard that fell
 behind flagged (the shares, argv and merge: ``benchmarks.sweeps.split``). Unset, every
 sweep runs exactly as before: one process for all its levels.
@@ -27,10 +27,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.level import share
+from benchlib.loadgen.records import ClockAnchor
 from benchmarks import selectors, services
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.loadgen.level import share
-from benchmarks.loadgen.records import ClockAnchor
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess

@@ -19,8 +19,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks import selectors, services
-from benchmarks.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder

@@ -14,8 +14,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from benchmarks.loadgen import settings
-from benchmarks.loadgen.level import level_plan
+from benchlib.loadgen import settings
+from benchlib.loadgen.level import level_plan
 
 MIN_RATE = settings.MIN_RATE
 MAX_RATE = settings.MAX_RATE
@@ -25,7 +25,7 @@ LevelPlan = list[tuple[int, float | None]]
 
 def clean_request_rate(value: Any) -> float | list[float] | None:
     """None (closed loop), one rate, or several rates (a rate sweep): the load settings' rule
-    (benchmarks.loadgen.settings). Raises ValidationError."""
+    (benchlib.loadgen.settings). Raises ValidationError."""
     try:
         return settings.clean_request_rate(value)
     except ValueError as exc:

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loadgen.apis import Api, engine_extra_body
-from benchmarks.loadgen.settings import LoadSettings
+from benchlib.loadgen.apis import Api, engine_extra_body
+from benchlib.loadgen.settings import LoadSettings
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def loadgen_argv(
     argv = [
         python,
         "-m",
-        "benchmarks.loadgen",
+        "benchlib.loadgen",
         "--base-url",
         base_url,
         "--concurrency",

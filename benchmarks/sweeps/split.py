@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.loadgen.merge import merge_client_health, merge_records
-from benchmarks.loadgen.metrics import summarize_level
-from benchmarks.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.merge import merge_client_health, merge_records
+from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.sweeps.runner import loadgen_argv
 
 # A shard "fell behind" when it started this much later than the common start...

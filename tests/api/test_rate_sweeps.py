@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from benchlib.loadgen.cli import build_parser
+from benchlib.loadgen.level import level_plan
 from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.forms import LoadPlanForm
-from benchmarks.loadgen.cli import build_parser
-from benchmarks.loadgen.level import level_plan
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient

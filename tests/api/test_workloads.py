@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from benchlib.loadgen.cli import build_parser, slo_from_args
 from benchmarks.forms import LoadPlanForm
-from benchmarks.loadgen.cli import build_parser, slo_from_args
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.distributed import split_needed
 from benchmarks.sweeps.runner import loadgen_argv

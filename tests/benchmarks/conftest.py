@@ -39,7 +39,7 @@ def start_simulator(tmp_path: Path, *extra: str, model: str = "specdash-sim") ->
     port = free_port()
     log = (tmp_path / f"sim-{port}.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "0", "--model", model, "--state-dir", str(tmp_path / "gpu"), *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

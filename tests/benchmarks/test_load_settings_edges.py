@@ -9,15 +9,15 @@ import pytest
 from django.core.exceptions import ValidationError
 from pydantic import create_model
 
-from benchmarks import services
-from benchmarks.forms import LoadPlanForm, load_form_field
-from benchmarks.loadgen.settings import (
+from benchlib.loadgen.settings import (
     LoadSettings,
     Option,
     SloSettings,
     flat_fields,
     input_fields,
 )
+from benchmarks import services
+from benchmarks.forms import LoadPlanForm, load_form_field
 from specdash.api.schemas import SloIn, SweepLoadIn
 
 

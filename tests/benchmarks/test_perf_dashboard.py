@@ -1,4 +1,4 @@
-"""``benchmarks/perf/dashboard.serving``: the one real-dashboard runner of the tests and the
+"""``perf/dashboard.serving``: the one real-dashboard runner of the tests and the
 benchmark scripts (a real ``manage.py serve``, its process group ended on the way out)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.perf import bench_tuning
-from benchmarks.perf.dashboard import ROOT, DashboardDidNotStart, serving
+from perf import bench_tuning
+from perf.dashboard import ROOT, DashboardDidNotStart, serving
 from tests.fixtures import dashboard as fixture
 from tests.fixtures.ports import free_port
 

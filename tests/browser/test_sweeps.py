@@ -47,7 +47,7 @@ def test_operator_launches_a_sweep_and_watches_charts_and_results_fill_in_live(
     code = READY_INSTANCE.format(
         profile=PROFILE,
         port=baseline_simulator.port,
-        argv=["python", "-m", "benchmarks.simulator", "--port", str(baseline_simulator.port)],
+        argv=["python", "-m", "benchlib.simulator", "--port", str(baseline_simulator.port)],
     )
     out = dashboard.manage("shell", "-c", code)
     instance_id = json.loads(out.strip().splitlines()[-1])["id"]

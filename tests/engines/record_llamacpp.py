@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.loadgen.apis import PATHS, Api, build_body
+from benchlib.loadgen.apis import PATHS, Api, build_body
 from engines.models import write_pair
 from engines.paths import LLAMA_CPP_PYTHON_VERSION, llama_server_binary
 from hosts.presets import llamacpp_argv

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def loadgen(server: LlamaServer, tmp_path: Path, *args: str) -> tuple[dict, list[dict]]:
     out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
-    argv = [sys.executable, "-m", "benchmarks.loadgen", "--base-url", server.base_url,
+    argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", server.base_url,
             "--output", str(out), "--records", str(records), "--quiet", *args]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]

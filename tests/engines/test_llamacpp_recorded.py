@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.loadgen.acceptance import level_acceptance
-from benchmarks.loadgen.apis import Api, read_llamacpp_timings
-from benchmarks.loadgen.records import RequestRecord
+from benchlib.loadgen.acceptance import level_acceptance
+from benchlib.loadgen.apis import Api, read_llamacpp_timings
+from benchlib.loadgen.records import RequestRecord
 from engines.models import agreement_pattern, expected_speculation
 from hosts.telemetry.prometheus import parse_samples
 from tests.fixtures.replay import replay

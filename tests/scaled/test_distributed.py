@@ -12,15 +12,20 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks import services
-from benchmarks.loadgen.metrics import summarize_level
-from benchmarks.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler, split
 from benchmarks.sweeps.split import ShardLevel, combine_samples, merge_shard_levels
 from hosts.jobs import JobContext
+from tests.benchlib.loadgen.conftest import (
+    assert_close,
+    clock_tolerance,
+    make_record,
+    shortest_interval,
+)
 from tests.benchmarks.conftest import Simulator, load, start_simulator
-from tests.loadgen.conftest import assert_close, clock_tolerance, make_record, shortest_interval
 
 ANCHOR = ClockAnchor(t0_wall=1.7e9, t0_perf=5000.0)
 ADDED_KEYS = {"level_index", "status", "reason", "processes", "client", "anchor", "split"}

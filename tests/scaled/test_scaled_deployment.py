@@ -34,7 +34,7 @@ from hosts.models import InstanceState, ServerInstance, ServerProfile
 profile = ServerProfile.objects.get(name="Simulated SGLang baseline")
 instance = ServerInstance.objects.create(
     profile=profile, host=profile.host, port={port}, gpu_ids=[], state=InstanceState.READY,
-    run_id="sd-scaled-" + uuid.uuid4().hex[:12], launch_argv=["python", "-m", "benchmarks.simulator"],
+    run_id="sd-scaled-" + uuid.uuid4().hex[:12], launch_argv=["python", "-m", "benchlib.simulator"],
 )
 print(json.dumps({{"id": instance.pk}}))
 """
@@ -200,8 +200,8 @@ async def test_sweep_launched_on_web1_runs_on_one_worker_is_watched_on_web2_and_
         assert job_state == "running" and owner in workers, (owner, job_state)
         other = next(name for name in workers if name != owner)
         # Exactly one worker drives the sweep: only its process runs a load generator.
-        assert children_running(workers[owner].pid, "benchmarks.loadgen"), cluster.logs()
-        assert not children_running(workers[other].pid, "benchmarks.loadgen")
+        assert children_running(workers[owner].pid, "benchlib.loadgen"), cluster.logs()
+        assert not children_running(workers[other].pid, "benchlib.loadgen")
 
         os.kill(workers[owner].pid, signal.SIGKILL)
         workers[owner].process.wait(timeout=10)

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from benchmarks.loadgen.settings_args import add_load_arguments, given_settings
+from benchlib.loadgen.settings_args import add_load_arguments, given_settings
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
@@ -30,7 +30,7 @@ STOP_SETTLED = frozenset(
 
 def _load_arguments(parser: CommandParser) -> None:
     """The load of a sweep or an experiment: levels, then every load setting with the load
-    generator's own flag (benchmarks.loadgen.settings); only those given are sent, the server
+    generator's own flag (benchlib.loadgen.settings); only those given are sent, the server
     fills in the rest."""
     parser.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
     add_load_arguments(parser, defaults=False, aliases={"requests_per_level": ("--requests",)})

@@ -19,12 +19,12 @@ from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.presets import llamacpp_argv
 from hosts.roles import OPERATORS, ensure_roles
 
-SIMULATOR_BIN = settings.BASE_DIR / "benchmarks" / "simulator" / "bin"
+SIMULATOR_BIN = settings.BASE_DIR / "benchlib" / "simulator" / "bin"
 
 
 def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
     """The two simulated servers of the quick start: SGLang-like, with and without EAGLE-3."""
-    common = [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1"]
+    common = [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1"]
     sim_args = [
         "--gpus",
         "0,1,2,3",

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints, create_model
 
+from benchlib.loadgen.settings import LoadSettings, SloSettings, input_fields
 from benchmarks import selectors as bench_selectors
-from benchmarks.loadgen.settings import LoadSettings, SloSettings, input_fields
 from specdash.api.schemas.base import _TEXT, Id, In, Page
 from specdash.api.schemas.jobs import JobOut
 
 # -- sweeps -------------------------------------------------------------------------------
 
 
-# The load settings' request bodies, from the one model (benchmarks.loadgen.settings): every
+# The load settings' request bodies, from the one model (benchlib.loadgen.settings): every
 # setting optional (the service fills in the defaults and checks the values, per field).
 if TYPE_CHECKING:
 

@@ -43,7 +43,7 @@ def sim_profile(sim_host: Host, sim_state: Path) -> Callable[..., ServerProfile]
              timeout: int = 60) -> ServerProfile:  # fmt: skip
         port = free_port()
         argv = [
-            sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
             "--profile", sim_profile, "--gpus", "0", "--workers", "1", "--gpu-memory-gb", "10",
             "--load-seconds", "0.3", *extra,
         ]  # fmt: skip

@@ -2,7 +2,7 @@
 lifecycle (agent launch, readiness, verified stop), the real sweep job and load generator,
 and a real job worker; its conclusions checked against the simulator's known truth.
 
-The truth comes from the simulator's own model (benchmarks/simulator/profiles.py, model.py):
+The truth comes from the simulator's own model (benchlib/simulator/profiles.py, model.py):
 a decode step for b running requests lasts t(b) = t0 + k*b; EAGLE-3 emits 1-4 tokens per
 step (mean 2.6) drawn from a generator seeded by ``--seed``. At C=1 the model puts EAGLE-3
 about 2% ahead for 64-token outputs, but a few requests' draws move one run by several
@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.simulator import smi
+from benchlib.simulator.model import predict_closed_loop
+from benchlib.simulator.profiles import PROFILES
+from benchlib.simulator.scheduler import SchedulerCore, SimRequest
 from benchmarks.experiments import equivalence, services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.simulator import smi
-from benchmarks.simulator.model import predict_closed_loop
-from benchmarks.simulator.profiles import PROFILES
-from benchmarks.simulator.scheduler import SchedulerCore, SimRequest
 from hosts.jobs.worker import Worker
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 

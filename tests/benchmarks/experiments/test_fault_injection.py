@@ -148,7 +148,7 @@ class Dashboard:
             return [
                 c.pid
                 for c in psutil.Process(self.proc.pid).children(recursive=True)
-                if "benchmarks.loadgen" in " ".join(c.cmdline())
+                if "benchlib.loadgen" in " ".join(c.cmdline())
             ]
         return []
 
@@ -259,7 +259,7 @@ from hosts.models import Host, ServerProfile
 host = Host.objects.get(name="local")
 for name, extra in json.loads(sys.argv[-1]).items():
     port = int(extra.pop())
-    argv = [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port",
+    argv = [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port",
             str(port), "--gpus", "0", "--workers", "1", "--gpu-memory-gb", "20",
             "--load-seconds", "1.5", *extra]
     ServerProfile.objects.create(name="fault " + name, engine="simulator", host=host, port=port,

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from benchlib.simulator.cli import parse_config
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.simulator.cli import parse_config
 from hosts.models import Engine, ServerProfile
 
-SIM = [sys.executable, "-m", "benchmarks.simulator", "--profile", "eagle3"]
+SIM = [sys.executable, "-m", "benchlib.simulator", "--profile", "eagle3"]
 SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "m",
           "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",

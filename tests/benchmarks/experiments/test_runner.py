@@ -27,7 +27,7 @@ from tests.benchmarks.experiments.test_end_to_end import until
 SHORT = {"requests_per_level": 4, "max_tokens": 4, "input_tokens": 8, "ignore_eos": True}
 HOLDER = (
     "import sys, time\n"
-    "from benchmarks.simulator.gpu import Holding\n"
+    "from benchlib.simulator.gpu import Holding\n"
     "Holding(sys.argv[1], {0: 4096}, 'foreign')\n"
     "print('held', flush=True)\n"
     "time.sleep(300)\n"

@@ -13,11 +13,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from benchlib.stats.engines import ENGINE_NAMES
 from benchmarks.experiments import services
 from benchmarks.experiments.drafts import draft_length
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.experiments.schedule import experiment_schedule
-from benchmarks.stats.engines import ENGINE_NAMES
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.experiments.schedule_data import (
@@ -51,7 +51,7 @@ SIM_VLLM = ["sim", "--profile", "eagle3", "--metrics-style", "vllm"]
         ("llamacpp", ["llama-server", "-m", "m.gguf"], 0),
         ("llamacpp", ["llama-server", "-md", "d.gguf", "--spec-draft-n-max", "8"], 8),
         ("llamacpp", ["llama-server", "-md", "d.gguf"], None),
-        ("simulator", ["python", "-m", "benchmarks.simulator"], 0),
+        ("simulator", ["python", "-m", "benchlib.simulator"], 0),
         ("simulator", ["sim", "--profile", "eagle3"], 3),
         ("simulator", ["sim", "--profile", "eagle3", "--spec-steps", "5"], 5),
         ("simulator", ["sim", "--profile", "eagle3", "--spec-steps", "0"], 0),

@@ -12,16 +12,16 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from benchlib.simulator.cli import parse_config
+from benchlib.stats.types import Curve, LevelSample, Ratio
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.simulator.cli import parse_config
-from benchmarks.stats.types import Curve, LevelSample, Ratio
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
-SIM = [sys.executable, "-m", "benchmarks.simulator", "--profile", "eagle3"]
+SIM = [sys.executable, "-m", "benchlib.simulator", "--profile", "eagle3"]
 LOAD = {"requests_per_level": 4, "max_tokens": 8}
 # Two repeats per level, per arm (off, K=1, K=3): K=3 clearly ahead at C 1-2, off at C 8.
 MATRIX = {

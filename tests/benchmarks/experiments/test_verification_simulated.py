@@ -14,11 +14,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.stats.schedule_configs import sglang_adaptive_config
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment, ExperimentArm
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.stats.schedule_configs import sglang_adaptive_config
 from hosts.jobs.worker import Worker
 from hosts.models import ServerProfile
 

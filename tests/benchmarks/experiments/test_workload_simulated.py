@@ -6,7 +6,7 @@ levels with a built-in prompt set and writes its records file, the level summari
 ``comparison_build`` exactly as a finished experiment's sweeps do (benchmarks.experiments.
 selectors builds the same LevelRun from SweepLevel rows).
 
-Design (the simulator's model, benchmarks/simulator/model.py): a decode step for b running
+Design (the simulator's model, benchlib/simulator/model.py): a decode step for b running
 requests lasts t(b) = t0 + k*b ms; a speculative step emits 1 + accepted drafts, with the accept
 length set per prompt category. With baseline t = 10 + 0.5b and EAGLE t = 12 + 2.9b, the
 model's EAGLE/baseline ratio is L * (10 + 0.5b) / (12 + 2.9b): for code (L = 1.8) 1.27 at C=1,
@@ -30,13 +30,13 @@ import pytest
 from django.template.loader import render_to_string
 from django.utils.html import escape
 
+from benchlib.loadgen.apis import Api
+from benchlib.loadgen.cli import level_summary
+from benchlib.loadgen.datasets import builtin_prompts
+from benchlib.loadgen.events import dumps
+from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.level import LevelConfig, run_level
 from benchmarks.experiments.comparison import LevelRun, SeriesData, comparison_build
-from benchmarks.loadgen.apis import Api
-from benchmarks.loadgen.cli import level_summary
-from benchmarks.loadgen.datasets import builtin_prompts
-from benchmarks.loadgen.events import dumps
-from benchmarks.loadgen.goodput import Slo
-from benchmarks.loadgen.level import LevelConfig, run_level
 from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,7 +50,7 @@ EAGLE = ["--profile", "eagle3", "--t0-ms", "12", "--k-ms", "2.9", "--spec-steps"
 def simulator(tmp: Path, args: Sequence[str]) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "0", "--seed", "5", "--state-dir", str(tmp / f"state-{port}"), *args],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -219,7 +219,7 @@ async def test_worker_shutdown_mid_sweep_stops_the_load_generator_and_interrupts
     task = asyncio.create_task(worker.run(stop))
     await _until(lambda: SweepSample.objects.filter(sweep_id=sweep.pk).exists())
     loadgens = [
-        p for p in psutil.Process().children(recursive=True) if "benchmarks.loadgen" in p.cmdline()
+        p for p in psutil.Process().children(recursive=True) if "benchlib.loadgen" in p.cmdline()
     ]
     assert len(loadgens) == 1
     stop.set()
@@ -254,7 +254,7 @@ async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancel
         loadgens = [
             p
             for p in psutil.Process().children(recursive=True)
-            if "benchmarks.loadgen" in p.cmdline()
+            if "benchlib.loadgen" in p.cmdline()
         ]
         assert len(loadgens) == 1
         job = await Job.objects.aget(pk=sweep.job_id or 0)
@@ -302,7 +302,7 @@ async def test_a_sweep_without_a_model_name_sends_the_one_the_server_lists(
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_sweep_whose_server_lists_no_model_fails_before_any_level(tmp_path: Path) -> None:
-    from tests.loadgen.test_stale_connection import ClosingServer
+    from tests.benchlib.loadgen.test_stale_connection import ClosingServer
 
     fake = ClosingServer(serve=0)  # accepts connections, never answers
     server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.loadgen.apis import PATHS, Api, build_body
+from benchlib.loadgen.apis import PATHS, Api, build_body
 from engines import models_hf
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -26,11 +26,11 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.loadgen.prompts import _WORDS
+from benchlib.stats.speculative_schedule import vllm_speculative_config
 from benchmarks.experiments import services as experiment_services
-from benchmarks.loadgen.prompts import _WORDS
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
 from benchmarks.models.experiments import ExperimentState
-from benchmarks.stats.speculative_schedule import vllm_speculative_config
 from engines import models_hf
 from hosts import presets
 from hosts.models import Engine, Host, InstanceState, ServerInstance, ServerProfile
@@ -197,7 +197,7 @@ def loadgen_level(base_url: str, out: Path) -> tuple[dict[str, Any], list[dict[s
     """One level (C=2) through the load generator, with its boundary scrapes: the level's
     records and the counters at its start and end."""
     events, records = out / "events.jsonl", out / "records.jsonl"
-    argv = [sys.executable, "-m", "benchmarks.loadgen", "--base-url", base_url, "--model", "tiny",
+    argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", base_url, "--model", "tiny",
             "--api", "completions", "--concurrency", "2", "--requests-per-level", "8",
             "--max-tokens", str(MAX_TOKENS), "--input-tokens", "12", "--temperature", "0",
             "--ignore-eos", "--boundary-metrics-url", base_url + "/metrics",

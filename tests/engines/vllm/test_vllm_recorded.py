@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.loadgen.acceptance import level_acceptance
-from benchmarks.loadgen.apis import Api
-from benchmarks.loadgen.records import RequestRecord
+from benchlib.loadgen.acceptance import level_acceptance
+from benchlib.loadgen.apis import Api
+from benchlib.loadgen.records import RequestRecord
 from hosts.telemetry.prometheus import parse_samples
 from tests.fixtures.replay import replay
 

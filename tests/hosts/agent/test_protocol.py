@@ -115,7 +115,7 @@ def test_probe_reports_the_host() -> None:
 
 
 def test_probe_reports_gpus_driver_and_cuda_versions_from_nvidia_smi(tmp_path: Path) -> None:
-    sim_bin = Path(__file__).resolve().parents[3] / "benchmarks" / "simulator" / "bin"
+    sim_bin = Path(__file__).resolve().parents[3] / "benchlib" / "simulator" / "bin"
     env = {
         **os.environ,
         "PATH": f"{sim_bin}:{os.environ['PATH']}",

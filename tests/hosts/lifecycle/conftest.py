@@ -67,7 +67,7 @@ def sim_profile(sim_host: Host, sim_state: Path) -> Callable[..., ServerProfile]
     ) -> ServerProfile:
         port = free_port()
         argv = [
-            sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
             "--profile", "fast", "--gpus", ",".join(map(str, gpus)), "--workers", str(len(gpus)),
             "--gpu-memory-gb", "10", *extra,
         ]  # fmt: skip

@@ -59,7 +59,7 @@ async def test_a_loopback_bind_the_dashboard_cannot_reach_fails_naming_the_bind_
     jobs: Any, sshd: Any, ssh_host: Any
 ) -> None:
     host = await sync_to_async(ssh_host)(sshd)
-    argv = ["python3", "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", "30000"]
+    argv = ["python3", "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", "30000"]
     profile = await sync_to_async(preset_profile)(host, argv=argv, timeout=8)
     instance = await start(profile)
     await asyncio.wait_for(jobs.run_next(instance.pk), 90)
@@ -74,7 +74,7 @@ async def test_an_address_the_host_does_not_have_fails_naming_the_bind_problem(
 ) -> None:
     host = await sync_to_async(ssh_host)(sshd)
     # TEST-NET-1 (RFC 5737): never an address of this machine, so bind() fails EADDRNOTAVAIL.
-    argv = ["python3", "-m", "benchmarks.simulator", "--host", "192.0.2.1", "--port", "30000"]
+    argv = ["python3", "-m", "benchlib.simulator", "--host", "192.0.2.1", "--port", "30000"]
     profile = await sync_to_async(preset_profile)(host, argv=argv, timeout=60)
     instance = await start(profile)
     await asyncio.wait_for(jobs.run_next(instance.pk), 90)

@@ -153,7 +153,7 @@ class Lab:
         port = port or free_port()
         if argv is None:
             argv = [
-                sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1",
+                sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1",
                 "--port", str(port), "--profile", "fast", "--gpus", ",".join(map(str, gpus)),
                 "--workers", str(len(gpus)), "--gpu-memory-gb", "10", *sim,
             ]  # fmt: skip

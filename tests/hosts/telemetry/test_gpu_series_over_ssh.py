@@ -43,7 +43,7 @@ def ssh_host(sshd: SshServer, sim_state: Path, tmp_path: Path, settings: Any) ->
 def _profile(host: Host, sim_state: Path) -> ServerProfile:
     port = free_port()
     argv = [
-        sys.executable, "-m", "benchmarks.simulator", "--host", "127.0.0.1", "--port", str(port),
+        sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
         "--profile", "fast", "--gpus", "0,1", "--workers", "2", "--gpu-memory-gb", "10",
         "--load-seconds", "1",
     ]  # fmt: skip

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.simulator.profiles import PROFILES
 from benchmarks import services
 from benchmarks.models import SweepLevel, SweepState
-from benchmarks.simulator.profiles import PROFILES
 from benchmarks.sweeps import handler
 from hosts.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine

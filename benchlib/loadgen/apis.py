@@ -1,0 +1,384 @@
+from __future__ import annotations
+
+# Request bodies and streamed-chunk handling for each supported API.
+#
+# The handlers run once per SSE event, so they do as little as possible: read the cumulative token
+# count the server reports, append one (time, tokens) pair, keep the finish reason and usage. Their
+# work per event must not grow with the output so far (a /generate chunk repeats all of it).
+import enum
+import json
+from typing import Any, Protocol
+
+from benchlib.loadgen.records import RequestRecord
+
+
+class Api(enum.StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+    GENERATE = "generate"
+
+
+PATHS: dict[Api, str] = {
+    Api.COMPLETIONS: "/v1/completions",
+    Api.CHAT: "/v1/chat/completions",
+    Api.GENERATE: "/generate",
+}
+
+
+# SGLang gives a request's own speculative figures on its OpenAI endpoints only when asked
+# (docs/engines.md, "SGLang"); other engines do not know the field (vLLM logs a warning for every
+# request carrying an unknown field), so it is sent to SGLang servers alone.
+SGLANG_SPEC_DETAILS: dict[str, Any] = {"return_spec_tokens_details": True}
+
+
+def engine_extra_body(engine: str, api: Api) -> dict[str, Any]:
+    """Body fields a request to `engine` (a profile's engine name) should carry on `api` so the
+    server reports the request's speculative figures; merge them into `build_body`'s `extra`."""
+    if engine in ("sglang", "simulator") and api is not Api.GENERATE:
+        # The simulator in its (default) SGLang mode answers as SGLang does; in vLLM mode it
+        # ignores the field.
+        return dict(SGLANG_SPEC_DETAILS)
+    return {}
+
+
+class TokenCounter(Protocol):
+    tokens: int
+
+
+def build_body(
+    api: Api,
+    *,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    ignore_eos: bool = False,
+    temperature: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one streamed request; `extra` fields are merged last (they win)."""
+    body: dict[str, Any]
+    if api is Api.GENERATE:
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos}
+        if temperature is not None:
+            sampling["temperature"] = temperature
+        body = {"text": prompt, "sampling_params": sampling, "stream": True}
+        if model:
+            body["model"] = model
+    else:
+        body = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if api is Api.CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if ignore_eos:
+            body["ignore_eos"] = True
+        if temperature is not None:
+            body["temperature"] = temperature
+    if extra:
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(body.get(key), dict):
+                body[key] = {**body[key], **value}
+            else:
+                body[key] = value
+    return body
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
+    """llama.cpp's per-request `timings` (on the final chunk of a stream, and on non-streamed
+    responses): `draft_n` tokens drafted, `draft_n_accepted` accepted, `predicted_n` generated.
+
+    llama.cpp gives no verify-step count; the first token comes from the prompt's logits (no
+    step: server-common.h `n_gen_steps`) and each verify step emits its accepted drafts plus one
+    token, so steps = predicted_n - 1 - draft_n_accepted (one more where the last token was
+    decoded with no room left to draft). Absent when the server drafted nothing."""
+    if not isinstance(timings, dict):
+        return
+    drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+    if drafted is None or accepted is None:
+        return
+    rec.spec_drafted, rec.spec_accepted = drafted, accepted
+    predicted = _count(timings.get("predicted_n"))
+    if predicted is not None and predicted > accepted + 1:
+        rec.spec_steps = predicted - 1 - accepted
+
+
+def read_vllm_spec_metrics(metrics: Any, rec: RequestRecord) -> None:
+    """vLLM's per-request figures (`--per-request-spec-decode-metrics summary`, vLLM 0.32): on
+    the final usage chunk, `metrics.speculative_decoding` with `num_spec_steps` verify steps,
+    `num_draft_tokens` drafted and `num_accepted_draft_tokens` accepted (v1/metrics/stats.py
+    RequestSpecDecodeMetrics.to_dict: the same events as the `vllm:spec_decode_*` counters)."""
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return
+    steps = _count(spec.get("num_spec_steps"))
+    if steps is None:
+        return
+    rec.spec_steps = steps
+    rec.spec_drafted = _count(spec.get("num_draft_tokens"))
+    rec.spec_accepted = _count(spec.get("num_accepted_draft_tokens"))
+
+
+def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
+    """SGLang's per-request figures, in `meta_info` of a finished speculative `/generate`
+    request or in `sglext.spec_tokens_details` on its OpenAI endpoints (same names):
+    `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
+    `spec_num_correct_drafts` accepted draft tokens."""
+    steps = _count(meta.get("spec_verify_ct"))
+    if steps is None:
+        return
+    rec.spec_steps = steps
+    rec.spec_drafted = _count(meta.get("spec_num_proposed_drafts"))
+    rec.spec_accepted = _count(meta.get("spec_num_correct_drafts"))
+
+
+class ChunkHandler:
+    """Turns one request's decoded SSE events into its record (one instance per request)."""
+
+    __slots__ = ("counted", "live", "rec")
+
+    def __init__(self, rec: RequestRecord, live: TokenCounter | None) -> None:
+        self.rec = rec
+        self.live = live
+        self.counted = 0  # tokens attributed to chunks so far
+
+    def _add(self, now: float, n: int) -> None:
+        rec = self.rec
+        if rec.first_token is None:
+            rec.first_token = now
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(n)
+        self.counted += n
+        if self.live is not None:
+            self.live.tokens += n
+
+    def handle(self, obj: Any, now: float) -> None:
+        raise NotImplementedError
+
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        """Handle `payload` without a JSON decode when it has the common shape; False: not done,
+        decode it and call `handle`."""
+        return False
+
+    def finish(self) -> None:
+        """After the stream ends: settle the output token count."""
+        rec = self.rec
+        if rec.output_tokens == 0 and self.counted:
+            rec.output_tokens = self.counted
+            rec.output_tokens_estimated = rec.chunk_tokens_estimated
+
+
+# The fast path's markers. Inside a JSON string every `"` is escaped, so these byte sequences (each
+# with unescaped quotes) can only be real keys, never text a model produced.
+_USAGE_KEY = b'"usage":{'
+_OPEN_NULL = b'"finish_reason":null'
+_ONE_CHOICE = b'"choices":[{'
+
+
+def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
+    """(completion_tokens, prompt_tokens) of a compact OpenAI stream chunk whose last top-level
+    member is a flat `"usage":{...}` of integers; None for anything else (then decode the JSON).
+
+    The shape every per-chunk-usage server sends for a chunk in mid-stream (vLLM, SGLang, the
+    simulator): `{..."choices":[{... "finish_reason":null ...}],"usage":{"prompt_tokens":P,
+    "completion_tokens":N,"total_tokens":T,"prompt_tokens_details":null}}`, with the keys in
+    any order and any `null` members skipped.
+    """
+    if payload[-2:] != b"}}" or payload[:1] != b"{":
+        return None
+    i = payload.rfind(_USAGE_KEY)
+    if i <= 0 or payload[i - 1] != 0x2C:  # "usage" must follow a "," at the top level
+        return None
+    completion: int | None = None
+    prompt: int | None = None
+    for member in payload[i + len(_USAGE_KEY) : -2].split(b","):
+        key, colon, value = member.partition(b":")
+        if colon and value == b"null":
+            # vLLM and SGLang send `"prompt_tokens_details":null` (and vLLM
+            # `"completion_tokens_details":null`) in every usage object: not a count.
+            continue
+        if not colon or not value.isdigit():
+            return None  # a nested object (details), a float, spaces: not the common shape
+        if key == b'"completion_tokens"':
+            completion = int(value)
+        elif key == b'"prompt_tokens"':
+            prompt = int(value)
+        elif key[:1] != b'"' or key[-1:] != b'"':
+            return None
+    if completion is None:
+        return None
+    return completion, prompt
+
+
+class OpenAIHandler(ChunkHandler):
+    """/v1/completions and /v1/chat/completions, with or without per-chunk usage."""
+
+    __slots__ = ("chat",)
+
+    def __init__(self, rec: RequestRecord, live: TokenCounter | None, *, chat: bool) -> None:
+        super().__init__(rec, live)
+        self.chat = chat
+
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        # A mid-stream chunk with per-chunk usage: exactly one choice, finish_reason null, and the
+        # usage last. `handle` would take the token count from usage and nothing else from it, so
+        # reading the counts is the whole job. The last chunk (finish_reason set), usage-only tails,
+        # errors and every other shape go through the JSON decode.
+        if payload.count(_OPEN_NULL) != 1 or payload.count(_ONE_CHOICE) != 1:
+            return False
+        counts = usage_counts(payload)
+        if counts is None:
+            return False
+        completion, prompt = counts
+        n = completion - self.counted
+        if n > 0:
+            self._add(now, n)
+        rec = self.rec
+        rec.output_tokens = completion
+        if prompt is not None:
+            rec.prompt_tokens = prompt
+        return True
+
+    def handle(self, obj: Any, now: float) -> None:
+        usage = obj.get("usage")
+        choices = obj.get("choices")
+        rec = self.rec
+        timings = obj.get("timings")
+        if timings is not None:
+            read_llamacpp_timings(timings, rec)
+        metrics = obj.get("metrics")
+        if metrics is not None:
+            read_vllm_spec_metrics(metrics, rec)
+        if choices:
+            choice = choices[0]
+            if usage:
+                n = usage["completion_tokens"] - self.counted
+            else:
+                if self.chat:
+                    delta = choice.get("delta") or {}
+                    has_text = bool(
+                        delta.get("content")
+                        or delta.get("reasoning_content")
+                        or delta.get("reasoning")
+                        or delta.get("tool_calls")
+                    )
+                else:
+                    has_text = bool(choice.get("text"))
+                n = 1 if has_text else 0
+                if n:
+                    rec.chunk_tokens_estimated = True
+            if n > 0:
+                self._add(now, n)
+            reason = choice.get("finish_reason")
+            if reason:
+                rec.finish_reason = reason
+        elif (sglext := obj.get("sglext")) is not None:
+            # SGLang's `choices: []` chunk for `return_spec_tokens_details` (a list with n > 1).
+            details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
+            if isinstance(details, dict):
+                read_sglang_meta(details, rec)
+        elif usage is None:
+            text = _error_text(obj)
+            if text is not None:
+                rec.error_kind = "server_error"
+                rec.error = text[:500]
+            return
+        if usage:
+            rec.output_tokens = usage.get("completion_tokens") or 0
+            prompt = usage.get("prompt_tokens")
+            if prompt is not None:
+                rec.prompt_tokens = prompt
+
+
+# `/generate`'s chunks repeat the whole output so far (cumulative `text` and `output_ids`), then
+# `meta_info` last; decoding each whole chunk would make a request's parsing quadratic in its
+# length. The fast path finds the `meta_info` key from the end and parses that object alone. The
+# key with both quotes unescaped cannot occur inside a JSON string, only as a real key.
+_META_KEY = b'"meta_info":'
+_parse_object = json.JSONDecoder().raw_decode
+
+
+def meta_info_of(payload: bytes) -> dict[str, Any] | None:
+    """The `meta_info` object of a `/generate` chunk, parsed without the text and ids before it;
+    None when the chunk has no such key or it does not hold an object."""
+    i = payload.rfind(_META_KEY)
+    if i < 0:
+        return None
+    try:
+        text = payload[i + len(_META_KEY) :].decode().lstrip()
+        meta, _ = _parse_object(text)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+class GenerateHandler(ChunkHandler):
+    """SGLang's native /generate: `meta_info.completion_tokens` is cumulative on every chunk."""
+
+    __slots__ = ()
+
+    def handle_fast(self, payload: bytes, now: float) -> bool:
+        # Everything but a chunk without a token count (then the text is what counts) is read
+        # from meta_info alone; errors and other shapes have no meta_info and are decoded whole.
+        meta = meta_info_of(payload)
+        if meta is None or meta.get("completion_tokens") is None:
+            return False
+        self._meta(meta, now, None)
+        return True
+
+    def handle(self, obj: Any, now: float) -> None:
+        rec = self.rec
+        meta = obj.get("meta_info")
+        if meta is None:
+            text = _error_text(obj)
+            if text is not None:
+                rec.error_kind = "server_error"
+                rec.error = text[:500]
+            return
+        self._meta(meta, now, obj)
+
+    def _meta(self, meta: dict[str, Any], now: float, obj: Any) -> None:
+        rec = self.rec
+        total = meta.get("completion_tokens")
+        if total is None:
+            if obj is not None and obj.get("text"):
+                rec.chunk_tokens_estimated = True
+                self._add(now, 1)
+        else:
+            n = total - self.counted
+            if n > 0:
+                self._add(now, n)
+            rec.output_tokens = total
+        prompt = meta.get("prompt_tokens")
+        if prompt is not None:
+            rec.prompt_tokens = prompt
+        reason = meta.get("finish_reason")
+        if reason:
+            rec.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
+        if "spec_verify_ct" in meta:
+            read_sglang_meta(meta, rec)
+
+
+def make_handler(api: Api, rec: RequestRecord, live: TokenCounter | None) -> ChunkHandler:
+    if api is Api.GENERATE:
+        return GenerateHandler(rec, live)
+    return OpenAIHandler(rec, live, chat=api is Api.CHAT)

@@ -1,0 +1,409 @@
+from __future__ import annotations
+
+# `python -m benchlib.loadgen`: run levels of load, write results, events and records.
+#
+# Exit status: 0 when the run completed or was cancelled (SIGTERM/SIGINT), 3 when it failed (the
+# server-error policy stopped it, or a level could not run), 2 for bad arguments.
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+from benchlib.loadgen.apis import Api
+from benchlib.loadgen.cli_io import (
+    boundary_scrape,
+    open_records,
+    progress_line,
+    sleep_until,
+    stdin_line,
+    summary_line,
+)
+from benchlib.loadgen.cli_io import write_output as write_output  # its first home
+from benchlib.loadgen.datasets import builtin_prompts
+from benchlib.loadgen.events import EventWriter, dumps, silence_stdout
+from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.level import LevelConfig, LevelResult, run_level
+from benchlib.loadgen.level import level_plan as level_plan  # where it was first defined
+from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.multiproc import run_level_multiprocess
+from benchlib.loadgen.prompts import PromptSource, load_dataset
+from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.served import ModelDiscoveryError, discover_model
+from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
+from benchlib.loadgen.settings_args import (
+    rate_list as rate_list,  # the specdash CLI parses with it
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 3
+# --start-at further ahead than this is taken for a mistake (epoch milliseconds, a typo).
+MAX_START_AHEAD_S = 7 * 24 * 3600.0
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,5,10: {text!r}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
+    return values
+
+
+def _epoch(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        msg = f"expected epoch seconds like 1767225600.5: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from exc
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive epoch seconds: {text!r}")
+    if value > time.time() + MAX_START_AHEAD_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} is more than 7 days ahead (epoch seconds, not milliseconds?)"
+        )
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchlib.loadgen",
+        description="Closed-loop (or Poisson) streaming load against an LLM inference server.",
+    )
+    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
+    p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
+    add_load_arguments(p)
+    p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
+    p.add_argument("--dataset", type=Path, default=None)
+    p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
+    p.add_argument("--processes", type=int, default=1, help="worker processes per level")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
+    p.add_argument("--on-server-error", choices=["stop", "continue"], default="stop")
+    p.add_argument("--max-consecutive-connect-errors", type=int, default=10)
+    p.add_argument("--max-error-ratio", type=float, default=0.5)
+    p.add_argument("--sample-interval", type=float, default=1.0)
+    p.add_argument("--output", type=Path, default=None, help="results JSON")
+    p.add_argument("--records", type=Path, default=None, help="per-request JSON lines")
+    p.add_argument(
+        "--records-append",
+        action="store_true",
+        help="append to --records instead of replacing it (a resumed sweep keeps what exists)",
+    )
+    p.add_argument(
+        "--level-index-base",
+        type=int,
+        default=0,
+        help="index of the first level as the caller numbers them (a resumed sweep's offset)",
+    )
+    p.add_argument(
+        "--attempt", type=int, default=None, help="attempt number written into every record"
+    )
+    p.add_argument(
+        "--boundary-metrics-url",
+        default=None,
+        help="scrape this Prometheus URL right before each level's first request and right "
+        "after its last response, and put the text in its level_start / level_summary event "
+        "(server_metrics_text): the server-side interval is then exactly the level's",
+    )
+    p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
+    p.add_argument("--run-id", default=None)
+    p.add_argument(
+        "--start-at",
+        type=_epoch,
+        default=None,
+        help="epoch seconds (time.time() clock) at which the first level starts; "
+        "starts at once when already past",
+    )
+    p.add_argument(
+        "--start-at-stdin",
+        action="store_true",
+        help="after run_start, read the --start-at value as one line on stdin (a gang start "
+        "given once every process of the gang is up); end of input cancels the run",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def _prompts(args: argparse.Namespace) -> PromptSource:
+    if args.dataset is not None:
+        return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
+    return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+
+
+def slo_from_args(args: argparse.Namespace) -> Slo | None:
+    return settings_from_args(args).slo_target()
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        out[key] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
+    """The level's summary, computed from its records exactly as the records file holds them
+    (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
+    way here and in an audit that recomputes the summary from the file."""
+    as_stored = [
+        RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
+        for r in result.records
+    ]
+    summary = summarize_level(
+        as_stored,
+        concurrency=result.concurrency,
+        mode=result.mode,
+        partial=result.partial,
+        anchor=result.anchor,
+        slo=slo,
+    )
+    summary["level_index"] = result.level_index
+    summary["status"] = result.status
+    summary["reason"] = result.reason
+    summary["processes"] = processes
+    summary["warmup_requests"] = len(result.warmup_records)
+    summary["client"] = result.client
+    summary["anchor"] = result.anchor.to_dict()
+    return summary
+
+
+class _Stop:
+    """The run's cancel event and why it was set (the first reason wins)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = "cancelled"
+
+    def set(self, reason: str) -> None:
+        if not self.event.is_set():
+            self.reason = reason
+            self.event.set()
+
+
+async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = _Stop()
+    cancel = stop.event
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set, "cancelled by signal")
+    # The reader of --events - gone (a killed dashboard worker): cancel like SIGTERM.
+    events.on_broken = lambda: stop.set("event stream closed by its reader")
+    watcher = asyncio.create_task(events.watch())
+
+    def say(line: str) -> None:
+        nonlocal log
+        if log is None:
+            return
+        try:
+            print(line, file=log, flush=True)
+        except (OSError, ValueError):
+            log = None  # progress is optional: a closed stderr must not stop the run
+
+    run_id = args.run_id or uuid.uuid4().hex[:12]
+    prompts = _prompts(args)
+    # The run starts now: asking the server for its model below is part of it.
+    started = time.time()
+    discovery_error = None
+    if not args.model:
+        # SGLang's /generate needs no model name; the OpenAI APIs do.
+        args.model = ""
+        if args.api != Api.GENERATE.value:
+            try:
+                args.model = await discover_model(args.base_url)
+                say(f"[model {args.model!r}, from {args.base_url}/v1/models]")
+            except ModelDiscoveryError as exc:
+                discovery_error = f"no model name to send: {exc}"
+    settings = settings_from_args(args)
+    slo = settings.slo_target()
+    params = _params(args)
+    start: dict[str, Any] = {}
+    if args.start_at is not None:
+        # How far in the past the requested start already was (0 when it is still ahead).
+        late = max(0.0, started - args.start_at)
+        start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
+    events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
+    if args.start_at_stdin:
+        # Imported, connected to its reader, prompts built: only the start is missing, so
+        # the processes of a gang are all ready when it is given and start within a timer tick.
+        given = (await stdin_line(cancel)).strip()
+        try:
+            args.start_at = _epoch(given) if given else None
+        except argparse.ArgumentTypeError as exc:
+            say(f"[bad start on stdin: {exc}]")
+            args.start_at = None
+        if args.start_at is None:
+            stop.set("no start was given")
+        else:
+            late = max(0.0, time.time() - args.start_at)
+            start = {
+                "start_at": args.start_at,
+                "start_at_passed": late > 0,
+                "start_at_late_s": late,
+            }
+            events.emit("start_given", **start)
+    records_f = open_records(args.records, append=args.records_append) if args.records else None
+    levels: list[dict[str, Any]] = []
+    status, reason = "completed", None
+    try:
+        if discovery_error is not None:
+            events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
+            say(discovery_error)
+            status, reason = "failed", discovery_error
+        if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
+            wait = args.start_at - time.time()
+            say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
+            await sleep_until(args.start_at, cancel)
+        plan = (
+            [] if discovery_error is not None else level_plan(args.concurrency, args.request_rate)
+        )
+        for i, (c, rate) in enumerate(plan, start=args.level_index_base):
+            if cancel.is_set():
+                status, reason = "cancelled", stop.reason
+                break
+            cfg = LevelConfig.from_settings(
+                settings.model_copy(update={"model": args.model}),
+                base_url=args.base_url,
+                concurrency=c,
+                request_rate=rate,
+                level_index=i,
+                extra_body=args.extra_body,
+                seed=args.seed,
+                drain_seconds=args.drain_seconds,
+                on_server_error=args.on_server_error,
+                max_consecutive_connect_errors=args.max_consecutive_connect_errors,
+                max_error_ratio=args.max_error_ratio,
+                sample_interval=args.sample_interval,
+                run_id=run_id,
+            )
+            processes = max(1, min(args.processes, c))
+            boundary = (
+                await boundary_scrape(args.boundary_metrics_url)
+                if args.boundary_metrics_url
+                else {}
+            )
+            events.emit(
+                "level_start",
+                **boundary,
+                level_index=i,
+                concurrency=c,
+                t=time.time(),
+                requests=args.requests_per_level,
+                duration=args.duration,
+                warmup_requests=args.warmup_requests,
+                request_rate=rate,
+                burstiness=args.burstiness,
+                processes=processes,
+            )
+
+            def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
+                s = {k: v for k, v in s.items() if k != "recent_ttft"}
+                events.emit("sample", level_index=i, concurrency=c, **s)
+                say(progress_line(i, c, s))
+
+            try:
+                if processes > 1:
+                    result = await run_level_multiprocess(
+                        cfg, prompts, processes, cancel=cancel, on_sample=on_sample
+                    )
+                else:
+                    result = await run_level(cfg, prompts, cancel=cancel, on_sample=on_sample)
+            except Exception as exc:
+                reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
+                detail = traceback.format_exc()[-2000:]
+                events.emit("level_error", level_index=i, reason=reason, detail=detail)
+                status = "failed"
+                break
+            summary = level_summary(result, processes=processes, slo=slo)
+            summary["target_rate"] = rate
+            summary["burstiness"] = args.burstiness if rate else None
+            levels.append(summary)
+            if records_f is not None:
+                lines = []
+                for rec in (*result.warmup_records, *result.records):
+                    row = rec.to_json(result.anchor, level_index=i)
+                    if args.attempt is not None:
+                        row["attempt"] = args.attempt
+                    lines.append(dumps(row) + "\n")
+                # One write per level: another writer appending to the same file (an earlier
+                # attempt still finishing) never gets between the lines of a level.
+                records_f.write("".join(lines))
+                records_f.flush()
+            # The level's closing scrape, before the next level can send anything.
+            boundary = (
+                await boundary_scrape(args.boundary_metrics_url)
+                if args.boundary_metrics_url
+                else {}
+            )
+            events.emit("level_summary", level_index=i, summary=summary, **boundary)
+            say(summary_line(summary))
+            if result.status == "failed":
+                events.emit("level_error", level_index=i, reason=result.reason)
+                if args.on_server_error == "stop":
+                    status, reason = "failed", result.reason
+                    break
+            elif result.status == "cancelled":
+                status, reason = "cancelled", stop.reason
+                break
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if records_f is not None:
+            records_f.close()
+    if args.output is not None:
+        out = {
+            "run_id": run_id,
+            "status": status,
+            "reason": reason,
+            "started_at": started,
+            "finished_at": time.time(),
+            "params": params,
+            "levels": levels,
+        }
+        write_output(args.output, json.dumps(json.loads(dumps(out)), indent=1) + "\n")
+    events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
+    return EXIT_FAILED if status == "failed" else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.processes < 1:
+        build_parser().error("--processes must be >= 1")
+    if not (math.isfinite(args.burstiness) and args.burstiness > 0):
+        build_parser().error("--burstiness must be a positive number")
+    try:
+        level_plan(args.concurrency, args.request_rate)
+    except ValueError as exc:
+        build_parser().error(str(exc))
+    try:
+        settings_from_args(args)  # the same rules as a sweep's settings, said per flag
+        _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
+    except (ValueError, OSError) as exc:
+        build_parser().error(str(exc))
+    log: TextIO | None = None if args.quiet else sys.stderr
+    stream: TextIO | None
+    if args.events == "-":
+        stream = sys.stdout
+    elif args.events:
+        stream = open(args.events, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    else:
+        stream = None
+    events = EventWriter(stream)
+    try:
+        return asyncio.run(run(args, events, log))
+    finally:
+        events.close()
+        if events.broken and stream is sys.stdout:
+            silence_stdout()
+        if stream is not None and stream is not sys.stdout:
+            with contextlib.suppress(OSError):
+                stream.close()

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+# Goodput: the requests (and their tokens) per second that met the latency targets (SLOs).
+#
+# Pure functions of a level's request records, like metrics.summarize_level. An SLO sets any of
+# TTFT, TPOT, token-level ITL and E2E limits in milliseconds. Per request, a request meets it when
+# it succeeded and each set limit holds (a value exactly at the limit meets it); a failed request is
+# a miss whatever its timings. Per level, with scope "p99" the level meets the SLO when the p99 of
+# each set figure over all measured requests is within its limit, a failed request counting as
+# infinitely slow; with scope "request" when the share of requests meeting it reaches `attainment`.
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.records import RequestRecord
+
+SLO_FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+SLO_SCOPES = ("p99", "request")
+# Times are differences of perf_counter() readings: a limit is met within a nanosecond of it, so
+# that a request exactly at the limit is not failed by the rounding of the subtraction.
+_TOLERANCE_MS = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: float | None = None  # token-level: a chunk's gap spread over its tokens
+    e2e_ms: float | None = None
+    scope: str = "p99"
+    attainment: float = 0.99  # the share of requests that must meet it (scope "request")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Slo | None:
+        """An SLO from its JSON form; None when no limit is set."""
+        if not data:
+            return None
+        limits = {k: _limit(k, data.get(k)) for k in SLO_FIGURES}
+        if all(v is None for v in limits.values()):
+            return None
+        scope = str(data.get("scope") or "p99")
+        if scope not in SLO_SCOPES:
+            raise ValueError(f"SLO scope must be one of {', '.join(SLO_SCOPES)}")
+        attainment = float(data.get("attainment") or 0.99)
+        if not 0 < attainment <= 1:
+            raise ValueError("SLO attainment must be in (0, 1]")
+        return cls(**limits, scope=scope, attainment=attainment)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: getattr(self, k) for k in SLO_FIGURES if getattr(self, k)}
+        return out | {"scope": self.scope, "attainment": self.attainment}
+
+    def limits(self) -> dict[str, float]:
+        return {k: float(v) for k in SLO_FIGURES if (v := getattr(self, k)) is not None}
+
+
+def _limit(name: str, value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"SLO {name} must be a number of milliseconds")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"SLO {name} must be a positive number of milliseconds")
+    return float(value)
+
+
+def token_gaps(rec: RequestRecord) -> list[float]:
+    """The request's token-level inter-token gaps in seconds (a chunk of n tokens: n equal gaps)."""
+    gaps: list[float] = []
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    for i in range(1, len(times)):
+        n = toks[i]
+        if n > 0:
+            gaps.extend([(times[i] - times[i - 1]) / n] * n)
+    return gaps
+
+
+def request_figures(rec: RequestRecord) -> dict[str, float]:
+    """A successful request's TTFT, TPOT, ITL p99 (its own) and E2E, in ms; inf when failed."""
+    if not rec.ok:
+        return dict.fromkeys(SLO_FIGURES, math.inf)
+    e2e = rec.end - rec.start
+    out = {"e2e_ms": e2e * 1e3}
+    if rec.first_token is None:
+        return out | dict.fromkeys(("ttft_ms", "tpot_ms", "itl_ms"), math.inf)
+    ttft = rec.first_token - rec.start
+    out["ttft_ms"] = ttft * 1e3
+    out["tpot_ms"] = (e2e - ttft) / (rec.output_tokens - 1) * 1e3 if rec.output_tokens > 1 else 0.0
+    gaps = sorted(token_gaps(rec))
+    out["itl_ms"] = quantile(gaps, 0.99) * 1e3 if gaps else 0.0
+    return out
+
+
+def meets(figures: Mapping[str, float], limits: Mapping[str, float]) -> bool:
+    return all(figures[k] <= limit + _TOLERANCE_MS for k, limit in limits.items())
+
+
+def request_meets(rec: RequestRecord, slo: Slo) -> bool:
+    """Whether one request met every limit of the SLO (failed requests never do)."""
+    return rec.ok and meets(request_figures(rec), slo.limits())
+
+
+def _p99(values: Sequence[float]) -> float | None:
+    """The p99 (interpolated like metrics.quantile); inf when it touches a failed request."""
+    if not values:
+        return None
+    vals = sorted(values)
+    pos = 0.99 * (len(vals) - 1)
+    if math.isinf(vals[math.floor(pos)]) or math.isinf(vals[math.ceil(pos)]):
+        return math.inf  # inf - inf would make the interpolation NaN
+    return quantile(vals, 0.99)
+
+
+def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float) -> dict[str, Any]:
+    """Per level: requests meeting the SLO, their share, goodput req/s and output tok/s over
+    `duration` (the level's, as in its throughput), the level's p99 of each set figure (failed
+    requests as inf) and whether the level meets the SLO."""
+    measured = [r for r in records if not r.warmup]
+    limits = slo.limits()
+    good = 0
+    good_tokens = 0
+    per_figure: dict[str, list[float]] = {k: [] for k in limits}
+    for rec in measured:
+        figures = request_figures(rec)
+        if rec.ok and meets(figures, limits):
+            good += 1
+            good_tokens += rec.output_tokens
+        for k in limits:
+            if k == "itl_ms":
+                # The level's ITL p99 is over every token gap of the level, like itl_ms in the
+                # summary; a failed request adds one infinite gap.
+                per_figure[k].extend([g * 1e3 for g in token_gaps(rec)] if rec.ok else [math.inf])
+            else:
+                per_figure[k].append(figures[k])
+    total = len(measured)
+    share = good / total if total else None
+    p99 = {k: _p99(v) for k, v in per_figure.items()}
+    if slo.scope == "p99":
+        met = total > 0 and all(
+            value is not None and value <= limits[k] + _TOLERANCE_MS for k, value in p99.items()
+        )
+    else:
+        met = share is not None and share >= slo.attainment
+    return {
+        "slo": slo.to_dict(),
+        "requests": total,
+        "met": good,
+        "share": share,
+        "goodput_req_s": good / duration if duration > 0 else None,
+        "goodput_tok_s": good_tokens / duration if duration > 0 else None,
+        "p99": {k: (None if v is None or math.isinf(v) else v) for k, v in p99.items()},
+        "p99_failed": {k: v is not None and math.isinf(v) for k, v in p99.items()},
+        "meets_slo": met,
+    }

@@ -1,0 +1,454 @@
+from __future__ import annotations
+
+# One level of load: a closed loop of C workers (or Poisson arrivals), with a live sampler.
+#
+# Closed loop: C workers each send their next request as soon as the previous one ends, so C are in
+# flight at all times. The level ends after a request count or a duration, on cancel (drained for
+# `drain_seconds`, then cut), or when the server-error policy gives up on the server.
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from benchlib.loadgen.apis import PATHS, Api, build_body
+from benchlib.loadgen.client import StreamClient, make_client, send_request
+from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
+from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.prompts import PromptSource
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
+
+if TYPE_CHECKING:
+    from benchlib.loadgen.settings import LoadSettings
+
+DEFAULT_MAX_TOKENS = 128
+_LEVEL_STRIDE = 10_000_019  # prompt indices of different levels never overlap
+
+SampleCallback = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LevelConfig:
+    """Everything one level (or one process's share of it) needs."""
+
+    api: Api
+    base_url: str
+    model: str
+    concurrency: int
+    level_index: int = 0
+    num_requests: int | None = None
+    duration: float | None = None
+    warmup_requests: int = 0
+    request_rate: float | None = None
+    # Gamma-distributed gaps between arrivals with this shape (1: Poisson; below 1 burstier, above
+    # more regular), scale 1 / (rate * burstiness) so the mean rate stays `request_rate`.
+    burstiness: float = 1.0
+    max_tokens: int | None = None  # None: the dataset's length, else DEFAULT_MAX_TOKENS
+    ignore_eos: bool = False
+    temperature: float | None = None
+    extra_body: dict[str, Any] | None = None
+    request_timeout: float = 600.0
+    seed: int = 0
+    drain_seconds: float = 0.0
+    on_server_error: str = "stop"  # or "continue"
+    max_consecutive_connect_errors: int = 10
+    max_error_ratio: float = 0.5
+    min_requests_for_ratio: int = 20
+    sample_interval: float = 1.0
+    run_id: str = "run"
+    # a share of a level split across processes: this process issues indices p, p+P, p+2P...
+    process_index: int = 0
+    process_count: int = 1
+    slot_offset: int = 0
+
+    @property
+    def mode(self) -> str:
+        return "rate" if self.request_rate else "closed"
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: LoadSettings,
+        *,
+        base_url: str,
+        concurrency: int,
+        request_rate: float | None,
+        **run: Any,
+    ) -> LevelConfig:
+        """One level of a run with these load settings (``run``: the rest, such as the
+        level's index, the seed and the server-error policy). A max_tokens not given leaves
+        the output length to the dataset."""
+        return cls(
+            api=Api(settings.api),
+            base_url=base_url,
+            model=settings.model,
+            concurrency=concurrency,
+            num_requests=settings.requests_per_level,
+            duration=settings.duration,
+            warmup_requests=settings.warmup_requests,
+            request_rate=request_rate,
+            burstiness=settings.burstiness,
+            max_tokens=settings.max_tokens if "max_tokens" in settings.model_fields_set else None,
+            ignore_eos=settings.ignore_eos,
+            temperature=settings.temperature,
+            request_timeout=settings.request_timeout,
+            **run,
+        )
+
+
+@dataclass(slots=True)
+class LevelResult:
+    level_index: int
+    concurrency: int
+    mode: str
+    anchor: ClockAnchor
+    records: list[RequestRecord] = field(default_factory=list)
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    status: str = "completed"  # "completed" | "cancelled" | "failed"
+    reason: str | None = None
+    client: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        return self.status != "completed"
+
+
+class LevelRunner:
+    def __init__(
+        self,
+        cfg: LevelConfig,
+        prompts: PromptSource,
+        *,
+        client: StreamClient | None = None,
+        cancel: asyncio.Event | None = None,
+        on_sample: SampleCallback | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.prompts = prompts
+        self.client = client
+        self.cancel = cancel or asyncio.Event()
+        self.on_sample = on_sample
+        self.url = cfg.base_url.rstrip("/") + PATHS[cfg.api]
+        self.live = LiveStats()
+        self.health = HealthMonitor()
+        self.failed = asyncio.Event()
+        self.reason: str | None = None
+        self.stopping = False
+        self.phase = "warmup"
+        self._consecutive_connect = 0
+        self._issued = 0
+        self._records: list[RequestRecord] = []
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _next_request(self, warmup: bool, slot: int) -> tuple[RequestRecord, bytes]:
+        cfg = self.cfg
+        j = self._issued
+        self._issued += 1
+        k = cfg.process_index + cfg.process_count * j
+        base = cfg.level_index * _LEVEL_STRIDE
+        prompt = self.prompts.get(base - 1 - k if warmup else base + k)
+        max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
+        body = build_body(
+            cfg.api,
+            model=cfg.model,
+            prompt=prompt.text,
+            max_tokens=max_tokens,
+            ignore_eos=cfg.ignore_eos,
+            temperature=cfg.temperature,
+            extra=cfg.extra_body,
+        )
+        rid = f"{cfg.run_id}-{cfg.level_index}-{'w' if warmup else ''}{k}"
+        rec = RequestRecord(
+            request_id=rid,
+            slot=cfg.slot_offset + slot,
+            process=cfg.process_index,
+            warmup=warmup,
+            category=prompt.category,
+        )
+        return rec, json.dumps(body).encode()
+
+    async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
+        client = self.client
+        assert client is not None
+        live = self.live
+        live.in_flight += 1
+        try:
+            await send_request(
+                client,
+                api=self.cfg.api,
+                url=self.url,
+                content=content,
+                rec=rec,
+                live=live,
+                total_timeout=self.cfg.request_timeout,
+            )
+        finally:
+            live.in_flight -= 1
+            self._records.append(rec)
+            self._account(rec)
+
+    def _account(self, rec: RequestRecord) -> None:
+        live = self.live
+        if rec.ok:
+            live.completed += 1
+            self._consecutive_connect = 0
+            if rec.first_token is not None:
+                live.recent_ttft.append(rec.first_token - rec.start)
+            return
+        if rec.error_kind == "cancelled":
+            return
+        live.errors += 1
+        if rec.error_kind == "connect":
+            self._consecutive_connect += 1
+        cfg = self.cfg
+        if cfg.on_server_error != "stop" or self.failed.is_set():
+            return
+        done = live.completed + live.errors
+        if self._consecutive_connect >= cfg.max_consecutive_connect_errors:
+            self._fail(f"{self._consecutive_connect} consecutive connection errors: {rec.error}")
+        elif done >= cfg.min_requests_for_ratio and live.errors / done > cfg.max_error_ratio:
+            self._fail(
+                f"error ratio {live.errors}/{done} above {cfg.max_error_ratio:g}; "
+                f"last error {rec.error_kind}: {rec.error}"
+            )
+
+    def _fail(self, reason: str) -> None:
+        self.reason = reason
+        self.stopping = True
+        self.failed.set()
+
+    # -- phases -----------------------------------------------------------------------------
+
+    async def _closed_worker(self, slot: int, limit: int | None, deadline: float | None) -> None:
+        warmup = self.phase == "warmup"
+        while not self.stopping:
+            if limit is not None and self._issued >= limit:
+                return
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+            rec, content = self._next_request(warmup, slot)
+            await self._one(slot, rec, content)
+            if rec.error_kind == "connect" and self.cfg.on_server_error != "stop":
+                await asyncio.sleep(0.05)  # a dead server must not become a busy loop
+
+    async def _closed_phase(self, workers: int, limit: int | None, deadline: float | None) -> None:
+        tasks = [
+            asyncio.create_task(self._closed_worker(i, limit, deadline)) for i in range(workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _rate_phase(self, limit: int | None, deadline: float | None) -> None:
+        cfg = self.cfg
+        assert cfg.request_rate
+        rate = cfg.request_rate
+        rng = random.Random(f"{cfg.seed}:{cfg.level_index}:{cfg.process_index}:arrivals")
+        sem = asyncio.Semaphore(cfg.concurrency)
+        free_slots = list(range(cfg.concurrency - 1, -1, -1))
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(slot: int, rec: RequestRecord, content: bytes) -> None:
+            try:
+                await self._one(slot, rec, content)
+            finally:
+                free_slots.append(slot)
+                sem.release()
+
+        try:
+            next_t = time.perf_counter()
+            while not self.stopping:
+                if limit is not None and self._issued >= limit:
+                    break
+                next_t += next_gap(rng, rate, cfg.burstiness)
+                if deadline is not None and next_t >= deadline:
+                    break
+                delay = next_t - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                if self.stopping:
+                    sem.release()
+                    break
+                slot = free_slots.pop()
+                rec, content = self._next_request(False, slot)
+                task = asyncio.create_task(one(slot, rec, content))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+        finally:
+            for t in list(tasks):
+                t.cancel()
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+
+    async def _run_phase(self, phase: asyncio.Task[None]) -> str:
+        """Wait for `phase`, a cancel or a failure; cut what is in flight when told to stop."""
+        cancel_wait = asyncio.create_task(self.cancel.wait())
+        fail_wait = asyncio.create_task(self.failed.wait())
+        try:
+            await asyncio.wait({phase, cancel_wait, fail_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel_wait.cancel()
+            fail_wait.cancel()
+        status = "completed"
+        if self.cancel.is_set() and not phase.done():
+            status = "cancelled"
+            self.stopping = True
+            self.reason = self.reason or "cancelled"
+            if self.cfg.drain_seconds > 0:
+                await asyncio.wait({phase}, timeout=self.cfg.drain_seconds)
+        if self.failed.is_set():
+            status = "failed"
+        if not phase.done():
+            phase.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await phase
+        if self.failed.is_set():
+            status = "failed"
+        return status
+
+    async def _sampler(self) -> None:
+        interval = self.cfg.sample_interval
+        live = self.live
+        last_tokens, last_t = live.tokens, time.perf_counter()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.perf_counter()
+            tokens = live.tokens
+            lag_ms, cpu = self.health.take()
+            ttfts = sorted(live.recent_ttft)
+            sample = {
+                "t": time.time(),
+                "phase": self.phase,
+                "tok_s": (tokens - last_tokens) / (now - last_t),
+                "in_flight": live.in_flight,
+                "completed": live.completed,
+                "errors": live.errors,
+                "ttft_p50": quantile(ttfts, 0.5) if ttfts else None,
+                "loop_lag_ms": lag_ms,
+                "client_cpu": cpu,
+                "client_limited": client_limited(lag_ms, cpu),
+                "recent_ttft": ttfts,
+            }
+            last_tokens, last_t = tokens, now
+            if self.on_sample is not None:
+                self.on_sample(sample)
+
+    async def run(
+        self,
+        *,
+        start_wall: float | None = None,
+        before_measure: Callable[[], Awaitable[None]] | None = None,
+    ) -> LevelResult:
+        cfg = self.cfg
+        own_client = self.client is None
+        if self.client is None:
+            # One pool for the whole level: taking and returning a connection is O(1) here
+            # (httpx's pool scanned every connection per request, so it was split in shards).
+            self.client = make_client(cfg.concurrency, request_timeout=cfg.request_timeout)
+        self.health.start()
+        sampler = asyncio.create_task(self._sampler())
+        result = LevelResult(
+            level_index=cfg.level_index,
+            concurrency=cfg.concurrency,
+            mode=cfg.mode,
+            anchor=ClockAnchor.now(),
+        )
+        status = "completed"
+        try:
+            warmups = share(cfg.warmup_requests, cfg.process_index, cfg.process_count) or 0
+            if warmups > 0:
+                workers = min(cfg.concurrency, warmups)
+                phase = asyncio.create_task(self._closed_phase(workers, warmups, None))
+                status = await self._run_phase(phase)
+                result.warmup_records = self._records
+                self._records = []
+            if status == "completed":
+                if before_measure is not None:
+                    await before_measure()
+                if start_wall is not None:
+                    await asyncio.sleep(max(0.0, start_wall - time.time()))
+                status = await self._measured()
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+            await self.health.stop()
+            if own_client and self.client is not None:
+                await self.client.aclose()
+                self.client = None
+        result.records = self._records
+        result.status = status
+        result.reason = self.reason if status != "completed" else None
+        result.client = self.health.summary()
+        return result
+
+    async def _measured(self) -> str:
+        cfg = self.cfg
+        self.phase = "measure"
+        self._issued = 0
+        if self.cancel.is_set():
+            self.reason = "cancelled"
+            return "cancelled"
+        deadline = time.perf_counter() + cfg.duration if cfg.duration else None
+        limit = share(cfg.num_requests, cfg.process_index, cfg.process_count)
+        coro = (
+            self._rate_phase(limit, deadline)
+            if cfg.request_rate
+            else self._closed_phase(cfg.concurrency, limit, deadline)
+        )
+        return await self._run_phase(asyncio.create_task(coro))
+
+
+def level_plan(
+    concurrency: Sequence[int], rates: Sequence[float] | None
+) -> list[tuple[int, float | None]]:
+    """(concurrency, rate) per level, from the CLI's --concurrency and --request-rate (and a
+    sweep's levels and request rates). One rate applies to every concurrency level; several
+    rates with one concurrency make a rate sweep capped at that concurrency; else the lists
+    pair up."""
+    if not rates:
+        return [(c, None) for c in concurrency]
+    if len(rates) == 1:
+        return [(c, rates[0]) for c in concurrency]
+    if len(concurrency) == 1:
+        return [(concurrency[0], r) for r in rates]
+    if len(rates) != len(concurrency):
+        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
+    return list(zip(concurrency, rates, strict=True))
+
+
+def next_gap(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:
+    """Seconds to the next arrival: exponential (Poisson arrivals) or gamma with shape
+    `burstiness` and the same mean 1 / rate, as vLLM's benchmark client draws them."""
+    if burstiness == 1.0:
+        return rng.expovariate(rate)
+    return rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+
+
+def share(total: int | None, index: int, count: int) -> int | None:
+    """This process's part of `total` (the first `total % count` processes take one more)."""
+    if total is None:
+        return None
+    return total // count + (1 if index < total % count else 0)
+
+
+async def run_level(
+    cfg: LevelConfig,
+    prompts: PromptSource,
+    *,
+    client: StreamClient | None = None,
+    cancel: asyncio.Event | None = None,
+    on_sample: SampleCallback | None = None,
+    start_wall: float | None = None,
+) -> LevelResult:
+    """Run one level in this process and return its records (summarize them with metrics)."""
+    runner = LevelRunner(cfg, prompts, client=client, cancel=cancel, on_sample=on_sample)
+    return await runner.run(start_wall=start_wall)

@@ -1,0 +1,350 @@
+from __future__ import annotations
+
+# Pure summaries of a level's request records (definitions in docs/measurement.md).
+#
+# Nothing here depends on the order of the records: sums use math.fsum and quantiles sort first, so
+# the summary of the union of several processes' records is the same number however they are
+# concatenated. That is what makes a multi-process level exact.
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
+
+# One interpolated quantile for the load generator and the statistics. It lives with the
+# statistics, which import only the standard library (the simulator's nvidia-smi stand-in
+# runs them under a host's plain python3); the load generator may depend on them, not back.
+from benchlib.stats.intervals import quantile as quantile
+
+if TYPE_CHECKING:
+    from benchlib.loadgen.goodput import Slo
+
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
+# Dips of the in-flight count below its target shorter than this are a closed-loop worker handing
+# its slot from one request to the next, not idle capacity.
+DEFAULT_DIP_TOLERANCE_S = 0.05
+# Events of one request that arrive less than this after the previous one are one delivery: the
+# tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
+# of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
+# sometimes 2-3, on a loaded one) or read together. Decode steps of the engines measured are
+# several milliseconds apart.
+DELIVERY_GAP_S = 0.002
+
+
+def distribution(values: Iterable[float], *, scale: float = 1.0) -> dict[str, Any]:
+    """count, mean, std (population), min, p50, p90, p95, p99, max of `values` times `scale`."""
+    vals = sorted(values)
+    n = len(vals)
+    if n == 0:
+        empty: dict[str, Any] = {"count": 0, "mean": None, "std": None, "min": None}
+        return empty | dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
+    mean = math.fsum(vals) / n
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n)
+    out: dict[str, Any] = {"count": n, "mean": mean * scale, "std": std * scale}
+    out["min"] = vals[0] * scale
+    for name, q in QUANTILES:
+        out[name] = quantile(vals, q) * scale
+    out["max"] = vals[-1] * scale
+    return out
+
+
+def in_flight_segments(
+    intervals: Iterable[tuple[float, float]], target: int
+) -> tuple[list[tuple[float, float]], int]:
+    """Maximal intervals where at least `target` requests are in flight, and the peak count.
+
+    A request is in flight on [start, end). At equal times ends count before starts, so a slot
+    handed from one request to the next at the same instant never looks busy twice.
+    """
+    events: list[tuple[float, int]] = []
+    for s, e in intervals:
+        events.append((s, 1))
+        events.append((e, -1))
+    events.sort()
+    segments: list[tuple[float, float]] = []
+    n = peak = 0
+    seg_start: float | None = None
+    for t, d in events:
+        n += d
+        peak = max(peak, n)
+        if n >= target and seg_start is None:
+            seg_start = t
+        elif n < target and seg_start is not None:
+            if t > seg_start:
+                segments.append((seg_start, t))
+            seg_start = None
+    return segments, peak
+
+
+def steady_window(
+    intervals: Sequence[tuple[float, float]],
+    target: int,
+    *,
+    dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
+) -> tuple[tuple[float, float] | None, int, bool]:
+    """The longest interval with `target` requests in flight, ignoring dips under the tolerance.
+
+    Returns (window or None, the in-flight level used, whether `target` was reached). When the
+    target is never reached (fewer requests than slots, a server refusing connections) the window
+    is taken at the peak in-flight level instead and `reached` is False.
+    """
+    segments, peak = in_flight_segments(intervals, target)
+    level, reached = target, True
+    if not segments:
+        if peak == 0:
+            return None, 0, False
+        level, reached = peak, False
+        segments, _ = in_flight_segments(intervals, peak)
+        if not segments:
+            return None, peak, False
+    merged = [segments[0]]
+    for s, e in segments[1:]:
+        if s - merged[-1][1] < dip_tolerance:
+            merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    best = max(merged, key=lambda seg: (seg[1] - seg[0], -seg[0]))
+    return best, level, reached
+
+
+def mean_in_flight(intervals: Iterable[tuple[float, float]], a: float, b: float) -> float:
+    """The time-average number of requests in flight over [a, b]."""
+    if b <= a:
+        return 0.0
+    busy = math.fsum(max(0.0, min(e, b) - max(s, a)) for s, e in intervals)
+    return busy / (b - a)
+
+
+def window_tokens(times: Sequence[float], tokens: Sequence[int], a: float, b: float) -> float:
+    """Output tokens of one request produced in the window (a, b], token-level.
+
+    A chunk of n tokens arriving at t after the request's previous chunk at t' stands for n
+    tokens made evenly over (t', t]: the part of that interval inside the window counts. The
+    first chunk counts where it arrives. Counting whole chunks at their arrival instead makes a
+    short window's figure jump by a whole decode step's burst when an edge falls inside one.
+    """
+    total = 0.0
+    prev = None
+    for t, n in zip(times, tokens, strict=True):
+        if prev is None or t <= prev:
+            if a < t <= b:
+                total += n
+        elif t > a and prev < b:
+            total += n * (min(t, b) - max(prev, a)) / (t - prev)
+        prev = t
+    return total
+
+
+def deliveries(
+    times: Sequence[float], tokens: Sequence[int], gap: float = DELIVERY_GAP_S
+) -> list[tuple[float, int]]:
+    """(arrival of its first event, tokens) per delivery: runs of events each arriving less
+    than `gap` after the previous one."""
+    out: list[tuple[float, int]] = []
+    prev = None
+    for t, n in zip(times, tokens, strict=True):
+        if prev is not None and t - prev < gap:
+            start, count = out[-1]
+            out[-1] = (start, count + n)
+        else:
+            out.append((t, n))
+        prev = t
+    return out
+
+
+def _spread(samples: list[float], gap: float, n: int) -> None:
+    if n == 1:
+        samples.append(gap)
+    elif n > 1:
+        samples.extend([gap / n] * n)
+
+
+@dataclass(slots=True)
+class _TokenSamples:
+    itl: list[float] = field(default_factory=list)
+    itl_event: list[float] = field(default_factory=list)
+    itl_chunk: list[float] = field(default_factory=list)
+    itl_delivery: list[float] = field(default_factory=list)
+    per_chunk: Counter[int] = field(default_factory=Counter)
+    per_delivery: Counter[int] = field(default_factory=Counter)
+
+    def add(self, rec: RequestRecord) -> None:
+        times, toks = rec.chunk_times, rec.chunk_tokens
+        self.per_chunk.update(toks)
+        for i in range(1, len(times)):
+            gap = times[i] - times[i - 1]
+            self.itl_chunk.append(gap)
+            _spread(self.itl_event, gap, toks[i])
+        groups = deliveries(times, toks)
+        self.per_delivery.update(n for _, n in groups)
+        for (prev, _), (t, n) in itertools.pairwise(groups):
+            self.itl_delivery.append(t - prev)
+            _spread(self.itl, t - prev, n)
+
+
+def summarize_level(
+    records: Iterable[RequestRecord],
+    *,
+    concurrency: int,
+    mode: str = "closed",
+    partial: bool = False,
+    anchor: ClockAnchor | None = None,
+    dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
+    slo: Slo | None = None,
+) -> dict[str, Any]:
+    """The level summary from its request records (warm-up records are ignored).
+
+    `mode` is "closed" (C workers back to back: the steady window is where all C are in flight)
+    or "rate" (Poisson arrivals: the steady window is the arrival window, first to last send).
+    With an `anchor`, window bounds are also given in wall-clock epoch seconds. With an `slo`,
+    the summary has `goodput` (goodput.level_goodput over the level's duration).
+    """
+    from benchlib.loadgen.acceptance import level_acceptance
+    from benchlib.loadgen.goodput import level_goodput
+
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    by_cause = Counter(r.error_kind for r in failed)
+    timed = [r for r in measured if r.error_kind != "cancelled"]
+    intervals = [(r.start, r.end) for r in measured]
+
+    out: dict[str, Any] = {
+        "concurrency": concurrency,
+        "mode": mode,
+        "partial": partial,
+        "requests": {
+            "total": len(measured),
+            "ok": len(ok),
+            "failed": len(failed),
+            "errors_by_cause": {k: by_cause[k] for k in sorted(by_cause, key=str)},
+            # requests sent twice: their kept-alive connection was closed before a response
+            "retried": sum(1 for r in measured if r.retries),
+        },
+    }
+
+    out_tokens = sum(r.output_tokens for r in ok)
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    if timed:
+        t_first = min(r.start for r in timed)
+        t_last = max(r.end for r in timed)
+        duration = t_last - t_first
+    else:
+        t_first = t_last = duration = 0.0
+    out["duration_s"] = duration
+    out["output_tokens"] = out_tokens
+    out["prompt_tokens"] = prompt_tokens
+    out["output_tok_s"] = out_tokens / duration if duration > 0 else None
+    out["total_tok_s"] = (out_tokens + prompt_tokens) / duration if duration > 0 else None
+    out["request_rate"] = len(ok) / duration if duration > 0 else None
+    busy = math.fsum(r.end - r.start for r in timed)
+    out["achieved_concurrency"] = busy / duration if duration > 0 else None
+    if anchor is not None and timed:
+        out["window_wall"] = [anchor.to_wall(t_first), anchor.to_wall(t_last)]
+
+    out["steady"] = _steady(ok, intervals, concurrency, mode, anchor, dip_tolerance)
+
+    ttft: list[float] = []
+    e2e: list[float] = []
+    tpot: list[float] = []
+    decode: list[float] = []
+    tokens = _TokenSamples()
+    send: list[float] = []
+    ttft_sent: list[float] = []
+    chunk_est = out_est = 0
+    for r in ok:
+        total = r.end - r.start
+        e2e.append(total)
+        chunk_est += r.chunk_tokens_estimated
+        out_est += r.output_tokens_estimated
+        if r.written is not None:
+            send.append(r.written - r.start)
+        if r.first_token is None:
+            continue
+        first = r.first_token - r.start
+        ttft.append(first)
+        if r.written is not None:
+            ttft_sent.append(r.first_token - r.written)
+        if r.output_tokens > 1:
+            tpot.append((total - first) / (r.output_tokens - 1))
+            if total > first:
+                decode.append((r.output_tokens - 1) / (total - first))
+        tokens.add(r)
+
+    out["ttft_ms"] = distribution(ttft, scale=1e3)
+    # The client's own send path, and TTFT counted from the request on the wire: the part of
+    # TTFT the client spent before the server could see the request, and the rest.
+    out["send_ms"] = distribution(send, scale=1e3)
+    out["ttft_after_send_ms"] = distribution(ttft_sent, scale=1e3)
+    out["tpot_ms"] = distribution(tpot, scale=1e3)
+    # Token-level ITL over deliveries (docs/measurement.md); per event and per chunk beside it.
+    out["itl_ms"] = distribution(tokens.itl, scale=1e3)
+    out["itl_event_ms"] = distribution(tokens.itl_event, scale=1e3)
+    out["itl_chunk_ms"] = distribution(tokens.itl_chunk, scale=1e3)
+    out["itl_delivery_ms"] = distribution(tokens.itl_delivery, scale=1e3)
+    out["e2e_ms"] = distribution(e2e, scale=1e3)
+    out["decode_tok_s"] = distribution(decode)
+    per_chunk, per_delivery = tokens.per_chunk, tokens.per_delivery
+    out["tokens_per_chunk"] = {str(n): per_chunk[n] for n in sorted(per_chunk)}
+    n_chunks = sum(per_chunk.values())
+    chunked_tokens = sum(n * c for n, c in per_chunk.items())
+    out["mean_tokens_per_chunk"] = chunked_tokens / n_chunks if n_chunks else None
+    n_deliveries = sum(per_delivery.values())
+    out["mean_tokens_per_delivery"] = chunked_tokens / n_deliveries if n_deliveries else None
+
+    out["estimated"] = {
+        "chunk_tokens": chunk_est,
+        "output_tokens": out_est,
+        "any": bool(chunk_est or out_est),
+    }
+    out["acceptance"] = level_acceptance(ok)
+    if slo is not None:
+        out["goodput"] = level_goodput(measured, slo, duration=duration)
+    return out
+
+
+def _steady(
+    ok: Sequence[RequestRecord],
+    intervals: Sequence[tuple[float, float]],
+    concurrency: int,
+    mode: str,
+    anchor: ClockAnchor | None,
+    dip_tolerance: float,
+) -> dict[str, Any]:
+    window: tuple[float, float] | None
+    if mode == "rate":
+        starts = [s for s, _ in intervals]
+        window = (min(starts), max(starts)) if starts else None
+        level, reached = concurrency, window is not None
+    else:
+        window, level, reached = steady_window(intervals, concurrency, dip_tolerance=dip_tolerance)
+    out: dict[str, Any] = {"target": concurrency, "in_flight_level": level, "reached": reached}
+    if window is None or window[1] <= window[0]:
+        return out | {"duration_s": 0.0, "output_tokens": 0, "output_tok_s": None}
+    a, b = window
+    arrived = 0
+    spread: list[float] = []
+    for r in ok:
+        times = r.chunk_times
+        if not times or times[-1] <= a or times[0] > b:
+            continue
+        spread.append(window_tokens(times, r.chunk_tokens, a, b))
+        arrived += sum(n for t, n in zip(times, r.chunk_tokens, strict=True) if a < t <= b)
+    tokens = math.fsum(spread)
+    inflight = mean_in_flight(intervals, a, b)
+    tok_s = tokens / (b - a)
+    out |= {
+        "duration_s": b - a,
+        "output_tokens": tokens,
+        "output_tok_s": tok_s,
+        "arrived_tokens": arrived,
+        "arrived_tok_s": arrived / (b - a),
+        "mean_in_flight": inflight,
+        "per_request_tok_s": tok_s / inflight if inflight > 0 else None,
+    }
+    if anchor is not None:
+        out["window_wall"] = [anchor.to_wall(a), anchor.to_wall(b)]
+    return out

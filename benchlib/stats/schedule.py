@@ -1,0 +1,280 @@
+"""A load-adaptive speculation schedule derived from a matrix of variants x concurrency levels.
+
+Input: variants of one server (speculation off, draft lengths 1, 3, 5, ...), each a ``Curve``
+of a throughput-like figure (higher is better), listed **simplest first**: the order is the
+preference when the data cannot tell variants apart (normally off, then shorter drafts).
+
+Per level C tested by every variant, the choice is **the simplest variant that no other
+variant beats conclusively**: "V beats U" means the interval of V/U at the chosen confidence
+lies wholly above 1 (``intervals.level_ratio``: Welch log-t on repeats, else a request
+bootstrap). A ratio without an interval (single figures, or an interval refused because it
+contradicts its point) is never conclusive, so without repeats or per-request data the
+schedule keeps the simplest variant everywhere. Since an interval always contains its point,
+"beats" follows the point order and the variant with the best point is never beaten: a
+choice always exists.
+
+Bands: consecutive levels with the same choice form a band, so a middle range where some
+variant wins conclusively gets its own band, and inconclusive levels between two winners get
+whatever is simplest among the variants not beaten there (normally the simplest overall).
+Batch sizes between two tested levels that end and start different bands were not measured:
+they go to the simpler of the two bands' variants (the same rule: switch only where shown).
+The first band starts at 1 and the last has no upper end (nothing else was measured there).
+
+Gain per band, per level: the chosen variant over the reference (the simplest variant) and
+over the runner-up (the best other variant by its point figure), each a ratio with its
+interval; a band's ``expected_gain`` is the geometric mean of its levels' runner-up ratios,
+``gain_interval`` the envelope of their intervals. Intervals are pointwise, one per level and
+pair: with many variants and levels a few spurious "conclusive" levels are to be expected at
+95%, which is why a derived schedule still needs its verification run.
+
+The engines switch on the batch they run, not on the client's concurrency; in a closed-loop
+sweep at steady state the two are close (see ``engines``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
+from benchlib.stats.types import Curve, Ratio
+
+
+@dataclass(frozen=True)
+class Variant:
+    curve: Curve
+    draft_length: int  # draft tokens per verify step; 0 = speculation off
+
+    def __post_init__(self) -> None:
+        if self.draft_length < 0:
+            raise ValueError(f"{self.curve.name}: draft_length must be >= 0")
+
+    @property
+    def name(self) -> str:
+        return self.curve.name
+
+
+@dataclass(frozen=True)
+class LevelGain:
+    concurrency: int
+    versus: str  # the variant the chosen one is compared with
+    ratio: Ratio  # chosen / versus
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    concurrency: int
+    variant: str
+    draft_length: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """Batch sizes ``start``..``end`` (inclusive; ``end`` None: no upper limit) draft
+    ``draft_length`` tokens per step (0 = off). The form every engine configuration is
+    written from."""
+
+    start: int
+    end: int | None
+    draft_length: int
+
+
+@dataclass(frozen=True)
+class Band:
+    variant: str
+    draft_length: int
+    start: int
+    end: int | None
+    levels: tuple[int, ...]  # the tested levels inside the band
+    over_reference: tuple[LevelGain, ...]
+    over_runner_up: tuple[LevelGain, ...]
+
+    @property
+    def expected_gain(self) -> float:
+        """Geometric mean over the band's levels of chosen / runner-up (point figures)."""
+        logs = [math.log(g.ratio.point) for g in self.over_runner_up]
+        return math.exp(sum(logs) / len(logs))
+
+    @property
+    def gain_interval(self) -> tuple[float, float] | None:
+        """(lowest lower bound, highest upper bound) of the band's runner-up ratios; None
+        when a level has no interval."""
+        ratios = [g.ratio for g in self.over_runner_up]
+        if not all(r.has_interval for r in ratios):
+            return None
+        return min(r.low for r in ratios if r.low is not None), max(
+            r.high for r in ratios if r.high is not None
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    reference: str  # the simplest variant
+    confidence: float
+    bands: tuple[Band, ...]
+    choices: tuple[LevelChoice, ...]
+    untested: tuple[int, ...]  # levels some variant did not test: left out
+
+    def draft_length_at(self, batch: int) -> int:
+        for band in self.bands:
+            if band.start <= batch and (band.end is None or batch <= band.end):
+                return band.draft_length
+        raise ValueError(f"batch size {batch} is below 1")
+
+    def steps(self) -> tuple[Step, ...]:
+        """The bands as batch-size steps, adjacent bands with the same draft length merged."""
+        out: list[Step] = []
+        for band in self.bands:
+            if out and out[-1].draft_length == band.draft_length:
+                out[-1] = Step(out[-1].start, band.end, band.draft_length)
+            else:
+                out.append(Step(band.start, band.end, band.draft_length))
+        return tuple(out)
+
+    def describe(self) -> str:
+        parts = []
+        for band in self.bands:
+            span = f"C {band.start}+" if band.end is None else f"C {band.start}-{band.end}"
+            gain = f"{band.expected_gain:.3f}x the runner-up"
+            interval = band.gain_interval
+            if interval is not None:
+                gain += f" ({self.confidence:.0%} {interval[0]:.3f}-{interval[1]:.3f}x)"
+            parts.append(f"{span}: {band.variant} (K={band.draft_length}), {gain}")
+        return "; ".join(parts)
+
+
+def inverse(ratio: Ratio) -> Ratio:
+    """A/B from B/A: the reciprocal point, bounds swapped and inverted."""
+
+    def inv(x: float | None) -> float | None:
+        if x is None:
+            return None
+        return math.inf if x <= 0 else 1.0 / x
+
+    point = inv(ratio.point)
+    assert point is not None
+    return Ratio(
+        point, inv(ratio.high), inv(ratio.low), ratio.method, ratio.confidence, ratio.refused
+    )
+
+
+def _beats(ratio: Ratio) -> bool:
+    return ratio.has_interval and ratio.low is not None and ratio.low > 1.0
+
+
+def _fmt(ratio: Ratio) -> str:
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.point:.3f}x, no interval"
+    return f"{ratio.point:.3f}x, {ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f}x"
+
+
+class _Pairs:
+    """Every pair's ratio per level, computed once per unordered pair."""
+
+    def __init__(
+        self, variants: Sequence[Variant], confidence: float, n_boot: int, seed: int
+    ) -> None:
+        self.confidence = confidence
+        self.ratios: dict[tuple[int, int], dict[int, Ratio]] = {}
+        for i, a in enumerate(variants):
+            for j in range(i + 1, len(variants)):
+                curve = ratio_curve(
+                    a.curve, variants[j].curve, confidence=confidence, n_boot=n_boot, seed=seed
+                )
+                self.ratios[(i, j)] = {lv.concurrency: lv.ratio for lv in curve.levels}
+
+    def of(self, num: int, den: int, concurrency: int) -> Ratio:
+        """variant ``num`` / variant ``den`` at one level."""
+        if num > den:
+            return self.ratios[(den, num)][concurrency]
+        return inverse(self.ratios[(num, den)][concurrency])
+
+
+def _choose(variants: Sequence[Variant], pairs: _Pairs, c: int) -> tuple[int, str]:
+    reference = variants[0].name
+    for i, variant in enumerate(variants):
+        beaten_by = [j for j in range(len(variants)) if j != i and _beats(pairs.of(j, i, c))]
+        if beaten_by:
+            continue
+        if i == 0:
+            return 0, f"no variant is conclusively ahead of {reference}"
+        simpler = "; ".join(
+            f"{variant.name}/{variants[k].name} = {_fmt(pairs.of(i, k, c))}"
+            for k in range(i)
+            if _beats(pairs.of(i, k, c))
+        )
+        return i, f"the simplest variant no other beats conclusively ({simpler})"
+    raise AssertionError("the variant with the best point figure is never beaten")
+
+
+def _gain(variants: Sequence[Variant], pairs: _Pairs, chosen: int, other: int, c: int) -> LevelGain:
+    if chosen == other:
+        # The reference over itself: exactly 1, and no interval to speak of.
+        return LevelGain(c, variants[other].name, Ratio(1.0, None, None, "none", pairs.confidence))
+    return LevelGain(c, variants[other].name, pairs.of(chosen, other, c))
+
+
+def derive_schedule(
+    variants: Sequence[Variant],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> Schedule:
+    """The schedule over the levels every variant tested (see the module notes);
+    ``variants`` simplest first."""
+    if len(variants) < 2:
+        raise ValueError("a schedule needs at least 2 variants")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"variant names must be unique: {names}")
+    tested = [set(v.curve.concurrencies) for v in variants]
+    common = sorted(set.intersection(*tested))
+    untested = tuple(sorted(set.union(*tested) - set(common)))
+    if not common:
+        raise ValueError("no concurrency level was tested by every variant")
+    pairs = _Pairs(variants, confidence, n_boot, seed)
+    choices: list[LevelChoice] = []
+    groups: list[tuple[int, list[int]]] = []  # (variant index, levels)
+    for c in common:
+        i, reason = _choose(variants, pairs, c)
+        choices.append(LevelChoice(c, variants[i].name, variants[i].draft_length, reason))
+        if groups and groups[-1][0] == i:
+            groups[-1][1].append(c)
+        else:
+            groups.append((i, [c]))
+    bands: list[Band] = []
+    start = 1
+    for g, (i, levels) in enumerate(groups):
+        end: int | None = None
+        if g + 1 < len(groups):
+            nxt, nxt_levels = groups[g + 1]
+            # The untested batch sizes between the two bands go to the simpler variant.
+            end = nxt_levels[0] - 1 if i < nxt else levels[-1]
+        runner_ups = []
+        for c in levels:
+            others = [k for k in range(len(variants)) if k != i]
+            best = max(others, key=lambda k: _value(variants[k], c))
+            runner_ups.append(_gain(variants, pairs, i, best, c))
+        bands.append(
+            Band(
+                variant=variants[i].name,
+                draft_length=variants[i].draft_length,
+                start=start,
+                end=end,
+                levels=tuple(levels),
+                over_reference=tuple(_gain(variants, pairs, i, 0, c) for c in levels),
+                over_runner_up=tuple(runner_ups),
+            )
+        )
+        if end is not None:
+            start = end + 1
+    return Schedule(names[0], confidence, tuple(bands), tuple(choices), untested)
+
+
+def _value(variant: Variant, c: int) -> float:
+    level = variant.curve.level(c)
+    assert level is not None
+    return level.value
