@@ -6,8 +6,8 @@ from channels.db import database_sync_to_async
 
 from benchmarks import selectors
 from benchmarks.experiments import selectors as experiment_selectors
-from specdash import realtime
-from specdash.consumers import ViewerConsumer
+from core import realtime
+from core.consumers import ViewerConsumer
 
 
 class SweepConsumer(ViewerConsumer):

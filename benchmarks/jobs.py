@@ -11,7 +11,7 @@ from benchmarks.experiments.services import EXPERIMENT_JOB_KIND
 from benchmarks.services import SWEEP_JOB_KIND
 from benchmarks.sweeps.handler import run_sweep, sweep_on_cancel_forced, sweep_on_interrupted
 from benchmarks.sweeps.shards import SHARD_JOB_KIND, run_shard
-from hosts.jobs import job_handler, on_cancel_forced, on_interrupted
+from core.jobs import job_handler, on_cancel_forced, on_interrupted
 
 job_handler(SWEEP_JOB_KIND)(run_sweep)
 on_interrupted(SWEEP_JOB_KIND)(sweep_on_interrupted)

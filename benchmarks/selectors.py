@@ -1,6 +1,6 @@
 """Read-side queries for sweeps and experiments.
 
-The dicts built here are also the payloads of the sweep events (see specdash.realtime), so a
+The dicts built here are also the payloads of the sweep events (see core.realtime), so a
 snapshot and the live events that follow it have the same shape.
 """
 

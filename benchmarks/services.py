@@ -3,7 +3,7 @@
 Web requests create and cancel sweeps; the ``sweep.run`` job (benchmarks/sweeps/) records
 what the load generator reports through the ``sweep_*`` recording functions of
 ``benchmarks.sweeps.recording``, re-exported here. Each change emits its event after
-commit (see specdash.realtime for the payloads).
+commit (see core.realtime for the payloads).
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from benchmarks.sweeps.recording import sweep_level_started as sweep_level_start
 from benchmarks.sweeps.recording import sweep_levels_cut_by_crash as sweep_levels_cut_by_crash
 from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
 from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
-from hosts.jobs import job_cancel, job_enqueue
+from core.jobs import job_cancel, job_enqueue
+from core.models import JobState
 from hosts.masking import masked_env
-from hosts.models import InstanceState, JobState, ServerInstance
+from hosts.models import InstanceState, ServerInstance
 
 SWEEP_JOB_KIND = "sweep.run"
 MAX_CONCURRENCY = 4096

@@ -20,8 +20,8 @@ from django.views.decorators.http import require_POST
 from benchmarks import forms, selectors, services
 from benchmarks.models import Sweep
 from benchmarks.sweeps import exports
-from hosts import roles
-from specdash.http import HtmxHttpRequest
+from core import roles
+from core.http import HtmxHttpRequest
 
 
 def _sweep_or_404(sweep_id: int) -> Sweep:

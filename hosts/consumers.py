@@ -4,11 +4,11 @@ from typing import Any, cast
 
 from channels.db import database_sync_to_async
 
+from core import realtime
+from core.consumers import ViewerConsumer
 from hosts import selectors
 from hosts.telemetry import selectors as telemetry_selectors
 from hosts.telemetry import service as telemetry_service
-from specdash import realtime
-from specdash.consumers import ViewerConsumer
 
 
 class InstanceConsumer(ViewerConsumer):

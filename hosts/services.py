@@ -9,11 +9,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core import realtime
+from core.jobs import job_enqueue
 from hosts import presets, selectors
-from hosts.jobs import job_enqueue
 from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
-from specdash import realtime
 
 # The acting user (or None for the system): any object with ``is_authenticated``.
 User = Any

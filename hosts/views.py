@@ -7,9 +7,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from hosts import roles, selectors, services
+from core import roles
+from core.http import HtmxHttpRequest
+from hosts import selectors, services
 from hosts.models import ServerInstance, ServerProfile
-from specdash.http import HtmxHttpRequest
 
 
 @roles.viewer_required

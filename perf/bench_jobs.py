@@ -59,7 +59,7 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 
 async def _child(worker_id: str, stats_file: Path) -> None:
-    from hosts.jobs.worker import Worker, WorkerSettings
+    from core.jobs.worker import Worker, WorkerSettings
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

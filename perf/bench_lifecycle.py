@@ -145,7 +145,7 @@ async def _one_round(profile: Any) -> Round:
 
 
 async def _bench(profile: Any, rounds: int) -> list[Round]:
-    from hosts.jobs.worker import Worker
+    from core.jobs.worker import Worker
 
     stop = asyncio.Event()
     worker = asyncio.create_task(Worker(worker_id="bench").run(stop))

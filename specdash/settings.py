@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "core",
     "hosts",
     "benchmarks",
 ]
@@ -243,7 +244,7 @@ SPECDASH_STOP_GRACE_S = int(os.environ.get("SPECDASH_STOP_GRACE_S", "10"))
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
 
-# Job workers (hosts/jobs/worker.py ``WorkerSettings``), every worker of a deployment, the one
+# Job workers (core/jobs/worker.py ``WorkerSettings``), every worker of a deployment, the one
 # ``serve`` embeds included; ``manage.py jobworker`` flags override them per process.
 SPECDASH_JOB_LEASE_S = _env_seconds("SPECDASH_JOB_LEASE_S", 30.0)
 # None: 5 s, or a third of a lease shorter than 15 s (at most half the lease in any case).

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from core.roles import viewer_required
 from hosts import selectors
-from hosts.roles import viewer_required
 
 
 # The overview lists SSH destinations, containers and running servers: viewers only.

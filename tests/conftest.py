@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
+from core.roles import OPERATORS, VIEWERS, ensure_roles
 from hosts.models import Engine, Host, HostKind, ServerProfile
-from hosts.roles import OPERATORS, VIEWERS, ensure_roles
 from tests.fixtures.ports import free_port
 
 # Shared fixtures of the suites that start servers (the lifecycle, experiment, telemetry and

@@ -1,5 +1,5 @@
 """The ``experiment.*`` events of an experiment's group on the channel layer
-(specdash.realtime), sent after commit, and the history rows the experiment page lists."""
+(core.realtime), sent after commit, and the history rows the experiment page lists."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from benchmarks.experiments import selectors
 from benchmarks.models import Experiment, ExperimentStep, StepState
-from specdash import realtime
+from core import realtime
 
 EXPERIMENT_STATE = "experiment.state"  # {"experiment_id", "experiment": {...}}
 EXPERIMENT_STEP = "experiment.step"  # {"experiment_id", "step": {...}}

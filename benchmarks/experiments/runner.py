@@ -35,8 +35,8 @@ from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from core.jobs import JobContext
 from hosts import services as host_services
-from hosts.jobs import JobContext
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES
 

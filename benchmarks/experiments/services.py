@@ -40,8 +40,9 @@ from benchmarks.experiments.recording import (
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
 from benchmarks.sweeps.plan import is_rate_sweep
-from hosts.jobs import job_cancel, job_enqueue
-from hosts.models import JobState, ServerProfile
+from core.jobs import job_cancel, job_enqueue
+from core.models import JobState
+from hosts.models import ServerProfile
 
 EXPERIMENT_JOB_KIND = "experiment.run"
 MAX_PROFILES = 8
@@ -197,7 +198,7 @@ def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
     of the step in progress is left to its own lifecycle job (which is adopted in turn).
     An experiment created with ``auto_resume`` is resumed at once by whoever runs the hook
     (the restarted worker, or the one that saw the dead worker's lease expire)."""
-    from hosts.models import Job
+    from core.models import Job
 
     experiment_id = int(params["experiment_id"])
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
@@ -226,7 +227,7 @@ def experiment_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
     grace, so its task was cancelled outright. The experiment ends cancelled, saying so (never
     resumed automatically: a cancel is the operator's word); the server of the step in progress
     is left to its own lifecycle job, as after any cancel."""
-    from hosts.models import Job
+    from core.models import Job
 
     experiment_id = int(params["experiment_id"])
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""

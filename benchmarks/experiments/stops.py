@@ -10,9 +10,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import GpuClaim, InstanceState, Job, JobState, ServerInstance
+from hosts.models import GpuClaim, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
 from hosts.transports import TransportError
 

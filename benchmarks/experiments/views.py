@@ -28,8 +28,8 @@ from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.history import history_build
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
-from hosts import roles
-from specdash.http import HtmxHttpRequest
+from core import roles
+from core.http import HtmxHttpRequest
 
 
 def can_run_experiments(user: Any) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from hosts.models import Job, ServerInstance, ServerProfile
+from core.models import Job
+from hosts.models import ServerInstance, ServerProfile
 
 
 class ExperimentState(models.TextChoices):

@@ -51,7 +51,7 @@ from benchmarks.sweeps.split import (
     shard_argv,
     shard_count,
 )
-from hosts.jobs import JobContext
+from core.jobs import JobContext
 from hosts.models import InstanceState
 from hosts.telemetry.levels import LevelServerMetrics
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from asgiref.sync import sync_to_async
 
 from benchmarks import services
-from specdash import realtime
+from core import realtime
 
 
 class SweepStore(Protocol):

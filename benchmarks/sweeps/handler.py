@@ -25,8 +25,9 @@ from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
-from hosts.jobs import JobContext
-from hosts.models import InstanceState, Job
+from core.jobs import JobContext
+from core.models import Job
+from hosts.models import InstanceState
 from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)

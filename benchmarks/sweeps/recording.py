@@ -1,6 +1,6 @@
 """Recording what a sweep's job sees: the services the ``sweep.run`` job (and a shard's)
 calls as the load generator reports (sync; the async job calls them through sync_to_async).
-Each change emits its event after commit (see specdash.realtime for the payloads).
+Each change emits its event after commit (see core.realtime for the payloads).
 
 ``benchmarks.services`` re-exports them: callers keep importing them from there.
 """
@@ -22,8 +22,8 @@ from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
+from core import realtime
 from hosts.models import InstanceState
-from specdash import realtime
 
 
 def sweep_records_file(*, sweep_id: int) -> Path:

@@ -30,9 +30,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchmarks.sweeps.runner import LoadgenProcess
-from hosts.jobs import JobContext, job_cancel, job_enqueue
-from hosts.jobs.fence import gang_members, gang_start, job_events_after
-from hosts.models import Job, JobState
+from core.jobs import JobContext, job_cancel, job_enqueue
+from core.jobs.fence import gang_members, gang_start, job_events_after
+from core.models import Job, JobState
 
 SHARD_JOB_KIND = "sweep.shard"
 # Between the gang's "all ready" and its common start: every load generator is already up

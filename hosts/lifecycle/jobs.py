@@ -19,8 +19,8 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts import presets
-from hosts.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts.lifecycle import steps, verdicts
 from hosts.lifecycle.readiness import (
     ReadinessResult,
@@ -342,7 +342,7 @@ def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
     """A cancelled owner that did not stop within the grace leaves a server nobody drives:
     a ``server.stop`` (targeted stop, then verification) takes it over. Idempotent: nothing
     is queued when a job for the instance is already queued or running."""
-    from hosts.models import Job, JobState
+    from core.models import Job, JobState
     from hosts.services import instance_lock_key
 
     instance_id = int(params["instance_id"])

@@ -144,7 +144,7 @@ class Agent:
             # An answer that arrives after the lease was lost is not acted on.
             self.guard()
         if answer is not None and answer.get("superseded"):
-            from hosts.jobs import LeaseLost
+            from core.jobs import LeaseLost
 
             raise LeaseLost(f"{command}: {answer.get('error')}")
         if answer is None:

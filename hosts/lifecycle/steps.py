@@ -14,19 +14,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from core import realtime
+from core.models import Job, JobState
 from hosts import services
 from hosts.lifecycle.readiness import ReadinessTarget
-from hosts.models import (
-    Container,
-    Host,
-    InstanceEvent,
-    InstanceState,
-    Job,
-    JobState,
-    ServerInstance,
-)
+from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
-from specdash import realtime
 
 LOG_LINES = 60
 # Ended instances a Stop cleans up after (with a verified stop of whatever is left).
@@ -330,7 +323,7 @@ def enqueue_adoption(instance_id: int) -> None:
     lock = services.instance_lock_key(instance_id)
     if Job.objects.filter(lock_key=lock, state__in=[JobState.QUEUED, JobState.RUNNING]).exists():
         return
-    from hosts.jobs import job_enqueue
+    from core.jobs import job_enqueue
 
     job_enqueue(
         kind="server.run", params={"instance_id": instance_id, "adopt": True}, lock_key=lock

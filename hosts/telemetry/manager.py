@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import httpx
 from asgiref.sync import sync_to_async
 
-from hosts.jobs import JobContext, job_handler
+from core.jobs import JobContext, job_handler
 from hosts.lifecycle.remote import Agent, transport_for, with_host_env
 from hosts.models import Host, HostKind
 from hosts.telemetry import selectors, service

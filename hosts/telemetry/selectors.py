@@ -1,7 +1,7 @@
 """Read-side queries for telemetry: who needs a host's probes, what they scrape, history.
 
 The sample dicts built here are also the wire format of the live `telemetry.samples` events
-(see specdash.realtime), so a snapshot and the events after it have the same shape:
+(see core.realtime), so a snapshot and the events after it have the same shape:
 ``{"k": kind, "t": epoch seconds, "i": instance id or null, "d": data}``.
 """
 

@@ -17,12 +17,13 @@ from django.utils import timezone
 
 from benchmarks import selectors as sweep_selectors
 from benchmarks.models import SweepLevel
-from hosts.jobs import job_enqueue
-from hosts.models import Job, JobState, TelemetrySample, TelemetryWatch
+from core import realtime
+from core.jobs import job_enqueue
+from core.models import Job, JobState
+from hosts.models import TelemetrySample, TelemetryWatch
 from hosts.telemetry import selectors
 from hosts.telemetry.conf import TelemetrySettings
 from hosts.telemetry.probes import Sample
-from specdash import realtime
 
 TELEMETRY_JOB = "telemetry.host"
 _DELETE_CHUNK = 500

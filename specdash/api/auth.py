@@ -1,6 +1,6 @@
 """API authentication: personal bearer tokens, or the browser's session with CSRF.
 
-Authorisation is the UI's: the role checks of hosts.roles, applied by each handler through
+Authorisation is the UI's: the role checks of core.roles, applied by each handler through
 the ``require_*`` helpers below, answering 403 in the API's error shape.
 """
 
@@ -13,9 +13,9 @@ from django.http import HttpRequest
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from hosts import roles
+from core import roles
+from core.tokens import TokenRejected, api_token_authenticate
 from specdash.api import errors
-from specdash.api.tokens import TokenRejected, api_token_authenticate
 
 
 class BearerToken(HttpBearer):

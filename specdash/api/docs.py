@@ -17,7 +17,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from ninja.openapi.docs import DocsBase
 
-from hosts import roles
+from core import roles
 from specdash.api import errors
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from hosts.models import Job, JobState
+from core.models import Job, JobState
 from specdash.api import errors, selectors
 from specdash.api.auth import require_viewer
 from specdash.api.common import PageQuery, paginate, path_id, responses

@@ -11,8 +11,9 @@ from django.db.models import Model, Q, QuerySet
 
 from benchmarks import selectors as bench_selectors
 from benchmarks.models import Experiment, Sweep, SweepSample
+from core.models import Job
 from hosts import selectors as host_selectors
-from hosts.models import Container, Host, InstanceEvent, Job, ServerInstance, ServerProfile
+from hosts.models import Container, Host, InstanceEvent, ServerInstance, ServerProfile
 from hosts.services import instance_lock_key
 
 M = TypeVar("M", bound=Model)

@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from hosts.models import ApiToken
-from specdash.api import tokens
+from core import tokens
+from core.models import ApiToken
 
 
 class TokenForm(forms.Form):

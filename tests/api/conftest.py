@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from core.tokens import api_token_create
 from hosts.models import InstanceState, ServerInstance, ServerProfile
-from specdash.api.tokens import api_token_create
 
 
 class ApiClient:

@@ -13,9 +13,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from hosts.models import ApiToken, ServerInstance
+from core.models import ApiToken
+from core.tokens import api_token_create, api_token_revoke
+from hosts.models import ServerInstance
 from specdash.api import api
-from specdash.api.tokens import api_token_create, api_token_revoke
 from tests.api.conftest import ApiClient, error_of
 
 SCHEMA = api.get_openapi_schema()

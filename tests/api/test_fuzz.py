@@ -31,10 +31,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from benchmarks.models import Sweep, SweepLevel, SweepSample
+from core.roles import OPERATORS
+from core.tokens import api_token_create
 from hosts.models import Container, Host, HostKind, InstanceState, ServerInstance, ServerProfile
-from hosts.roles import OPERATORS
 from specdash.api import api
-from specdash.api.tokens import api_token_create
 
 RAW_SCHEMA = api.get_openapi_schema()
 schema = schemathesis.openapi.from_dict(RAW_SCHEMA)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from hosts.models import InstanceState, Job, ServerInstance
+from core.models import Job
+from hosts.models import InstanceState, ServerInstance
 from hosts.services import instance_transition
 from tests.api.conftest import ApiClient, error_of
 

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from hosts.jobs import job_enqueue
+from core.jobs import job_enqueue
 from tests.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db

@@ -24,21 +24,19 @@ from benchmarks.models import (
     SweepSample,
     SweepState,
 )
+from core import tokens
+from core.models import ApiToken, Job, JobState
+from core.tokens import api_token_create
 from hosts.models import (
-    ApiToken,
     Container,
     ContainerKind,
     Host,
     HostKind,
     InstanceEvent,
     InstanceState,
-    Job,
-    JobState,
     ServerInstance,
     ServerProfile,
 )
-from specdash.api import tokens
-from specdash.api.tokens import api_token_create
 from tests.api.conftest import ApiClient
 
 _n = itertools.count(1)

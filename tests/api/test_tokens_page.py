@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from hosts.models import ApiToken
-from specdash.api.tokens import can_issue_token
+from core.models import ApiToken
+from core.tokens import can_issue_token
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -74,13 +74,13 @@ def test_the_admin_shows_a_new_token_once_and_never_its_hash(client: Client, rol
     admin = User.objects.create_superuser("root", password="root-pass-123")
     client.force_login(admin)
     response = client.post(
-        "/admin/hosts/apitoken/add/", {"user": admin.pk, "name": "from admin"}, follow=True
+        "/admin/core/apitoken/add/", {"user": admin.pk, "name": "from admin"}, follow=True
     )
     assert response.status_code == 200
     token = ApiToken.objects.get(name="from admin")
     secret = re.search(r"(sdt_[\w-]{40,})", response.content.decode())
     assert secret and ApiClient(secret.group(1)).get("/api/v1/hosts").status_code == 200
-    change = client.get(f"/admin/hosts/apitoken/{token.pk}/change/").content.decode()
+    change = client.get(f"/admin/core/apitoken/{token.pk}/change/").content.decode()
     assert secret.group(1) not in change and token.token_hash not in change
 
 
@@ -90,16 +90,16 @@ def test_staff_with_the_token_permission_cannot_mint_a_token_for_a_superuser(
     boss = User.objects.create_superuser("boss", password="boss-pass-123")
     clerk = User.objects.create_user("clerk", password="clerk-pass-123", is_staff=True)
     clerk.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="hosts", codename__endswith="apitoken")
+        *Permission.objects.filter(content_type__app_label="core", codename__endswith="apitoken")
     )
     client.force_login(clerk)
-    refused = client.post("/admin/hosts/apitoken/add/", {"user": boss.pk, "name": "mine now"})
+    refused = client.post("/admin/core/apitoken/add/", {"user": boss.pk, "name": "mine now"})
     assert refused.status_code == 200  # the form again, with the error
     assert "Select a valid choice" in refused.content.decode()
     assert not ApiToken.objects.filter(user=boss).exists()
     assert re.search(r"sdt_[\w-]{40,}", refused.content.decode()) is None
     # Their own token is fine (as on the account page).
-    own = client.post("/admin/hosts/apitoken/add/", {"user": clerk.pk, "name": "own"})
+    own = client.post("/admin/core/apitoken/add/", {"user": clerk.pk, "name": "own"})
     assert own.status_code == 302
     assert ApiToken.objects.get(name="own").user == clerk
 

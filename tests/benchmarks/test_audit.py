@@ -17,8 +17,9 @@ from benchmarks import audit, services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
-from hosts.models import Job, ServerProfile
+from core.jobs import JobContext
+from core.models import Job
+from hosts.models import ServerProfile
 from tests.benchmarks.conftest import Simulator, load
 from tests.benchmarks.experiments.constructed import make_sweep
 

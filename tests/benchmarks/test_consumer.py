@@ -9,7 +9,7 @@ from django.conf import settings
 from django.test import Client
 
 from benchmarks import services
-from specdash import realtime
+from core import realtime
 from specdash.asgi import application
 from tests.benchmarks.conftest import load, sample_event
 

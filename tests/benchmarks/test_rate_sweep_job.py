@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from benchmarks import audit, selectors, services
 from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
-from hosts.models import Job
+from core.jobs import JobContext
+from core.models import Job
 from tests.benchmarks.conftest import Simulator, load
 
 

@@ -16,8 +16,8 @@ from django.test import Client
 from benchmarks import audit, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
-from hosts.models import Job, JobState
+from core.jobs import JobContext
+from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
 
 

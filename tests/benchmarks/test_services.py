@@ -9,8 +9,9 @@ from django.test.utils import CaptureQueriesContext
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from hosts.models import InstanceState, Job, JobState, ServerInstance
-from specdash import realtime
+from core import realtime
+from core.models import Job, JobState
+from hosts.models import InstanceState, ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load, sample_event
 
 pytestmark = pytest.mark.django_db

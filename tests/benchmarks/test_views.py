@@ -11,7 +11,8 @@ from django.test import Client
 
 from benchmarks import services
 from benchmarks.models import Sweep, SweepState
-from hosts.models import Job, JobState, ServerInstance
+from core.models import Job, JobState
+from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
 
 pytestmark = pytest.mark.django_db

@@ -107,7 +107,8 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
 _INTERRUPTED = """
 from django.db import transaction
 from benchmarks.experiments import services
-from hosts.models import Job, JobState, ServerProfile
+from hosts.models import ServerProfile
+from core.models import Job, JobState
 profiles = [ServerProfile.objects.get(name=n) for n in ({a!r}, {b!r})]
 with transaction.atomic():
     e = services.experiment_create(profiles=profiles, levels=[1, 2], name="resumed in browser",

@@ -25,7 +25,7 @@ print(instance.pk)
 
 VIEWER = """
 from django.contrib.auth.models import Group, User
-from hosts.roles import VIEWERS
+from core.roles import VIEWERS
 user = User.objects.create_user("%s", password="%s")
 user.groups.add(Group.objects.get(name=VIEWERS))
 """

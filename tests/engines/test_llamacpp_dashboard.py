@@ -19,9 +19,9 @@ from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
 from benchmarks.models.experiments import ExperimentState
+from core.jobs.worker import Worker
 from engines.models import ModelPair
 from hosts import services
-from hosts.jobs.worker import Worker
 from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
 from hosts.presets import llamacpp_argv
 from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, pids_alive

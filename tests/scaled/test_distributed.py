@@ -18,7 +18,7 @@ from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler, split
 from benchmarks.sweeps.split import ShardLevel, combine_samples, merge_shard_levels
-from hosts.jobs import JobContext
+from core.jobs import JobContext
 from tests.benchlib.loadgen.conftest import (
     assert_close,
     clock_tolerance,

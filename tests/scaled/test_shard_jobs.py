@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from hosts.jobs.worker import Worker, WorkerSettings
-from hosts.models import Job, JobState
+from core.jobs.worker import Worker, WorkerSettings
+from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load
 from tests.scaled.test_distributed import fast_simulator  # noqa: F401  (fixture)
 

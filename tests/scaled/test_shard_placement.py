@@ -13,8 +13,8 @@ from asgiref.sync import sync_to_async
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from hosts.jobs.worker import Worker, WorkerSettings
-from hosts.models import Job, JobState
+from core.jobs.worker import Worker, WorkerSettings
+from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load
 from tests.scaled.test_distributed import fast_simulator  # noqa: F401  (fixture)
 
@@ -127,7 +127,7 @@ def _sweep_page(sweep_id: int) -> str:
     from django.contrib.auth.models import Group, User
     from django.test import Client
 
-    from hosts.roles import VIEWERS, ensure_roles
+    from core.roles import VIEWERS, ensure_roles
 
     ensure_roles()
     user = User.objects.create_user("skew-viewer", password="viewer-pass-123")

@@ -16,7 +16,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from hosts.models import Job, ServerInstance
+from core.models import Job
+from hosts.models import ServerInstance
 from specdash.asgi import application
 from specdash.routing import websocket_urlpatterns
 

@@ -163,7 +163,7 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(body, indent=1) if options["json"] else text)
 
     def _token(self, options: dict[str, Any]) -> None:
-        from specdash.api.tokens import api_token_create
+        from core.tokens import api_token_create
 
         user = get_user_model().objects.filter(username=options["user"]).first()
         if user is None:

@@ -12,12 +12,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandParser
 
+from core.roles import OPERATORS, ensure_roles
 from engines import models_hf
 from engines.paths import engine_cache, llama_server_binary
 from hosts import presets
 from hosts.models import Engine, Host, HostKind, ServerProfile
 from hosts.presets import llamacpp_argv
-from hosts.roles import OPERATORS, ensure_roles
 
 SIMULATOR_BIN = settings.BASE_DIR / "benchlib" / "simulator" / "bin"
 

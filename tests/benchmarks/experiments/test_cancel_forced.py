@@ -10,8 +10,9 @@ import pytest
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, ExperimentStep, StepState
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.registry import forced_cancel_hook_for, load_handlers
-from hosts.models import Job, ServerProfile
+from core.jobs.registry import forced_cancel_hook_for, load_handlers
+from core.models import Job
+from hosts.models import ServerProfile
 
 FORCED = "cancelled on request; did not stop within the grace; forced"
 

@@ -28,7 +28,7 @@ from benchlib.simulator.scheduler import SchedulerCore, SimRequest
 from benchmarks.experiments import equivalence, services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.worker import Worker
+from core.jobs.worker import Worker
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 
 pytestmark = pytest.mark.django_db(transaction=True)

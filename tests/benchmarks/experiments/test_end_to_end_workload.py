@@ -20,7 +20,7 @@ from benchmarks import audit
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, Sweep
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.worker import Worker
+from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until
 from tests.benchmarks.experiments.test_workload_simulated import BASELINE, CHAT_L, CODE_L, EAGLE

@@ -16,7 +16,7 @@ from benchmarks import audit
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, ExperimentStep, LevelState, StepState, Sweep, SweepLevel
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.worker import Worker, WorkerSettings
+from core.jobs.worker import Worker, WorkerSettings
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until
 

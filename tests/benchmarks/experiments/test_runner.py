@@ -18,9 +18,10 @@ from django.utils import timezone
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepSample
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.queue import reap_expired_jobs
-from hosts.jobs.worker import Worker
-from hosts.models import InstanceState, Job, JobState, ServerInstance, ServerProfile
+from core.jobs.queue import reap_expired_jobs
+from core.jobs.worker import Worker
+from core.models import Job, JobState
+from hosts.models import InstanceState, ServerInstance, ServerProfile
 from tests.benchmarks.experiments.conftest import ROOT
 from tests.benchmarks.experiments.test_end_to_end import until
 

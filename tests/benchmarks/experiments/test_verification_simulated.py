@@ -19,7 +19,7 @@ from benchmarks.experiments import services, tuning
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment, ExperimentArm
 from benchmarks.models.experiments import ExperimentState
-from hosts.jobs.worker import Worker
+from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,8 @@ from django.test import Client
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, StepState
 from benchmarks.models.experiments import ExperimentState
-from hosts.models import Job, JobState, ServerProfile
+from core.models import Job, JobState
+from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
 pytestmark = pytest.mark.django_db

@@ -17,10 +17,11 @@ from django.utils import timezone
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
-from hosts.jobs.queue import reap_expired_jobs
-from hosts.jobs.worker import Worker, WorkerSettings
-from hosts.models import InstanceState, Job, JobState, ServerInstance
+from core.jobs import JobContext
+from core.jobs.queue import reap_expired_jobs
+from core.jobs.worker import Worker, WorkerSettings
+from core.models import Job, JobState
+from hosts.models import InstanceState, ServerInstance
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
 
 JOB_TIMEOUT = 90
@@ -236,8 +237,8 @@ async def test_worker_shutdown_mid_sweep_stops_the_load_generator_and_interrupts
 async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancelled_saying_so(
     slow_simulator: Simulator,
 ) -> None:
-    from hosts.jobs import job_cancel
-    from hosts.jobs.worker import FORCED_REASON
+    from core.jobs import job_cancel
+    from core.jobs.worker import FORCED_REASON
 
     sweep = await sync_to_async(services.sweep_create)(
         base_url=slow_simulator.base_url, levels=[2],

@@ -16,9 +16,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks.sweeps.shards import EVENT, RECORD, RemoteShardProcess, run_shard
-from hosts.jobs import JobContext, LeaseLost, job_enqueue
-from hosts.jobs.fence import job_append, job_finish
-from hosts.models import Job, JobEvent, JobState
+from core.jobs import JobContext, LeaseLost, job_enqueue
+from core.jobs.fence import job_append, job_finish
+from core.models import Job, JobEvent, JobState
 
 WORKER = "shard-worker"
 

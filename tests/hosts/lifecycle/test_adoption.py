@@ -19,9 +19,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from hosts.jobs.worker import Worker, WorkerSettings
+from core.jobs.worker import Worker, WorkerSettings
+from core.models import Job, JobState
 from hosts.lifecycle import steps
-from hosts.models import InstanceEvent, InstanceState, Job, JobState, ServerInstance
+from hosts.models import InstanceEvent, InstanceState, ServerInstance
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import gpu_used_mb, marker_pids, request_stop, start, wait_state
 from tests.hosts.lifecycle.test_ssh_drops import interpose

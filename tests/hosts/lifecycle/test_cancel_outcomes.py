@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from hosts.jobs import job_cancel
-from hosts.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
-from hosts.models import InstanceState, Job, JobState, ServerInstance
+from core.jobs import job_cancel
+from core.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
+from core.models import Job, JobState
+from hosts.models import InstanceState, ServerInstance
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import start, wait_state
 

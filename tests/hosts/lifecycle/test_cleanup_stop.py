@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from core.models import Job, JobState
 from hosts import services
-from hosts.models import GpuClaim, InstanceState, Job, JobState, ServerInstance, ServerProfile
+from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import gpu_used_mb, marker_pids, start, wait_state
 

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from benchmarks import services as sweeps
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
+from core.jobs import JobContext
 from hosts.models import InstanceState
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import gpu_used_mb, marker_pids, start, wait_state

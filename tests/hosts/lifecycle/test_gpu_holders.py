@@ -15,7 +15,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from hosts.models import InstanceState, Job, ServerInstance
+from core.models import Job
+from hosts.models import InstanceState, ServerInstance
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import gpu_used_mb, request_stop, start, wait_state
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from core.models import Job
 from hosts import services
-from hosts.models import InstanceEvent, InstanceState, Job, ServerInstance, ServerProfile
+from hosts.models import InstanceEvent, InstanceState, ServerInstance, ServerProfile
 from tests.fixtures.procs import alive
 
 pytestmark = pytest.mark.django_db(transaction=True)

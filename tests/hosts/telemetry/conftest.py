@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from hosts.jobs import JobContext
-from hosts.jobs.registry import handler_for, load_handlers
-from hosts.models import Job, JobState
+from core.jobs import JobContext
+from core.jobs.registry import handler_for, load_handlers
+from core.models import Job, JobState
 from hosts.telemetry.service import TELEMETRY_JOB, telemetry_lock_key
 
 # The real sshd; the simulated GPUs and the in-process job runner are tests/fixtures/servers.py's.

@@ -14,7 +14,7 @@ from benchlib.simulator.profiles import PROFILES
 from benchmarks import services
 from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
-from hosts.jobs import JobContext
+from core.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine
 from hosts.telemetry.levels import LevelServerMetrics, level_server_metrics
 from hosts.telemetry.prometheus import EngineMetrics, parse_engine_metrics

@@ -13,10 +13,11 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.test import Client
 
-from hosts.models import Host, Job, JobState, TelemetrySample, TelemetryWatch
+from core import realtime
+from core.models import Job, JobState
+from hosts.models import Host, TelemetrySample, TelemetryWatch
 from hosts.telemetry import selectors, service
 from hosts.telemetry.probes import Sample
-from specdash import realtime
 from specdash.asgi import application
 
 GPU = {"index": [0, 1], "used": [10, 20], "total": [100, 100], "util": [5, 6],

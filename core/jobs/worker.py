@@ -22,8 +22,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from hosts.jobs.fence import job_finish
-from hosts.jobs.queue import (
+from core.jobs.fence import job_finish
+from core.jobs.queue import (
     HOOK_CANCEL_FORCED,
     HOOK_INTERRUPTED,
     cancel_requested_ids,
@@ -33,8 +33,8 @@ from hosts.jobs.queue import (
     renew_leases,
     run_owed_hook,
 )
-from hosts.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
-from hosts.models import Job, JobState
+from core.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
+from core.models import Job, JobState
 
 logger = logging.getLogger(__name__)
 

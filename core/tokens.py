@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from hosts.models import ApiToken
+from core.models import ApiToken
 
 # Recognisable in logs and secret scanners; the rest is 256 bits from the OS's CSPRNG.
 TOKEN_PREFIX = "sdt_"  # noqa: S105 (a marker, not a secret)

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from hosts.jobs import (
+from core.jobs import (
     JobContext,
     LeaseLost,
     job_cancel,
@@ -24,10 +24,10 @@ from hosts.jobs import (
     on_cancel_forced,
     on_interrupted,
 )
-from hosts.jobs.fence import job_finish, job_publish
-from hosts.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs, renew_leases
-from hosts.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
-from hosts.models import Job, JobState
+from core.jobs.fence import job_finish, job_publish
+from core.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs, renew_leases
+from core.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
+from core.models import Job, JobState
 
 ROOT = Path(__file__).resolve().parents[3]
 interrupted_calls: list[int] = []
@@ -334,8 +334,8 @@ async def test_a_context_past_its_lease_deadline_refuses_to_act() -> None:
 KILLED_REAPER = """
 import os, signal, django
 django.setup()
-from hosts.jobs import job_enqueue, on_interrupted
-from hosts.jobs.queue import reap_expired_jobs
+from core.jobs import job_enqueue, on_interrupted
+from core.jobs.queue import reap_expired_jobs
 
 @on_interrupted("test.owed")
 def hook(job_id, params):
@@ -424,7 +424,7 @@ def test_the_job_settings_come_from_the_environment_when_the_process_starts() ->
            "SPECDASH_JOB_MACHINE": "load-1", "SPECDASH_JOB_LEASE_S": "3"}  # fmt: skip
     code = (
         "import django; django.setup()\n"
-        "from hosts.jobs.worker import WorkerSettings\n"
+        "from core.jobs.worker import WorkerSettings\n"
         "s = WorkerSettings.from_settings()\n"
         "print(s.kinds, s.tags, s.machine, s.lease_seconds, s.heartbeat_interval)"
     )

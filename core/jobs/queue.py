@@ -14,9 +14,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from hosts.jobs.fence import job_finish, job_renew
-from hosts.jobs.registry import forced_cancel_hook_for, interrupt_hook_for
-from hosts.models import Job, JobHook, JobState
+from core.jobs.fence import job_finish, job_renew
+from core.jobs.registry import forced_cancel_hook_for, interrupt_hook_for
+from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import json, django
 django.setup()
-from hosts.jobs import registry
+from core.jobs import registry
 print(json.dumps({
     kind: [
         registry.handler_for(kind) is not None,

@@ -7,7 +7,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from hosts.roles import can_view
+from core.roles import can_view
 
 # Close codes in the 4000-4999 application range.
 CLOSE_UNAUTHENTICATED = 4401

@@ -6,12 +6,12 @@ with a conditional UPDATE that exactly one of them can win, renew a lease while 
 them, and a job whose worker stopped renewing its lease is marked interrupted by any other
 worker. Handlers are async functions registered per job kind. Every write a job makes about
 itself is fenced (conditional on its row still running under its worker), and a worker that
-finds a lease lost stops that job's task at once (``hosts.jobs.fence``, ``LeaseLost``).
+finds a lease lost stops that job's task at once (``core.jobs.fence``, ``LeaseLost``).
 """
 
 from __future__ import annotations
 
-from hosts.jobs.registry import (
+from core.jobs.registry import (
     JobContext,
     LeaseLost,
     handler_for,
@@ -19,7 +19,7 @@ from hosts.jobs.registry import (
     on_cancel_forced,
     on_interrupted,
 )
-from hosts.jobs.services import job_cancel, job_enqueue
+from core.jobs.services import job_cancel, job_enqueue
 
 __all__ = [
     "JobContext",

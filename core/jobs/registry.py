@@ -52,7 +52,7 @@ class JobContext:
 
     async def publish(self, result: dict[str, Any]) -> None:
         """Write progress into the job's ``result``, only while this worker owns it."""
-        from hosts.jobs.fence import job_publish
+        from core.jobs.fence import job_publish
 
         self.check_lease()
         if not await _in_thread(job_publish)(
@@ -64,7 +64,7 @@ class JobContext:
     async def append(self, entries: Sequence[tuple[str, Any]]) -> int:
         """Append ``(kind, payload)`` entries to the job's events (one row each, written once);
         the last seq written. Only while this worker owns the job."""
-        from hosts.jobs.fence import job_append
+        from core.jobs.fence import job_append
 
         self.check_lease()
         last: int | None = await _in_thread(job_append)(
@@ -77,7 +77,7 @@ class JobContext:
 
     async def mark_ready(self) -> None:
         """Gang start: this member is claimed and prepared."""
-        from hosts.jobs.fence import job_mark_ready
+        from core.jobs.fence import job_mark_ready
 
         self.check_lease()
         if not await _in_thread(job_mark_ready)(job_id=self.job_id, worker_id=self.worker_id):
@@ -86,7 +86,7 @@ class JobContext:
 
     async def wait_for_start(self, poll: float = 0.05) -> float | None:
         """Gang start: the common wall-clock start its gang was given; None on a cancel."""
-        from hosts.jobs.fence import job_start_at
+        from core.jobs.fence import job_start_at
 
         while not self.cancelled.is_set():
             self.check_lease()

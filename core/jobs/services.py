@@ -5,7 +5,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from hosts.models import Job, JobState
+from core.models import Job, JobState
 
 
 def job_enqueue(

@@ -1,6 +1,6 @@
 """Background jobs. Their state lives here, in the database, so that any worker process on
 any machine can run them, a restarted dashboard shows the truth, and a dead worker is detected
-by its expired lease. See hosts/jobs/ for the worker and docs/operations.md for the design.
+by its expired lease. See core/jobs/ for the worker and docs/operations.md for the design.
 
 What a running job reports as it goes (a load-generator shard's events and request records)
 is appended as ``JobEvent`` rows, each written once and never updated, so a reader polls only
@@ -68,6 +68,7 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "hosts_job"  # created by hosts' migrations; moved here unchanged
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["state", "created_at"], name="job_state_created"),
@@ -98,7 +99,7 @@ class Job(models.Model):
 
 class JobEvent(models.Model):
     """One entry a running job appended about itself, numbered from 1 per job. Written once
-    (``hosts.jobs.fence.job_append``, fenced like every write a job makes), never updated."""
+    (``core.jobs.fence.job_append``, fenced like every write a job makes), never updated."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
@@ -107,6 +108,7 @@ class JobEvent(models.Model):
     payload = models.JSONField()
 
     class Meta:
+        db_table = "hosts_jobevent"  # created by hosts' migrations; moved here unchanged
         ordering = ["job", "seq"]
         constraints = [
             # Also the index a reader's "after seq N" query runs on.

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from hosts.models import Job, JobEvent, JobState
+from core.models import Job, JobEvent, JobState
 
 
 def _ours(job_id: int, worker_id: str) -> Any:

@@ -24,6 +24,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "hosts_apitoken"  # created by hosts' migrations; moved here unchanged
         ordering = ["-created_at"]
         verbose_name = "API token"
 

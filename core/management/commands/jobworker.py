@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from hosts.jobs.worker import Worker, WorkerSettings
+from core.jobs.worker import Worker, WorkerSettings
 
 
 class Command(BaseCommand):

@@ -22,7 +22,8 @@ RUN_SWEEPS_PERMISSION = "benchmarks.run_sweep"
 
 # (app_label, codename) pairs; view_* of every model so viewers "read everything".
 _VIEW_MODELS = {
-    "hosts": ["host", "container", "serverprofile", "serverinstance", "instanceevent", "job"],
+    "hosts": ["host", "container", "serverprofile", "serverinstance", "instanceevent"],
+    "core": ["job"],
     "benchmarks": ["sweep", "sweeplevel", "experiment"],
 }
 _OPERATOR_EXTRA = [("hosts", "operate_serverinstance"), ("benchmarks", "run_sweep")]

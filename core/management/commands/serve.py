@@ -69,7 +69,7 @@ class Command(BaseCommand):
         from daphne.server import Server, twisted_loop
         from twisted.internet import defer, reactor
 
-        from hosts.jobs.worker import Worker
+        from core.jobs.worker import Worker
         from specdash.asgi import application
 
         announce = f"specdash is at http://{options['host']}:{options['port']}/"
