@@ -15,6 +15,7 @@ Used by ``manage.py specdash audit``, ``GET /api/v1/audit`` and the comparison p
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def _close(a: Any, b: Any, *, abs_tol: float = 0.0) -> bool:
     return bool(a == b)
 
 
-def _differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+def _differences(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
     out = []
     for key in ("total", "ok", "failed"):
         a, b = (stored.get("requests") or {}).get(key), (fresh.get("requests") or {}).get(key)

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +171,7 @@ def _verdict(ok: bool) -> str:
 
 
 def truth_figures(
-    result: LevelResult, summary: dict[str, Any], truth: dict[str, dict[str, Any]]
+    result: LevelResult, summary: Mapping[str, Any], truth: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     """The same figures computed from the simulator's truth log, for the client's ok requests."""
     ok = [r for r in result.records if r.ok and r.request_id in truth]

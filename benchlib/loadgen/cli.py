@@ -42,6 +42,7 @@ from benchlib.loadgen.settings_args import add_load_arguments, settings_from_arg
 from benchlib.loadgen.settings_args import (
     rate_list as rate_list,  # the specdash CLI parses with it
 )
+from benchlib.loadgen.summary import LevelSummary
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -151,7 +152,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> dict[str, Any]:
+def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> LevelSummary:
     """The level's summary, computed from its records exactly as the records file holds them
     (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
     way here and in an audit that recomputes the summary from the file."""
@@ -252,7 +253,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             }
             events.emit("start_given", **start)
     records_f = open_records(args.records, append=args.records_append) if args.records else None
-    levels: list[dict[str, Any]] = []
+    levels: list[LevelSummary] = []
     status, reason = "completed", None
     try:
         if discovery_error is not None:

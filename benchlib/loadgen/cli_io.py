@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -100,7 +101,7 @@ def _fmt(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def summary_line(s: dict[str, Any]) -> str:
+def summary_line(s: Mapping[str, Any]) -> str:
     req = s["requests"]
     return (
         f"== level {s['level_index']} C={s['concurrency']} {s['status']}: "

@@ -10,9 +10,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.summary import Distribution, LevelSummary
 
 # One interpolated quantile for the load generator and the statistics. It lives with the
 # statistics, which import only the standard library (the simulator's nvidia-smi stand-in
@@ -34,21 +35,22 @@ DEFAULT_DIP_TOLERANCE_S = 0.05
 DELIVERY_GAP_S = 0.002
 
 
-def distribution(values: Iterable[float], *, scale: float = 1.0) -> dict[str, Any]:
+def distribution(values: Iterable[float], *, scale: float = 1.0) -> Distribution:
     """count, mean, std (population), min, p50, p90, p95, p99, max of `values` times `scale`."""
     vals = sorted(values)
     n = len(vals)
-    if n == 0:
-        empty: dict[str, Any] = {"count": 0, "mean": None, "std": None, "min": None}
-        return empty | dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
-    mean = math.fsum(vals) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n)
-    out: dict[str, Any] = {"count": n, "mean": mean * scale, "std": std * scale}
-    out["min"] = vals[0] * scale
-    for name, q in QUANTILES:
-        out[name] = quantile(vals, q) * scale
-    out["max"] = vals[-1] * scale
-    return out
+    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
+    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
+    if n:
+        mean = math.fsum(vals) / n
+        out["mean"] = mean * scale
+        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n) * scale
+        out["min"] = vals[0] * scale
+        for name, q in QUANTILES:
+            out[name] = quantile(vals, q) * scale
+        out["max"] = vals[-1] * scale
+    # QUANTILES names exactly the quantile keys Distribution declares.
+    return cast(Distribution, out)
 
 
 def in_flight_segments(
@@ -194,7 +196,7 @@ def summarize_level(
     anchor: ClockAnchor | None = None,
     dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
     slo: Slo | None = None,
-) -> dict[str, Any]:
+) -> LevelSummary:
     """The level summary from its request records (warm-up records are ignored).
 
     `mode` is "closed" (C workers back to back: the steady window is where all C are in flight)
@@ -212,6 +214,7 @@ def summarize_level(
     timed = [r for r in measured if r.error_kind != "cancelled"]
     intervals = [(r.start, r.end) for r in measured]
 
+    # Built key by key below; its shape is declared once in summary.LevelSummary.
     out: dict[str, Any] = {
         "concurrency": concurrency,
         "mode": mode,
@@ -303,7 +306,7 @@ def summarize_level(
     out["acceptance"] = level_acceptance(ok)
     if slo is not None:
         out["goodput"] = level_goodput(measured, slo, duration=duration)
-    return out
+    return cast(LevelSummary, out)
 
 
 def _steady(

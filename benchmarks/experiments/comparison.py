@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,7 +77,7 @@ class LevelRun:
     # The sweep attempt that measured this level: its records carry the same number.
     attempt: int = 1
     # The level's summary (acceptance, goodput) and its server-side figures (server_metrics).
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: Mapping[str, Any] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
 
 

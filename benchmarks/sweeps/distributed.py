@@ -30,6 +30,7 @@ from django.conf import settings
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import share
 from benchlib.loadgen.records import ClockAnchor
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
@@ -134,7 +135,7 @@ async def _run_level(
     server: LevelServerMetrics,
     index: int,
     concurrency: int,
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[LevelSummary | None, str | None]:
     """Run one level as shards; (merged summary or None, why the sweep must stop or None)."""
     requests = plan.load.get("requests_per_level")
     n = shard_count(concurrency, streams=max_streams(), requests=requests)

@@ -18,6 +18,7 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.merge import merge_client_health, merge_records
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.sweeps.runner import loadgen_argv
 
 # A shard "fell behind" when it started this much later than the common start...
@@ -126,7 +127,7 @@ def merge_shard_levels(
     level_index: int,
     mode: str = "closed",
     slo: Slo | None = None,
-) -> dict[str, Any]:
+) -> LevelSummary:
     """The level summary of a split level: ``summarize_level`` over the union of every
     shard's records (rebased onto the first shard's clock), plus ``split``: each shard's
     share and figures, and which shards fell behind and why."""
@@ -154,20 +155,18 @@ def merge_shard_levels(
         f"shard {r['index']} fell behind: {'; '.join(r['behind'])}" for r in rows if r["behind"]
     ]
     client["client_limited"] = any(r["client_limited"] for r in rows)
-    summary.update(
-        level_index=level_index,
-        status=worst.status,
-        reason=worst.reason,
-        processes=len(parts),
-        client=client,
-        anchor=anchor.to_dict(),
-        split={
-            "shards": rows,
-            "behind": [r["index"] for r in rows if r["behind"]],
-            "median_per_stream_tok_s": statistics.median(rates) if rates else None,
-            "start_skew_s": start_skew(rows),
-        },
-    )
+    summary["level_index"] = level_index
+    summary["status"] = worst.status
+    summary["reason"] = worst.reason
+    summary["processes"] = len(parts)
+    summary["client"] = client
+    summary["anchor"] = anchor.to_dict()
+    summary["split"] = {
+        "shards": rows,
+        "behind": [r["index"] for r in rows if r["behind"]],
+        "median_per_stream_tok_s": statistics.median(rates) if rates else None,
+        "start_skew_s": start_skew(rows),
+    }
     return summary
 
 

@@ -36,7 +36,9 @@ def test_latencies_from_hand_built_records():
     assert s["e2e_ms"]["max"] == pytest.approx(450.0)
     assert s["e2e_ms"]["min"] == pytest.approx(400.0)
     # TPOT = (e2e - ttft) / (out - 1): 0.3/5 and 0.25/3
-    assert sorted([s["tpot_ms"]["min"], s["tpot_ms"]["max"]]) == pytest.approx([60.0, 250 / 3])
+    lo, hi = s["tpot_ms"]["min"], s["tpot_ms"]["max"]
+    assert lo is not None and hi is not None
+    assert sorted([lo, hi]) == pytest.approx([60.0, 250 / 3])
     assert s["decode_tok_s"]["min"] == pytest.approx(3 / 0.25)
     assert s["decode_tok_s"]["max"] == pytest.approx(5 / 0.3)
 
@@ -69,7 +71,9 @@ def test_events_arriving_together_are_one_delivery_whose_gap_is_spread_over_its_
     itl = s["itl_ms"]
     assert itl["count"] == 12  # every token after the first delivery
     assert itl["p50"] == pytest.approx(6.0)  # 24 ms over 4 tokens
-    assert itl["mean"] * itl["count"] == pytest.approx(72.0)  # = the decode time, as before
+    assert itl["mean"] is not None and itl["mean"] * itl["count"] == pytest.approx(
+        72.0
+    )  # = the decode time, as before
     # the per-event figure, still there, sees three quarters of the gaps as ~0
     assert s["itl_event_ms"]["p50"] == pytest.approx(0.03, abs=1e-6)
     assert s["itl_delivery_ms"]["count"] == 3 and s["itl_delivery_ms"]["p50"] == pytest.approx(24.0)
@@ -233,3 +237,28 @@ def test_steady_throughput_is_not_thrown_by_a_window_edge_inside_a_decode_burst(
     # the window ends at the first finish, inside the last burst: arrivals miss most of it
     assert steady["arrived_tok_s"] < 0.97 * 30
     assert steady["output_tok_s"] == pytest.approx(30, rel=0.01)
+
+
+def test_the_summary_has_exactly_the_keys_its_typed_shape_declares() -> None:
+    # summary.LevelSummary is the one declaration of a level summary's shape: what
+    # summarize_level builds must match it, key for key, with and without an SLO.
+    from benchlib.loadgen.goodput import Slo
+    from benchlib.loadgen.records import ClockAnchor
+    from benchlib.loadgen.summary import Distribution, LevelSummary
+
+    declared_always = set(LevelSummary.__required_keys__)
+    chunks = [(0.1, 1), (0.106, 1), (0.112, 1)]
+    plain = summarize_level([make_record("a", 0.0, chunks)], concurrency=1)
+    assert set(plain) == declared_always
+    with_all = summarize_level(
+        [make_record("a", 0.0, chunks)],
+        concurrency=1,
+        anchor=ClockAnchor(t0_wall=1_000_000.0, t0_perf=0.0),
+        slo=Slo(ttft_ms=500.0),
+    )
+    assert set(with_all) - declared_always == {"window_wall", "goodput"}
+    assert {"window_wall", "goodput"} <= LevelSummary.__optional_keys__
+    distributions = [name for name in plain if name.endswith("_ms") or name == "decode_tok_s"]
+    assert len(distributions) == 10
+    for name in distributions:
+        assert set(plain[name]) == set(Distribution.__required_keys__), name  # type: ignore[literal-required]

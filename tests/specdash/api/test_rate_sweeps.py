@@ -16,8 +16,8 @@ from benchmarks.forms import LoadPlanForm
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
-from tests.api.conftest import ApiClient, error_of
 from tests.benchmarks.experiments.constructed import make_sweep
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

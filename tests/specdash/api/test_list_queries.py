@@ -37,7 +37,7 @@ from hosts.models import (
     ServerInstance,
     ServerProfile,
 )
-from tests.api.conftest import ApiClient
+from tests.specdash.api.conftest import ApiClient
 
 _n = itertools.count(1)
 

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.models import Sweep, SweepLevel, SweepSample
 from benchmarks.services import sweep_records_file
 from hosts.models import InstanceState
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 
@@ -202,7 +202,7 @@ def test_levels_say_where_each_speculative_figure_came_from(
     from hosts.telemetry.levels import level_server_metrics
     from hosts.telemetry.prometheus import parse_engine_metrics
 
-    data = Path(__file__).parents[1] / "hosts" / "telemetry" / "data"
+    data = Path(__file__).parents[2] / "hosts" / "telemetry" / "data"
     # Two scrapes shaped as SGLang 0.5.23 exports them: verify calls, no accepted counter.
     before, after = (
         parse_engine_metrics((data / name).read_text(), scraped_at=t)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from hosts.models import ServerProfile
-from tests.api.conftest import ApiClient, error_of
 from tests.benchmarks.experiments.schedule_data import (
     BASELINE,
     EAGLE3,
@@ -18,6 +17,7 @@ from tests.benchmarks.experiments.schedule_data import (
     constructed_experiment,
     vllm_argv,
 )
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
-from tests.api.conftest import ApiClient, error_of
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
+from tests.specdash.api.conftest import ApiClient, error_of
 
 
 def test_matrix_creates_the_variants_and_an_experiment_with_them_as_arms(

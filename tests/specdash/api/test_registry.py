@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hosts.models import Container, Host, ServerProfile
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures.dashboard import serving
 from tests.fixtures.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "api-scenario-pass-123"
 # Tiny levels: the point is the flow, not the measurement.
 LEVELS = "1,2"

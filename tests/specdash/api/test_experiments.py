@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from benchmarks.models import Experiment, Sweep, SweepLevel
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

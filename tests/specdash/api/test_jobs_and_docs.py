@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from core.jobs import job_enqueue
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.test import Client
 
 from core.models import ApiToken
 from core.tokens import can_issue_token
-from tests.api.conftest import ApiClient
+from tests.specdash.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from core.models import ApiToken
 from core.tokens import api_token_create, api_token_revoke
 from hosts.models import ServerInstance
 from specdash.api import api
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 SCHEMA = api.get_openapi_schema()
 

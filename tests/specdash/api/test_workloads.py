@@ -13,7 +13,7 @@ from benchmarks.forms import LoadPlanForm
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.distributed import split_needed
 from benchmarks.sweeps.runner import loadgen_argv
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

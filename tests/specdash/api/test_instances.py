@@ -11,7 +11,7 @@ from django.utils import timezone
 from core.models import Job
 from hosts.models import InstanceState, ServerInstance
 from hosts.services import instance_transition
-from tests.api.conftest import ApiClient, error_of
+from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
 

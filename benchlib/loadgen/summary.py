@@ -1,0 +1,95 @@
+"""The typed shape of a level summary, the figures one level of load leaves behind.
+
+``metrics.summarize_level`` builds it from the request records; the load generator prints it
+as its ``level_summary`` event, the recorder stores it in ``SweepLevel.summary``, the audit
+recomputes it, the exports and the pages read it. It travels as JSON, so these are
+``TypedDict``s: the same plain dict at run time, one declared shape for mypy and the reader.
+The keys of ``LevelSummary`` itself (not of its base) appear only when they apply: they are
+declared with ``total=False`` rather than ``NotRequired``, which ``__required_keys__`` would not
+see under postponed annotations.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class Distribution(TypedDict):
+    count: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+
+
+"""``metrics.distribution``: count, mean, population std, min, quantiles and max (None when
+there are no values)."""
+
+
+class RequestCounts(TypedDict):
+    total: int
+    ok: int
+    failed: int
+    errors_by_cause: dict[str, int]
+    retried: int  # sent twice: the kept-alive connection closed before any response byte
+
+
+class Estimated(TypedDict):
+    chunk_tokens: int
+    output_tokens: int
+    any: bool
+
+
+class _Figures(TypedDict):
+    """What every level summary has."""
+
+    concurrency: int
+    mode: str  # "closed" or "rate"
+    partial: bool
+    requests: RequestCounts
+    duration_s: float
+    output_tokens: int
+    prompt_tokens: int
+    output_tok_s: float | None
+    total_tok_s: float | None
+    request_rate: float | None
+    achieved_concurrency: float | None
+    steady: dict[str, Any]
+    ttft_ms: Distribution
+    send_ms: Distribution
+    ttft_after_send_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    itl_event_ms: Distribution
+    itl_chunk_ms: Distribution
+    itl_delivery_ms: Distribution
+    e2e_ms: Distribution
+    decode_tok_s: Distribution
+    tokens_per_chunk: dict[str, int]
+    mean_tokens_per_chunk: float | None
+    mean_tokens_per_delivery: float | None
+    estimated: Estimated
+    acceptance: dict[str, Any]
+
+
+class LevelSummary(_Figures, total=False):
+    """A level summary: the figures, and what applies to this level."""
+
+    window_wall: list[float]
+    goodput: dict[str, Any]
+    # Added by whoever ran the level (the load generator's level_summary event, or the merge of
+    # a split level's shards), not by summarize_level:
+    level_index: int
+    status: str  # completed, partial, failed, cancelled
+    reason: str | None
+    processes: int
+    warmup_requests: int
+    client: dict[str, Any]  # the client's own health (CPU, loop lag, warnings)
+    anchor: dict[str, float]  # perf_counter -> wall-clock epoch
+    split: dict[str, Any]  # per-shard rows of a level split over processes
+    target_rate: float | None  # an open-loop level's request rate (req/s)
+    burstiness: float | None  # its gamma shape (1: Poisson)
