@@ -118,7 +118,9 @@ def test_admin_add_form_is_prefilled_from_the_engine_preset(admin_client: Any) -
 
 @pytest.mark.django_db
 def test_admin_change_lists_render(admin_client: Any, local_host: Host) -> None:
-    for model in ("host", "container", "serverprofile", "serverinstance", "job"):
+    for model in ("host", "container", "serverprofile", "serverinstance"):
         assert admin_client.get(f"/admin/hosts/{model}/").status_code == 200
+    for model in ("job", "apitoken"):
+        assert admin_client.get(f"/admin/core/{model}/").status_code == 200
     for model in ("sweep", "experiment"):
         assert admin_client.get(f"/admin/benchmarks/{model}/").status_code == 200
