@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from engines.llamacpp import llamacpp_argv
 from engines.models import ModelPair, write_pair
 from engines.paths import llama_server_binary
-from hosts.presets import llamacpp_argv
 from tests.fixtures.ports import free_port
 
 # Two knob settings whose verify steps are all alike (misses evenly spaced): with

@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 
 from benchlib.loadgen.apis import PATHS, Api, build_body
+from engines.llamacpp import llamacpp_argv
 from engines.models import write_pair
 from engines.paths import LLAMA_CPP_PYTHON_VERSION, llama_server_binary
-from hosts.presets import llamacpp_argv
 
 AGREEMENT = 2 / 3
 N_MAX = 3  # --spec-draft-n-max, as tests/engines/conftest.py starts the engine tests' servers

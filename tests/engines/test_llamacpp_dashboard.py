@@ -20,10 +20,10 @@ from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
 from benchmarks.models.experiments import ExperimentState
 from core.jobs.worker import Worker
+from engines.llamacpp import llamacpp_argv
 from engines.models import ModelPair
 from hosts import services
 from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
-from hosts.presets import llamacpp_argv
 from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, pids_alive
 from tests.fixtures.ports import free_port
 

@@ -14,10 +14,10 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from core.roles import OPERATORS, ensure_roles
 from engines import models_hf
+from engines.llamacpp import llamacpp_argv
 from engines.paths import engine_cache, llama_server_binary
 from hosts import presets
 from hosts.models import Engine, Host, HostKind, ServerProfile
-from hosts.presets import llamacpp_argv
 
 SIMULATOR_BIN = settings.BASE_DIR / "benchlib" / "simulator" / "bin"
 
