@@ -37,6 +37,7 @@ DJANGO_FREE = (
     "perf.bench_loadgen",
     "perf.bench_simulator",
     "perf.bench_tuning",
+    "perf.gpu_check",
     "perf.dashboard",
     "perf.ports",
     "perf.tuning_report",
