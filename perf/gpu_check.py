@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ GPU = 0
 # A GPU's used memory moves by a few MiB with nothing of ours on it (the driver, other
 # contexts); the agent's own default tolerance for "back at the baseline".
 TOLERANCE_MIB = 512
+MAX_TOKENS = 64
 
 HOLDER = '''\
 """A server that starts a worker in a session of its own; both hold GPU memory."""
@@ -118,6 +120,46 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
+@dataclass
+class LaunchedRun:
+    """A server the agent launched, verified and stopped with the arguments the lifecycle uses."""
+
+    run_id: str
+    run_dir: Path
+    launch: dict[str, Any]
+    baseline_mib: int  # GPU 0's used memory before the launch
+    port: int | None = None
+
+    @property
+    def ids(self) -> dict[str, Any]:
+        return {k: self.launch[k] for k in ("pid", "pgid", "sid", "start_time")}
+
+    def verify(self) -> dict[str, Any]:
+        baseline = {str(GPU): self.baseline_mib}
+        args = {"run_id": self.run_id, "gpus": [GPU], "baseline_gpu_mem_mb": baseline, **self.ids}
+        return agent("verify", {**args, **({"port": self.port} if self.port else {})})
+
+    def stop(self) -> dict[str, Any]:
+        supervisor = self.launch["supervisor_pid"]
+        return agent("stop", {"run_id": self.run_id, "run_dir": str(self.run_dir),
+                              "supervisor_pid": supervisor, **self.ids})  # fmt: skip
+
+
+def launch_run(
+    report: Report, name: str, argv: list[str], port: int | None = None
+) -> LaunchedRun | None:
+    run_dir = report.work / "runs" / name
+    baseline = used_mib()
+    run_id = f"gpu-check-{name}"
+    args = {"run_id": run_id, "run_dir": str(run_dir), "argv": argv,
+            "workdir": str(report.work), **({"port": port} if port else {})}  # fmt: skip
+    launch = agent("launch", args)
+    report.data[f"{name}_launch"] = launch
+    if not report.check(f"the agent launches {argv[0]}", launch["ok"], launch):
+        return None
+    return LaunchedRun(run_id, run_dir, launch, baseline, port)
+
+
 def record_nvidia_smi(report: Report) -> None:
     raw = {
         "plain": run_text(["nvidia-smi"]),
@@ -164,43 +206,22 @@ def record_nvidia_smi(report: Report) -> None:
 
 
 def holder_lifecycle(report: Report, hold_gib: int, python: str) -> None:
-    run_dir = report.work / "runs" / "holder"
     script = report.work / "holder.py"
     script.write_text(HOLDER)
-    baseline = used_mib()
     preflight = agent("preflight", {"gpus": [GPU]})
     report.data["holder_preflight"] = preflight
     report.check("preflight on an idle GPU passes", preflight["ok"], preflight["problems"])
-    launch = agent(
-        "launch",
-        {
-            "run_id": "gpu-check-holder",
-            "run_dir": str(run_dir),
-            "argv": [python, str(script), "server", str(hold_gib)],
-            "workdir": str(report.work),
-        },
-    )
-    report.data["holder_launch"] = launch
-    if not report.check("the agent launches the GPU-holding server", launch["ok"], launch):
+    run = launch_run(report, "holder", [python, str(script), "server", str(hold_gib)])
+    if run is None:
         return
-    ids = {k: launch[k] for k in ("pid", "pgid", "sid", "start_time")}
-    expected = baseline + 2 * hold_gib * 1024
+    expected = run.baseline_mib + 2 * hold_gib * 1024
     report.check(
         "server and worker both hold their memory (nvidia-smi)",
         wait_for("GPU memory", lambda: used_mib() >= expected, 90),
-        f"baseline {baseline} MiB, now {used_mib()} MiB",
+        f"baseline {run.baseline_mib} MiB, now {used_mib()} MiB",
     )
     report.data["holder_compute_apps"] = run_text(nvidia_smi.compute_apps_query_argv())
-    running = agent(
-        "verify",
-        {
-            "run_id": "gpu-check-holder",
-            "gpus": [GPU],
-            "baseline_gpu_mem_mb": {str(GPU): baseline},
-            **ids,
-        },
-    )
-    report.data["holder_verify_running"] = running
+    running = report.data["holder_verify_running"] = run.verify()
     counted = sorted(h["pid"] for h in running["holders"] if h["counts"] and GPU in h["gpus"])
     members = sorted(m["pid"] for m in running["members"])
     report.check(
@@ -208,39 +229,33 @@ def holder_lifecycle(report: Report, hold_gib: int, python: str) -> None:
         running["verdict"] == "dirty" and len(counted) == 2 and set(counted) <= set(members),
         {"holders": counted, "members": members},
     )
-    worker = [m for m in running["members"] if m["pid"] != launch["pid"] and m["role"] == "process"]
+    server = run.launch["pid"]
+    worker = [m for m in running["members"] if m["pid"] != server and m["role"] == "process"]
     report.check(
         "the worker in its own session is found by the marker alone",
         any(m["found_by"] == ["marker"] for m in worker),
         worker,
     )
-    stop = agent(
-        "stop",
-        {
-            "run_id": "gpu-check-holder",
-            "run_dir": str(run_dir),
-            "supervisor_pid": launch["supervisor_pid"],
-            **ids,
-        },
-    )
-    report.data["holder_stop"] = stop
+    stop = report.data["holder_stop"] = run.stop()
     report.check("the stop ends both", stop["clean"] and not stop["survivors"], stop)
-    back = wait_for("GPU memory back", lambda: used_mib() <= baseline + TOLERANCE_MIB, 30)
-    stopped = agent(
-        "verify",
-        {
-            "run_id": "gpu-check-holder",
-            "gpus": [GPU],
-            "baseline_gpu_mem_mb": {str(GPU): baseline},
-            **ids,
-        },
-    )
-    report.data["holder_verify_stopped"] = stopped
+    back = wait_for("GPU memory back", lambda: used_mib() <= run.baseline_mib + TOLERANCE_MIB, 30)
+    stopped = report.data["holder_verify_stopped"] = run.verify()
     report.check(
         "after the stop: verified stopped, GPU memory at its baseline",
         back and stopped["verdict"] == "stopped" and stopped["gpu_memory"][str(GPU)]["ok"] is True,
         stopped["gpu_memory"],
     )
+
+
+def sweep(
+    base_url: str, out: Path, concurrency: str, *, requests: int
+) -> subprocess.CompletedProcess[str]:
+    """The load generator as a sweep runs it: greedy, 64 tokens, results JSON to `out`."""
+    argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", base_url, "--concurrency",
+            concurrency, "--requests-per-level", str(requests), "--max-tokens", str(MAX_TOKENS),
+            "--input-tokens", "6", "--temperature", "0", "--output", str(out),
+            "--quiet"]  # fmt: skip
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def metrics(base_url: str) -> dict[str, float]:
@@ -270,22 +285,11 @@ def llama_server_on_gpu(report: Report, binary: Path) -> None:
         context=16 * 512,
     )
     argv += ["-ngl", "99", "-ngld", "99"]  # every layer of both models on the GPU
-    run_dir = report.work / "runs" / "llama"
-    baseline = used_mib()
-    launch = agent(
-        "launch",
-        {
-            "run_id": "gpu-check-llama",
-            "run_dir": str(run_dir),
-            "argv": argv,
-            "workdir": str(report.work),
-            "port": port,
-        },
-    )
-    report.data["llama_launch"] = launch
-    if not report.check("the agent launches llama-server (CUDA)", launch["ok"], launch):
+    run = launch_run(report, "llama", argv, port)
+    if run is None:
         return
-    ids = {k: launch[k] for k in ("pid", "pgid", "sid", "start_time")}
+    baseline = run.baseline_mib
+    run_dir = run.run_dir
 
     def healthy() -> bool:
         try:
@@ -307,39 +311,11 @@ def llama_server_on_gpu(report: Report, binary: Path) -> None:
             ln for ln in log.splitlines() if "CUDA" in ln or "offload" in ln
         ][:40]
         before = metrics(base_url)
-        out, records = report.work / "sweep.json", report.work / "records.jsonl"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchlib.loadgen",
-                "--base-url",
-                base_url,
-                "--concurrency",
-                "1,4,16",
-                "--requests-per-level",
-                "48",
-                "--max-tokens",
-                "64",
-                "--input-tokens",
-                "6",
-                "--temperature",
-                "0",
-                "--output",
-                str(out),
-                "--records",
-                str(records),
-                "--quiet",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = sweep(base_url, report.work / "sweep.json", "1,4,16", requests=48)
         after = metrics(base_url)
         if not report.check("the sweep ran", done.returncode == 0, done.stderr[-2000:]):
             return
-        levels = json.loads(out.read_text())["levels"]
+        levels = json.loads((report.work / "sweep.json").read_text())["levels"]
         report.data["sweep_levels"] = levels
         served = (
             after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
@@ -347,7 +323,7 @@ def llama_server_on_gpu(report: Report, binary: Path) -> None:
         counted = sum(lv["output_tokens"] for lv in levels)
         report.check(
             "every token counted is one the server generated (all levels)",
-            counted == served == 3 * 48 * 64,
+            counted == served == 3 * 48 * MAX_TOKENS,
             f"client {counted}, server {served}",
         )
         for lv in levels:
@@ -366,28 +342,9 @@ def llama_server_on_gpu(report: Report, binary: Path) -> None:
             c1,
         )
     finally:
-        stop = agent(
-            "stop",
-            {
-                "run_id": "gpu-check-llama",
-                "run_dir": str(run_dir),
-                "supervisor_pid": launch["supervisor_pid"],
-                **ids,
-            },
-        )
-        report.data["llama_stop"] = stop
+        report.data["llama_stop"] = run.stop()
         wait_for("GPU memory back", lambda: used_mib() <= baseline + TOLERANCE_MIB, 30)
-        stopped = agent(
-            "verify",
-            {
-                "run_id": "gpu-check-llama",
-                "gpus": [GPU],
-                "port": port,
-                "baseline_gpu_mem_mb": {str(GPU): baseline},
-                **ids,
-            },
-        )
-        report.data["llama_verify_stopped"] = stopped
+        stopped = report.data["llama_verify_stopped"] = run.verify()
         report.check(
             "llama-server stopped: verified, port free, GPU memory at its baseline",
             stopped["verdict"] == "stopped",
@@ -397,32 +354,7 @@ def llama_server_on_gpu(report: Report, binary: Path) -> None:
 
 def _c1_server_ms_per_token(base_url: str, out: Path) -> dict[str, float]:
     before = metrics(base_url)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchlib.loadgen",
-            "--base-url",
-            base_url,
-            "--concurrency",
-            "1",
-            "--requests-per-level",
-            "24",
-            "--max-tokens",
-            "64",
-            "--input-tokens",
-            "6",
-            "--temperature",
-            "0",
-            "--output",
-            str(out),
-            "--quiet",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    sweep(base_url, out, "1", requests=24).check_returncode()
     after = metrics(base_url)
     (level,) = json.loads(out.read_text())["levels"]
     tokens = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
