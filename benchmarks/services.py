@@ -117,11 +117,6 @@ def sweep_clean_plan(
     return cleaned_levels, cleaned_load
 
 
-def _masked_env(env: dict[str, Any]) -> dict[str, Any]:
-    # Secret values are not copied into a sweep's environment snapshot.
-    return masked_env(env)
-
-
 def sweep_environment(
     *, instance: ServerInstance | None, base_url: str, model: str
 ) -> dict[str, Any]:
@@ -139,7 +134,7 @@ def sweep_environment(
             "host": instance.host.name,
             "port": instance.port,
             "launch_argv": list(instance.launch_argv),
-            "env": _masked_env(dict(instance.env)),
+            "env": masked_env(dict(instance.env)),  # secret values are not copied
             "gpu_ids": list(instance.gpu_ids),
             "server_info": dict(instance.server_info),
             "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,

@@ -20,9 +20,6 @@ from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
 
-HOOK_INTERRUPTED = JobHook.INTERRUPTED
-HOOK_CANCEL_FORCED = JobHook.CANCEL_FORCED
-
 
 def default_machine() -> str:
     return socket.gethostname()
@@ -107,7 +104,7 @@ def reap_expired_jobs() -> list[int]:
             state=JobState.INTERRUPTED,
             finished_at=now,
             error=f"worker {job.worker_id} stopped renewing its lease",
-            hook_owed=HOOK_INTERRUPTED,
+            hook_owed=JobHook.INTERRUPTED,
         )
         if updated:
             reaped.append(job.pk)
@@ -138,7 +135,7 @@ def run_owed_hook(job_id: int) -> bool:
             # a second worker attempting the same debt wait, then find it paid.
             if not Job.objects.filter(pk=job_id, hook_owed=job.hook_owed).update(hook_owed=""):
                 return False
-            if job.hook_owed == HOOK_CANCEL_FORCED:
+            if job.hook_owed == JobHook.CANCEL_FORCED:
                 hook = forced_cancel_hook_for(job.kind)
             else:
                 hook = interrupt_hook_for(job.kind)

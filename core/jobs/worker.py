@@ -24,8 +24,6 @@ from django.db import close_old_connections
 
 from core.jobs.fence import job_finish
 from core.jobs.queue import (
-    HOOK_CANCEL_FORCED,
-    HOOK_INTERRUPTED,
     cancel_requested_ids,
     claim_next_job,
     default_machine,
@@ -34,7 +32,7 @@ from core.jobs.queue import (
     run_owed_hook,
 )
 from core.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
-from core.models import Job, JobState
+from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +228,7 @@ class Worker:
                     worker_id=self.worker_id,
                     state=JobState.CANCELLED,
                     error=FORCED_REASON,
-                    hook_owed=HOOK_CANCEL_FORCED,
+                    hook_owed=JobHook.CANCEL_FORCED,
                 )
                 await sync_to_async(run_owed_hook)(ctx.job_id)
                 return
@@ -239,7 +237,7 @@ class Worker:
                 worker_id=self.worker_id,
                 state=JobState.INTERRUPTED,
                 error="worker shut down",
-                hook_owed=HOOK_INTERRUPTED,
+                hook_owed=JobHook.INTERRUPTED,
             ):
                 await sync_to_async(run_owed_hook)(ctx.job_id)
             raise

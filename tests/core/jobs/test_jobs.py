@@ -25,9 +25,9 @@ from core.jobs import (
     on_interrupted,
 )
 from core.jobs.fence import job_finish, job_publish
-from core.jobs.queue import HOOK_INTERRUPTED, claim_next_job, reap_expired_jobs, renew_leases
+from core.jobs.queue import claim_next_job, reap_expired_jobs, renew_leases
 from core.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
-from core.models import Job, JobState
+from core.models import Job, JobHook, JobState
 
 ROOT = Path(__file__).resolve().parents[3]
 interrupted_calls: list[int] = []
@@ -289,7 +289,7 @@ async def test_a_reaped_job_is_dropped_by_its_worker_and_never_overwritten() -> 
             state=JobState.INTERRUPTED,
             error="worker test-worker stopped renewing its lease",
             finished_at=timezone.now(),
-            hook_owed=HOOK_INTERRUPTED,
+            hook_owed=JobHook.INTERRUPTED,
         )
         assert reaped == 1
         # This worker's next renewal matches no row: it stops the job's task at once; its
@@ -372,7 +372,7 @@ def test_a_reaper_killed_between_the_reap_and_its_hook_leaves_the_hook_owed_and_
     assert reaper.returncode == -signal.SIGKILL, reaper.stderr.decode()[-2000:]
     job.refresh_from_db()
     # The reap committed with its debt; the hook's own write died with the process.
-    assert (job.state, job.hook_owed) == (JobState.INTERRUPTED, HOOK_INTERRUPTED)
+    assert (job.state, job.hook_owed) == (JobState.INTERRUPTED, JobHook.INTERRUPTED)
     assert not Job.objects.filter(kind="test.hook_effect").exists()
 
     # Any worker's next poll pays it, once.
