@@ -43,9 +43,12 @@ from typing import Any
 
 import httpx
 
+from engines.llamacpp import llamacpp_argv
+from engines.models import write_pair
 from hosts.agent import AGENT_SOURCE, agent_argv, parse_agent_output
 from hosts.telemetry import nvidia_smi
 from hosts.telemetry.prometheus import parse_samples
+from perf.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = 0
@@ -268,10 +271,6 @@ def metrics(base_url: str) -> dict[str, float]:
 
 
 def llama_server_on_gpu(report: Report, binary: Path) -> None:
-    from engines.llamacpp import llamacpp_argv
-    from engines.models import write_pair
-    from perf.ports import free_port
-
     pair = write_pair(report.work / "models", agreement=2 / 3)
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
