@@ -16,6 +16,15 @@ from tests.fixtures.ports import free_port
 pytest_plugins = ["tests.fixtures.servers"]
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_required(settings: Any) -> None:
+    """Most tests queue jobs and run them by hand (or not at all), with no worker beating: the
+    refusal of new work without a healthy worker is tested on its own
+    (tests/core/jobs/test_worker_health.py), and every dashboard a test starts as a process
+    runs with it on."""
+    settings.SPECDASH_WORKER_REQUIRED = False
+
+
 @pytest.fixture
 def roles(db: Any) -> None:
     ensure_roles()
