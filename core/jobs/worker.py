@@ -2,7 +2,9 @@
 
 Jobs here are long and mostly waiting (a server loading for minutes, a sweep whose load
 generator runs in its own process), so one worker process runs many of them concurrently
-as asyncio tasks. All ORM access goes through ``sync_to_async``.
+as asyncio tasks. All ORM access goes through ``sync_to_async``: the jobs' on the one shared
+thread, the loop's own (claim, reap, beat, leases, cancels) on a thread of its own, so that a
+job whose writes wait out a locked database never holds up the beat that says so.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from core.jobs.fence import job_finish
@@ -37,6 +40,9 @@ from core.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
 from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 CANCELLED_REASON = "cancelled on request; stopped within the grace"
@@ -131,6 +137,7 @@ class Worker:
         self._failures = 0
         self.started_at = timezone.now()
         self.health = WorkerHealthState(healthy=True, error="", since=time.time())
+        self._loop_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-loop")
 
     @property
     def running_job_ids(self) -> list[int]:
@@ -168,11 +175,11 @@ class Worker:
 
     async def _iterate(self, loop: asyncio.AbstractEventLoop) -> None:
         # A long-lived process must drop connections the database closed on it.
-        await sync_to_async(close_old_connections)()
-        await sync_to_async(reap_expired_jobs)()
+        await self._db(close_old_connections)()
+        await self._db(reap_expired_jobs)()
         while len(self._tasks) < self.settings.max_jobs:
             claimed_at = time.monotonic()
-            job = await sync_to_async(claim_next_job)(
+            job = await self._db(claim_next_job)(
                 worker_id=self.worker_id,
                 lease_seconds=self.settings.lease_seconds,
                 kinds=self.settings.kinds,
@@ -208,7 +215,7 @@ class Worker:
         else:
             self.health = WorkerHealthState(healthy=False, error=error, since=self.health.since)
         with contextlib.suppress(Exception):
-            await sync_to_async(close_old_connections)()
+            await self._db(close_old_connections)()
         with contextlib.suppress(Exception):
             await self._beat(healthy=False, error=error)
         return float(
@@ -228,7 +235,12 @@ class Worker:
                 self.health.error,
             )
             self.health = WorkerHealthState(healthy=True, error="", since=time.time())
+        self._loop_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-loop")
         self._failures = 0
+
+    def _db(self, fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+        """``fn`` run on the loop's own thread (its own database connection)."""
+        return sync_to_async(fn, thread_sensitive=False, executor=self._loop_thread)
 
     def record_beat(self, *, healthy: bool = True, error: str = "") -> None:
         """This worker's beat, written and committed now (also its start-up write check)."""
@@ -242,7 +254,7 @@ class Worker:
         )
 
     async def _beat(self, *, healthy: bool, error: str) -> None:
-        await sync_to_async(self.record_beat)(healthy=healthy, error=error)
+        await self._db(self.record_beat)(healthy=healthy, error=error)
 
     def _start(self, job: Job, *, lease_deadline: float) -> None:
         ctx = JobContext(
@@ -258,7 +270,7 @@ class Worker:
     async def _heartbeat(self) -> None:
         started = time.monotonic()
         ids = list(self._tasks)
-        lost = await sync_to_async(renew_leases)(
+        lost = await self._db(renew_leases)(
             worker_id=self.worker_id, job_ids=ids, lease_seconds=self.settings.lease_seconds
         )
         for job_id in ids:
@@ -360,7 +372,7 @@ class Worker:
         )
 
     async def _signal_cancels(self) -> None:
-        cancel_ids = await sync_to_async(cancel_requested_ids)(job_ids=list(self._tasks))
+        cancel_ids = await self._db(cancel_requested_ids)(job_ids=list(self._tasks))
         now = asyncio.get_running_loop().time()
         for job_id in cancel_ids:
             ctx = self._contexts.get(job_id)
@@ -387,7 +399,10 @@ class Worker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         try:
-            await sync_to_async(worker_gone)(worker_id=self.worker_id)
+            await self._db(worker_gone)(worker_id=self.worker_id)
         except Exception as exc:  # its row goes stale within a lease instead
             logger.warning("job worker %s could not remove its beat: %s", self.worker_id, exc)
+        with contextlib.suppress(Exception):
+            await self._db(connections.close_all)()
+        self._loop_thread.shutdown(wait=False)
         logger.info("job worker %s stopped", self.worker_id)
