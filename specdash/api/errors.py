@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError
+from django.db import DatabaseError, InternalError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -126,7 +126,8 @@ def install(api: NinjaAPI) -> None:
         return respond(request, 503, error_body(WORKER_UNAVAILABLE, message))
 
     def on_database(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
-        # Not a bug in the request: the database is full, locked, read-only or gone.
+        # Not a bug in the request: the database is full, locked, read-only or gone (an
+        # IntegrityError, say, is not among these: it stays a 500, a bug).
         logger.error("API request %s %s: the database refused it: %s", request.method,
                      request.path, exc)  # fmt: skip
         message = f"The database refused the request ({exc}); try again once it recovers."
@@ -155,5 +156,6 @@ def install(api: NinjaAPI) -> None:
     add(ServerConflict, on_conflict)
     add(InvalidTransition, on_invalid_transition)
     add(WorkerUnavailable, on_worker_unavailable)
-    add(DatabaseError, on_database)
+    add(OperationalError, on_database)  # SQLite: locked, full, read-only; lost connections
+    add(InternalError, on_database)  # PostgreSQL: a read-only transaction
     add(Exception, on_unexpected)

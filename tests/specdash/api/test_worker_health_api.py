@@ -4,11 +4,13 @@ worker is alive; a stop is never refused."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 
 from benchmarks.models import Experiment, Sweep
@@ -91,3 +93,29 @@ def test_every_page_shows_the_worker_down_banner_and_the_start_button_says_why(
     started = client.post(f"/servers/profiles/{profile.pk}/start/")
     assert started.status_code == 302
     assert ServerInstance.objects.get(profile=profile).state == InstanceState.STARTING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_the_database_refuses_answers_503_naming_it_not_500(
+    as_operator: ApiClient,
+    make_profile: Callable[..., ServerProfile],
+    make_instance: Callable[..., ServerInstance],
+    settings: Any,
+) -> None:
+    ready = make_instance(make_profile())
+    settings.DATABASES["default"]["OPTIONS"]["timeout"] = 0.2
+    connection.close()
+    holder = sqlite3.connect(connection.settings_dict["NAME"], timeout=5, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        response = as_operator.post(f"/api/v1/instances/{ready.pk}/stop")
+        assert response.status_code == 503, response.content
+        error = error_of(response)
+        assert error["code"] == "database_unavailable"
+        assert "database is locked" in error["message"]
+        # Reads go on meanwhile.
+        assert as_operator.get(f"/api/v1/instances/{ready.pk}").status_code == 200
+    finally:
+        holder.close()
+        connection.close()
+    assert as_operator.post(f"/api/v1/instances/{ready.pk}/stop").status_code == 202
