@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,11 +16,11 @@ from core.tokens import api_token_authenticate, api_token_create
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_token_authenticates_while_its_last_use_cannot_be_written(settings: Any) -> None:
+def test_a_token_authenticates_while_its_last_use_cannot_be_written(
+    short_busy_timeout: float,
+) -> None:
     user = User.objects.create_user("reader", password="reader-pass-123")
     token, secret = api_token_create(user=user, name="t")
-    settings.DATABASES["default"]["OPTIONS"]["timeout"] = 0.2
-    connection.close()
     holder = sqlite3.connect(connection.settings_dict["NAME"], timeout=5, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")

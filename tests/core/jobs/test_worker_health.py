@@ -109,11 +109,10 @@ async def test_a_failing_iteration_is_logged_retried_and_the_worker_recovers_by_
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_worker_whose_writes_are_refused_goes_unhealthy_in_memory_and_recovers(
-    settings: Any,
+    short_busy_timeout: float,
 ) -> None:
     # Another connection holds SQLite's write lock: every write of the worker, its beat
     # included, waits out the busy timeout (made short here) and fails "database is locked".
-    settings.DATABASES["default"]["OPTIONS"]["timeout"] = 0.3
     await sync_to_async(lambda: connection.close())()
     name = await sync_to_async(lambda: connection.settings_dict["NAME"])()
     worker = Worker(worker_id="locked-out", settings=FAST)
@@ -137,6 +136,7 @@ async def test_a_worker_whose_writes_are_refused_goes_unhealthy_in_memory_and_re
         holder.close()
         stop.set()
         await asyncio.wait_for(task, 30)
+        await sync_to_async(lambda: connection.close())()
 
 
 @pytest.mark.django_db

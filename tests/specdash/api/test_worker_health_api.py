@@ -100,11 +100,9 @@ def test_a_write_the_database_refuses_answers_503_naming_it_not_500(
     as_operator: ApiClient,
     make_profile: Callable[..., ServerProfile],
     make_instance: Callable[..., ServerInstance],
-    settings: Any,
+    short_busy_timeout: float,
 ) -> None:
     ready = make_instance(make_profile())
-    settings.DATABASES["default"]["OPTIONS"]["timeout"] = 0.2
-    connection.close()
     holder = sqlite3.connect(connection.settings_dict["NAME"], timeout=5, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
