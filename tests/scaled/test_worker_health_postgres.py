@@ -119,9 +119,8 @@ def test_two_workers_survive_a_read_only_postgres_and_the_web_refuses_new_work_m
     _read_only(url, False)
     _until(lambda: (h := health())["ok"] and len(h["workers"]) == 2 and all(
         w["healthy"] for w in h["workers"]) and h, 30, "both workers healthy again", cluster)  # fmt: skip
-    for worker in workers:
-        _until(lambda w=worker: "recovered after" in w.log.read_text(), 10, "recovery logged",
-               cluster)  # fmt: skip
+    _until(lambda: all("recovered after" in w.log.read_text() for w in workers), 10,
+           "both recoveries logged", cluster)  # fmt: skip
     started = api.post(f"/profiles/{profile}/start")
     assert started.status_code == 202, started.text
     instance = started.json()["instance"]["id"]
