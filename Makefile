@@ -16,8 +16,10 @@ $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-i
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+# startcheck: a read-only var dir or a full disk is said at once (serve checks the database too).
 # exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
 run: $(VENV)/.runtime-installed
+	$(PY) manage.py startcheck --dirs-only
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py seed_demo
 	exec $(PY) manage.py serve --host $(HOST) --port $(PORT) --exit-with-parent

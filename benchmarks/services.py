@@ -38,6 +38,7 @@ from benchmarks.sweeps.recording import sweep_levels_cut_by_crash as sweep_level
 from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
 from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
 from core.jobs import job_cancel, job_enqueue
+from core.jobs.health import worker_require
 from core.models import JobState
 from hosts.masking import masked_env
 from hosts.models import InstanceState, ServerInstance
@@ -209,11 +210,14 @@ def sweep_create(
     notes: str = "",
     tags: Sequence[str] = (),
     user: Any = None,
+    require_worker: bool = True,
 ) -> Sweep:
     """Validate, snapshot the environment, create the sweep and queue its ``sweep.run`` job.
 
     The target is a READY server instance or, for servers specdash did not start, a base URL.
-    Raises ValidationError with errors keyed by field name.
+    Raises ValidationError with errors keyed by field name, WorkerUnavailable (a
+    ValidationError) while no healthy job worker is alive (``require_worker=False``: a running
+    job's own step, whose worker is alive by definition).
     """
     if (instance is None) == (not base_url):
         raise ValidationError({"instance": "Choose a ready server (or give a base URL)."})
@@ -237,6 +241,8 @@ def sweep_create(
         target_url = base_url.rstrip("/")
     cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
     model = _target_model(instance, cleaned_load)
+    if require_worker:
+        worker_require(kind=SWEEP_JOB_KIND)
     with transaction.atomic():
         sweep = Sweep.objects.create(
             name=name.strip()[:200],
@@ -328,6 +334,7 @@ def sweep_resume(
         raise ValidationError(
             {"instance": f"server #{sweep.instance.pk} is {sweep.instance.state}, not ready"}
         )
+    worker_require(kind=SWEEP_JOB_KIND)
     who = getattr(user, "username", "") or "the system"
     label = _level_label(sweep, plan, resume_from)
     with transaction.atomic():

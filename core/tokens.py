@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from core.models import ApiToken
+
+logger = logging.getLogger(__name__)
 
 # Recognisable in logs and secret scanners; the rest is 256 bits from the OS's CSPRNG.
 TOKEN_PREFIX = "sdt_"  # noqa: S105 (a marker, not a secret)
@@ -84,6 +88,13 @@ def api_token_authenticate(*, raw: str) -> ApiToken:
         raise TokenRejected("token_expired", "The API token has expired.")
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        token.last_used_at = now
+        try:
+            # In a savepoint of its own: a refusal must not break a caller's transaction.
+            with transaction.atomic():
+                ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        except DatabaseError as exc:
+            # A stamp, not the request: a full or locked database must not fail every read.
+            logger.warning("token %s: last use not recorded: %s", token.prefix, exc)
+        else:
+            token.last_used_at = now
     return token

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from core import realtime
 from core.jobs import job_enqueue
+from core.jobs.health import worker_require
 from hosts import presets, selectors
 from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
@@ -58,12 +59,18 @@ def instance_record_event(
     return event
 
 
-def instance_start(*, profile: ServerProfile, user: User = None) -> ServerInstance:
+def instance_start(
+    *, profile: ServerProfile, user: User = None, require_worker: bool = True
+) -> ServerInstance:
     """Create an instance in ``starting`` and queue its lifecycle job.
 
     The port and GPUs are claimed in the same transaction; a concurrent start on the same
     port or GPUs loses at the database's unique constraints and gets ServerConflict.
+    Refused with WorkerUnavailable while no healthy job worker is alive to run it
+    (``require_worker=False``: a running job's own step, whose worker is alive by definition).
     """
+    if require_worker:
+        worker_require(kind="server.run")
     try:
         with transaction.atomic():
             instance = ServerInstance.objects.create(

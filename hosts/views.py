@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from core import roles
 from core.http import HtmxHttpRequest
+from core.jobs.health import WorkerUnavailable
 from hosts import selectors, services
 from hosts.models import ServerInstance, ServerProfile
 
@@ -53,6 +54,9 @@ def profile_start(request: HttpRequest, profile_id: int) -> HttpResponse:
         instance = services.instance_start(profile=profile, user=request.user)
     except services.ServerConflict as exc:
         messages.error(request, str(exc))
+        return redirect("hosts:server-list")
+    except WorkerUnavailable as exc:
+        messages.error(request, " ".join(exc.messages))
         return redirect("hosts:server-list")
     return redirect("hosts:instance-detail", instance_id=instance.pk)
 

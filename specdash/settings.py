@@ -137,6 +137,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "core.context_processors.job_worker",
             ],
         },
     },
@@ -254,6 +255,13 @@ SPECDASH_JOB_POLL_S = _env_seconds("SPECDASH_JOB_POLL_S", 0.5)
 SPECDASH_JOB_KINDS = _env_list("SPECDASH_JOB_KINDS", "")  # empty: every kind
 SPECDASH_JOB_TAGS = _env_list("SPECDASH_JOB_TAGS", "")
 SPECDASH_JOB_MACHINE = os.environ.get("SPECDASH_JOB_MACHINE", "").strip()  # empty: host name
+# A worker's loop that fails (its database refuses writes or is gone) retries after this
+# back-off, doubling from the first value up to the second (core/jobs/worker.py).
+SPECDASH_JOB_RETRY_S = _env_seconds("SPECDASH_JOB_RETRY_S", 0.5)
+SPECDASH_JOB_RETRY_MAX_S = _env_seconds("SPECDASH_JOB_RETRY_MAX_S", 15.0)
+# New work (a server start, a sweep, an experiment) is refused while no healthy job worker has
+# beaten within a lease (core/jobs/health.py). Off only for tests that run jobs by hand.
+SPECDASH_WORKER_REQUIRED = _env_bool("SPECDASH_WORKER_REQUIRED", True)
 
 # Sweep levels split across load-generator processes (benchmarks/sweeps/distributed.py) and
 # run as jobs on other machines (benchmarks/sweeps/shards.py). 0 streams: never split.

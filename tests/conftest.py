@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
+from django.db import connection
 
 from core.roles import OPERATORS, VIEWERS, ensure_roles
 from hosts.models import Engine, Host, HostKind, ServerProfile
@@ -14,6 +16,29 @@ from tests.fixtures.ports import free_port
 # Shared fixtures of the suites that start servers (the lifecycle, experiment, telemetry and
 # engine tests): the simulator's GPU ledger, leftover clean-up and in-loop job runners.
 pytest_plugins = ["tests.fixtures.servers"]
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_required(settings: Any) -> None:
+    """Most tests queue jobs and run them by hand (or not at all), with no worker beating: the
+    refusal of new work without a healthy worker is tested on its own
+    (tests/core/jobs/test_worker_health.py), and every dashboard a test starts as a process
+    runs with it on."""
+    settings.SPECDASH_WORKER_REQUIRED = False
+
+
+@pytest.fixture
+def short_busy_timeout() -> Iterator[float]:
+    """SQLite's busy timeout cut to 0.3 s for the connections this test opens, so that a write
+    the database refuses (another connection holds its lock) fails at once; put back after,
+    with the connection closed so that no later test inherits it."""
+    options = django_settings.DATABASES["default"].setdefault("OPTIONS", {})
+    before = options.get("timeout")
+    options["timeout"] = 0.3
+    connection.close()
+    yield 0.3
+    options["timeout"] = before
+    connection.close()
 
 
 @pytest.fixture

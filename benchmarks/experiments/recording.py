@@ -126,7 +126,8 @@ def experiment_step_start(
 ) -> ServerInstance:
     """Start the step's server and record it on the step, in one transaction."""
     with transaction.atomic():
-        instance = host_services.instance_start(profile=profile, user=user)
+        # The experiment's own job asks: its worker is alive by definition.
+        instance = host_services.instance_start(profile=profile, user=user, require_worker=False)
         experiment_step_update(step_id=step_id, state=StepState.STARTING, instance_id=instance.pk)
     return instance
 
@@ -146,6 +147,7 @@ def experiment_step_sweep(
             notes=plan.notes,
             tags=[*plan.tags, f"experiment:{plan.experiment_id}", f"arm:{step.label}"],
             user=plan.user,
+            require_worker=False,
         )
         sweep.experiment_step_id = step.step_id
         # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.

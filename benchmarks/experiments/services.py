@@ -41,6 +41,7 @@ from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepSta
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
 from benchmarks.sweeps.plan import is_rate_sweep
 from core.jobs import job_cancel, job_enqueue
+from core.jobs.health import worker_require
 from core.models import JobState
 from hosts.models import ServerProfile
 
@@ -127,6 +128,7 @@ def experiment_create(
         profiles=profiles, levels=levels, load=load, repeats=repeats, order=order
     )
     title = name.strip()[:200] or " vs ".join(p.name for p in profiles)[:200]
+    worker_require(kind=EXPERIMENT_JOB_KIND)
     with transaction.atomic():
         experiment = Experiment.objects.create(
             name=title,
@@ -266,6 +268,8 @@ def experiment_resume(*, experiment: Experiment, user: Any = None, by: str = "")
             {"state": f"only an interrupted experiment can be resumed (this one is "
                       f"{experiment.state})"}
         )  # fmt: skip
+    if not by:  # the auto-resumer is a worker's own hook: its worker is alive
+        worker_require(kind=EXPERIMENT_JOB_KIND)
     who = by or getattr(user, "username", "") or "the system"
     with transaction.atomic():
         updated = Experiment.objects.filter(

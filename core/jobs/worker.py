@@ -2,7 +2,9 @@
 
 Jobs here are long and mostly waiting (a server loading for minutes, a sweep whose load
 generator runs in its own process), so one worker process runs many of them concurrently
-as asyncio tasks. All ORM access goes through ``sync_to_async``.
+as asyncio tasks. All ORM access goes through ``sync_to_async``: the jobs' on the one shared
+thread, the loop's own (claim, reap, beat, leases, cancels) on a thread of its own, so that a
+job whose writes wait out a locked database never holds up the beat that says so.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
+from django.utils import timezone
 
 from core.jobs.fence import job_finish
+from core.jobs.health import worker_beat, worker_gone
 from core.jobs.queue import (
     cancel_requested_ids,
     claim_next_job,
@@ -35,6 +40,9 @@ from core.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
 from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 CANCELLED_REASON = "cancelled on request; stopped within the grace"
@@ -52,10 +60,15 @@ class WorkerSettings:
     kinds: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     machine: str = ""
+    # A failed iteration is retried after retry_interval, doubling up to retry_max_interval.
+    retry_interval: float = 0.5
+    retry_max_interval: float = 15.0
 
     def __post_init__(self) -> None:
         if self.lease_seconds <= 0 or self.heartbeat_interval <= 0 or self.max_jobs < 1:
             raise ValueError("lease, heartbeat and max_jobs must be positive")
+        if not 0 < self.retry_interval <= self.retry_max_interval:
+            raise ValueError("the retry interval must be positive and at most its maximum")
         # A lease must survive a missed heartbeat or two, or a busy worker loses its own jobs.
         if self.heartbeat_interval * 2 > self.lease_seconds:
             raise ValueError(
@@ -80,6 +93,8 @@ class WorkerSettings:
             "kinds": _names(settings.SPECDASH_JOB_KINDS),
             "tags": _names(settings.SPECDASH_JOB_TAGS),
             "machine": str(settings.SPECDASH_JOB_MACHINE).strip(),
+            "retry_interval": float(settings.SPECDASH_JOB_RETRY_S),
+            "retry_max_interval": float(settings.SPECDASH_JOB_RETRY_MAX_S),
         }
         if settings.SPECDASH_JOB_HEARTBEAT_S is not None:
             values["heartbeat_interval"] = float(settings.SPECDASH_JOB_HEARTBEAT_S)
@@ -90,6 +105,16 @@ class WorkerSettings:
         lease = float(values["lease_seconds"])
         values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class WorkerHealthState:
+    """What a worker knows of its own health: unhealthy from its first failed iteration
+    until one succeeds again (``since``: when that state began, wall clock)."""
+
+    healthy: bool
+    error: str
+    since: float
 
 
 def _names(parts: Iterable[str]) -> tuple[str, ...]:
@@ -108,6 +133,11 @@ class Worker:
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}
         self._forced: set[int] = set()
+        self._next_heartbeat = 0.0
+        self._failures = 0
+        self.started_at = timezone.now()
+        self.health = WorkerHealthState(healthy=True, error="", since=time.time())
+        self._loop_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-loop")
 
     @property
     def running_job_ids(self) -> list[int]:
@@ -123,37 +153,108 @@ class Worker:
             ",".join(self.settings.tags) or "none",
         )
         loop = asyncio.get_running_loop()
-        next_heartbeat = 0.0
         try:
             while not stop.is_set():
-                # First, before any query: a loop that stalled past a lease must not act on
-                # the jobs another worker may have taken over meanwhile.
+                # First, before any query: a loop that stalled past a lease (or whose database
+                # failed it) must not act on jobs another worker may have taken over meanwhile.
                 self._fence_expired()
-                # A long-lived process must drop connections the database closed on it.
-                await sync_to_async(close_old_connections)()
-                await sync_to_async(reap_expired_jobs)()
-                while len(self._tasks) < self.settings.max_jobs:
-                    claimed_at = time.monotonic()
-                    job = await sync_to_async(claim_next_job)(
-                        worker_id=self.worker_id,
-                        lease_seconds=self.settings.lease_seconds,
-                        kinds=self.settings.kinds,
-                        tags=self.settings.tags,
-                        machine=self.settings.machine,
-                    )
-                    if job is None:
-                        break
-                    self._start(job, lease_deadline=claimed_at + self.settings.lease_seconds)
-                if self._tasks:
-                    if loop.time() >= next_heartbeat:
-                        await self._heartbeat()
-                        next_heartbeat = loop.time() + self.settings.heartbeat_interval
-                    await self._signal_cancels()
+                try:
+                    await self._iterate(loop)
+                except Exception as exc:
+                    # One failed iteration (the database full, locked, read-only or gone) must
+                    # not end the worker: it says so, waits, and tries again.
+                    delay = await self._failed(exc)
+                else:
+                    self._recovered()
+                    delay = self.settings.poll_interval
                 self._enforce_cancel_grace(loop.time())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.settings.poll_interval)
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
         finally:
             await self._shutdown()
+
+    async def _iterate(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A long-lived process must drop connections the database closed on it.
+        await self._db(close_old_connections)()
+        await self._db(reap_expired_jobs)()
+        while len(self._tasks) < self.settings.max_jobs:
+            claimed_at = time.monotonic()
+            job = await self._db(claim_next_job)(
+                worker_id=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                kinds=self.settings.kinds,
+                tags=self.settings.tags,
+                machine=self.settings.machine,
+            )
+            if job is None:
+                break
+            self._start(job, lease_deadline=claimed_at + self.settings.lease_seconds)
+        if loop.time() >= self._next_heartbeat or not self.health.healthy:
+            # The beat is a committed write every heartbeat, busy or idle: a database that
+            # stopped taking writes is found within one heartbeat even with no job running.
+            await self._beat(healthy=True, error="")
+            if self._tasks:
+                await self._heartbeat()
+            self._next_heartbeat = loop.time() + self.settings.heartbeat_interval
+        if self._tasks:
+            await self._signal_cancels()
+
+    async def _failed(self, exc: Exception) -> float:
+        """Mark the worker unhealthy (in memory, and in the database when it still takes the
+        write) and return how long to wait before the next try: doubling up to the maximum."""
+        self._failures += 1
+        error = f"{type(exc).__name__}: {exc}".strip()
+        if self.health.healthy or error != self.health.error:
+            logger.exception(
+                "job worker %s: its loop failed (%s); retrying with back-off", self.worker_id, error
+            )
+        else:
+            logger.warning("job worker %s: still failing: %s", self.worker_id, error)
+        if self.health.healthy:
+            self.health = WorkerHealthState(healthy=False, error=error, since=time.time())
+        else:
+            self.health = WorkerHealthState(healthy=False, error=error, since=self.health.since)
+        with contextlib.suppress(Exception):
+            await self._db(close_old_connections)()
+        with contextlib.suppress(Exception):
+            await self._beat(healthy=False, error=error)
+        return float(
+            min(
+                self.settings.retry_max_interval,
+                self.settings.retry_interval * 2 ** (self._failures - 1),
+            )
+        )
+
+    def _recovered(self) -> None:
+        if not self.health.healthy:
+            logger.warning(
+                "job worker %s recovered after %.1f s (%d failed iterations; last: %s)",
+                self.worker_id,
+                time.time() - self.health.since,
+                self._failures,
+                self.health.error,
+            )
+            self.health = WorkerHealthState(healthy=True, error="", since=time.time())
+        self._loop_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-loop")
+        self._failures = 0
+
+    def _db(self, fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+        """``fn`` run on the loop's own thread (its own database connection)."""
+        return sync_to_async(fn, thread_sensitive=False, executor=self._loop_thread)
+
+    def record_beat(self, *, healthy: bool = True, error: str = "") -> None:
+        """This worker's beat, written and committed now (also its start-up write check)."""
+        worker_beat(
+            worker_id=self.worker_id,
+            machine=self.settings.machine or default_machine(),
+            kinds=self.settings.kinds,
+            healthy=healthy,
+            error=error,
+            started_at=self.started_at,
+        )
+
+    async def _beat(self, *, healthy: bool, error: str) -> None:
+        await self._db(self.record_beat)(healthy=healthy, error=error)
 
     def _start(self, job: Job, *, lease_deadline: float) -> None:
         ctx = JobContext(
@@ -169,7 +270,7 @@ class Worker:
     async def _heartbeat(self) -> None:
         started = time.monotonic()
         ids = list(self._tasks)
-        lost = await sync_to_async(renew_leases)(
+        lost = await self._db(renew_leases)(
             worker_id=self.worker_id, job_ids=ids, lease_seconds=self.settings.lease_seconds
         )
         for job_id in ids:
@@ -244,9 +345,16 @@ class Worker:
         except Exception as exc:
             logger.exception("job %s (%s) failed", ctx.job_id, ctx.kind)
             error = f"{exc}\n{traceback.format_exc(limit=8)}"
-            if not await fenced(
-                job_id=ctx.job_id, worker_id=self.worker_id, state=JobState.FAILED, error=error
-            ):
+            try:
+                recorded = await fenced(
+                    job_id=ctx.job_id, worker_id=self.worker_id, state=JobState.FAILED, error=error
+                )
+            except DatabaseError as db_exc:
+                # Its row stays running with a lease nobody renews: the reaper records the
+                # interruption (and runs its hook) once the database takes writes again.
+                ctx.lost = ctx.lost or f"its failure could not be recorded ({db_exc})"
+                recorded = False
+            if not recorded:
                 self._report_loss(ctx, "not recording its failure")
         finally:
             self._tasks.pop(ctx.job_id, None)
@@ -264,7 +372,7 @@ class Worker:
         )
 
     async def _signal_cancels(self) -> None:
-        cancel_ids = await sync_to_async(cancel_requested_ids)(job_ids=list(self._tasks))
+        cancel_ids = await self._db(cancel_requested_ids)(job_ids=list(self._tasks))
         now = asyncio.get_running_loop().time()
         for job_id in cancel_ids:
             ctx = self._contexts.get(job_id)
@@ -290,4 +398,11 @@ class Worker:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self._db(worker_gone)(worker_id=self.worker_id)
+        except Exception as exc:  # its row goes stale within a lease instead
+            logger.warning("job worker %s could not remove its beat: %s", self.worker_id, exc)
+        with contextlib.suppress(Exception):
+            await self._db(connections.close_all)()
+        self._loop_thread.shutdown(wait=False)
         logger.info("job worker %s stopped", self.worker_id)

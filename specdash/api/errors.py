@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DatabaseError, InternalError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from core.jobs.health import WorkerUnavailable
 from hosts.services import InvalidTransition, ServerConflict
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ NOT_FOUND = "not_found"
 CONFLICT = "conflict"
 INVALID_STATE = "invalid_state"
 SERVER_ERROR = "server_error"
+WORKER_UNAVAILABLE = "worker_unavailable"  # no healthy job worker: new work refused
+DATABASE_UNAVAILABLE = "database_unavailable"  # the database refused the request
 
 
 class ApiError(Exception):
@@ -117,6 +121,18 @@ def install(api: NinjaAPI) -> None:
     def on_invalid_transition(request: HttpRequest, exc: InvalidTransition) -> HttpResponse:
         return respond(request, 409, error_body(INVALID_STATE, str(exc)))
 
+    def on_worker_unavailable(request: HttpRequest, exc: WorkerUnavailable) -> HttpResponse:
+        message = " ".join(exc.messages)
+        return respond(request, 503, error_body(WORKER_UNAVAILABLE, message))
+
+    def on_database(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        # Not a bug in the request: the database is full, locked, read-only or gone (an
+        # IntegrityError, say, is not among these: it stays a 500, a bug).
+        logger.error("API request %s %s: the database refused it: %s", request.method,
+                     request.path, exc)  # fmt: skip
+        message = f"The database refused the request ({exc}); try again once it recovers."
+        return respond(request, 503, error_body(DATABASE_UNAVAILABLE, message))
+
     def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         # A bug, not bad input: logged with its traceback, answered in the same shape.
         logger.exception("API request %s %s failed", request.method, request.path)
@@ -139,4 +155,7 @@ def install(api: NinjaAPI) -> None:
     add(ObjectDoesNotExist, on_not_found)
     add(ServerConflict, on_conflict)
     add(InvalidTransition, on_invalid_transition)
+    add(WorkerUnavailable, on_worker_unavailable)
+    add(OperationalError, on_database)  # SQLite: locked, full, read-only; lost connections
+    add(InternalError, on_database)  # PostgreSQL: a read-only transaction
     add(Exception, on_unexpected)

@@ -7,11 +7,12 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
+from core.jobs.health import worker_health
 from core.models import Job, JobState
 from specdash.api import errors, selectors
 from specdash.api.auth import require_viewer
 from specdash.api.common import PageQuery, paginate, path_id, responses
-from specdash.api.schemas import JobOut, JobPage
+from specdash.api.schemas import HealthOut, JobOut, JobPage
 
 router = Router(tags=["jobs"])
 
@@ -36,3 +37,25 @@ def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
     if job is None:
         raise errors.ApiError(404, errors.NOT_FOUND, f"No job #{job_id}.")
     return job
+
+
+@router.get("/health", response=responses({200: HealthOut}), summary="Job worker health")
+def health(request: HttpRequest) -> dict[str, Any]:
+    """Whether a healthy job worker is alive (new work is refused with 503 while none is)."""
+    require_viewer(request)
+    found = worker_health()
+    return {
+        "ok": found.ok,
+        "message": found.message,
+        "stale_after_s": found.stale_after_s,
+        "workers": [
+            {
+                "worker_id": w.worker_id,
+                "healthy": w.healthy,
+                "error": w.error,
+                "beat_at": w.beat_at,
+                "kinds": list(w.kinds),
+            }
+            for w in found.workers
+        ],
+    }

@@ -162,3 +162,18 @@ def test_exports_csv_json_and_records(
     assert response.streaming and response["Content-Type"] == "application/x-ndjson"
     lines = b"".join(response.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
     assert [json.loads(line)["id"] for line in lines] == ["a", "b"]
+
+
+def test_the_sweep_form_says_why_it_is_refused_while_no_job_worker_is_alive(
+    client: Client, operator: Any, ready_instance: ServerInstance, settings: Any
+) -> None:
+    settings.SPECDASH_WORKER_REQUIRED = True
+    client.force_login(operator)
+    response = client.post("/sweeps/new/", {**FORM, "instance": ready_instance.pk})
+    assert response.status_code == 400
+    page = response.content.decode()
+    errors = page.split('data-testid="form-errors">', 1)[1].split("</ul>", 1)[0]
+    assert "No job worker has reported in the last" in errors, errors
+    assert "New servers, sweeps and experiments are refused" in errors
+    assert 'data-testid="worker-banner"' in page
+    assert not Sweep.objects.exists() and not Job.objects.exists()

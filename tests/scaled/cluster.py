@@ -79,7 +79,15 @@ class Cluster:
             time.sleep(0.2)
 
     def start_worker(self, name: str, *flags: str) -> Proc:
-        return self._spawn(name, "jobworker", "--worker-id", name, *flags)
+        """A worker, returned once it has beaten (the web processes refuse new work until a
+        healthy worker has)."""
+        proc = self._spawn(name, "jobworker", "--worker-id", name, *flags)
+        deadline = time.monotonic() + 60
+        while f"job worker {name} started" not in proc.log.read_text():
+            if proc.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker {name} did not start:\n" + proc.tail())
+            time.sleep(0.2)
+        return proc
 
     def logs(self) -> str:
         return "\n".join(p.tail() for p in self.procs)

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.jobs.worker import Worker, WorkerSettings
+from core.startup import startup_message, startup_problems
 
 
 class Command(BaseCommand):
@@ -56,6 +57,9 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         worker = Worker(worker_id=options["worker_id"], settings=settings)
+        problems = startup_problems(worker=worker)
+        if problems:
+            raise CommandError(startup_message(problems))
         asyncio.run(self._run(worker))
 
     async def _run(self, worker: Worker) -> None:

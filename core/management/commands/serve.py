@@ -1,12 +1,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from core.jobs.worker import Worker
+from core.startup import startup_message, startup_problems
+
+logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,12 +70,18 @@ class Command(BaseCommand):
         if options["exit_with_parent"]:
             _exit_with_parent()
         _check_bindable(options["host"], options["port"])
+        worker = None if options["no_worker"] else Worker()
+        # Before anything listens: a var dir or database that refuses writes is said here,
+        # not answered with a 500 on every login. The worker's first beat is this write, so
+        # it counts as alive from the first request on.
+        problems = startup_problems(worker=worker)
+        if problems:
+            raise CommandError(startup_message(problems))
         # Importing daphne.server installs Twisted's asyncio reactor on its own loop.
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server, twisted_loop
         from twisted.internet import defer, reactor
 
-        from core.jobs.worker import Worker
         from specdash.asgi import application
 
         announce = f"specdash is at http://{options['host']}:{options['port']}/"
@@ -95,13 +107,29 @@ class Command(BaseCommand):
             signal_handlers=True,
             action_logger=None,
         )
-        if not options["no_worker"]:
-            worker = Worker()
+        if worker is not None:
             stop = asyncio.Event()
             state: dict[str, asyncio.Task[None]] = {}
+            embedded = worker
 
             def start_worker() -> None:
-                state["task"] = twisted_loop.create_task(worker.run(stop))
+                task = twisted_loop.create_task(embedded.run(stop))
+                task.add_done_callback(_worker_ended)
+                state["task"] = task
+
+            def _worker_ended(task: asyncio.Task[None]) -> None:
+                # Its loop survives its iterations' errors, so this is a bug or a shutdown;
+                # either way the dashboard must not keep serving as if jobs still ran.
+                if stop.is_set() or task.cancelled():
+                    return
+                exc = task.exception()
+                logger.critical(
+                    "the embedded job worker ended unexpectedly (%r); shutting down so that "
+                    "a supervisor restarts the dashboard",
+                    exc,
+                    exc_info=exc,
+                )
+                reactor.stop()  # type: ignore[misc]
 
             def stop_worker() -> defer.Deferred[None] | None:
                 task = state.get("task")

@@ -26,6 +26,7 @@ from specdash.api.schemas.experiments import RatioOut as RatioOut
 from specdash.api.schemas.experiments import ScheduleOut as ScheduleOut
 from specdash.api.schemas.experiments import StepOut as StepOut
 from specdash.api.schemas.experiments import VerdictOut as VerdictOut
+from specdash.api.schemas.jobs import HealthOut as HealthOut
 from specdash.api.schemas.jobs import HolderIn as HolderIn
 from specdash.api.schemas.jobs import InstanceAccepted as InstanceAccepted
 from specdash.api.schemas.jobs import InstanceEventOut as InstanceEventOut

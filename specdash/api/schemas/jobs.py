@@ -12,6 +12,21 @@ from specdash.api.schemas.base import MAX_ID, In, Page
 # -- jobs and instances -------------------------------------------------------------------
 
 
+class WorkerOut(Schema):
+    worker_id: str
+    healthy: bool = Field(description="False while its loop fails (e.g. its writes refused)")
+    error: str = Field(description="Why it is unhealthy (empty when healthy)")
+    beat_at: datetime = Field(description="Its last beat")
+    kinds: list[str] = Field(description="The job kinds it claims (empty: every kind)")
+
+
+class HealthOut(Schema):
+    ok: bool = Field(description="An alive, healthy job worker exists: new work is accepted")
+    message: str
+    stale_after_s: float = Field(description="A worker silent for longer no longer counts")
+    workers: list[WorkerOut] = Field(description="The workers alive (beaten within that time)")
+
+
 class JobOut(Schema):
     id: int
     kind: str

@@ -1,18 +1,23 @@
-"""The lifecycle torture: the 15 cases of the reference list of server lifecycle failures,
+"""The lifecycle torture: the 15 cases of the reference list of server lifecycle failures and
+two of the dashboard's own database (full then freed, a read-only var dir),
 tried as an operator would, through the REST API of a real dashboard (``manage.py serve``:
 Daphne with its job worker) that is itself SIGKILLed and restarted in case 13. Servers are
 the simulator's real processes; GPUs are the simulator's (a ledger of device files and
-memory read through its nvidia-smi stand-in). Case 9 and 10 go through real loopback sshds.
-Prints a table case -> outcome; every case must survive. ``make torture`` runs it alone.
+memory read through its nvidia-smi stand-in). Case 9 and 10 go through real loopback sshds;
+cases 16 and 17 start dashboards of their own, on a small tmpfs and a read-only bind mount
+(root). Prints a table case -> outcome; every case must survive. ``make torture`` runs it alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,12 @@ class Board:
     token: str = ""
     proc: subprocess.Popen[bytes] | None = None
     log: Any = None
+    # Where serve.log goes (default: the var dir; elsewhere when the var dir is to be filled).
+    log_dir: Path | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return (self.log_dir or self.var) / "serve.log"
 
     @property
     def url(self) -> str:
@@ -72,7 +83,7 @@ class Board:
         return done.stdout
 
     def start(self) -> None:
-        self.log = (self.var / "serve.log").open("ab")
+        self.log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "serve", "--port", str(self.port)],
             cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
@@ -83,7 +94,7 @@ class Board:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url + "/accounts/login/", timeout=2).status_code == 200:
                     return
-            assert self.proc.poll() is None, (self.var / "serve.log").read_text()[-3000:]
+            assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "the dashboard did not start"
             time.sleep(0.2)
 
@@ -528,6 +539,163 @@ def case_15_counter_reset_and_ranks(lab: Lab, ready: dict[str, Any]) -> str:
     )
 
 
+# ----------------------------------------------------------------------------- the database
+
+
+def _mount(*args: str) -> None:
+    if os.geteuid() != 0:
+        raise RuntimeError("needs root: the case mounts a small or read-only filesystem")
+    subprocess.run(["mount", *args], check=True, capture_output=True)
+
+
+def _second_board(board: Board, var: Path, logs: Path) -> Board:
+    """A dashboard of its own over a database in ``var`` (the runs and the log elsewhere)."""
+    env = {**board.env, "SPECDASH_VAR_DIR": str(var), "SPECDASH_RUN_ROOT": str(logs / "runs")}
+    other = Board(var=var, port=free_port(), env=env, log_dir=logs)
+    other.manage("migrate", "--no-input", "-v", "0")
+    other.manage("seed_demo")
+    other.token = other.manage("specdash", "token", "--user", "operator", "--name", "t").strip()
+    return other
+
+
+def _fill(path: Path) -> int:
+    """Write ballast into ``path`` until its filesystem is full; the bytes written."""
+    written = 0
+    fd = os.open(path / "ballast", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (1 << 20, 4096, 512):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    written += os.write(fd, block)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return written
+
+
+def _health(board: Board) -> dict[str, Any]:
+    return dict(board.ok("GET", "/health"))
+
+
+def _until_health(board: Board, ok: bool, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (found := _health(board))["ok"] is not ok:
+        assert time.monotonic() < deadline, (ok, found, board.log_path.read_text()[-2000:])
+        time.sleep(0.3)
+    return found
+
+
+def case_16_database_full_then_freed(lab: Lab) -> str:
+    var = Path(tempfile.mkdtemp(prefix="sdt-full-", dir="/tmp"))
+    logs = Path(tempfile.mkdtemp(prefix="sdt-full-logs-", dir="/tmp"))
+    _mount("-t", "tmpfs", "-o", "size=48m", "tmpfs", str(var))
+    board: Board | None = None
+    try:
+        # seed_demo's tiny GGUF models (57 MiB) live beside the log, not on the small disk.
+        (logs / "models").mkdir()
+        (var / "models").symlink_to(logs / "models")
+        board = _second_board(lab.board, var, logs)
+        board.start()
+        host = board.ok("POST", "/hosts", {
+            "name": "sim", "kind": "local", "path_prepend": str(SIM_BIN),
+            "command_env": {"SPECDASH_SIM_STATE_DIR": str(lab.state),
+                            "SPECDASH_SIM_GPU_COUNT": "4"},
+        })  # fmt: skip
+        other = Lab(board=board, state=lab.state, host_id=int(host["id"]))
+        before = lab.gpus()
+        ready = other.ready(other.profile(gpus=(3,)))
+        # The WAL emptied into the database while there is room, then the disk filled: the
+        # next write that needs a page fails "database or disk is full".
+        with contextlib.closing(sqlite3.connect(var / "specdash.sqlite3", timeout=20)) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        ballast = _fill(var)
+        down = _until_health(board, False, 30)
+        start_body = board.api("POST", f"/profiles/{ready['profile_id']}/start")
+        assert start_body.status_code == 503, start_body.text
+        assert start_body.json()["error"]["code"] == "worker_unavailable", start_body.text
+        stop_during = board.api("POST", f"/instances/{ready['id']}/stop")
+        # A stop is a write: it is accepted if it still fits, else refused with the reason.
+        assert stop_during.status_code in (202, 503), stop_during.text
+        if stop_during.status_code == 503:
+            assert stop_during.json()["error"]["code"] == "database_unavailable"
+            assert "full" in stop_during.json()["error"]["message"], stop_during.text
+        page = httpx.get(board.url + "/accounts/login/", timeout=30)
+        assert page.status_code == 200, page.status_code
+        time.sleep(3)  # the worker keeps failing, with back-off, and stays alive
+        assert board.proc is not None and board.proc.poll() is None
+        (var / "ballast").unlink()
+        _until_health(board, True, 60)
+        log = board.log_path.read_text()
+        assert "its loop failed" in log and "database or disk is full" in log, log[-3000:]
+        assert "recovered after" in log, log[-3000:]
+        if stop_during.status_code == 503:
+            board.stop(ready["id"])
+        final = board.wait(ready["id"], *ENDED, timeout=120)
+        assert final["state"] == "stopped", (final["reason"], final["evidence"])
+        _none_alive(ready["run_id"])
+        assert {k: v for k, v in lab.gpus().items() if k == 3} == {3: before[3]}
+        said = down["message"].split(". ")[0]
+        during = "stop accepted" if stop_during.status_code == 202 else "stop 503 (not recorded)"
+        return (
+            f"{ballast >> 20} MiB ballast: health down ('{said}'), start 503, {during}, "
+            "login page 200; freed: worker recovered by itself, server stopped, GPU back"
+        )
+    finally:
+        if board is not None:
+            with contextlib.suppress(Exception):
+                for pid in marker_pids_of_board(board):
+                    os.kill(pid, signal.SIGKILL)
+            board.shutdown()
+        subprocess.run(["umount", "-l", str(var)], check=False)
+        shutil.rmtree(var, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def marker_pids_of_board(board: Board) -> list[int]:
+    run_ids = {i["run_id"] for i in board.ok("GET", "/instances?limit=200")["items"]}
+    return [p for r in run_ids for p in marker_pids(r)]
+
+
+def case_17_read_only_var_dir(lab: Lab) -> str:
+    var = Path(tempfile.mkdtemp(prefix="sdt-ro-", dir="/tmp"))
+    logs = Path(tempfile.mkdtemp(prefix="sdt-ro-logs-", dir="/tmp"))
+    board = _second_board(lab.board, var, logs)
+    _mount("--bind", str(var), str(var))
+    try:
+        _mount("-o", "remount,bind,ro", str(var))
+        said = []
+        for command in (["serve", "--port", str(board.port)], ["jobworker"]):
+            done = subprocess.run(
+                [sys.executable, "manage.py", *command], cwd=ROOT, env=board.env,
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert done.returncode != 0, (command, done.stdout, done.stderr)
+            assert "specdash is at" not in done.stdout
+            wanted = f"cannot write to the var dir (SPECDASH_VAR_DIR) {var}: Read-only file system"
+            assert wanted in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr, done.stderr
+            said.append(command[0])
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(board.url + "/accounts/login/", timeout=5)
+        _mount("-o", "remount,bind,rw", str(var))
+        board.start()
+        healthy = _until_health(board, True, 30)
+        return (
+            f"{' and '.join(said)} refused to start: 'cannot write to the var dir ... Read-only "
+            f"file system', nothing listening; writable again: starts, {healthy['message']}"
+        )
+    finally:
+        board.shutdown()
+        subprocess.run(["umount", "-l", str(var)], check=False)
+        shutil.rmtree(var, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -613,6 +781,10 @@ def test_the_lifecycle_torture_every_case_survives(
     run("14 two operators, one port", "real", lambda: case_14_two_operators(lab))
     run("15 counter reset, tp-rank fan-out", "simulator's SGLang-style /metrics",
         lambda: case_15_counter_reset_and_ranks(lab, restart["running"]))  # fmt: skip
+    run("16 database full then freed", "real tmpfs of 48 MiB; real dashboard; " + SIMULATED_GPU,
+        lambda: case_16_database_full_then_freed(lab))  # fmt: skip
+    run("17 read-only var dir", "real read-only bind mount; real serve and jobworker",
+        lambda: case_17_read_only_var_dir(lab))  # fmt: skip
 
     with capsys.disabled():
         width = max(len(c) for c, *_ in table)
