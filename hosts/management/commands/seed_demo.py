@@ -104,14 +104,15 @@ def vllm_profiles() -> list[dict[str, Any]]:
     target, draft = dirs["tiny-llama-target"], dirs["tiny-llama-draft"]
     if not (python.exists() and target.is_dir() and draft.is_dir()):
         return []
-    template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
+    template = list(presets.preset_for("vllm").argv_template)
+    preset_port = presets.preset_for("vllm").port
     spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
     out = []
     for name, port, extra, speculative in (
         ("vLLM CPU baseline", 30011, [], False),
         ("vLLM CPU draft_model", 30012, ["--speculative-config", json.dumps(spec)], True),
     ):
-        subs = {"python3": str(python), "MODEL": str(target), "8000": str(port)}
+        subs = {"python3": str(python), "MODEL": str(target), str(preset_port): str(port)}
         argv = [subs.get(arg, arg) for arg in template]
         argv += ["--served-model-name", "tiny", "--max-model-len", "512", *extra]
         out.append({"name": name, "port": port, "argv": argv, "speculative": speculative})
