@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from core import roles
 from core.http import HtmxHttpRequest
 from hosts import selectors, services
-from hosts.models import ServerInstance, ServerProfile
+from hosts.models import Host, ServerInstance, ServerProfile
 
 
 @roles.viewer_required
@@ -89,3 +89,11 @@ def instance_kill_holders(request: HttpRequest, instance_id: int) -> HttpRespons
     except services.InvalidTransition as exc:
         messages.error(request, str(exc))
     return redirect("hosts:instance-detail", instance_id=instance.pk)
+
+
+@require_POST
+@roles.viewer_required
+def host_test(request: HttpRequest, host_id: int) -> HttpResponse:
+    host = get_object_or_404(Host, pk=host_id)
+    report = services.host_test_connection(host=host, user=request.user)
+    return render(request, "hosts/_probe_report.html", {"report": report, "host": host})
