@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.exit_hooks import run_exit_hooks
 from core.jobs.worker import Worker, WorkerSettings
 
 
@@ -56,7 +57,10 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         worker = Worker(worker_id=options["worker_id"], settings=settings)
-        asyncio.run(self._run(worker))
+        try:
+            asyncio.run(self._run(worker))
+        finally:
+            run_exit_hooks()  # e.g. the ssh master connections of this process (hosts)
 
     async def _run(self, worker: Worker) -> None:
         stop = asyncio.Event()
