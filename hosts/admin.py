@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -17,7 +18,9 @@ from hosts.lifecycle.probe import PROBE_TIMEOUT_S, ProbeReport, host_probe_many
 from hosts.models import Container, Engine, Host, InstanceEvent, ServerInstance, ServerProfile
 
 if TYPE_CHECKING:
+    from django.contrib.admin.filters import _ListFilterChoices
     from django.contrib.admin.options import _FieldsetSpec
+    from django.contrib.admin.views.main import ChangeList
 
 # Each test connection runs at once, bounded by PROBE_TIMEOUT_S in all: a few at a time.
 MAX_PROBES = 10
@@ -113,7 +116,21 @@ PRESET_FIELDS = ("launch_argv", "port", "readiness_path", "metrics_path")
 
 
 PROFILE_FIELDSETS: _FieldsetSpec = [
-    (None, {"fields": ["name", "engine", "host", "container", "speculative", "tags", "notes"]}),
+    (
+        None,
+        {
+            "fields": [
+                "name",
+                "engine",
+                "host",
+                "container",
+                "speculative",
+                "tags",
+                "notes",
+                "variant_of",
+            ]
+        },
+    ),
     ("Launch", {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]}),
     (
         "Readiness and endpoints",
@@ -154,11 +171,44 @@ class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
         }
 
 
+class VariantFilter(admin.SimpleListFilter):
+    """A parameter matrix's variants are hidden from the list unless asked for."""
+
+    title = "matrix variants"
+    parameter_name = "variants"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("shown", "Shown"), ("only", "Only variants")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "shown":
+            return queryset
+        if self.value() == "only":
+            return queryset.filter(variant_of__isnull=False)
+        return queryset.filter(variant_of__isnull=True)
+
+    def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
+        # The default is not "All" here: it hides the variants, and says so.
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "Hidden",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+
 @admin.register(ServerProfile)
 class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ServerProfileForm
-    list_display = ["name", "engine", "host", "container", "port", "speculative", "updated_at"]
-    list_filter = ["engine", "speculative", "host"]
+    list_display = [
+        "name", "engine", "host", "container", "port", "speculative", "variant_of", "updated_at"
+    ]  # fmt: skip
+    list_filter = [VariantFilter, "engine", "speculative", "host"]
     search_fields = ["name", "served_model_name", "notes"]
     fieldsets = PROFILE_FIELDSETS
 

@@ -243,6 +243,15 @@ class ServerProfile(models.Model):
     )
     tags = models.JSONField(default=list, blank=True, validators=[_validate_tags])
     notes = models.TextField(blank=True)
+    # A parameter matrix's variant of this base profile: listed under it, not beside it.
+    variant_of = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="variants",
+        help_text="The profile this one is a parameter-matrix variant of (listed under it)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
