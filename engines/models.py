@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -223,7 +224,18 @@ def write_pair(
 ) -> ModelPair:
     """Write target.gguf and a draft for this agreement into `out_dir` (kept if present: the
     files are a pure function of the arguments)."""
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write_pair(out_dir, agreement=agreement, seed=seed, spread=spread)
+    except BaseException:
+        # A failed first write leaves nothing behind: no empty directory that looks like models.
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _write_pair(out_dir: Path, *, agreement: float, seed: int, spread: str) -> ModelPair:
     tokens, _, _ = vocabulary()
     first_word = len(tokens) - CYCLE_LENGTH
     agrees = agreement_pattern(agreement, seed, spread=spread)
@@ -242,7 +254,11 @@ def write_pair(
     ):
         if not path.exists():
             tmp = path.with_name(path.name + ".tmp")
-            write_model(tmp, shape, next_of, name=name)
+            try:
+                write_model(tmp, shape, next_of, name=name)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             tmp.replace(path)
     return ModelPair(target=target, draft=draft, agreement=agreement, seed=seed, agrees=agrees)
 

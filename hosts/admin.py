@@ -1,15 +1,26 @@
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 
 from hosts import presets
 from hosts.lifecycle.probe import PROBE_TIMEOUT_S, ProbeReport, host_probe_many
-from hosts.models import Container, Host, InstanceEvent, ServerInstance, ServerProfile
+from hosts.models import Container, Engine, Host, InstanceEvent, ServerInstance, ServerProfile
+
+if TYPE_CHECKING:
+    from django.contrib.admin.filters import _ListFilterChoices
+    from django.contrib.admin.options import _FieldsetSpec
+    from django.contrib.admin.views.main import ChangeList
 
 # Each test connection runs at once, bounded by PROBE_TIMEOUT_S in all: a few at a time.
 MAX_PROBES = 10
@@ -100,38 +111,166 @@ class ContainerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     actions = [test_container_connection]
 
 
+# The fields an engine's preset sets, swapped in place when the engine is chosen.
+PRESET_FIELDS = ("launch_argv", "port", "readiness_path", "metrics_path")
+
+
+PROFILE_FIELDSETS: _FieldsetSpec = [
+    (
+        None,
+        {
+            "fields": [
+                "name",
+                "engine",
+                "host",
+                "container",
+                "speculative",
+                "tags",
+                "notes",
+                "variant_of",
+            ]
+        },
+    ),
+    ("Launch", {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]}),
+    (
+        "Readiness and endpoints",
+        {
+            "fields": [
+                "readiness_path",
+                "readiness_status",
+                "readiness_timeout_s",
+                "api_host",
+                "openai_base_path",
+                "served_model_name",
+                "metrics_path",
+            ]
+        },
+    ),
+]
+
+
+class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ServerProfile
+        fields = [str(name) for _, options in PROFILE_FIELDSETS for name in options["fields"]]
+        help_texts = {
+            "engine": "Choosing an engine loads its preset (launch command, port, paths) while "
+            "the launch command is still a preset's; an edited command is kept.",
+            "launch_argv": 'A JSON list, e.g. ["python3", "-m", ...]. Replace the presets\' '
+            "placeholders (MODEL, MODEL.gguf, DRAFT.gguf) before saving; {api_host} becomes the "
+            "address in API host at start. A --port in it must be the Port field's.",
+            "port": "The port the server listens on and the dashboard connects to (the "
+            "dashboard itself serves on 8000 by default: use another on the same machine).",
+            "gpu_ids": "GPU indices as nvidia-smi numbers them on this host, as a JSON list "
+            "(e.g. [0, 1]; [] for a CPU server). The server gets CUDA_VISIBLE_DEVICES=0,1 unless "
+            "Env sets it, and a start is refused while another instance holds one of them.",
+            "api_host": "The address the dashboard connects to, and what {api_host} in the launch "
+            "command binds to. Blank: the SSH host's address (127.0.0.1 for a local host). A "
+            "remote server bound to 127.0.0.1 cannot be reached from the dashboard; a container "
+            "with its own IP needs that IP here.",
+        }
+
+
+class VariantFilter(admin.SimpleListFilter):
+    """A parameter matrix's variants are hidden from the list unless asked for."""
+
+    title = "matrix variants"
+    parameter_name = "variants"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("shown", "Shown"), ("only", "Only variants")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "shown":
+            return queryset
+        if self.value() == "only":
+            return queryset.filter(variant_of__isnull=False)
+        return queryset.filter(variant_of__isnull=True)
+
+    def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
+        # The default is not "All" here: it hides the variants, and says so.
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "Hidden",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+
 @admin.register(ServerProfile)
 class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "engine", "host", "container", "port", "speculative", "updated_at"]
-    list_filter = ["engine", "speculative", "host"]
+    form = ServerProfileForm
+    list_display = [
+        "name", "engine", "host", "container", "port", "speculative", "variant_of", "updated_at"
+    ]  # fmt: skip
+    list_filter = [VariantFilter, "engine", "speculative", "host"]
     search_fields = ["name", "served_model_name", "notes"]
-    fieldsets = [
-        (None, {"fields": ["name", "engine", "host", "container", "speculative", "tags", "notes"]}),
-        (
-            "Launch",
-            {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]},
-        ),
-        (
-            "Readiness and endpoints",
-            {
-                "fields": [
-                    "readiness_path",
-                    "readiness_status",
-                    "readiness_timeout_s",
-                    "api_host",
-                    "openai_base_path",
-                    "served_model_name",
-                    "metrics_path",
-                ]
-            },
-        ),
-    ]
+    fieldsets = PROFILE_FIELDSETS
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         # ?engine=vllm on the add page pre-fills that engine's preset.
         initial: dict[str, Any] = dict(super().get_changeform_initial_data(request))
         initial.update(presets.initial_data(str(request.GET.get("engine", "sglang"))))
         return initial
+
+    def get_form(
+        self, request: HttpRequest, obj: ServerProfile | None = None, change: bool = False,
+        **kwargs: Any,
+    ) -> type[forms.ModelForm]:  # type: ignore[type-arg]  # fmt: skip
+        form: type[forms.ModelForm] = super().get_form(request, obj, change, **kwargs)  # type: ignore[type-arg]
+        if "engine" in form.base_fields:
+            form.base_fields["engine"].widget.attrs.update(
+                {
+                    "hx-get": reverse("admin:hosts_serverprofile_preset"),
+                    "hx-trigger": "change",
+                    "hx-include": "[name=launch_argv]",
+                    "hx-swap": "none",
+                }
+            )
+        return form
+
+    def get_urls(self) -> list[URLPattern]:
+        preset = path(
+            "preset/",
+            self.admin_site.admin_view(self.preset_view),
+            name="hosts_serverprofile_preset",
+        )
+        return [preset, *super().get_urls()]
+
+    def preset_view(self, request: HttpRequest) -> HttpResponse:
+        """The chosen engine's preset as out-of-band swaps of the form's fields, when the launch
+        command is still a preset's (or empty); otherwise only a note that it was kept."""
+        if not (self.has_add_permission(request) or self.has_change_permission(request)):
+            raise PermissionDenied
+        engine = request.GET.get("engine", "")
+        if engine not in Engine.values:
+            return HttpResponseBadRequest("Unknown engine.")
+        label = Engine(engine).label
+        try:
+            current = json.loads(request.GET.get("launch_argv") or "[]")
+        except ValueError:
+            current = None
+        fields: list[str] = []
+        if isinstance(current, list) and presets.is_preset_argv(current):
+            form = self.get_form(request)(initial=presets.initial_data(engine))
+            fields = [form[name].as_widget(attrs={"hx-swap-oob": "true"}) for name in PRESET_FIELDS]
+            placeholders = presets.placeholders_in(presets.preset_for(engine).argv_template)
+            note = f"Loaded the {label} preset." + (
+                f" Replace {', '.join(placeholders)} in the launch command." if placeholders else ""
+            )
+        else:
+            note = (
+                f"Kept your edited launch command and port. To load the {label} preset, empty "
+                "the launch command and choose the engine again."
+            )
+        return render(
+            request, "admin/hosts/serverprofile/_preset.html", {"note": note, "fields": fields}
+        )
 
 
 class InstanceEventInline(admin.TabularInline):  # type: ignore[type-arg]

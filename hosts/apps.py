@@ -12,3 +12,8 @@ class HostsConfig(AppConfig):
         # (server.run, server.stop, server.kill_holders) and the host telemetry job.
         import hosts.lifecycle.jobs
         import hosts.telemetry.manager  # noqa: F401
+        from core.exit_hooks import on_exit
+        from hosts.transports.ssh import close_own_masters
+
+        # The ssh master connections (ControlPersist) would outlive the dashboard by minutes.
+        on_exit(close_own_masters)

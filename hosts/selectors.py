@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, QuerySet
 
 from hosts.models import Host, InstanceEvent, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
@@ -13,7 +13,12 @@ from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 def dashboard_overview() -> dict[str, Any]:
     return {
         "hosts": list(Host.objects.prefetch_related("containers")),
-        "profiles": list(ServerProfile.objects.select_related("host", "container")),
+        # Base profiles only; a matrix's variants are counted under their base.
+        "profiles": list(
+            ServerProfile.objects.filter(variant_of__isnull=True)
+            .select_related("host", "container")
+            .annotate(variant_count=Count("variants"))
+        ),
         "running_instances": list(
             ServerInstance.objects.filter(state__in=sorted(HOLDING_STATES)).select_related(
                 "profile", "host"
@@ -27,10 +32,18 @@ def instance_list() -> QuerySet[ServerInstance]:
 
 
 def profiles_with_active_instance() -> list[ServerProfile]:
+    """The base profiles (not a matrix's variants), each with its holding instances in
+    ``active_instances`` and its variants, with theirs, in ``variant_list``."""
     active = ServerInstance.objects.filter(state__in=sorted(HOLDING_STATES))
+    with_active = Prefetch("instances", queryset=active, to_attr="active_instances")
+    variants = ServerProfile.objects.select_related("host", "container").prefetch_related(
+        with_active
+    )
     return list(
-        ServerProfile.objects.select_related("host", "container").prefetch_related(
-            Prefetch("instances", queryset=active, to_attr="active_instances")
+        ServerProfile.objects.filter(variant_of__isnull=True)
+        .select_related("host", "container")
+        .prefetch_related(
+            with_active, Prefetch("variants", queryset=variants, to_attr="variant_list")
         )
     )
 

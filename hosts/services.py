@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -13,7 +14,15 @@ from core import realtime
 from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
-from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
+from hosts.lifecycle.probe import ProbeReport, host_probe
+from hosts.models import (
+    GpuClaim,
+    Host,
+    InstanceEvent,
+    InstanceState,
+    ServerInstance,
+    ServerProfile,
+)
 from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
 
 # The acting user (or None for the system): any object with ``is_authenticated``.
@@ -30,6 +39,14 @@ class InvalidTransition(Exception):
 
 def _actor(user: User) -> Any:
     return user if user is not None and user.is_authenticated else None
+
+
+def host_test_connection(*, host: Host, user: Any) -> ProbeReport:
+    """Test connection to a host (the admin action's probe, with a hint per failure class),
+    for a user who may change hosts: it runs commands on the host as the dashboard."""
+    if not user.has_perm("hosts.change_host"):
+        raise PermissionDenied("Testing a connection needs the right to change hosts.")
+    return host_probe(host=host)
 
 
 def instance_lock_key(instance_id: int) -> str:

@@ -8,6 +8,7 @@ app_name = "hosts"
 
 urlpatterns = [
     path("", views.server_list, name="server-list"),
+    path("hosts/<int:host_id>/test/", views.host_test, name="host-test"),
     path("profiles/<int:profile_id>/start/", views.profile_start, name="profile-start"),
     path("instances/<int:instance_id>/", views.instance_detail, name="instance-detail"),
     path("instances/<int:instance_id>/stop/", views.instance_stop, name="instance-stop"),

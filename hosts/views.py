@@ -11,7 +11,7 @@ from core import roles
 from core.http import HtmxHttpRequest
 from core.jobs.health import WorkerUnavailable
 from hosts import selectors, services
-from hosts.models import ServerInstance, ServerProfile
+from hosts.models import Host, ServerInstance, ServerProfile
 
 
 @roles.viewer_required
@@ -93,3 +93,11 @@ def instance_kill_holders(request: HttpRequest, instance_id: int) -> HttpRespons
     except services.InvalidTransition as exc:
         messages.error(request, str(exc))
     return redirect("hosts:instance-detail", instance_id=instance.pk)
+
+
+@require_POST
+@roles.viewer_required
+def host_test(request: HttpRequest, host_id: int) -> HttpResponse:
+    host = get_object_or_404(Host, pk=host_id)
+    report = services.host_test_connection(host=host, user=request.user)
+    return render(request, "hosts/_probe_report.html", {"report": report, "host": host})

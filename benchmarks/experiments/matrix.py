@@ -259,6 +259,7 @@ def variant_profile(
         launch_argv=argv,
         speculative=speculative,
         notes=notes or f"Variant of {base.name} (#{base.pk}): {suffix}.",
+        variant_of=base.variant_of or base,
         **{field: getattr(base, field) for field in _COPIED},
     )
     try:

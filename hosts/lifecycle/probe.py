@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import Container, ContainerKind, Host, ServerProfile
+from hosts.models import Container, ContainerKind, Host, HostKind, ServerProfile
 from hosts.transports import CommandTimeout, HopError, TransportError
 
 PROBE_TIMEOUT_S = 20.0
@@ -37,6 +37,8 @@ class ProbeReport:
     hop_index: int | None = None
     hop_description: str = ""
     stderr_tail: str = ""
+    failure: str = ""  # a FAILURE_CLASSES key when the failure is one of those
+    hint: str = ""  # what to change, for that class
 
     @property
     def gpus(self) -> list[str]:
@@ -54,6 +56,72 @@ class ProbeReport:
     def engines(self) -> list[tuple[str, dict[str, Any]]]:
         """(interpreter, {package: version or None}) for each interpreter asked."""
         return sorted((self.facts.get("engines") or {}).items())
+
+
+# What ssh (OpenSSH 9/10) prints for each class of first-hop failure, in the order they are
+# told apart: a missing key file is followed by "Permission denied", so it is tested first.
+FAILURE_CLASSES: dict[str, tuple[str, ...]] = {
+    "host_key": (
+        "host key verification failed",
+        "remote host identification has changed",
+        "host key is known for",
+        "no matching key in known_hosts",
+    ),
+    "key_file": (
+        "identity file",
+        "load key",
+        "unprotected private key file",
+        "bad permissions",
+    ),
+    "auth": ("permission denied", "too many authentication failures", "invalid user"),
+    "unreachable": (
+        "connection refused",
+        "connection timed out",
+        "no route to host",
+        "network is unreachable",
+        "could not resolve hostname",
+        "name or service not known",
+    ),
+}
+
+
+def failure_class(report: ProbeReport) -> str:
+    """The FAILURE_CLASSES key a failed probe's messages match, or "" (another failure)."""
+    if report.ok:
+        return ""
+    text = f"{report.error}\n{report.stderr_tail}".lower()
+    for name, markers in FAILURE_CLASSES.items():
+        if any(marker in text for marker in markers):
+            return name
+    return ""
+
+
+def failure_hint(kind: str, host: Host) -> str:
+    """What to change, in the host's own terms, for one class of failure."""
+    where = f"{host.address}:{host.ssh_port}"
+    known_hosts = host.known_hosts_file or "~/.ssh/known_hosts of the dashboard's user"
+    hints = {
+        "host_key": (
+            f"The host key of {where} is unknown or has changed. Check the key's fingerprint "
+            f"with the host's administrator, then add it to {known_hosts} (ssh-keyscan -p "
+            f"{host.ssh_port} {host.address}), or set the host's known-hosts policy."
+        ),
+        "key_file": (
+            f"The identity file {host.identity_file or '(default)'} cannot be used: it must "
+            "exist on the dashboard's machine, be readable by the user the dashboard runs as, "
+            "and be a private key with mode 600."
+        ),
+        "auth": (
+            f"{where} refused the login of user {host.ssh_user or '(the dashboard user)'}: "
+            "check the SSH user, and that the public half of the identity file is in that "
+            "user's ~/.ssh/authorized_keys on the host."
+        ),
+        "unreachable": (
+            f"Nothing answered SSH at {where}: check the address and SSH port, that sshd runs "
+            "there, and that no firewall or jump host is in the way."
+        ),
+    }
+    return hints.get(kind, "")
 
 
 @dataclass(frozen=True)
@@ -140,7 +208,13 @@ def host_probe_many(
             prepared.append(_target(host, container))
         except TransportError as exc:
             prepared.append(_refused(str(container) if container is not None else str(host), exc))
-    return async_to_sync(_aprobe_many)(prepared, timeout)
+    reports = async_to_sync(_aprobe_many)(prepared, timeout)
+    for report, (host, _) in zip(reports, targets, strict=True):
+        # Only the first hop is the host's own SSH; a container hop's failure has its own words.
+        if host.kind == HostKind.SSH and report.hop_index in (None, 1):
+            report.failure = failure_class(report)
+            report.hint = failure_hint(report.failure, host)
+    return reports
 
 
 def host_probe(

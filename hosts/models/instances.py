@@ -121,6 +121,18 @@ class ServerInstance(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def can_stop(self) -> bool:
+        """A Stop does something: a stop or a verified clean-up is still to come (not once
+        stopped, nor while a stop runs)."""
+        return InstanceState.STOPPING in TRANSITIONS[self.state]
+
+    @property
+    def can_start_again(self) -> bool:
+        """Ended: its profile may be started again (the start's preflight still checks that
+        the port and GPUs are free)."""
+        return self.state in TERMINAL_STATES
+
+    @property
     def base_url(self) -> str:
         address = self.profile.api_host or (
             self.host.address if self.host.kind == "ssh" else "127.0.0.1"

@@ -243,6 +243,15 @@ class ServerProfile(models.Model):
     )
     tags = models.JSONField(default=list, blank=True, validators=[_validate_tags])
     notes = models.TextField(blank=True)
+    # A parameter matrix's variant of this base profile: listed under it, not beside it.
+    variant_of = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="variants",
+        help_text="The profile this one is a parameter-matrix variant of (listed under it)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -267,8 +276,30 @@ class ServerProfile(models.Model):
                 errors[field] = "Paths start with '/'."
         if not 100 <= self.readiness_status <= 599:
             errors["readiness_status"] = "An HTTP status code is between 100 and 599."
+        errors.update(self._launch_argv_errors())
         if errors:
             raise ValidationError(errors)
+
+    def _launch_argv_errors(self) -> dict[str, str]:
+        # The Port field is what the dashboard connects to and claims; a launch command that
+        # listens elsewhere would wait out its readiness timeout, so the two must agree.
+        if not isinstance(self.launch_argv, list):
+            return {}  # _validate_argv reports the shape
+        argv = [str(arg) for arg in self.launch_argv]
+        errors: dict[str, str] = {}
+        placeholders = presets.placeholders_in(argv)
+        if placeholders:
+            errors["launch_argv"] = " ".join(
+                f"Replace the placeholder {name} with {presets.PLACEHOLDERS[name]}."
+                for name in dict.fromkeys(placeholders)
+            )
+        written = presets.argv_port(argv)
+        if written is not None and self.port and written != str(self.port):
+            errors["port"] = (
+                f"The Port field says {self.port} but the launch command has --port {written}: "
+                "make them agree (the dashboard connects to the Port field's port)."
+            )
+        return errors
 
     def apply_preset_defaults(self) -> None:
         """Fill blank fields from the engine's preset (port, readiness path, argv template)."""

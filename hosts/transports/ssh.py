@@ -6,7 +6,9 @@ import os
 import re
 import shlex
 import stat
+import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -59,6 +61,10 @@ def _reason(stderr: str) -> str | None:
             detail = next((g for g in match.groups() if g), match.group(0))
             return reason.format(detail.strip())
     return None
+
+
+# The control sockets this process's transports have named: its masters, if any answer.
+_SOCKETS_USED: set[Path] = set()
 
 
 def default_control_dir() -> Path:
@@ -150,6 +156,7 @@ class SSHTransport(Hop):
         control = validation.option_path(str(self.control_dir), "control directory")
         if len(str(self.control_dir)) + 1 + CONTROL_NAME_LEN > UNIX_PATH_MAX:
             raise TransportConfigError(f"ssh control directory path too long: {self.control_dir}")
+        _SOCKETS_USED.add(Path(control) / self.control_name())
         return [
             "-o", "ControlMaster=auto",
             "-o", f"ControlPath={control}/{self.control_name()}",
@@ -160,8 +167,11 @@ class SSHTransport(Hop):
         """The master socket's name: a digest of everything that decides how the connection
         is made. ssh's own ``%C`` covers only host, port, user and jump, so two host entries
         differing in identity or known_hosts settings would share one master, and the
-        second would run over the first's connection without its own checks."""
+        second would run over the first's connection without its own checks. The process id
+        makes the master this process's own: it closes its masters as it exits
+        (``close_own_masters``), which must not cut another process's sessions."""
         settings = [
+            os.getpid(),
             self.host,
             self.user,
             self.port,
@@ -213,3 +223,42 @@ class SSHTransport(Hop):
     async def close(self) -> None:
         """Stop the master connection, if one is running."""
         await self.control("exit")
+
+
+def master_pid(socket_path: Path, *, ssh_path: str = "ssh", timeout: float = 5) -> int | None:
+    """The pid of the master connection listening on ``socket_path``, or None (none answers)."""
+    try:
+        check = subprocess.run(
+            [ssh_path, "-o", f"ControlPath={socket_path}", "-O", "check", "specdash-master"],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"pid=(\d+)", check.stderr)
+    return int(match.group(1)) if match else None
+
+
+def close_own_masters(*, ssh_path: str = "ssh", timeout: float = 5) -> list[int]:
+    """Ask each master connection this process's transports named (``ssh -O exit``) to exit,
+    wait for them to go, and return their pids. Synchronous: for a process on its way out.
+    The sockets' names hold this process's id (``control_name``), so no other process's
+    master (a job worker beside a web process) is among them."""
+    closed = []
+    for socket_path in sorted(_SOCKETS_USED):
+        pid = master_pid(socket_path, ssh_path=ssh_path, timeout=timeout)
+        if pid is None:
+            continue
+        try:
+            subprocess.run(
+                [ssh_path, "-o", f"ControlPath={socket_path}", "-O", "exit", "specdash-master"],
+                capture_output=True, timeout=timeout, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        closed.append(pid)
+    # "Exit request sent." comes before the master has gone: wait for each (not our children,
+    # so there is no zombie to reap), so the caller's process exits after them.
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() for pid in closed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return closed

@@ -13,7 +13,19 @@
     return part ? part.dataset.state : null;
   }
 
+  // "waiting: ..." describes a start in progress; once the state has moved past it (ready,
+  // failed, stopped, ...) the line goes, and a readiness event arriving late does not bring
+  // it back.
+  const WAITING_STATES = ["starting", "loading"];
+  let current = rendered();
+
+  function setReadiness(text) {
+    document.getElementById("instance-readiness").textContent = text;
+  }
+
   function setState(instance) {
+    current = instance.state;
+    if (WAITING_STATES.indexOf(current) < 0) setReadiness("");
     const el = document.getElementById("instance-state");
     el.textContent = instance.state;
     el.className = "state state-" + instance.state;
@@ -50,8 +62,8 @@
       log.scrollTop = log.scrollHeight;
     },
     "instance.readiness": function (message) {
-      document.getElementById("instance-readiness").textContent =
-        "waiting: " + message.stage + " " + (message.detail || "");
+      if (WAITING_STATES.indexOf(current) < 0) return;
+      setReadiness("waiting: " + message.stage + " " + (message.detail || ""));
     },
   });
 })();

@@ -171,11 +171,23 @@
     document.body.dispatchEvent(new CustomEvent("sweep-level"));
   }
 
+  // The table is rendered with the page; levels that started or finished before the socket
+  // was subscribed come only in its snapshot (a short sweep can finish in between), so the
+  // table is fetched again when the snapshot holds a level it does not show as it is.
+  function tableBehind(snapshotLevels) {
+    const shown = new Map();
+    document.querySelectorAll("[data-testid=level-row]").forEach(function (row) {
+      shown.set(Number(row.dataset.level), row.dataset.state);
+    });
+    return snapshotLevels.some(function (l) { return shown.get(l.index) !== l.state; });
+  }
+
   window.specdashLive.connect(config.wsPath, {
     "snapshot": function (message) {
       build(message);
       showState(message.sweep);
       showProgress(message.progress, message.sweep.finished);
+      if (tableBehind(message.levels)) refreshTable();
     },
     "sweep.samples": function (message) {
       addSamples(message.samples.filter(function (s) {

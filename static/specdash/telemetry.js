@@ -210,11 +210,31 @@
       });
       node.replaceChildren.apply(node, cells);
     }
+    // "waiting for nvidia-smi" must not stay forever: once the host's own load readings
+    // arrive (the host answers) and no GPU reading follows within NO_GPU_AFTER_MS (a working
+    // nvidia-smi streams one a second), the strip says so and where to find the cause; a GPU
+    // reading arriving later replaces the message.
+    const NO_GPU_AFTER_MS = 10000;
+    let sawGpu = false;
+    let noGpuTimer = null;
+    function noGpu() {
+      if (sawGpu) return;
+      const note = document.createElement("span");
+      note.className = "muted";
+      note.dataset.testid = "gpu-strip-none";
+      note.textContent = "No GPU readings: nvidia-smi gave none on this host (not installed, " +
+        "or no NVIDIA GPU). The host answers; Test connection shows what nvidia-smi said.";
+      node.replaceChildren(note);
+    }
     function latest(message, live) {
       const gpu = message.samples.filter(function (s) { return s.k === "gpu"; });
       if (gpu.length) {
+        sawGpu = true;
         render(gpu[gpu.length - 1]);
         if (live) recordLatency(gpu[gpu.length - 1].t);
+      } else if (!sawGpu && noGpuTimer === null &&
+                 message.samples.some(function (s) { return s.k === "host"; })) {
+        noGpuTimer = window.setTimeout(noGpu, NO_GPU_AFTER_MS);
       }
     }
     window.specdashLive.connect(node.dataset.ws, {

@@ -15,8 +15,10 @@ def test_anonymous_visit_redirects_to_login_and_login_shows_the_dashboard(
     assert "/accounts/login/" in page.url
     login(page, dashboard)
     expect(page.locator("h1")).to_have_text("Dashboard")
-    expect(page.get_by_text("Simulated SGLang baseline")).to_be_visible()
-    expect(page.get_by_text("Simulated SGLang EAGLE-3")).to_be_visible()
+    # In the profiles card (the recent sweeps and experiments may name them too).
+    profiles = page.locator("section", has=page.get_by_role("heading", name="Server profiles"))
+    expect(profiles.get_by_text("Simulated SGLang baseline")).to_be_visible()
+    expect(profiles.get_by_text("Simulated SGLang EAGLE-3")).to_be_visible()
     expect(page.locator("nav")).to_contain_text("Servers")
     expect(page.locator("nav")).to_contain_text("Experiments")
 

@@ -35,3 +35,18 @@ def test_seed_demo_offers_a_llamacpp_baseline_and_draft_pair_beside_the_simulate
         and Path(draft.launch_argv[draft.launch_argv.index("-md") + 1]).is_file()
     )
     assert "--metrics" in draft.launch_argv and draft.metrics_path == "/metrics"
+
+
+def test_a_failed_first_model_write_leaves_no_models_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from engines import models
+
+    def fail(path: Path, *args: object, **kwargs: object) -> None:
+        path.write_bytes(b"half a header")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(models, "write_model", fail)
+    with pytest.raises(OSError, match="disk full"):
+        models.write_pair(tmp_path / "models")
+    assert not (tmp_path / "models").exists()

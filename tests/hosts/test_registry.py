@@ -89,7 +89,8 @@ def test_engine_presets_fill_known_defaults() -> None:
     assert sglang["port"] == 30000
     assert sglang["readiness_path"] == "/health"
     assert "--enable-metrics" in sglang["launch_argv"]  # type: ignore[operator]
-    assert presets.initial_data("vllm")["port"] == 8000
+    vllm = presets.initial_data("vllm")
+    assert vllm["port"] == 8100 and "8100" in vllm["launch_argv"]  # type: ignore[operator]
 
 
 @pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_apply_preset_defaults_only_fills_blanks(local_host: Host) -> None:
         name="v", host=local_host, engine="vllm", port=0, readiness_path="", launch_argv=[]
     )
     profile.apply_preset_defaults()
-    assert profile.port == 8000
+    assert profile.port == 8100
     # The module, which starts the CPU build too (its `vllm serve` script cannot).
     assert profile.launch_argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert profile.launch_argv[profile.launch_argv.index("--host") + 1] == "{api_host}"
@@ -113,7 +114,7 @@ def test_apply_preset_defaults_only_fills_blanks(local_host: Host) -> None:
 def test_admin_add_form_is_prefilled_from_the_engine_preset(admin_client: Any) -> None:
     response = admin_client.get("/admin/hosts/serverprofile/add/?engine=vllm")
     assert response.status_code == 200
-    assert b'value="8000"' in response.content
+    assert b'value="8100"' in response.content
 
 
 @pytest.mark.django_db
@@ -124,3 +125,42 @@ def test_admin_change_lists_render(admin_client: Any, local_host: Host) -> None:
         assert admin_client.get(f"/admin/core/{model}/").status_code == 200
     for model in ("sweep", "experiment"):
         assert admin_client.get(f"/admin/benchmarks/{model}/").status_code == 200
+
+
+def test_no_preset_listens_on_the_dashboards_default_port() -> None:
+    from core.management.commands.serve import Command as Serve
+
+    dashboard_port = Serve().create_parser("manage.py", "serve").get_default("port")
+    assert dashboard_port == 8000
+    for engine, preset in presets.PRESETS.items():
+        assert preset.port != dashboard_port, engine
+        assert presets.argv_port(preset.argv_template) in (None, str(preset.port)), engine
+
+
+@pytest.mark.django_db
+def test_a_port_field_that_disagrees_with_the_launch_command_is_refused_naming_both(
+    local_host: Host,
+) -> None:
+    argv = ["python3", "-m", "benchlib.simulator", "--port", "30000"]
+    with pytest.raises(ValidationError) as refused:
+        _profile(local_host, port=30001, launch_argv=argv).full_clean()
+    message = refused.value.message_dict["port"][0]
+    assert "30001" in message and "--port 30000" in message
+    with pytest.raises(ValidationError, match="--port 30000"):
+        _profile(local_host, port=30001, launch_argv=[*argv[:3], "--port=30000"]).full_clean()
+    _profile(local_host, port=30000, launch_argv=argv).full_clean()
+    _profile(local_host, port=30001, launch_argv=argv[:3]).full_clean()  # no --port: no claim
+
+
+@pytest.mark.django_db
+def test_a_preset_placeholder_is_refused_until_it_is_replaced(local_host: Host) -> None:
+    preset = presets.preset_for("llamacpp")
+    with pytest.raises(ValidationError) as refused:
+        _profile(local_host, port=preset.port, launch_argv=preset.argv_template).full_clean()
+    message = refused.value.message_dict["launch_argv"][0]
+    assert "MODEL.gguf" in message and "DRAFT.gguf" in message
+    replaced = [
+        {"MODEL.gguf": "/m/target.gguf", "DRAFT.gguf": "/m/draft.gguf"}.get(a, a)
+        for a in preset.argv_template
+    ]
+    _profile(local_host, port=preset.port, launch_argv=replaced).full_clean()

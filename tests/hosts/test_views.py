@@ -3,6 +3,7 @@ state moves on, so an htmx request gets that fragment alone, behind the same rol
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -98,3 +99,34 @@ def test_the_fragment_of_an_unknown_instance_is_404(client: Client, viewer: User
     client.force_login(viewer)
     response = client.get(reverse("hosts:instance-detail", args=[999_999]), **HTMX)  # type: ignore[arg-type]
     assert response.status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("state", "stop", "start_again"),
+    [
+        (InstanceState.STARTING, "Stop", False),
+        (InstanceState.READY, "Stop", False),
+        (InstanceState.STOPPING, None, False),
+        (InstanceState.DIRTY, "Stop", False),
+        (InstanceState.STOPPED, None, True),
+        (InstanceState.FAILED, "Clean up (verified stop)", True),
+        (InstanceState.CRASHED, "Clean up (verified stop)", True),
+    ],
+)
+def test_the_swapped_fragment_offers_only_the_actions_the_state_allows(
+    client: Client,
+    operator: User,
+    instance: ServerInstance,
+    state: str,
+    stop: str | None,
+    start_again: bool,
+) -> None:
+    ServerInstance.objects.filter(pk=instance.pk).update(state=state)
+    client.force_login(operator)
+    page = client.get(_url(instance), **HTMX).content.decode()  # type: ignore[arg-type]
+    stop_button = re.search(r'data-testid="stop">([^<]+)</button>', page)
+    assert (stop_button.group(1) if stop_button else None) == stop
+    start = reverse("hosts:profile-start", args=[instance.profile_id])
+    assert ('data-testid="start-again"' in page) is start_again
+    assert (f'action="{start}"' in page) is start_again

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.exit_hooks import run_exit_hooks
 from core.jobs.worker import Worker, WorkerSettings
 from core.startup import startup_message, startup_problems
 
@@ -60,7 +61,10 @@ class Command(BaseCommand):
         problems = startup_problems(worker=worker)
         if problems:
             raise CommandError(startup_message(problems))
-        asyncio.run(self._run(worker))
+        try:
+            asyncio.run(self._run(worker))
+        finally:
+            run_exit_hooks()  # e.g. the ssh master connections of this process (hosts)
 
     async def _run(self, worker: Worker) -> None:
         stop = asyncio.Event()

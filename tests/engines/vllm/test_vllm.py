@@ -52,7 +52,7 @@ def vllm_profile(
     """The vLLM preset as the admin form fills it, with the venv's python and the model."""
     port = free_port()
     template: list[str] = list(presets.initial_data("vllm")["launch_argv"])  # type: ignore[call-overload]
-    subs = {"python3": str(VLLM_PY), "MODEL": str(target), "8000": str(port)}
+    subs = {"python3": str(VLLM_PY), "MODEL": str(target), "8100": str(port)}
     argv = [subs.get(arg, arg) for arg in template]
     argv += ["--served-model-name", "tiny", "--max-model-len", "512", "--max-num-seqs", "8"]
     if spec is not None:

@@ -13,8 +13,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from hosts.lifecycle.probe import host_probe
-from hosts.models import Host, HostKind
+from hosts.lifecycle.probe import host_probe, host_probe_many
+from hosts.models import Host, HostKind, ServerProfile
 from tests.fixtures.ports import free_port
 from tests.hosts.lifecycle.conftest import RUNNING_CT, pct_container
 
@@ -127,3 +127,54 @@ def test_a_stored_value_the_transport_refuses_fails_only_its_own_report(
     assert "cannot build the connection: unusable identity path" in bad_report
     assert 'data-testid="probe-ok"' in good_report
     assert not marker.exists()
+
+
+@pytest.mark.sshd
+def test_each_ssh_failure_class_gets_its_own_hint(sshd: Any, ssh_host: Any, tmp_path: Any) -> None:
+    unknown = tmp_path / "known_hosts"
+    unknown.write_text("")
+    cases = {
+        "host_key": (ssh_host(sshd, known_hosts_file=str(unknown)), str(unknown)),
+        "auth": (ssh_host(sshd, ssh_user="nosuchuser"), "user nosuchuser"),
+        "key_file": (ssh_host(sshd, identity_file=str(tmp_path / "gone")), str(tmp_path / "gone")),
+        "unreachable": (ssh_host(sshd, ssh_port=free_port()), "Nothing answered SSH"),
+    }
+    reports = host_probe_many(targets=[(host, None) for host, _ in cases.values()])
+    for (failure, (_, named)), report in zip(cases.items(), reports, strict=True):
+        assert not report.ok
+        assert report.failure == failure, (failure, report.error, report.stderr_tail)
+        assert named in report.hint, report.hint
+    assert len({r.hint for r in reports}) == 4
+    # A reachable host has no failure and no hint.
+    fine = host_probe(host=ssh_host(sshd))
+    assert fine.ok and (fine.failure, fine.hint) == ("", "")
+
+
+@pytest.mark.sshd
+def test_the_overview_offers_test_connection_and_shows_the_hint(
+    admin_client: Client, sshd: Any, ssh_host: Any
+) -> None:
+    host = ssh_host(sshd, ssh_user="nosuchuser")
+    overview = admin_client.get("/").content.decode()
+    assert f'data-testid="test-connection-{host.name}"' in overview
+    url = reverse("hosts:host-test", args=[host.pk])
+    assert f'hx-post="{url}"' in overview
+    page = admin_client.post(url).content.decode()
+    assert 'data-testid="probe-failed"' in page and 'data-failure="auth"' in page
+    assert "refused the login of user nosuchuser" in page
+    # The Servers page lists the hosts its profiles are on, each with the same button.
+    ServerProfile.objects.create(
+        name="on ssh", host=host, launch_argv=["python3", "-m", "x"], port=free_port()
+    )
+    servers = admin_client.get(reverse("hosts:server-list")).content.decode()
+    assert f'data-testid="test-connection-{host.name}"' in servers
+
+
+def test_testing_from_the_pages_needs_the_right_to_change_hosts(
+    operator: Any, local_host: Host
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    url = reverse("hosts:host-test", args=[local_host.pk])
+    assert url not in client.get("/").content.decode()
+    assert client.post(url).status_code == 403
