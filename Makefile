@@ -57,19 +57,22 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy .
 
+# Every pytest stage prints its 30 slowest tests (and `make test` the 30 slowest of the run).
+DURATIONS := --durations=30
+
 # Browser tests run in their own invocation: Playwright's sync API leaves an event loop
 # running that would break the asyncio tests after it.
 pytest: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m "not browser and not vllm"
+	$(VENV)/bin/pytest $(DURATIONS) -m "not browser and not vllm"
 
 # The load generator's tests again with the machine's monotonic clock started just below 2^24 s
 # and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
 pytest-clock: $(VENV)/.dev-installed
-	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
-	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
+	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider tests/benchlib/loadgen
+	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider tests/benchlib/loadgen
 
 pytest-browser: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m browser
+	$(VENV)/bin/pytest $(DURATIONS) -m browser
 
 # The lifecycle torture alone, with its table of case -> outcome on the terminal.
 torture: $(VENV)/.dev-installed
@@ -77,7 +80,7 @@ torture: $(VENV)/.dev-installed
 
 # The real vLLM (CPU build): three server starts of 1-5 minutes each on 2 cores.
 pytest-vllm: $(VENV)/.dev-installed engines-vllm
-	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest -m vllm
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest $(DURATIONS) -m vllm
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 
