@@ -9,11 +9,11 @@ PORT ?= 8000
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	scripts/retry.sh 3 $(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
 $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-installed
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	scripts/retry.sh 3 $(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
 # exec: make's child is the dashboard itself, which shuts down when make dies (even by SIGKILL).
