@@ -65,11 +65,19 @@ DURATIONS := --durations=30
 pytest: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest $(DURATIONS) -m "not browser and not vllm"
 
-# The load generator's tests again with the machine's monotonic clock started just below 2^24 s
-# and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
+# Every package that compares times, again with the machine's monotonic clock started just
+# below 2^24 s and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
+# The load generator (its multi-process merge included), the simulator, the statistics and the
+# distributed sweep's shard merge (the pure tests of test_distributed.py; the one that starts
+# workers runs in `pytest`). All but the load generator were added in 2026-12: about 95 s per
+# clock (3 minutes for both) measured on a busy 2-core machine (docs/testing.md).
+CLOCK_TESTS := tests/benchlib/loadgen tests/benchlib/simulator tests/benchlib/stats \
+	tests/benchmarks/sweeps/test_shard_events.py \
+	tests/scaled/test_distributed.py -k "not sweep_level_above_the_streams_per_process"
+
 pytest-clock: $(VENV)/.dev-installed
-	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider tests/benchlib/loadgen
-	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider tests/benchlib/loadgen
+	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
+	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
 
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest $(DURATIONS) -m browser

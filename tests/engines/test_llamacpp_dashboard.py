@@ -30,6 +30,9 @@ from tests.fixtures.ports import free_port
 pytestmark = [pytest.mark.llamacpp, pytest.mark.django_db(transaction=True)]
 
 MAX_TOKENS = 64
+# A wait inside a test stays under the test's own timeout (pytest's 120 s here), so a hang fails
+# with the wait's message rather than in pytest-timeout's kill.
+INNER_WAIT_S = 100
 
 
 @pytest.fixture
@@ -158,7 +161,7 @@ async def test_sweep_levels_show_llamacpps_accept_length_and_its_token_count(
     sweep = await sync_to_async(sweep_services.sweep_create)(
         instance=instance, levels=[1, 2, 4], load=load
     )
-    await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=180)
+    await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=INNER_WAIT_S)
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.state == SweepState.COMPLETED, sweep.reason
     expected = tiny_models[agreement].expected(n_max=N_MAX, max_tokens=MAX_TOKENS).accept_length
@@ -212,7 +215,7 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     experiment = await sync_to_async(experiment_services.experiment_create)(
         profiles=[baseline, draft], levels=[1, 2], load=load, check_output_equivalence=True
     )
-    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=300)
+    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=INNER_WAIT_S)
     experiment = await Experiment.objects.aget(pk=experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED, experiment.reason
     steps = await sync_to_async(_steps)(experiment.pk)
