@@ -9,11 +9,11 @@ PORT ?= 8000
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	scripts/retry.sh 3 $(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
 $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.runtime-installed
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	scripts/retry.sh 3 $(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
 # startcheck: a read-only var dir or a full disk is said at once (serve checks the database too).
@@ -59,19 +59,30 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy .
 
+# Every pytest stage prints its 30 slowest tests (and `make test` the 30 slowest of the run).
+DURATIONS := --durations=30
+
 # Browser tests run in their own invocation: Playwright's sync API leaves an event loop
 # running that would break the asyncio tests after it.
 pytest: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m "not browser and not vllm"
+	$(VENV)/bin/pytest $(DURATIONS) -m "not browser and not vllm"
 
-# The load generator's tests again with the machine's monotonic clock started just below 2^24 s
-# and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
+# Every package that compares times, again with the machine's monotonic clock started just
+# below 2^24 s and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
+# The load generator (its multi-process merge included), the simulator, the statistics and the
+# distributed sweep's shard merge (the pure tests of test_distributed.py; the one that starts
+# workers runs in `pytest`). All but the load generator were added in 2026-12: about 95 s per
+# clock (3 minutes for both) measured on a busy 2-core machine (docs/testing.md).
+CLOCK_TESTS := tests/benchlib/loadgen tests/benchlib/simulator tests/benchlib/stats \
+	tests/benchmarks/sweeps/test_shard_events.py \
+	tests/scaled/test_distributed.py -k "not sweep_level_above_the_streams_per_process"
+
 pytest-clock: $(VENV)/.dev-installed
-	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
-	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest -q -p no:cacheprovider tests/benchlib/loadgen
+	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
+	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
 
 pytest-browser: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -m browser
+	$(VENV)/bin/pytest $(DURATIONS) -m browser
 
 # The lifecycle torture alone, with its table of case -> outcome on the terminal.
 torture: $(VENV)/.dev-installed
@@ -79,7 +90,7 @@ torture: $(VENV)/.dev-installed
 
 # The real vLLM (CPU build): three server starts of 1-5 minutes each on 2 cores.
 pytest-vllm: $(VENV)/.dev-installed engines-vllm
-	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest -m vllm
+	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest $(DURATIONS) -m vllm
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 

@@ -25,6 +25,8 @@ DEST="$CACHE/llama.cpp-$LLAMA_CPP_PYTHON_VERSION"
 BIN="$DEST/bin/llama-server"
 JOBS="${SPECDASH_BUILD_JOBS:-2}"
 PYTHON="${PYTHON:-python3}"
+# Downloads (apt, the sdist) are retried: scripts/retry.sh.
+RETRY="$(cd "$(dirname "$0")" && pwd)/../scripts/retry.sh"
 
 if [ -x "$BIN" ]; then
   echo "$BIN"
@@ -42,8 +44,8 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  "$RETRY" 3 apt-get update -qq
+  "$RETRY" 3 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 mkdir -p "$CACHE"
@@ -54,8 +56,8 @@ start=$(date +%s)
 if [ -n "${SPECDASH_LLAMA_SOURCE:-}" ]; then
   SRC="$SPECDASH_LLAMA_SOURCE"
 else
-  "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-    -d "$WORK/sdist" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  "$RETRY" 3 "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps \
+    --no-binary :all: -d "$WORK/sdist" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
   tar -xzf "$WORK"/sdist/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz -C "$WORK"
   SRC="$WORK/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
 fi

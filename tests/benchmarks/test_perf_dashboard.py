@@ -43,7 +43,7 @@ def test_it_serves_the_login_page_and_ends_the_process_group(tmp_path: Path) -> 
     env = _env(tmp_path)
     migrated = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=90,  # under the test's 120 s
     )  # fmt: skip
     assert migrated.returncode == 0, migrated.stderr
     port = free_port()

@@ -30,6 +30,9 @@ from tests.fixtures.ports import free_port
 pytestmark = [pytest.mark.llamacpp, pytest.mark.django_db(transaction=True)]
 
 MAX_TOKENS = 64
+# A wait inside a test stays under the test's own timeout (pytest's 120 s here), so a hang fails
+# with the wait's message rather than in pytest-timeout's kill.
+INNER_WAIT_S = 100
 
 
 @pytest.fixture
@@ -158,7 +161,7 @@ async def test_sweep_levels_show_llamacpps_accept_length_and_its_token_count(
     sweep = await sync_to_async(sweep_services.sweep_create)(
         instance=instance, levels=[1, 2, 4], load=load
     )
-    await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=180)
+    await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=INNER_WAIT_S)
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.state == SweepState.COMPLETED, sweep.reason
     expected = tiny_models[agreement].expected(n_max=N_MAX, max_tokens=MAX_TOKENS).accept_length
@@ -176,6 +179,28 @@ async def test_sweep_levels_show_llamacpps_accept_length_and_its_token_count(
     await stop_verified(instance)
 
 
+# How far the comparison's ratio (the client's output tokens per second over each level) may be
+# from the same ratio by the servers' counters over their scrape-to-scrape interval: the two
+# intervals differ by the scrapes at each end (tens of ms on levels of a few seconds).
+RATIO_AGREEMENT = 0.05
+
+
+def _server_tok_s(experiment_id: int) -> list[dict[int, float]]:
+    """Per arm (A first), concurrency -> the server's generation tokens over its own interval."""
+    out = []
+    steps = ExperimentStep.objects.filter(experiment_id=experiment_id).order_by("arm__position")
+    for step in steps:
+        sweep = Sweep.objects.get(experiment_step=step)
+        by_level = {}
+        for level in _levels(sweep.pk):
+            server = level.server_metrics
+            assert server["available"] and server["duration_s"] > 0, server
+            assert server["generation_tokens"] == level.summary["output_tokens"]
+            by_level[level.concurrency] = server["generation_tokens"] / server["duration_s"]
+        out.append(by_level)
+    return out
+
+
 def _steps(experiment_id: int) -> list[ExperimentStep]:
     return list(ExperimentStep.objects.filter(experiment_id=experiment_id).order_by("index"))
 
@@ -190,7 +215,7 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     experiment = await sync_to_async(experiment_services.experiment_create)(
         profiles=[baseline, draft], levels=[1, 2], load=load, check_output_equivalence=True
     )
-    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=300)
+    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=INNER_WAIT_S)
     experiment = await Experiment.objects.aget(pk=experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED, experiment.reason
     steps = await sync_to_async(_steps)(experiment.pk)
@@ -202,6 +227,28 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     texts = [s.equivalence["outputs"][0]["text"] for s in steps]
     assert texts[0] and texts[0] == texts[1]
     (verdict,) = comparison["verdicts"]
+    # The ratio against the servers' own counters: per arm and level, the generation tokens the
+    # server counted over the server-side interval of that level (scrape to scrape).
+    server_tps = await sync_to_async(_server_tok_s)(experiment.pk)
+    assert len(server_tps) == 2
+    ratios = {r["concurrency"]: r for r in verdict["ratios"]}
+    assert sorted(ratios) == [1, 2]
+    for concurrency, ratio in ratios.items():
+        by_server = server_tps[1][concurrency] / server_tps[0][concurrency]
+        assert ratio["point"] == pytest.approx(by_server, rel=RATIO_AGREEMENT), (
+            concurrency, ratio, by_server,
+        )  # fmt: skip
+    # The verdict follows from the ratios it states: speculation kept when it does not trail at
+    # the top level, switched off for every level when it never leads, otherwise above the last
+    # level at which it led (the largest C before the ratio fell below 1).
+    points = [ratios[c]["point"] for c in (1, 2)]
+    if points[-1] >= 1.0:
+        expected_above = None
+    elif all(p <= 1.0 for p in points):
+        expected_above = 0
+    else:
+        expected_above = 1
+    assert verdict["disable_speculation_above"] == expected_above, (points, verdict)
     text = verdict["text"]
     # Whatever the load made of the ratios (on a quiet machine speculation pays at C=1 and not
     # at C=2; on a loaded one either can move), the advice is about the engine under test:

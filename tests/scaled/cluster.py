@@ -46,9 +46,11 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
 
     def manage(self, *args: str) -> str:
+        # 150 s: under the 180 s of the shortest test that calls it (test_scaled_deployment),
+        # so a hung command fails here, with its output, not in pytest-timeout's kill.
         done = subprocess.run(
             [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-            capture_output=True, text=True, timeout=180,
+            capture_output=True, text=True, timeout=150,
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}")

@@ -65,6 +65,8 @@ def iter_url_paths(
 
 
 ALL_URLS = sorted(set(iter_url_paths()))
+# Login and logout are the two pages an anonymous user must reach: every other route is checked.
+PROTECTED_URLS = [(path, name) for path, name in ALL_URLS if name not in PUBLIC_NAMES]
 
 
 def test_the_route_walk_finds_the_apps_routes() -> None:
@@ -76,12 +78,10 @@ def test_the_route_walk_finds_the_apps_routes() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("path", "name"), ALL_URLS)
+@pytest.mark.parametrize(("path", "name"), PROTECTED_URLS)
 def test_anonymous_client_is_refused_everywhere(
     client: Client, path: str, name: str | None
 ) -> None:
-    if name in PUBLIC_NAMES:
-        return
     for method in ("get", "post"):
         response = getattr(client, method)(path)
         assert response.status_code in {301, 302, 401, 403, 404, 405}, (
@@ -96,6 +96,21 @@ def test_anonymous_client_is_refused_everywhere(
 @pytest.mark.django_db
 def test_login_page_is_public(client: Client) -> None:
     assert client.get("/accounts/login/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_only_the_login_and_logout_pages_are_left_out_of_the_anonymous_check(
+    client: Client,
+) -> None:
+    public = {path: client.post(path) for path, name in ALL_URLS if name in PUBLIC_NAMES}
+    assert sorted(public) == [
+        "/accounts/login/", "/accounts/logout/", "/admin/login/", "/admin/logout/",
+    ]  # fmt: skip
+    # The login forms answer an anonymous client; logging out sends it back to log in.
+    assert {path: r.status_code for path, r in public.items()} == {
+        "/accounts/login/": 200, "/accounts/logout/": 302, "/admin/login/": 200,
+        "/admin/logout/": 302,
+    }  # fmt: skip
 
 
 def _ws_paths() -> list[str]:
@@ -219,15 +234,30 @@ def test_start_is_post_only(client: Client, operator: Any, make_profile: Any) ->
 # What a logged-in user without a role may open: their own token page (a token carries
 # exactly its owner's roles, so it grants nothing), the docs' static assets, and the way out.
 NO_ROLE_NAMES = PUBLIC_NAMES | {"account-tokens", "account-token-revoke", "api-docs-asset"}
+ROLE_URLS = [(path, name) for path, name in ALL_URLS if name not in NO_ROLE_NAMES]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("path", "name"), ALL_URLS)
+def test_what_a_user_without_a_role_may_open_is_their_token_page_the_docs_assets_and_the_way_out(
+    client: Client, django_user_model: Any
+) -> None:
+    client.force_login(django_user_model.objects.create_user("nobody"))
+    opened = {
+        path: client.get(path).status_code
+        for path, name in ALL_URLS
+        if name in NO_ROLE_NAMES - PUBLIC_NAMES
+    }
+    # Their token page; a revoke is POST only; the docs asset "x" does not exist.
+    assert opened == {
+        "/account/tokens/": 200, "/account/tokens/1/revoke/": 405, "/api/v1/docs/assets/x": 404,
+    }  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "name"), ROLE_URLS)
 def test_a_logged_in_user_without_a_role_reads_nothing(
     client: Client, django_user_model: Any, path: str, name: str | None
 ) -> None:
-    if name in NO_ROLE_NAMES:
-        return
     client.force_login(django_user_model.objects.create_user("nobody"))
     response = client.get(path)
     # 422: an API operation whose required query is missing refuses before its role check,

@@ -17,6 +17,7 @@ from benchlib.loadgen.client import make_client, send_request
 from benchlib.loadgen.health import LiveStats
 from benchlib.loadgen.http1 import Connection, Http1Client
 from benchlib.loadgen.records import RequestRecord
+from tests.fixtures.polls import eventually
 
 
 def event(text: str, total: int, finish: str | None = None) -> bytes:
@@ -279,7 +280,12 @@ async def test_an_idle_connection_the_server_closed_is_not_reused():
     # sees the close, opens a new connection and needs no retry.
     async with serving(reply(CHUNKED_OK, close=True)) as (fake, url), make_client(1) as client:
         first = await send(client, url, "a")
-        await asyncio.sleep(0.05)
+        # Until the close has reached the client's idle connection (polled, not guessed).
+        origin = client.target(url, {}).origin
+        await eventually(
+            lambda: not any(c.reusable for c in client._idle.get(origin, [])),
+            timeout=10, what="the server's close reaching the idle connection",
+        )  # fmt: skip
         second = await send(client, url, "b")
     assert_full_stream(first)
     assert_full_stream(second)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 from benchlib.loadgen.apis import Api, OpenAIHandler
 from benchlib.loadgen.level import LevelConfig, run_level
 from benchlib.loadgen.prompts import SyntheticPrompts
+from tests.fixtures.polls import eventually
 from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,6 +75,18 @@ def read_truth(path: Path) -> dict[str, dict]:
     return {r["request_id"]: r for r in rows}
 
 
+async def truth_of(path: Path, records) -> dict[str, dict]:
+    """The truth log once it has every record's line: the simulator writes a request's line
+    after its last chunk, so the client may finish first."""
+    wanted = {rec.request_id for rec in records}
+
+    def complete() -> dict[str, dict] | None:
+        truth = read_truth(path)
+        return truth if wanted <= truth.keys() else None
+
+    return await eventually(complete, timeout=10, what="the truth log's lines of the level")
+
+
 @pytest.mark.parametrize("api", list(Api))
 async def test_records_match_the_simulators_truth_log(simulator, api):
     url, truth_path = simulator
@@ -90,8 +102,7 @@ async def test_records_match_the_simulators_truth_log(simulator, api):
     )
     result = await run_level(cfg, SyntheticPrompts(20, seed=5))
     assert result.status == "completed"
-    await asyncio.sleep(0.2)  # the truth log line follows the last chunk
-    truth = read_truth(truth_path)
+    truth = await truth_of(truth_path, result.records)
     multi = 0
     for rec in result.records:
         assert rec.ok, rec.error
@@ -136,8 +147,7 @@ async def test_the_simulators_mid_stream_chunks_take_the_fast_path_and_match_tru
     )
     result = await run_level(cfg, SyntheticPrompts(20, seed=6))
     assert result.status == "completed"
-    await asyncio.sleep(0.2)
-    truth = read_truth(truth_path)
+    truth = await truth_of(truth_path, result.records)
     for rec in result.records:
         assert rec.ok, rec.error
         row = truth[rec.request_id]

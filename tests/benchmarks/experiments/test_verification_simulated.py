@@ -22,7 +22,10 @@ from benchmarks.models.experiments import ExperimentState
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Two experiments in a row, each waited for with its own bound (120 s, then 150 s): the test's
+# timeout covers both, so a slow phase fails with its wait's message and not in pytest-timeout's
+# kill at the default 120 s (which cut this test short on a busy 2-core machine).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 LEVELS = [1, 2, 8]
 LOAD = {"api": "completions", "duration": 3.0, "max_tokens": 64, "input_tokens": 32,

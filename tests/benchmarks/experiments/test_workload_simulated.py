@@ -17,6 +17,7 @@ sharing this machine, is not what limits the baseline's many small chunks at C=3
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -87,8 +88,12 @@ async def run_arm(
 ) -> SeriesData:
     """One arm's sweep: every level against a fresh simulator, records and summaries kept."""
     records = tmp / f"{label}-{prompt_set}.jsonl"
+    truth = truth_log(tmp, label, prompt_set)
     runs = []
-    with simulator(tmp, args) as url, records.open("w", encoding="utf-8") as out:
+    with (
+        simulator(tmp, [*args, "--truth-log", str(truth)]) as url,
+        records.open("w", encoding="utf-8") as out,
+    ):
         for i, c in enumerate(levels):
             cfg = LevelConfig(
                 api=Api.GENERATE, base_url=url, model="", concurrency=c, level_index=i,
@@ -111,6 +116,18 @@ async def run_arm(
                                  summary=summary))  # fmt: skip
     return SeriesData(label=label, name=f"sim-{label}", speculative=speculative,
                       profile_id=None, sweep_ids=(1,), runs=tuple(runs))  # fmt: skip
+
+
+def truth_log(tmp: Path, label: str, prompt_set: str) -> Path:
+    """Where the arm's simulator writes what it did to each request (docs/simulator.md)."""
+    return tmp / f"truth-{label}-{prompt_set}.jsonl"
+
+
+def served_ttft_s(tmp: Path, label: str, prompt_set: str) -> list[float]:
+    """Each measured request's time to first token as the simulator served it (arrival to
+    first token, its own clock): what no client-side delay of a busy machine is part of."""
+    rows = [json.loads(line) for line in truth_log(tmp, label, prompt_set).read_text().splitlines()]
+    return [r["first_token"] - r["arrival"] for r in rows if "-w" not in r["request_id"]]
 
 
 def _row(comparison: dict[str, Any], label: str, c: int) -> dict[str, Any]:
@@ -178,6 +195,13 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
                          prompt_set="humaneval", speculative=True, slo=slo, max_tokens=512,
                          requests=4)  # fmt: skip
     comparison = comparison_build(series=[base, late], n_boot=200, slo=slo.to_dict())
+    # The premise, as the simulators served it: every request of B waited its 1.2 s, every
+    # request of A had its first token well inside the target (what the client adds on a busy
+    # machine comes on top, in the room the target leaves).
+    served = {label: served_ttft_s(tmp_path, label, "humaneval") for label in ("A", "B")}
+    assert len(served["A"]) == len(served["B"]) == 4 + 16  # requests=4 at C=1, 2 x 8 at C=8
+    assert min(served["B"]) >= 1.2, served["B"]
+    assert max(served["A"]) < 0.5 * slo.ttft_ms / 1000, served["A"]
     (raw,) = comparison["verdicts"]
     assert all(r["point"] > 1.0 for r in raw["ratios"]), raw["ratios"]  # B wins raw tok/s
     assert "faster" in raw["text"]

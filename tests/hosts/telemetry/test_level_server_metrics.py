@@ -16,7 +16,7 @@ from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine
-from hosts.telemetry.levels import LevelServerMetrics, level_server_metrics
+from hosts.telemetry.levels import LevelServerMetrics
 from hosts.telemetry.prometheus import EngineMetrics, parse_engine_metrics
 from tests.benchmarks.conftest import Simulator, load, start_simulator
 
@@ -82,11 +82,33 @@ async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -
     await marks.observe({"event": "level_start", "level_index": 3, "concurrency": 4})
     await marks.observe({"event": "sample", "level_index": 3})
     await marks.observe({"event": "level_summary", "level_index": 3, "summary": {}})
-    expected = level_server_metrics(_scrape("sglang_scrape1.prom", 10.0),
-                                    _scrape("sglang_scrape2.prom", 20.0))  # fmt: skip
     assert [(s, i) for s, i, _ in saved] == [(7, 3)]
-    assert saved[0][2] == expected
-    assert expected["engine"] == Engine.SGLANG and expected["duration_s"] == 10.0
+    metrics = saved[0][2]
+    # Worked out by hand from the two fixture files (scrape 2 minus scrape 1), not by the code
+    # under test: generation_tokens_total 520000 - 400000, prompt_tokens_total 2.6e6 - 2e6,
+    # num_requests_total (140 + 60) - (60 + 40), spec_verify_calls_total 8 ranks x (25995 -
+    # 20000); SGLang's accept length is (generation tokens - requests) / verify calls; the
+    # histograms' means are sum differences over count differences.
+    assert metrics["available"] and metrics["engine"] == Engine.SGLANG
+    assert (metrics["started_at"], metrics["ended_at"], metrics["duration_s"]) == (10.0, 20.0, 10.0)
+    assert metrics["generation_tokens"] == 120_000
+    assert metrics["prompt_tokens"] == 600_000
+    assert metrics["requests"] == 100
+    assert metrics["generation_tps"] == pytest.approx(120_000 / 10.0)
+    assert metrics["spec_drafts"] == 8 * 5_995 == 47_960
+    assert metrics["accept_length"] == pytest.approx((120_000 - 100) / 47_960)
+    assert metrics["accept_length_source"] == "verify_counters"
+    assert metrics["ttft_s"]["count"] == 100
+    assert metrics["ttft_s"]["mean"] == pytest.approx((139.0 - 46.0) / 100)
+    assert metrics["itl_s"]["count"] == 1_000
+    assert metrics["itl_s"]["mean"] == pytest.approx((29.5 - 7.5) / 1_000)
+    assert metrics["e2e_s"]["count"] == 100
+    assert metrics["e2e_s"]["mean"] == pytest.approx((1_560.0 - 360.0) / 100)
+    # e2e: all 100 requests of the interval fall in the (8, 16] bucket (le="8.0" stayed at 100,
+    # le="16.0" went 100 -> 200): p50 and p90 interpolate to 8 + 8 x 0.5 and 8 + 8 x 0.9.
+    assert metrics["e2e_s"]["p50"] == pytest.approx(12.0)
+    assert metrics["e2e_s"]["p90"] == pytest.approx(15.2)
+    assert metrics["reset"] is False
 
 
 async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_reason() -> None:
