@@ -57,9 +57,15 @@ def experiment_lock_key(experiment_id: int) -> str:
 
 
 def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[int, int]]:
-    """(arm position, repeat) pairs in run order: A A B B (sequential) or A B A B."""
+    """(arm position, repeat) pairs in run order: A A B B (sequential) or A B B A
+    (interleaved: each round runs the arms in the reverse order of the round before, so with
+    2 repeats every arm's mean sits at the same time and a linear drift cancels out of B/A;
+    A B C C B A with three arms, A B B A A B with three repeats)."""
     if order == ExperimentOrder.INTERLEAVED:
-        return [(a, r) for r in range(repeats) for a in range(arms)]
+        rounds = [
+            list(range(arms)) if r % 2 == 0 else list(reversed(range(arms))) for r in range(repeats)
+        ]
+        return [(a, r) for r, positions in enumerate(rounds) for a in positions]
     return [(a, r) for a in range(arms) for r in range(repeats)]
 
 

@@ -49,7 +49,7 @@ from benchmarks.experiments.matrix import (
     variant_profile,
 )
 from benchmarks.models import Experiment
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"
@@ -251,7 +251,7 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
         load=dict(experiment.load),
         name=f"Verify the schedule of #{experiment.pk}",
         repeats=count,
-        order=experiment.order,
+        order=DEFAULT_ORDER,  # A B C C B A: every arm's mean at the same time
         notes=f"Verifies the schedule derived from experiment #{experiment.pk}: {described}",
         tags=[VERIFY_TAG],
         user=user,

@@ -60,9 +60,10 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
         timeout=60_000,
     )
     expect(page.get_by_test_id("current-sweep")).to_contain_text("sweep #")
-    # Both steps end done, each server stopped (verified) before the next started.
+    # The default protocol, A B B A: four steps end done, each server stopped (verified)
+    # before the next started.
     expect(page.locator("[data-testid=step-row][data-state=done]")).to_have_count(
-        2, timeout=120_000
+        4, timeout=240_000
     )
     expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
     assert page.evaluate("window.__noReload === true")

@@ -18,7 +18,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from benchlib.loadgen.settings_args import add_load_arguments, given_settings
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.models.experiments import (
+    DEFAULT_ORDER,
+    DEFAULT_REPEATS,
+    ExperimentOrder,
+    ExperimentState,
+)
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
 
@@ -102,8 +107,16 @@ class Command(BaseCommand):
         create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
         create.add_argument("profiles", nargs="+", help="Profile names or ids, A first")
         _load_arguments(create)
-        create.add_argument("--repeats", type=int, default=1)
-        create.add_argument("--order", choices=["sequential", "interleaved"], default="sequential")
+        create.add_argument(
+            "--repeats",
+            type=int,
+            default=DEFAULT_REPEATS,
+            help=f"Sweeps per arm (default {DEFAULT_REPEATS}; 1 = single run, within-run interval)",
+        )
+        create.add_argument(
+            "--order", choices=ExperimentOrder.values, default=DEFAULT_ORDER.value,
+            help="interleaved: A B B A (default); sequential: A A B B",
+        )  # fmt: skip
         create.add_argument("--name", default="")
         create.add_argument("--tag", action="append", default=[])
         create.add_argument(

@@ -97,7 +97,7 @@ def test_repeats_of_an_experiment_give_t_intervals_and_noisy_ones_stay_inconclus
     )
     steps = list(experiment.steps.select_related("arm").order_by("index"))
     assert [(s.arm.label, s.repeat) for s in steps] == [
-        ("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2),
+        ("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2),
     ]  # fmt: skip
     # C=1: B's repeats scatter +-15% around A's: inconclusive. C=8: B clearly at half.
     values = {

@@ -74,7 +74,7 @@ def test_operator_creates_an_experiment_from_the_form(
     assert experiment.load["requests_per_level"] == 10 and experiment.levels == [1, 2, 8]
     assert experiment.tags == ["cuda13", "fusion"]
     labels = list(experiment.steps.order_by("index").values_list("arm__label", "repeat"))
-    assert labels == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+    assert labels == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
     job = Job.objects.get(pk=experiment.job_id or 0)
     assert (job.kind, job.params, job.lock_key) == (
         "experiment.run", {"experiment_id": experiment.pk}, f"experiment:{experiment.pk}",

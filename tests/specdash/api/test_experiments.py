@@ -26,7 +26,7 @@ def _sweep(instance: Any, values: dict[int, float]) -> Sweep:
     return sweep
 
 
-def test_create_answers_202_and_plans_one_step_per_profile(
+def test_create_answers_202_and_plans_the_default_protocol_a_b_b_a(
     as_operator: ApiClient, make_profile: Any
 ) -> None:
     a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
@@ -46,7 +46,17 @@ def test_create_answers_202_and_plans_one_step_per_profile(
     assert [(s["label"], s["state"]) for s in detail["steps"]] == [
         ("A", "pending"),
         ("B", "pending"),
+        ("B", "pending"),
+        ("A", "pending"),
     ]
+    assert (experiment.repeats, experiment.order) == (2, "interleaved")
+    single = as_operator.post(
+        "/api/v1/experiments",
+        {"profiles": [a.pk, b.pk], "levels": [1], "load": LOAD, "repeats": 1},
+    )
+    assert single.status_code == 202, single.content
+    steps = as_operator.get(single.json()["experiment"]["url"]).json()["steps"]
+    assert [s["label"] for s in steps] == ["A", "B"]
 
 
 @pytest.mark.parametrize(
@@ -131,7 +141,8 @@ def test_an_experiment_comparison_is_built_from_its_sweeps(
 ) -> None:
     a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
     created = as_operator.post(
-        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD}
+        "/api/v1/experiments",
+        {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD, "repeats": 1},
     ).json()
     experiment = Experiment.objects.get(pk=created["experiment"]["id"])
     for step, profile, values in zip(
