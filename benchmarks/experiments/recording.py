@@ -17,6 +17,7 @@ from benchmarks.experiments import comparison, selectors
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
+from benchmarks.experiments.protocol import experiment_protocol
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
@@ -168,6 +169,8 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
     )
+    # How it was measured: the interval's scope, drift and order effect per level.
+    result["protocol"] = experiment_protocol(experiment=experiment)
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
     return result
 

@@ -38,7 +38,13 @@ from benchmarks.experiments.recording import (
     experiment_store_comparison as experiment_store_comparison,
 )
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
+from benchmarks.models.experiments import (
+    DEFAULT_ORDER,
+    DEFAULT_REPEATS,
+    FINISHED_STEP_STATES,
+    ExperimentOrder,
+    ExperimentState,
+)
 from benchmarks.sweeps.plan import is_rate_sweep
 from core.jobs import job_cancel, job_enqueue
 from core.models import JobState
@@ -111,8 +117,8 @@ def experiment_create(
     levels: Sequence[int],
     load: dict[str, Any],
     name: str = "",
-    repeats: int = 1,
-    order: str = ExperimentOrder.SEQUENTIAL,
+    repeats: int = DEFAULT_REPEATS,
+    order: str = DEFAULT_ORDER,
     continue_on_start_failure: bool = True,
     check_output_equivalence: bool = False,
     notes: str = "",
@@ -125,7 +131,9 @@ def experiment_create(
     ``auto_resume``: a worker that finds this experiment interrupted (its own restart, or a
     dead worker's expired lease) resumes it by itself, up to MAX_AUTO_RESUMES times.
 
-    ``profiles[0]`` is A, the reference every other profile is compared with. Raises
+    ``repeats`` and ``order`` default to the protocol (two runs per profile, A B B A);
+    ``repeats=1`` is the single-run mode. ``profiles[0]`` is A, the reference every other
+    profile is compared with. Raises
     ValidationError with errors keyed by field name.
     """
     profiles = list(profiles)

@@ -113,7 +113,7 @@ from core.models import Job, JobState
 profiles = [ServerProfile.objects.get(name=n) for n in ({a!r}, {b!r})]
 with transaction.atomic():
     e = services.experiment_create(profiles=profiles, levels=[1, 2], name="resumed in browser",
-        load={{"requests_per_level": 4, "max_tokens": 16, "input_tokens": 16}})
+        load={{"requests_per_level": 4, "max_tokens": 16, "input_tokens": 16}}, repeats=1)
     Job.objects.filter(pk=e.job_id).update(state=JobState.INTERRUPTED, error="worker gone")
     services.experiment_on_interrupted(e.job_id, {{"experiment_id": e.pk}})
 print(e.pk)

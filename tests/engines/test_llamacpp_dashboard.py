@@ -188,7 +188,11 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     load = {"api": "completions", "requests_per_level": 16, "max_tokens": MAX_TOKENS,
             "input_tokens": 6, "temperature": 0.0}  # fmt: skip
     experiment = await sync_to_async(experiment_services.experiment_create)(
-        profiles=[baseline, draft], levels=[1, 2], load=load, check_output_equivalence=True
+        profiles=[baseline, draft],
+        levels=[1, 2],
+        load=load,
+        check_output_equivalence=True,
+        repeats=1,
     )
     await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=300)
     experiment = await Experiment.objects.aget(pk=experiment.pk)

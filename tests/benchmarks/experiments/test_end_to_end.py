@@ -105,7 +105,7 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     )
     experiment = await sync_to_async(services.experiment_create)(
         profiles=[baseline, eagle], levels=LEVELS, load=LOAD, check_output_equivalence=True,
-        notes="e2e", tags=["ci"],
+        notes="e2e", tags=["ci"], repeats=1,
     )  # fmt: skip
     await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=110)
     experiment = await Experiment.objects.aget(pk=experiment.pk)

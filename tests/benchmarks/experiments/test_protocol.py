@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,11 @@ from benchlib.stats.intervals import interval_scope, level_ratio
 from benchlib.stats.types import LevelSample, RequestPoint
 from benchmarks.experiments import services
 from benchmarks.experiments.forms import ExperimentForm, MatrixForm
+from benchmarks.experiments.protocol import experiment_protocol
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
+from tests.benchmarks.experiments.constructed import make_sweep
 
 
 def _labels(arms: int, repeats: int, order: str) -> str:
@@ -88,3 +91,52 @@ def test_the_interval_says_whether_it_holds_run_to_run_variance() -> None:
     assert interval_scope(single.method) == "within-run interval: leaves out run-to-run variance"
     assert interval_scope(repeated.method) == "between-run interval: includes run-to-run variance"
     assert interval_scope("none") == "no interval"
+
+
+@pytest.mark.django_db
+def test_the_stored_comparison_carries_the_protocol_its_drift_and_order_effect(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    base, spec = make_profile(name="base"), make_profile(name="eagle", speculative=True)
+    experiment = services.experiment_create(
+        profiles=[base, spec], levels=[1, 8], load={"requests_per_level": 10, "max_tokens": 16}
+    )
+    steps = list(experiment.steps.select_related("arm").order_by("index"))
+    # The machine loses 3% per run at C=8 and nothing at C=1; B = 0.5 A at C=8.
+    slow = [1.0, 0.97, 0.94, 0.91]
+    for step in steps:
+        scale = 1.0 if step.arm.label == "A" else 0.5
+        values = {1: 100.0, 8: 500.0 * scale * slow[step.index]}
+        make_sweep(base if step.arm.label == "A" else spec, values, tmp=tmp_path, step=step)
+    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    protocol = result["protocol"]
+    assert protocol["run_order"] == ["A", "B", "B", "A"]
+    assert (protocol["mode"], protocol["interval_method"]) == ("repeats", "repeats-log-t")
+    assert protocol["interval_scope"] == "between-run interval: includes run-to-run variance"
+    c1, c8 = protocol["drift"]["B"]
+    assert (c1["concurrency"], c1["largest_drift"], c1["order_effect"]) == (1, 0.0, 0.0)
+    arms = {d["arm"]: d for d in c8["arms"]}
+    assert arms["A"]["change"] == pytest.approx(0.91 - 1)
+    assert arms["B"]["change"] == pytest.approx(0.94 / 0.97 - 1)
+    assert c8["largest_drift"] == pytest.approx(-0.09) and c8["drift"] == pytest.approx(0.09)
+    assert c8["order_effect"] == pytest.approx(0.97 / (0.94 / 0.91) - 1)
+    experiment.refresh_from_db()
+    assert experiment.comparison["protocol"] == protocol
+
+
+@pytest.mark.django_db
+def test_a_single_run_experiment_records_a_within_run_interval_and_no_drift(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    base, spec = make_profile(name="base"), make_profile(name="eagle", speculative=True)
+    experiment = services.experiment_create(
+        profiles=[base, spec], levels=[1], load={"requests_per_level": 10}, repeats=1
+    )
+    for step in experiment.steps.select_related("arm").order_by("index"):
+        make_sweep(base if step.arm.label == "A" else spec, {1: 100.0}, tmp=tmp_path, step=step)
+    protocol = experiment_protocol(experiment=experiment)
+    assert (protocol["mode"], protocol["run_order"]) == ("single-run", ["A", "B"])
+    assert protocol["interval_scope"] == "within-run interval: leaves out run-to-run variance"
+    (level,) = protocol["drift"]["B"]
+    assert level["arms"] == [] and level["largest_drift"] is None
+    assert level["order_effect"] is None

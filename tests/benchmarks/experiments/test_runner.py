@@ -70,7 +70,7 @@ async def test_cancel_mid_sweep_cancels_the_sweep_stops_the_server_and_skips_the
     a = await sync_to_async(sim_profile)("fast")
     b = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[2], load={**SHORT, "requests_per_level": None, "duration": 60},
+        profiles=[a, b], levels=[2], load={**SHORT, "requests_per_level": None, "duration": 60}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: SweepSample.objects.filter(
@@ -102,7 +102,7 @@ async def test_a_start_failure_stops_the_experiment_when_asked_to(
     broken = await sync_to_async(sim_profile)("fast", "--fail-oom-at-start")
     good = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[broken, good], levels=[1], load=SHORT, continue_on_start_failure=False
+        profiles=[broken, good], levels=[1], load=SHORT, continue_on_start_failure=False, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.FAILED
@@ -121,7 +121,7 @@ async def test_a_start_failure_is_recorded_and_the_others_still_run(
     broken = await sync_to_async(sim_profile)("fast", "--fail-oom-at-start")
     good = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[broken, good], levels=[1], load=SHORT
+        profiles=[broken, good], levels=[1], load=SHORT, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED
@@ -142,7 +142,7 @@ async def test_a_dirty_stop_halts_the_experiment_before_anything_starts_on_that_
     a = await sync_to_async(sim_profile)("fast")
     b = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[1], load={**SHORT, "requests_per_level": None, "duration": 2},
+        profiles=[a, b], levels=[1], load={**SHORT, "requests_per_level": None, "duration": 2}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: ServerInstance.objects.filter(profile=a, state=InstanceState.READY).exists(),
@@ -173,7 +173,7 @@ async def test_profiles_whose_greedy_outputs_differ_are_flagged(
     a = await sync_to_async(sim_profile)("fast", "--eos-prob", "0.3", "--seed", "1")
     b = await sync_to_async(sim_profile)("fast", "--eos-prob", "0.3", "--seed", "2")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[1], load=SHORT, check_output_equivalence=True
+        profiles=[a, b], levels=[1], load=SHORT, check_output_equivalence=True, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED, experiment.reason
@@ -192,7 +192,10 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load={"requests_per_level": 5}
+        profiles=[make_profile(), make_profile()],
+        levels=[1],
+        load={"requests_per_level": 5},
+        repeats=1,
     )
     plan = services.experiment_begin(experiment_id=experiment.pk)
     assert plan is not None
@@ -208,3 +211,4 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     states = [s.state for s in _steps(experiment.pk)]
     # The step never started stays pending: a resume runs it.
     assert states == [StepState.INTERRUPTED, StepState.PENDING]
+

@@ -93,7 +93,7 @@ def test_matrix_simulator_variants_read_as_off_and_their_k_on_the_schedule(
     )
     variants = matrix_variants(base=base, axes={axis: [1, 3]}, include_off=True)
     experiment = services.experiment_create(
-        profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}
+        profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}, repeats=1
     )
     k1 = {c: (BASELINE[c] + EAGLE3[c]) / 2 for c in BASELINE}
     figures = {"Sim [off]": BASELINE, "Sim [K=1]": k1, "Sim [K=3]": EAGLE3}

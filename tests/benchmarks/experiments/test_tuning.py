@@ -123,7 +123,7 @@ def test_an_unfinished_experiment_or_two_arms_with_one_draft_length_are_refused(
 ) -> None:
     a = make_profile(launch_argv=[*SIM, "--spec-steps", "3"])
     b = make_profile(launch_argv=[*SIM, "--speculative-num-steps", "3"])
-    experiment = services.experiment_create(profiles=[a, b], levels=[1], load=LOAD)
+    experiment = services.experiment_create(profiles=[a, b], levels=[1], load=LOAD, repeats=1)
     with pytest.raises(ValidationError, match="not completed"):
         tuning.verification_create(experiment=experiment)
     complete_with(experiment, {1: ((100,), (110,))}, tmp_path)
@@ -217,7 +217,7 @@ def test_report_refuses_an_experiment_that_is_not_a_verification(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=1
     )
     with pytest.raises(ValidationError, match="not a schedule verification"):
         tuning.verification_report(experiment=experiment)

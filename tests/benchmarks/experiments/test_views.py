@@ -101,14 +101,14 @@ def test_an_experiment_stores_two_long_tags_sharing_their_first_50_characters_on
     common = "y" * 50
     experiment = services.experiment_create(
         profiles=list(pair), levels=[1], load={"requests_per_level": 5},
-        tags=[common + "-a", common + "-b", " short "],
+        tags=[common + "-a", common + "-b", " short "], repeats=1,
     )  # fmt: skip
     assert experiment.tags == [common, "short"]
 
 
 def test_a_viewer_reads_but_cannot_create_or_cancel(client: Client, viewer: Any, pair: Any) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1], load={"requests_per_level": 5}, repeats=1
     )
     client.force_login(viewer)
     assert client.get("/experiments/new/").status_code == 403
@@ -126,7 +126,7 @@ def test_cancelling_a_queued_experiment_cancels_its_job_and_steps(
     client: Client, operator: Any, pair: Any
 ) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1], load={"requests_per_level": 5}, repeats=1
     )
     client.force_login(operator)
     response = client.post(f"/experiments/{experiment.pk}/cancel/")
@@ -196,7 +196,7 @@ def test_an_experiment_comparison_and_its_downloads_are_served(
     client: Client, viewer: Any, pair: Any, tmp_path: Path
 ) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}, repeats=1
     )
     for step in experiment.steps.select_related("arm"):
         values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}

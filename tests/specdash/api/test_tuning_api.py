@@ -133,7 +133,7 @@ def test_verify_of_an_unfinished_experiment_is_422_and_report_of_another_is_422(
     as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
 ) -> None:
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=1
     )
     response = as_operator.post(f"/api/v1/experiments/{experiment.pk}/verify")
     assert response.status_code == 422
