@@ -14,6 +14,10 @@ from django.utils import timezone
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments.environment import (
+    experiment_environment_differences,
+    run_environment_record,
+)
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
@@ -149,8 +153,13 @@ def experiment_step_sweep(
             user=plan.user,
         )
         sweep.experiment_step_id = step.step_id
-        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.
-        sweep.environment = {**sweep.environment, "host_probe": host_probe}
+        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs,
+        # and the run's environment record (appended: a record is never rewritten).
+        record = run_environment_record(
+            sweep_environment=sweep.environment, probe=host_probe, gpu_ids=instance.gpu_ids
+        )
+        records = [*sweep.environment.get("records", []), record]
+        sweep.environment = {**sweep.environment, "host_probe": host_probe, "records": records}
         sweep.save(update_fields=["experiment_step", "environment"])
         experiment_step_update(step_id=step.step_id, state=StepState.SWEEPING)
     return sweep
@@ -171,6 +180,10 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
     )
     # How it was measured: the interval's scope, drift and order effect per level.
     result["protocol"] = experiment_protocol(experiment=experiment)
+    # What else than their declared launch differs between the arms' runs.
+    result["environment_differences"] = experiment_environment_differences(
+        experiment_id=experiment_id
+    )
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
     return result
 

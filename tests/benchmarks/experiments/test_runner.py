@@ -212,3 +212,45 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     # The step never started stays pending: a resume runs it.
     assert states == [StepState.INTERRUPTED, StepState.PENDING]
 
+
+@pytest.mark.timeout(400)  # four server starts and verified stops on 2 busy cores
+@pytest.mark.django_db(transaction=True)
+async def test_the_default_protocol_runs_a_b_b_a_and_records_each_runs_environment(
+    sim_profile: Callable[..., ServerProfile], worker: Worker, tmp_path: Path
+) -> None:
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF" + bytes(100))
+    # The simulator serves whatever model name it is given: here a file, as an engine's would.
+    a = await sync_to_async(sim_profile)("fast", "--model", str(draft))
+    b = await sync_to_async(sim_profile)("fast", "--model", str(draft))
+    await ServerProfile.objects.filter(pk__in=[a.pk, b.pk]).aupdate(served_model_name=str(draft))
+    experiment = await sync_to_async(services.experiment_create)(
+        profiles=[a, b], levels=[1, 2], load=SHORT
+    )
+    experiment = await _finished(experiment.pk, timeout=360)
+    assert experiment.state == ExperimentState.COMPLETED, experiment.reason
+    steps = await sync_to_async(_steps)(experiment.pk)
+    arm_a = await _arm(experiment, "A")
+    assert [(s.arm_id == arm_a, s.repeat) for s in steps] == [
+        (True, 0), (False, 0), (False, 1), (True, 1),
+    ]  # fmt: skip
+    sweeps = [s async for s in Sweep.objects.filter(experiment_step__experiment=experiment)]
+    assert len(sweeps) == 4
+    for sweep in sweeps:
+        (record,) = sweep.environment["records"]
+        assert record["engine_version"] and record["argv"][-1] == str(draft)
+        (gpu,) = record["gpus"]
+        assert gpu["index"] == 0 and gpu["power_limit_w"] and gpu["clocks_max_sm_mhz"]
+        assert len(record["load_avg"]) == 3 and record["specdash_version"]
+        (model,) = record["model_files"]
+        assert model["path"] == str(draft) and model["size"] == 104 and model["sha256"]
+    protocol = experiment.comparison["protocol"]
+    assert protocol["run_order"] == ["A", "B", "B", "A"]
+    assert [d["concurrency"] for d in protocol["drift"]["B"]] == [1, 2]
+    assert all(d["order_effect"] is not None for d in protocol["drift"]["B"])
+    assert experiment.comparison["environment_differences"] == {}
+
+
+async def _arm(experiment: Experiment, label: str) -> int:
+    arm = await experiment.arms.aget(label=label)
+    return int(arm.pk)
