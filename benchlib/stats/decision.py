@@ -520,11 +520,11 @@ def decide_curves(
     seed: int = 0,
     health: dict[int, tuple[ArmHealth, ArmHealth]] | None = None,
     drift: dict[int, float] | None = None,
-    reference_label: str = "",
-    candidate_label: str = "",
+    arms: tuple[Arm, Arm] | None = None,
 ) -> Decision:
     """``decide`` on two curves of ``figure`` (their levels' repeats, else requests, give the
-    intervals as ``intervals.ratio_curve`` does); ``health`` maps C to (reference, candidate)."""
+    intervals as ``intervals.ratio_curve`` does); ``health`` maps C to (reference, candidate);
+    ``arms`` names them (by default from the curves: name, speculative, engine)."""
     ratios = ratio_curve(reference, candidate, confidence=confidence, n_boot=n_boot, seed=seed)
     evidence = []
     for lr in ratios.levels:
@@ -542,9 +542,14 @@ def decide_curves(
                 drift=(drift or {}).get(lr.concurrency),
             )
         )
+    if arms is None:
+        arms = (
+            Arm(reference.name, "", reference.speculative, reference.engine),
+            Arm(candidate.name, "", candidate.speculative, candidate.engine),
+        )
     return decide(
-        reference=Arm(reference.name, reference_label, reference.speculative, reference.engine),
-        candidate=Arm(candidate.name, candidate_label, candidate.speculative, candidate.engine),
+        reference=arms[0],
+        candidate=arms[1],
         levels=evidence,
         figure=figure,
         rate_mode=rate_mode,

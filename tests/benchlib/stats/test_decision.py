@@ -263,8 +263,7 @@ def test_rate_mode_reports_a_two_fold_tpot_difference_on_latency() -> None:
         fast,
         figure="tpot_p50_ms",
         rate_mode=True,
-        reference_label="A",
-        candidate_label="B",
+        arms=(Arm("slow", "A"), Arm("fast", "B")),
     )
     level = d.levels[0]
     assert level.status == "ahead"
