@@ -42,6 +42,7 @@ configuration change) and the 95% confidence of ``intervals``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
@@ -194,7 +195,7 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able copy (stored with the comparison; the surfaces render it)."""
-        out = asdict(self)
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         out["within_run"] = self.within_run
         out["statements"] = list(self.statements())
         return out

@@ -15,6 +15,7 @@ simpler band (``decision.group_bands``). The bands become the engine's configura
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -60,7 +61,7 @@ class MatrixDecision:
         return (*(band.sentence for band in self.bands), self.recommendation)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         out["pairwise"] = [d.to_dict() for d in self.pairwise]
         out["statements"] = list(self.statements())
         return out
