@@ -11,9 +11,9 @@ above 1 means the candidate is better; latencies are inverted: reference / candi
 * ``inconclusive``: no interval (one figure per arm), an interval refused by
   ``intervals.publishable``, drift of an arm's own runs above the margin, or an interval that
   contains 1 without lying inside 1 +/- margin.
-* ``equivalent``: the interval lies inside [1 - margin, 1 + margin]: any difference is smaller
-  than the margin. It takes precedence over ahead/behind: a difference shown to be smaller
-  than the margin is not worth acting on.
+* ``equivalent``: the interval lies inside 1 +/- margin (on the log scale, [1/(1+m), 1+m],
+  so that B/A and A/B agree): any difference is smaller than the margin. It takes precedence
+  over ahead/behind: a difference shown to be smaller than the margin is not worth acting on.
 * ``ahead`` / ``behind``: the interval lies wholly above / below 1 (and not inside the margin).
 
 A point alone never decides anything. Crossovers are reported only between two adjacent
@@ -52,7 +52,7 @@ from benchlib.stats.crossover import interpolate_crossing
 from benchlib.stats.engines import EngineOption, option_names, speculation_switches
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
 from benchlib.stats.schedule import inverse
-from benchlib.stats.types import Curve, Ratio
+from benchlib.stats.types import Curve, Ratio, inside_margin
 
 Status = Literal["ahead", "behind", "equivalent", "inconclusive", "not_comparable"]
 Action = Literal["on", "off", "none"]
@@ -250,7 +250,7 @@ def _status(
         return "inconclusive", f"interval refused: {ratio.refused}"
     if ratio.low is None or ratio.high is None:
         return "inconclusive", "no interval (one figure per arm)"
-    if 1.0 - margin <= ratio.low and ratio.high <= 1.0 + margin:
+    if inside_margin(ratio.low, ratio.high, margin):
         return "equivalent", f"the interval lies inside 1 ± {margin:.0%}"
     if ratio.low > 1.0:
         return "ahead", "the interval lies above 1"

@@ -163,6 +163,12 @@ class Ratio:
         return math.log(low), math.log(self.point), math.log(high)
 
 
+def inside_margin(low: float, high: float, margin: float) -> bool:
+    """Whether the interval [low, high] lies inside 1 ± margin, taken on the log scale
+    (1/(1+m) to 1+m) so that B/A and A/B get the same answer."""
+    return 1.0 / (1.0 + margin) <= low and high <= 1.0 + margin
+
+
 @dataclass(frozen=True)
 class LevelRatio:
     concurrency: int

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.stats.decision import DEFAULT_MARGIN as DECISION_MARGIN
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.schedule_configs import (
@@ -102,7 +103,7 @@ def derive(experiment: Experiment) -> Derived:
     }
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
     try:
-        schedule = derive_schedule(variants)
+        schedule = derive_schedule(variants, margin=DECISION_MARGIN)
     except ValueError as exc:
         raise _invalid(f"No schedule: {exc}") from None
     return Derived(schedule, profiles, by_k)

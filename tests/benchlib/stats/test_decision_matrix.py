@@ -4,6 +4,7 @@ import pytest
 
 from benchlib.stats.decision import Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
+from benchlib.stats.schedule import Variant, derive_schedule
 from benchlib.stats.types import Curve, LevelSample
 
 
@@ -100,3 +101,24 @@ def test_matrix_needs_two_variants_and_a_common_level() -> None:
         decide_matrix([single("off", 0, {1: 1.0})])
     with pytest.raises(ValueError, match="no concurrency level"):
         decide_matrix([single("off", 0, {1: 1.0}), single("K=1", 1, {2: 1.0})])
+
+
+@pytest.mark.parametrize("spread", [0.001, 0.005, 0.02])
+def test_the_schedule_derived_with_the_margin_has_the_decisions_steps(spread: float) -> None:
+    variants = [
+        variant("off", 0, {1: 100, 2: 100, 4: 100, 16: 100}, spread),
+        variant("K=1", 1, {1: 101.5, 2: 120, 4: 100.5, 16: 80}, spread),
+        variant("K=3", 3, {1: 150, 2: 110, 4: 99.8, 16: 60}, spread),
+    ]
+    d = decide_matrix(variants)
+    schedule = derive_schedule([Variant(v.curve, v.draft_length) for v in variants], margin=0.02)
+    assert d.steps == schedule.steps()
+
+
+def test_a_gain_inside_the_margin_does_not_beat_the_simpler_variant() -> None:
+    variants = [
+        Variant(variant("off", 0, {1: 100}, 0.001).curve, 0),
+        Variant(variant("K=1", 1, {1: 101}, 0.001).curve, 1),
+    ]
+    assert derive_schedule(variants).steps()[0].draft_length == 1  # margin 0: conclusive
+    assert derive_schedule(variants, margin=0.02).steps()[0].draft_length == 0
