@@ -5,6 +5,7 @@ object (benchlib/stats/decision.py), for each kind of answer it can give."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,16 @@ def test_every_surface_prints_the_decision(
     lines = _cli_lines(client, (a.pk, b.pk))
     assert lines[0].startswith("B vs A: C=")
     assert lines[1 : 1 + len(statements)] == decision["statements"]
+
+    # The ratio chart plots the decision's ratios, with their statuses and the margin band.
+    figures = json.loads(
+        page.split('id="comparison-figures" type="application/json">', 1)[1].split("</script>")[0]
+    )
+    (trace,) = figures["ratio"]["data"]
+    assert trace["y"] == [lv["ratio"]["point"] for lv in decision["levels"]]
+    assert trace["text"] == [s.replace("_", " ") for s in statuses]
+    band = figures["ratio"]["layout"]["shapes"][1]
+    assert (band["y0"], band["y1"]) == pytest.approx((1 / 1.02, 1.02))
 
     # The ratio cells are coloured by the status and by nothing else.
     for status in ("ahead", "behind", "equivalent", "inconclusive"):
