@@ -414,9 +414,9 @@ def _recommendation(
             options,
         )
     if "none" in actions and "on" not in actions and "off" not in actions:
-        return f"No recommendation yet: no level is conclusive ({cond}).", ()
+        return f"No recommendation yet: no level is conclusive{see}; {cond}.", ()
     parts = "; ".join(f"{span(b.start, b.end)} {_ACTION_WORDS[b.action]}" for b in bands)
-    return f"Recommendation by band ({spec.title}): {parts}; {cond}.", ()
+    return f"Recommendation by band ({spec.title}){see}: {parts}; {cond}.", ()
 
 
 def decide(

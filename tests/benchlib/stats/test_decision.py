@@ -94,7 +94,10 @@ def test_an_interval_crossing_one_outside_the_margin_is_inconclusive() -> None:
     assert "contains 1 and is not inside 1 ± 2%" in d.levels[1].reason
     assert [(b.start, b.end, b.action) for b in d.bands] == [(1, 1, "on"), (2, None, "none")]
     assert "no recommendation yet" in d.bands[1].sentence
-    assert "C=1 speculation on; C=2 and above no recommendation yet" in d.recommendation
+    assert d.recommendation.startswith(
+        "Recommendation by band (B (eagle3)) (llama.cpp: --spec-type, --spec-draft-n-max): "
+        "C=1 speculation on; C=2 and above no recommendation yet"
+    )
 
 
 def test_points_without_interval_give_no_recommendation() -> None:
@@ -109,7 +112,10 @@ def test_points_without_interval_give_no_recommendation() -> None:
     assert all(lv.reason == "no interval (one figure per arm)" for lv in d.levels)
     assert d.crossovers == ()
     assert d.engine_options == ()
-    assert d.recommendation.startswith("No recommendation yet: no level is conclusive")
+    assert d.recommendation == (
+        "No recommendation yet: no level is conclusive (llama.cpp: --spec-type, "
+        "--spec-draft-n-max); margin ±2%, 95% confidence."
+    )
     assert not any("disable" in s or "faster" in s or "slower" in s for s in d.statements())
 
 
