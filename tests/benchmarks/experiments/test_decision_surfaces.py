@@ -14,8 +14,10 @@ import pytest
 from django.core.management.base import OutputWrapper
 from django.test import Client
 
+from benchmarks.experiments import services
 from benchmarks.management.commands.specdash import Command
-from benchmarks.models import SweepLevel
+from benchmarks.models import Experiment, SweepLevel
+from benchmarks.models.experiments import ExperimentState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.fixtures.statements import csv_statements, html_statements, normalized
@@ -162,3 +164,52 @@ def test_a_fixed_request_rate_is_decided_on_latency(
     page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
     assert html_statements(page) == normalized(decision["statements"])
     assert "1.030" not in " ".join(html_statements(page)) and "faster" not in page
+
+
+def test_a_finished_experiment_says_its_stored_decision_everywhere(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    # Three repeats per arm, interleaved: Welch intervals over the runs (no within-run caveat).
+    experiment = services.experiment_create(
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 40}, repeats=3,
+        order="interleaved",
+    )  # fmt: skip
+    values = {"A": [{1: 100, 8: 500}, {1: 101, 8: 505}, {1: 99, 8: 495}],
+              "B": [{1: 130, 8: 250}, {1: 128, 8: 252}, {1: 131, 8: 248}]}  # fmt: skip
+    for step in experiment.steps.select_related("arm__profile"):
+        make_sweep(step.arm.profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
+    services.experiment_store_comparison(experiment_id=experiment.pk)
+    Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.COMPLETED)
+    client.force_login(viewer)
+    base = f"/experiments/{experiment.pk}"
+
+    api = client.get(f"/api/v1{base}/comparison").json()
+    decision = api["verdicts"][0]["decision"]
+    assert [(lv["status"], lv["repeats"]) for lv in decision["levels"]] == [
+        ("ahead", 3),
+        ("behind", 3),
+    ]
+    assert not decision["within_run"]
+    assert "on up to C=1, off above" in decision["recommendation"]
+    statements = normalized(decision["statements"])
+
+    assert html_statements(client.get(f"{base}/").content.decode()) == statements
+    assert html_statements(client.get(f"{base}/comparison/").content.decode()) == statements
+    assert html_statements(client.get(f"{base}/report.html").content.decode()) == statements
+    csv_text = client.get(f"{base}/comparison.csv").content.decode()
+    assert csv_statements(csv_text, "B/A") == [
+        (lv["concurrency"], lv["status"], lv["sentence"]) for lv in decision["levels"]
+    ]
+
+    class _Get(_ApiClient):
+        def get(self, path: str) -> Any:
+            self.asked.append(path)
+            return self.client.get(f"/api/v1{path}").json()
+
+    command = Command()
+    out = io.StringIO()
+    command.stdout = OutputWrapper(out)
+    fake = _Get(client)
+    command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type]
+    assert fake.asked == [f"{base}/comparison"]
+    assert out.getvalue().splitlines()[1:] == decision["statements"]
