@@ -203,6 +203,25 @@ def saturation_dict(s: Saturation) -> dict[str, Any]:
     }
 
 
+def _advice_fields(decision: Decision) -> dict[str, Any]:
+    """The decision, and the verdict's advice fields read from it (not from the points), so
+    that an API client reading ``disable_speculation_above`` gets the decision's answer:
+    N for "on up to N, off above", 0 for "serve without", None otherwise."""
+    actions = [band.action for band in decision.bands]
+    above: int | None = None
+    if actions == ["off"]:
+        above = 0
+    elif decision.engine_options:
+        above = decision.bands[0].end
+    out = decision.to_dict()
+    return {
+        "decision": out,
+        "text": " ".join(decision.statements()),
+        "disable_speculation_above": above,
+        "engine_options": out["engine_options"],
+    }
+
+
 def _vllm_config(
     verdict: dict[str, Any], built: list[tuple[SeriesData, Curve, dict[int, str]]]
 ) -> str | None:
@@ -305,7 +324,7 @@ def _goodput_verdicts(
             )[0]
             entry = _verdict_dict(verdict, labels)
             decision = _decision(built[0][0], data, verdict.ratios, "goodput_tok_s", rate_mode)
-            entry["decision"] = decision.to_dict()
+            entry.update(_advice_fields(decision))
             entry["text"] = " ".join((head, *decision.statements()))
         else:
             empty = data.name if not curve.levels else ref_data.name
@@ -468,14 +487,13 @@ def comparison_build(
         )
         for (cand_data, _, _), verdict in zip(built[1:], all_verdicts, strict=True):
             entry = _verdict_dict(verdict, labels)
-            entry["vllm_speculative_config"] = _vllm_config(entry, built)
             if rate_mode:
                 ratios = _latency_ratios(built[0][0], cand_data, n_boot=n_boot, seed=seed)
                 decision = _decision(built[0][0], cand_data, ratios, RATE_FIGURE, True)
             else:
                 decision = _decision(built[0][0], cand_data, verdict.ratios, METRIC, False)
-            entry["decision"] = decision.to_dict()
-            entry["text"] = " ".join(decision.statements())
+            entry.update(_advice_fields(decision))
+            entry["vllm_speculative_config"] = _vllm_config(entry, built)
             verdicts.append(entry)
             for lr in verdict.ratios.levels:
                 if lr.ratio.refused:

@@ -140,6 +140,11 @@ def test_the_recommendation_names_the_engine_and_no_surface_writes_its_own(
     assert "margin ±2%, 95% confidence" in recommendation
     for phrase in ("faster", "slower", "keep it on", "Disable speculation above"):
         assert phrase not in page
+    # The verdict's advice fields are read from the decision too.
+    (verdict,) = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()["verdicts"]
+    assert verdict["disable_speculation_above"] == 2
+    assert verdict["engine_options"] == verdict["decision"]["engine_options"]
+    assert {o["engine"] for o in verdict["engine_options"]} == {"llama.cpp"}
 
 
 def test_a_fixed_request_rate_is_decided_on_latency(
