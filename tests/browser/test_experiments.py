@@ -68,14 +68,16 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
     expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
     assert page.evaluate("window.__noReload === true")
     expect(page.get_by_test_id("steps-table")).to_contain_text("stopped")
-    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")
 
     page.get_by_test_id("open-comparison").click()
     page.wait_for_url(f"{dashboard.url}/experiments/*/comparison/")
     verdict = page.get_by_test_id("verdict")
     # At C=4 the model puts the baseline ~1.35x ahead: far beyond the run-to-run noise.
-    expect(verdict).to_contain_text(f"at C=4 {BASELINE} delivers")
-    expect(verdict).to_contain_text(f"{BASELINE} is not saturated within the tested range")
+    expect(verdict).to_contain_text(f"C=4: B ({EAGLE}) behind")
+    expect(page.get_by_test_id("saturation").first).to_contain_text(
+        "A: not saturated in the tested range"
+    )
     expect(page.get_by_test_id("equivalence-ok")).to_be_visible()
     expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
     page.wait_for_function("() => document.getElementById('chart-throughput').data.length === 4")
@@ -147,4 +149,4 @@ def test_resume_on_an_interrupted_experiments_page_and_the_timeline_continues_li
     )
     expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
     assert page.evaluate("window.__noReload === true")
-    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")

@@ -336,9 +336,9 @@ class Command(BaseCommand):
             ratios = "  ".join(
                 f"C={r['concurrency']}: {r['point']:.2f}x" for r in verdict["ratios"]
             )
-            lines += [
-                f"{verdict['candidate']} vs {verdict['reference']}: {ratios}",
-                verdict["text"],
-            ]
+            lines.append(f"{verdict['candidate']} vs {verdict['reference']}: {ratios}")
+            decision = verdict.get("decision") or {}
+            # The decision's own statements, one a line: this command writes none of its own.
+            lines += decision.get("statements") or [verdict["text"]]
         lines += [f"warning: {w}" for w in body["warnings"]]
         self._out(options, body, "\n".join(lines))

@@ -159,7 +159,14 @@ class VerdictOut(Schema):
     candidate: str
     reference_name: str
     candidate_name: str
-    text: str = Field(description="The verdict in plain English")
+    text: str = Field(description="The decision's statements, joined")
+    decision: dict[str, Any] | None = Field(
+        None,
+        description="The one decision every surface renders: per level the oriented ratio, "
+        "status (ahead, behind, equivalent, inconclusive, not_comparable), reason and "
+        "sentence; crossovers; bands with their action (on, off, none); the recommendation; "
+        "margin and confidence; statements in order (docs/measurement.md)",
+    )
     ratios: list[RatioOut] = Field(description="candidate / reference output tok/s per level")
     unmatched: list[int]
     crossover: dict[str, Any]

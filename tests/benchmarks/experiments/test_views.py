@@ -146,10 +146,11 @@ def test_the_comparison_page_shows_the_verdict_table_and_charts(
     response = client.get(f"/compare/?sweeps={a}&sweeps={b}")
     body = response.content.decode()
     assert response.status_code == 200
-    assert 'data-testid="verdict"' in body and "eagle is " in body
+    assert 'data-testid="verdict"' in body and "B (eagle) against A (baseline)" in body
     assert body.count('data-testid="comparison-row"') == 3
     assert 'id="comparison-figures"' in body and 'id="chart-pareto"' in body
-    assert "Disable speculation above C=1" in body and "max_concurrency" in body
+    assert "speculation (B (eagle)) on up to C=1, off above" in body
+    assert "max_concurrency" in body
 
 
 def test_the_reference_can_be_chosen_in_the_picker(
@@ -158,7 +159,7 @@ def test_the_reference_can_be_chosen_in_the_picker(
     a, b = compared
     client.force_login(viewer)
     body = client.get(f"/compare/?sweeps={a}&sweeps={b}&reference={b}").content.decode()
-    assert "baseline is " in body  # baseline is now the candidate
+    assert "B (baseline) against A (eagle)" in body  # baseline is now the candidate
     picker = client.get(f"/compare/?sweeps={a}").content.decode()
     assert "Pick two or more sweeps." in picker and f'value="{a}" checked' in picker
 
@@ -189,7 +190,7 @@ def test_the_html_report_is_self_contained(
     assert _external_references(html) == []  # nothing to fetch: it opens offline
     assert html.count("Plotly.newPlot") == 6 and "plotly.js v" in html.lower()
     assert len(html) > 3_000_000  # the Plotly bundle itself is inlined
-    assert "eagle is " in html and 'data-testid="comparison-table"' in html
+    assert "B (eagle) against A (baseline)" in html and 'data-testid="comparison-table"' in html
 
 
 def test_an_experiment_comparison_and_its_downloads_are_served(
@@ -203,7 +204,10 @@ def test_an_experiment_comparison_and_its_downloads_are_served(
         make_sweep(step.arm.profile, values, tmp=tmp_path, step=step)
     client.force_login(viewer)
     page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
-    assert "eagle is " in page and f"/experiments/{experiment.pk}/report.html" in page
+    assert (
+        "B (eagle) against A (baseline)" in page
+        and f"/experiments/{experiment.pk}/report.html" in page
+    )
     assert client.get(f"/experiments/{experiment.pk}/comparison.csv").status_code == 200
     assert client.get(f"/experiments/{experiment.pk}/report.html").status_code == 200
 
