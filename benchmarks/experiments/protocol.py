@@ -15,7 +15,8 @@ from typing import Any
 
 from benchlib.stats.drift import Run, level_drift
 from benchlib.stats.intervals import interval_scope
-from benchmarks.models import Experiment, ExperimentStep, LevelState, SweepLevel
+from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, SweepLevel
 
 # The figure drift is measured on: the one the comparison ranks by default.
 DRIFT_METRIC = "output_tok_s"
@@ -76,3 +77,35 @@ def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -
         "metric": metric,
         "drift": drift,
     }
+
+
+def experiment_protocol_report(*, experiment: Experiment) -> dict[str, Any]:
+    """The protocol record, the arms' environment differences and every run's environment
+    records: as stored with a finished experiment's comparison, else computed from the runs
+    so far (``GET /api/v1/experiments/{id}/protocol``)."""
+    stored = experiment.comparison if experiment.is_finished else {}
+    protocol = stored.get("protocol") or experiment_protocol(experiment=experiment)
+    differences = stored.get("environment_differences")
+    if differences is None:
+        differences = experiment_environment_differences(experiment_id=experiment.pk)
+    runs = [
+        {
+            "step": step_index + 1,
+            "label": label,
+            "repeat": repeat,
+            "sweep_id": sweep_id,
+            "records": list((environment or {}).get("records") or []),
+        }
+        for sweep_id, step_index, label, repeat, environment in Sweep.objects.filter(
+            experiment_step__experiment=experiment
+        )
+        .order_by("experiment_step__index")
+        .values_list(
+            "pk",
+            "experiment_step__index",
+            "experiment_step__arm__label",
+            "experiment_step__repeat",
+            "environment",
+        )
+    ]
+    return {"protocol": protocol, "environment_differences": differences, "runs": runs}
