@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning gpu-check clean
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa gpu-check clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -119,6 +119,11 @@ bench-jobs: $(VENV)/.dev-installed
 # Not part of `bench`: a matrix and its verification, about 15 minutes on 2 cores.
 bench-tuning: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_tuning $(ARGS)
+
+# Not part of `bench`: A/A calibration of the comparison's statuses and a known 5% difference,
+# about 10 minutes on 2 cores (docs/measurement.md, "Protocols").
+bench-aa: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_aa $(ARGS)
 
 # On a GPU host with PyTorch: nvidia-smi, the verified stop and a CUDA llama-server, checked
 # against the driver and the server (docs/engines.md, "Verified on a GPU").

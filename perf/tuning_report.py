@@ -119,7 +119,10 @@ def print_verification(report: dict[str, Any]) -> None:
         ],
         rows,
     )
-    say(f"  margin: {report['margin']:.0%} (a fixed variant is ahead only below 1 - margin)")
+    say(
+        f"  margin: {report['margin']:.0%} (a fixed variant is ahead only where tuned is behind "
+        "it: wholly below 1, not inside 1 ± margin)"
+    )
     say(f"  verdict: {report['verdict']}")
 
 

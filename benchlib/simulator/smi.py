@@ -52,6 +52,11 @@ GPU_FIELDS: dict[str, tuple[str, GpuField]] = {
     "utilization.memory": ("%", lambda g, s: str(_util(g, s) // 2)),
     "power.draw": ("W", lambda g, s: f"{35.0 + 5.6 * _util(g, s):.2f}"),
     "power.limit": ("W", lambda g, s: "600.00"),
+    # An idle GPU runs below its maximum clocks; these stand-ins do not model boost.
+    "clocks.sm": ("MHz", lambda g, s: "1980" if _util(g, s) else "345"),
+    "clocks.mem": ("MHz", lambda g, s: "2619"),
+    "clocks.max.sm": ("MHz", lambda g, s: "1980"),
+    "clocks.max.mem": ("MHz", lambda g, s: "2619"),
     "temperature.gpu": ("", lambda g, s: str(32 + _util(g, s) // 3)),
 }
 ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}

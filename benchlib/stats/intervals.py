@@ -64,6 +64,20 @@ DEFAULT_N_BOOT = 2000
 AGREEMENT = 0.01
 
 
+# What each method's interval includes, in the words a surface shows beside it. The request
+# bootstrap of a single run cannot see how the next server start would have measured.
+INTERVAL_SCOPE = {
+    "repeats-log-t": "between-run interval: includes run-to-run variance",
+    "bootstrap-requests": "within-run interval: leaves out run-to-run variance",
+    "none": "no interval",
+}
+
+
+def interval_scope(method: str) -> str:
+    """The label of an interval ``method`` (``INTERVAL_SCOPE``); unknown methods say so."""
+    return INTERVAL_SCOPE.get(method, f"interval by {method}: its scope is not known")
+
+
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise ValueError("confidence must be in (0, 1)")

@@ -6,8 +6,10 @@ preference when the data cannot tell variants apart (normally off, then shorter 
 
 Per level C tested by every variant, the choice is **the simplest variant that no other
 variant beats conclusively**: "V beats U" means the interval of V/U at the chosen confidence
-lies wholly above 1 (``intervals.level_ratio``: Welch log-t on repeats, else a request
-bootstrap). A ratio without an interval (single figures, or an interval refused because it
+lies wholly above 1 and not inside 1 +/- ``margin`` (``decision``'s "ahead"; margin 0 by
+default here, ``decision.DEFAULT_MARGIN`` on the dashboard); the interval is
+``intervals.level_ratio``'s: Welch log-t on repeats, else a request bootstrap. A ratio without
+an interval (single figures, or an interval refused because it
 contradicts its point) is never conclusive, so without repeats or per-request data the
 schedule keeps the simplest variant everywhere. Since an interval always contains its point,
 "beats" follows the point order and the variant with the best point is never beaten: a
@@ -38,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
-from benchlib.stats.types import Curve, Ratio
+from benchlib.stats.types import Curve, Ratio, inside_margin
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,12 @@ def inverse(ratio: Ratio) -> Ratio:
     )
 
 
-def _beats(ratio: Ratio) -> bool:
-    return ratio.has_interval and ratio.low is not None and ratio.low > 1.0
+def _beats(ratio: Ratio, margin: float = 0.0) -> bool:
+    """The interval lies wholly above 1 and not inside 1 +/- ``margin``: ``decision``'s
+    "ahead", so a schedule and the A/B decisions of its variants cannot disagree."""
+    if ratio.low is None or ratio.high is None or ratio.low <= 1.0:
+        return False
+    return not inside_margin(ratio.low, ratio.high, margin)
 
 
 def _fmt(ratio: Ratio) -> str:
@@ -192,10 +198,12 @@ class _Pairs:
         return inverse(self.ratios[(num, den)][concurrency])
 
 
-def _choose(variants: Sequence[Variant], pairs: _Pairs, c: int) -> tuple[int, str]:
+def _choose(variants: Sequence[Variant], pairs: _Pairs, c: int, margin: float) -> tuple[int, str]:
     reference = variants[0].name
     for i, variant in enumerate(variants):
-        beaten_by = [j for j in range(len(variants)) if j != i and _beats(pairs.of(j, i, c))]
+        beaten_by = [
+            j for j in range(len(variants)) if j != i and _beats(pairs.of(j, i, c), margin)
+        ]
         if beaten_by:
             continue
         if i == 0:
@@ -203,7 +211,7 @@ def _choose(variants: Sequence[Variant], pairs: _Pairs, c: int) -> tuple[int, st
         simpler = "; ".join(
             f"{variant.name}/{variants[k].name} = {_fmt(pairs.of(i, k, c))}"
             for k in range(i)
-            if _beats(pairs.of(i, k, c))
+            if _beats(pairs.of(i, k, c), margin)
         )
         return i, f"the simplest variant no other beats conclusively ({simpler})"
     raise AssertionError("the variant with the best point figure is never beaten")
@@ -222,9 +230,11 @@ def derive_schedule(
     confidence: float = DEFAULT_CONFIDENCE,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
+    margin: float = 0.0,
 ) -> Schedule:
     """The schedule over the levels every variant tested (see the module notes);
-    ``variants`` simplest first."""
+    ``variants`` simplest first. With a ``margin``, a variant beats another only outside
+    1 +/- margin (``decision.DEFAULT_MARGIN`` is what the dashboard uses)."""
     if len(variants) < 2:
         raise ValueError("a schedule needs at least 2 variants")
     names = [v.name for v in variants]
@@ -239,7 +249,7 @@ def derive_schedule(
     choices: list[LevelChoice] = []
     groups: list[tuple[int, list[int]]] = []  # (variant index, levels)
     for c in common:
-        i, reason = _choose(variants, pairs, c)
+        i, reason = _choose(variants, pairs, c, margin)
         choices.append(LevelChoice(c, variants[i].name, variants[i].draft_length, reason))
         if groups and groups[-1][0] == i:
             groups[-1][1].append(c)

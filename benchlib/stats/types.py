@@ -140,16 +140,13 @@ class Ratio:
 
     @property
     def sign(self) -> int:
-        """+1: B ahead, -1: B behind, 0: inconclusive (the interval contains 1, or a tie)."""
-        if self.low is not None and self.high is not None:
-            if self.low > 1.0:
-                return 1
-            if self.high < 1.0:
-                return -1
+        """+1: B ahead, -1: B behind, 0: not shown (no interval, a refused one, or one that
+        contains 1). A point alone has no sign: without an interval it may be noise."""
+        if self.low is None or self.high is None:
             return 0
-        if self.point > 1.0:
+        if self.low > 1.0:
             return 1
-        if self.point < 1.0:
+        if self.high < 1.0:
             return -1
         return 0
 
@@ -164,6 +161,12 @@ class Ratio:
         # A bootstrap replicate with no tokens on one side gives a bound of 0 (or inf).
         low = max(low, sys.float_info.min)
         return math.log(low), math.log(self.point), math.log(high)
+
+
+def inside_margin(low: float, high: float, margin: float) -> bool:
+    """Whether the interval [low, high] lies inside 1 ± margin, taken on the log scale
+    (1/(1+m) to 1+m) so that B/A and A/B get the same answer."""
+    return 1.0 / (1.0 + margin) <= low and high <= 1.0 + margin
 
 
 @dataclass(frozen=True)

@@ -33,14 +33,25 @@ from benchlib.stats import (
     Curve,
     LevelSample,
     Ratio,
+    RatioCurve,
     RequestPoint,
     Saturation,
     Verdict,
     compare_all,
     find_saturation,
 )
+from benchlib.stats.decision import Arm, ArmHealth, Decision
+from benchlib.stats.intervals import ratio_curve
 from benchlib.stats.speculative_schedule import vllm_speculative_config
 from benchmarks.experiments import workload
+from benchmarks.experiments.decisions import (
+    RATE_FIGURE,
+    arm_health,
+    decision_from,
+    is_rate_mode,
+    latency_curve,
+    tpot_statistic,
+)
 from benchmarks.experiments.equivalence import equivalence_summary
 from benchmarks.experiments.records import read_request_points as read_request_points
 from benchmarks.experiments.records import request_points as request_points
@@ -192,6 +203,25 @@ def saturation_dict(s: Saturation) -> dict[str, Any]:
     }
 
 
+def _advice_fields(decision: Decision) -> dict[str, Any]:
+    """The decision, and the verdict's advice fields read from it (not from the points), so
+    that an API client reading ``disable_speculation_above`` gets the decision's answer:
+    N for "on up to N, off above", 0 for "serve without", None otherwise."""
+    actions = [band.action for band in decision.bands]
+    above: int | None = None
+    if actions == ["off"]:
+        above = 0
+    elif decision.engine_options:
+        above = decision.bands[0].end
+    out = decision.to_dict()
+    return {
+        "decision": out,
+        "text": " ".join(decision.statements()),
+        "disable_speculation_above": above,
+        "engine_options": out["engine_options"],
+    }
+
+
 def _vllm_config(
     verdict: dict[str, Any], built: list[tuple[SeriesData, Curve, dict[int, str]]]
 ) -> str | None:
@@ -271,6 +301,7 @@ def _goodput_verdicts(
     *,
     n_boot: int,
     seed: int,
+    rate_mode: bool,
 ) -> list[dict[str, Any]]:
     """The verdicts again, on goodput tok/s under the SLO instead of raw throughput, each
     opening with where each side meets the SLO."""
@@ -292,8 +323,9 @@ def _goodput_verdicts(
                 curves[0], [curve], confidence=CONFIDENCE, n_boot=n_boot, seed=seed
             )[0]
             entry = _verdict_dict(verdict, labels)
-            body = verdict.text.replace("the throughput", "the goodput")
-            entry["text"] = f"{head} Goodput: {body}"
+            decision = _decision(built[0][0], data, verdict.ratios, "goodput_tok_s", rate_mode)
+            entry.update(_advice_fields(decision))
+            entry["text"] = " ".join((head, *decision.statements()))
         else:
             empty = data.name if not curve.levels else ref_data.name
             entry = {
@@ -308,6 +340,83 @@ def _goodput_verdicts(
     return out
 
 
+def _decided_ratio(verdict: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    """A table cell: the decision's level (its oriented ratio, status and sentence)."""
+    cell: dict[str, Any] = {"candidate": verdict["candidate"], "reference": verdict["reference"]}
+    levels = (verdict.get("decision") or {}).get("levels") or []
+    level = next((lv for lv in levels if lv["concurrency"] == concurrency), None)
+    if level is not None:
+        ratio = level["ratio"]
+        cell.update(
+            concurrency=concurrency,
+            point=ratio["point"],
+            low=ratio["low"],
+            high=ratio["high"],
+            method=ratio["method"],
+            refused=ratio["refused"],
+            status=level["status"],
+            sentence=level["sentence"],
+        )
+    return cell
+
+
+def _grouped(series: SeriesData) -> dict[int, list[LevelRun]]:
+    return _by_concurrency(series.runs)
+
+
+def _decision(
+    reference: SeriesData,
+    candidate: SeriesData,
+    ratios: RatioCurve,
+    figure: str,
+    rate_mode: bool,
+) -> Decision:
+    ref_runs, cand_runs = _grouped(reference), _grouped(candidate)
+    health: dict[int, tuple[ArmHealth, ArmHealth]] = {}
+    runs: dict[int, int] = {}
+    for lr in ratios.levels:
+        a, b = ref_runs.get(lr.concurrency, []), cand_runs.get(lr.concurrency, [])
+        health[lr.concurrency] = (arm_health(a), arm_health(b))
+        runs[lr.concurrency] = max(min(len(a), len(b)), 1)
+    return decision_from(
+        reference=_arm(reference),
+        candidate=_arm(candidate),
+        ratios=ratios,
+        health=health,
+        figure=figure,
+        rate_mode=rate_mode,
+        runs_per_arm=runs,
+        confidence=CONFIDENCE,
+    )
+
+
+def _arm(series: SeriesData) -> Arm:
+    return Arm(series.name, series.label, series.speculative, series.engine)
+
+
+def _latency_ratios(
+    reference: SeriesData, candidate: SeriesData, *, n_boot: int, seed: int
+) -> RatioCurve:
+    """B/A of TPOT p50 per level (the figure that decides at a fixed request rate)."""
+    curves = []
+    for series in (reference, candidate):
+        grouped = _grouped(series)
+        requests = {
+            c: [p for p in _requests_for(runs[0]) if p.duration > 0]
+            for c, runs in grouped.items()
+            if len(runs) == 1
+        }
+        curves.append(latency_curve(series.name, grouped, requests))
+    return ratio_curve(
+        curves[0],
+        curves[1],
+        confidence=CONFIDENCE,
+        n_boot=n_boot,
+        seed=seed,
+        statistic=tpot_statistic,
+    )
+
+
 def _table(
     series: Sequence[dict[str, Any]],
     verdicts: Sequence[dict[str, Any]],
@@ -320,18 +429,8 @@ def _table(
         for s in series:
             row = next((r for r in s["levels"] if r["concurrency"] == c), None)
             cells.append({"label": s["label"], **(row or {"runs": 0})})
-        ratios = []
-        for v in verdicts:
-            ratio = next((r for r in v["ratios"] if r["concurrency"] == c), None)
-            ratios.append(
-                {"candidate": v["candidate"], "reference": v["reference"], **(ratio or {})}
-            )
-        goodput_ratios = []
-        for v in goodput_verdicts:
-            ratio = next((r for r in v["ratios"] if r["concurrency"] == c), None)
-            goodput_ratios.append(
-                {"candidate": v["candidate"], "reference": v["reference"], **(ratio or {})}
-            )
+        ratios = [_decided_ratio(v, c) for v in verdicts]
+        goodput_ratios = [_decided_ratio(v, c) for v in goodput_verdicts]
         rows.append(
             {"concurrency": c, "cells": cells, "ratios": ratios, "goodput_ratios": goodput_ratios}
         )
@@ -375,17 +474,25 @@ def comparison_build(
         out_series.append(entry)
     verdicts: list[dict[str, Any]] = []
     reference_label = built[0][0].label if built else None
+    rate_mode = any(is_rate_mode(data.runs) for data, _, _ in built)
     if len(built) >= 2:
         labels = {curve.name: data.label for data, curve, _ in built}
         ref_curve = built[0][1]
-        for verdict in compare_all(
+        all_verdicts = compare_all(
             ref_curve,
             [curve for _, curve, _ in built[1:]],
             confidence=CONFIDENCE,
             n_boot=n_boot,
             seed=seed,
-        ):
+        )
+        for (cand_data, _, _), verdict in zip(built[1:], all_verdicts, strict=True):
             entry = _verdict_dict(verdict, labels)
+            if rate_mode:
+                ratios = _latency_ratios(built[0][0], cand_data, n_boot=n_boot, seed=seed)
+                decision = _decision(built[0][0], cand_data, ratios, RATE_FIGURE, True)
+            else:
+                decision = _decision(built[0][0], cand_data, verdict.ratios, METRIC, False)
+            entry.update(_advice_fields(decision))
             entry["vllm_speculative_config"] = _vllm_config(entry, built)
             verdicts.append(entry)
             for lr in verdict.ratios.levels:
@@ -405,7 +512,9 @@ def comparison_build(
     goodput_verdicts: list[dict[str, Any]] = []
     if parsed_slo is not None and len(built) >= 2:
         reach = {e["label"]: e["slo_max_concurrency"] for e in out_series}
-        goodput_verdicts = _goodput_verdicts(built, reach, parsed_slo, n_boot=n_boot, seed=seed)
+        goodput_verdicts = _goodput_verdicts(
+            built, reach, parsed_slo, n_boot=n_boot, seed=seed, rate_mode=rate_mode
+        )
     equivalence = (
         equivalence_summary(reference=reference_label or series[0].label, runs=equivalence_runs)
         if equivalence_runs and series

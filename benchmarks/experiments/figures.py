@@ -110,27 +110,51 @@ def pareto_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": _layout("Throughput vs latency", x, "output tok/s")}
 
 
+def _decided_ratios(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decision's per-level ratios (oriented: above 1 favours the candidate), each with
+    its status; the verdict's throughput ratios for a comparison stored before decisions."""
+    decision = verdict.get("decision")
+    if not decision:
+        return [{**r, "status": ""} for r in verdict["ratios"]]
+    return [
+        {"concurrency": lv["concurrency"], **lv["ratio"], "status": lv["status"]}
+        for lv in decision["levels"]
+    ]
+
+
 def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
-    """Each candidate's ratio to the reference with its interval, and the line at 1."""
+    """Each candidate's ratio to the reference on the deciding figure with its interval and
+    status, the line at 1 and the decision's margin band."""
     data = []
+    label, margin = "Throughput", None
     for i, v in enumerate(comparison["verdicts"], start=1):
-        ratios = v["ratios"]
+        ratios = _decided_ratios(v)
+        if v.get("decision"):
+            label = v["decision"]["figure"]["label"]
+            margin = v["decision"]["margin"]
         upper = [(r["high"] - r["point"]) if r["high"] is not None else 0 for r in ratios]
         lower = [(r["point"] - r["low"]) if r["low"] is not None else 0 for r in ratios]
         data.append({
             "type": "scatter", "mode": "lines+markers",
             "name": f"{v['candidate']} / {v['reference']}",
             "x": [r["concurrency"] for r in ratios], "y": [r["point"] for r in ratios],
+            "text": [r["status"].replace("_", " ") for r in ratios],
             "error_y": {"type": "data", "array": upper, "arrayminus": lower, "visible": True},
             "line": {"color": _color(i)},
         })  # fmt: skip
     cs = _concurrencies(comparison)
-    shapes = [{
+    shapes: list[dict[str, Any]] = [{
         "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
         "line": {"color": "#868e96", "dash": "dash", "width": 1},
     }]  # fmt: skip
+    if margin:
+        shapes.append({
+            "type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": 1 / (1 + margin),
+            "y1": 1 + margin, "fillcolor": "#868e96", "opacity": 0.12, "line": {"width": 0},
+        })  # fmt: skip
     layout = _layout(
-        f"Throughput ratio with its {comparison['confidence']:.0%} interval",
+        f"{label} ratio (above 1 favours the candidate) with its "
+        f"{comparison['confidence']:.0%} interval; band: the margin",
         _log_c_axis(cs),
         "ratio (1 = level)",
         shapes=shapes,

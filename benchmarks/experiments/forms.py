@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from benchmarks.experiments import selectors, services
 from benchmarks.experiments.tuning import DEFAULT_MARGIN
 from benchmarks.forms import LoadPlanForm
-from benchmarks.models.experiments import ExperimentOrder
+from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
 from hosts.models import ServerProfile
 
 
@@ -34,9 +34,13 @@ class ExperimentForm(LoadPlanForm):
         queryset=ServerProfile.objects.none(), label="Profile D", required=False
     )
     repeats = forms.IntegerField(
-        initial=1, min_value=1, max_value=services.MAX_REPEATS, help_text="Sweeps per profile"
+        initial=DEFAULT_REPEATS,
+        min_value=1,
+        max_value=services.MAX_REPEATS,
+        help_text="Sweeps per profile; with 1 (single run) the interval is a within-run one and "
+        "leaves out run-to-run variance",
     )
-    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=ExperimentOrder.SEQUENTIAL)
+    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=DEFAULT_ORDER)
     continue_on_start_failure = forms.BooleanField(
         required=False,
         initial=True,
@@ -143,9 +147,13 @@ class MatrixForm(LoadPlanForm):
         help_text="A variant without speculation, run first (arm A, the reference)",
     )
     repeats = forms.IntegerField(
-        initial=1, min_value=1, max_value=services.MAX_REPEATS, help_text="Sweeps per variant"
+        initial=DEFAULT_REPEATS,
+        min_value=1,
+        max_value=services.MAX_REPEATS,
+        help_text="Sweeps per variant; with 1 (single run) the interval is a within-run one and "
+        "leaves out run-to-run variance",
     )
-    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=ExperimentOrder.SEQUENTIAL)
+    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=DEFAULT_ORDER)
     auto_resume = forms.BooleanField(
         required=False,
         label="Resume by itself after a restart",

@@ -14,9 +14,14 @@ from django.utils import timezone
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments.environment import (
+    experiment_environment_differences,
+    run_environment_record,
+)
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
+from benchmarks.experiments.protocol import experiment_protocol
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
@@ -150,8 +155,13 @@ def experiment_step_sweep(
             require_worker=False,
         )
         sweep.experiment_step_id = step.step_id
-        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs.
-        sweep.environment = {**sweep.environment, "host_probe": host_probe}
+        # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs,
+        # and the run's environment record (appended: a record is never rewritten).
+        record = run_environment_record(
+            sweep_environment=sweep.environment, probe=host_probe, gpu_ids=instance.gpu_ids
+        )
+        records = [*sweep.environment.get("records", []), record]
+        sweep.environment = {**sweep.environment, "host_probe": host_probe, "records": records}
         sweep.save(update_fields=["experiment_step", "environment"])
         experiment_step_update(step_id=step.step_id, state=StepState.SWEEPING)
     return sweep
@@ -169,6 +179,12 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
         series=selectors.experiment_series(experiment=experiment),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
+    )
+    # How it was measured: the interval's scope, drift and order effect per level.
+    result["protocol"] = experiment_protocol(experiment=experiment)
+    # What else than their declared launch differs between the arms' runs.
+    result["environment_differences"] = experiment_environment_differences(
+        experiment_id=experiment_id
     )
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
     return result

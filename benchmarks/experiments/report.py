@@ -19,12 +19,18 @@ FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
+# A pair's columns per level: the decision's oriented ratio, its status and its sentence
+# (benchlib/stats/decision.py), the same words the page prints.
+RATIO_COLUMNS = ("point", "low", "high", "method", "status", "sentence")
+
+
 def _fmt(value: Any) -> Any:
     return "" if value is None else value
 
 
 def comparison_csv(comparison: dict[str, Any]) -> str:
-    """One row per concurrency: each profile's figures, then each candidate's ratio to A."""
+    """One row per concurrency: each profile's figures, then each candidate's ratio to A with
+    the decision's status and statement for that level."""
     series = comparison["series"]
     verdicts = comparison["verdicts"]
     figures = ("runs", "output_tok_s", "steady_output_tok_s", "ttft_p50_ms", "itl_p50_ms",
@@ -36,10 +42,12 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
         header += [f"{s['label']}_{name}" for name in figures]
     for v in verdicts:
         pair = f"{v['candidate']}/{v['reference']}"
-        header += [f"{pair}_ratio", f"{pair}_low", f"{pair}_high", f"{pair}_method"]
+        header += [f"{pair}_ratio", f"{pair}_low", f"{pair}_high", f"{pair}_method",
+                   f"{pair}_status", f"{pair}_statement"]  # fmt: skip
     for v in comparison.get("goodput_verdicts") or []:
         pair = f"{v['candidate']}/{v['reference']}"
-        header += [f"{pair}_goodput_ratio", f"{pair}_goodput_low", f"{pair}_goodput_high"]
+        header += [f"{pair}_goodput_ratio", f"{pair}_goodput_low", f"{pair}_goodput_high",
+                   f"{pair}_goodput_status", f"{pair}_goodput_statement"]  # fmt: skip
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(header)
@@ -48,9 +56,9 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
         for cell in row["cells"]:
             line += [_fmt(cell.get(name)) for name in figures]
         for ratio in row["ratios"]:
-            line += [_fmt(ratio.get(k)) for k in ("point", "low", "high", "method")]
+            line += [_fmt(ratio.get(k)) for k in RATIO_COLUMNS]
         for ratio in row.get("goodput_ratios") or []:
-            line += [_fmt(ratio.get(k)) for k in ("point", "low", "high")]
+            line += [_fmt(ratio.get(k)) for k in ("point", "low", "high", "status", "sentence")]
         writer.writerow(line)
     return out.getvalue()
 

@@ -15,8 +15,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from benchlib.stats.decision import DEFAULT_MARGIN, Arm
+from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
-from benchlib.stats.schedule_configs import engine_schedules
 from benchmarks.experiments import selectors
 from benchmarks.experiments.comparison import SeriesData, series_curve
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
@@ -107,18 +108,30 @@ def schedule_build(arms: Sequence[tuple[SeriesData, Sequence[str]]]) -> dict[str
     empty = [s.label for s, _ in variants if not s.runs]
     if empty:
         return _unavailable(f"No completed levels yet for arm(s) {', '.join(empty)}.")
+    curves = [(series, series_curve(series), k) for series, k in variants]
     try:
-        schedule = derive_schedule([Variant(series_curve(series), k) for series, k in variants])
+        schedule = derive_schedule(
+            [Variant(curve, k) for _, curve, k in curves], margin=DEFAULT_MARGIN
+        )
     except ValueError as exc:
         return _unavailable(f"No schedule: {exc}.")
     out = _schedule_dict(schedule, variants, engine)
-    configs = engine_schedules(
-        schedule.steps(),
-        "" if engine == "simulator" else engine,
-        vllm_base=_vllm_base([argv for _, argv in arms]) if engine == "vllm" else None,
-        max_num_seqs=_max_num_seqs([argv for _, argv in arms]) if engine == "vllm" else None,
+    engine_key = "" if engine == "simulator" else engine
+    vllm_base = _vllm_base([argv for _, argv in arms]) if engine == "vllm" else None
+    max_num_seqs = _max_num_seqs([argv for _, argv in arms]) if engine == "vllm" else None
+    # The statements come from the decision of the same matrix, whose choice per level is
+    # the schedule's own rule with the same margin: the same steps, said once.
+    decision = decide_matrix(
+        [
+            MatrixVariant(Arm(s.name, s.label, k > 0, engine_key), curve, k)
+            for s, curve, k in curves
+        ],
+        engine=engine_key,
+        vllm_base=vllm_base,
+        max_num_seqs=max_num_seqs,
     )
-    out["configs"] = [dataclasses.asdict(config) for config in configs]
+    out["decision"] = decision.to_dict()
+    out["configs"] = [dataclasses.asdict(config) for config in decision.configs]
     return out
 
 

@@ -38,7 +38,13 @@ from benchmarks.experiments.recording import (
     experiment_store_comparison as experiment_store_comparison,
 )
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentOrder, ExperimentState
+from benchmarks.models.experiments import (
+    DEFAULT_ORDER,
+    DEFAULT_REPEATS,
+    FINISHED_STEP_STATES,
+    ExperimentOrder,
+    ExperimentState,
+)
 from benchmarks.sweeps.plan import is_rate_sweep
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
@@ -58,9 +64,15 @@ def experiment_lock_key(experiment_id: int) -> str:
 
 
 def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[int, int]]:
-    """(arm position, repeat) pairs in run order: A A B B (sequential) or A B A B."""
+    """(arm position, repeat) pairs in run order: A A B B (sequential) or A B B A
+    (interleaved: each round runs the arms in the reverse order of the round before, so with
+    2 repeats every arm's mean sits at the same time and a linear drift cancels out of B/A;
+    A B C C B A with three arms, A B B A A B with three repeats)."""
     if order == ExperimentOrder.INTERLEAVED:
-        return [(a, r) for r in range(repeats) for a in range(arms)]
+        rounds = [
+            list(range(arms)) if r % 2 == 0 else list(reversed(range(arms))) for r in range(repeats)
+        ]
+        return [(a, r) for r, positions in enumerate(rounds) for a in positions]
     return [(a, r) for a in range(arms) for r in range(repeats)]
 
 
@@ -106,8 +118,8 @@ def experiment_create(
     levels: Sequence[int],
     load: dict[str, Any],
     name: str = "",
-    repeats: int = 1,
-    order: str = ExperimentOrder.SEQUENTIAL,
+    repeats: int = DEFAULT_REPEATS,
+    order: str = DEFAULT_ORDER,
     continue_on_start_failure: bool = True,
     check_output_equivalence: bool = False,
     notes: str = "",
@@ -120,7 +132,9 @@ def experiment_create(
     ``auto_resume``: a worker that finds this experiment interrupted (its own restart, or a
     dead worker's expired lease) resumes it by itself, up to MAX_AUTO_RESUMES times.
 
-    ``profiles[0]`` is A, the reference every other profile is compared with. Raises
+    ``repeats`` and ``order`` default to the protocol (two runs per profile, A B B A);
+    ``repeats=1`` is the single-run mode. ``profiles[0]`` is A, the reference every other
+    profile is compared with. Raises
     ValidationError with errors keyed by field name.
     """
     profiles = list(profiles)

@@ -10,6 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from benchmarks.experiments.environment import model_paths
 from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.lifecycle.remote import Agent, AgentFailed
@@ -90,13 +91,15 @@ async def stop_verified(
 
 
 async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
-    """GPU names and engine versions as the host reports them (best effort, never raises)."""
+    """GPU names, clocks and power limits, engine versions, the load average and the model
+    files the server's argv names, as the host reports them (best effort, never raises)."""
     instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
         pk=instance_id
     )
+    files = model_paths(instance.launch_argv)
     try:
         agent = Agent.for_host(instance.host, instance.profile.container)
-        answer = await agent.call("probe", {}, timeout=seconds)
+        answer = await agent.call("probe", {"files": files}, timeout=seconds)
     except (TransportError, AgentFailed, OSError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     smi = answer.get("nvidia_smi") or {}
@@ -105,7 +108,10 @@ async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
         "nvidia_smi_error": smi.get("error"),
         "driver_version": smi.get("driver_version"),
         "cuda_version": smi.get("cuda_version"),
+        "gpu_details": smi.get("details") or "",
         "engines": answer.get("engines") or {},
+        "load_avg": answer.get("load_avg"),
+        "files": answer.get("files") or [],
         "hostname": answer.get("hostname"),
         "kernel": answer.get("kernel"),
         "container": answer.get("container"),

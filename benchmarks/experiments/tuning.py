@@ -30,6 +30,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.stats.decision import DEFAULT_MARGIN as DECISION_MARGIN
+from benchlib.stats.decision import Arm, LevelEvidence, decide
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.schedule_configs import (
@@ -49,7 +51,7 @@ from benchmarks.experiments.matrix import (
     variant_profile,
 )
 from benchmarks.models import Experiment
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"
@@ -102,7 +104,7 @@ def derive(experiment: Experiment) -> Derived:
     }
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
     try:
-        schedule = derive_schedule(variants)
+        schedule = derive_schedule(variants, margin=DECISION_MARGIN)
     except ValueError as exc:
         raise _invalid(f"No schedule: {exc}") from None
     return Derived(schedule, profiles, by_k)
@@ -251,7 +253,7 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
         load=dict(experiment.load),
         name=f"Verify the schedule of #{experiment.pk}",
         repeats=count,
-        order=experiment.order,
+        order=DEFAULT_ORDER,  # A B C C B A: every arm's mean at the same time
         notes=f"Verifies the schedule derived from experiment #{experiment.pk}: {described}",
         tags=[VERIFY_TAG],
         user=user,
@@ -268,32 +270,48 @@ def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
     return {"point": ratio.point, "low": ratio.low, "high": ratio.high, "method": ratio.method}
 
 
-# Practical-equivalence margin: a fixed variant counts as ahead only when tuned / fixed lies
-# wholly below 1 - margin. Arms are measured minutes apart, and on a shared machine they drift
-# run to run by a few percent, while a request-bootstrap interval holds only the spread within
-# one run, so a 2-4% gap would read as conclusive. With repeats the Welch interval already
+# Practical-equivalence margin: a fixed variant counts as ahead only when tuned is *behind* it
+# by the decision's statuses (tuned / fixed wholly below 1, not inside 1 +/- margin). Arms are
+# measured minutes apart, and on a shared machine they drift run to run by a few percent, while
+# a request-bootstrap interval holds only the spread within one run, so a 2-4% gap would read
+# as conclusive. With repeats the Welch interval already
 # includes between-run spread and the margin can be set to 0.
 DEFAULT_MARGIN = 0.05
 
 
 def classify_ratios(ratios: dict[str, Ratio], margin: float) -> tuple[list[str], list[str]]:
-    """(ahead, within): fixed variants whose tuned / fixed interval lies wholly below
-    1 - margin, and those wholly below 1 but not below 1 - margin."""
+    """(ahead, within) by the decision's statuses of tuned against each fixed variant
+    (``benchlib.stats.decision``): ahead, the fixed variants tuned is *behind* (interval
+    wholly below 1 and not inside 1 +/- margin); within, those it is *equivalent* to while
+    its interval still lies wholly below 1."""
     ahead: list[str] = []
     within: list[str] = []
     for name, r in ratios.items():
-        if not r.has_interval or r.high is None or r.high >= 1.0:
-            continue
-        (ahead if r.high < 1.0 - margin else within).append(name)
+        status = _tuned_status(r, margin)
+        if status == "behind":
+            ahead.append(name)
+        elif status == "equivalent" and r.high is not None and r.high < 1.0:
+            within.append(name)
     return ahead, within
+
+
+def _tuned_status(ratio: Ratio, margin: float) -> str:
+    decision = decide(
+        reference=Arm("fixed"),
+        candidate=Arm("tuned"),
+        levels=[LevelEvidence(1, ratio)],
+        margin=margin,
+        confidence=ratio.confidence,
+    )
+    return decision.levels[0].status
 
 
 def level_verdicts(
     tuned: Curve, fixed: Sequence[Curve], margin: float = DEFAULT_MARGIN
 ) -> dict[str, Any]:
     """Per level tuned by both: tuned / best fixed (by point) with its interval, the fixed
-    variants conclusively ahead of tuned there (tuned / fixed wholly below 1 - margin) and
-    those behind within the margin (wholly below 1, not below 1 - margin)."""
+    variants conclusively ahead of tuned there and those behind within the margin
+    (``classify_ratios``)."""
     rows: list[dict[str, Any]] = []
     failing: list[str] = []
     close: list[str] = []
@@ -335,11 +353,11 @@ def level_verdicts(
         verdict = (
             "The schedule is not at least as good as every fixed choice: conclusively worse at "
             + ", ".join(failing)
-            + f" (tuned / fixed, below 1 - {margin_text})."
+            + f" (tuned behind: tuned / fixed wholly below 1 and not inside 1 ± {margin_text})."
         )
     if close:
         verdict += (
-            " Behind within the margin (wholly below 1, not below 1 - "
+            " Behind within the margin (wholly below 1, inside 1 ± "
             f"{margin_text}): " + ", ".join(close) + "."
         )
     return {"levels": rows, "ok": bool(rows) and not failing, "verdict": verdict}

@@ -32,7 +32,15 @@ FINISHED_EXPERIMENT_STATES = frozenset(
 
 class ExperimentOrder(models.TextChoices):
     SEQUENTIAL = "sequential", "Sequential (all of A, then all of B)"
-    INTERLEAVED = "interleaved", "Interleaved (A, B, A, B: exposes drift)"
+    INTERLEAVED = "interleaved", "Interleaved (A B B A: balances drift and order)"
+
+
+# The default protocol: each arm twice, interleaved A B B A (each run a fresh server start),
+# so a level's interval comes from the repeats and holds the run-to-run variance, and drift
+# and the order effect can be measured (docs/measurement.md, "Protocols"). One repeat (the
+# single-run mode) stays available; its interval is a within-run one.
+DEFAULT_REPEATS = 2
+DEFAULT_ORDER = ExperimentOrder.INTERLEAVED
 
 
 class Experiment(models.Model):
@@ -42,10 +50,8 @@ class Experiment(models.Model):
     )
     levels = models.JSONField(default=list)
     load = models.JSONField(default=dict, blank=True)
-    repeats = models.PositiveSmallIntegerField(default=1)
-    order = models.CharField(
-        max_length=12, choices=ExperimentOrder.choices, default=ExperimentOrder.SEQUENTIAL
-    )
+    repeats = models.PositiveSmallIntegerField(default=DEFAULT_REPEATS)
+    order = models.CharField(max_length=12, choices=ExperimentOrder.choices, default=DEFAULT_ORDER)
     continue_on_start_failure = models.BooleanField(default=True)
     check_output_equivalence = models.BooleanField(default=False)
     # Opt-in: a worker that finds this experiment interrupted resumes it by itself.

@@ -69,9 +69,14 @@ kill_pids {pids: [{pid, start_time}], signal? ["KILL"], wait_seconds? [0]}
 log_tail {run_dir, lines? [50], max_bytes? [65536]}
   -> {ok, path, exists, size, lines: [str], truncated}
 
-probe {pythons? [[]]}
+probe {pythons? [[]], files? [[]]}
   -> {ok, hostname, uid, user, kernel, python, executable, container: {detected, evidence},
-      nvidia_smi: {available, gpus: [str], error}, engines: {python: {package: version|null}}}
+      nvidia_smi: {available, gpus: [str], error, driver_version, cuda_version, details},
+      engines: {python: {package: version|null}}, load_avg: [1, 5, 15 min],
+      files: [{path, kind: file|dir|missing, size, mtime, sha256?, files?, error?}]}
+  ``details`` is nvidia-smi's CSV of PROBE_GPU_FIELDS (no header, no units), "" without it.
+  ``files`` (model paths, at most 16): a file's size and mtime, and its sha256 when at most
+  HASH_MAX_BYTES; a directory's regular files summed (size, newest mtime, count), not hashed.
 
 Fencing: any command whose arguments have both ``run_dir`` and ``controller`` (an integer,
 the id of the job driving that run; a job that takes over has a higher one) is checked under
@@ -1393,12 +1398,68 @@ def _driver_versions(exe: str) -> dict[str, Any]:
     }
 
 
+# What a run's environment record keeps of each GPU: clocks and the power limit change what
+# a GPU delivers, and differ between two arms on "the same" hardware.
+PROBE_GPU_FIELDS = "index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit"
+# Model files up to this size are hashed (a small draft or test model); hashing a 100 GB
+# checkpoint would delay every start by minutes, so size and mtime stand for those.
+HASH_MAX_BYTES = 64 * 1024 * 1024
+PROBE_MAX_FILES = 16
+
+
+def _file_record(path: str) -> dict[str, Any]:
+    import hashlib
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"path": path, "kind": "missing", "error": exc.strerror or str(exc)}
+    if os.path.isdir(path):
+        size = count = 0
+        newest = st.st_mtime
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_file():
+                    info = entry.stat()
+                    size += info.st_size
+                    count += 1
+                    newest = max(newest, info.st_mtime)
+        return {"path": path, "kind": "dir", "size": size, "mtime": newest, "files": count}
+    record: dict[str, Any] = {"path": path, "kind": "file", "size": st.st_size,
+                              "mtime": st.st_mtime}  # fmt: skip
+    if st.st_size <= HASH_MAX_BYTES:
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            record["sha256"] = digest.hexdigest()
+        except OSError as exc:
+            record["error"] = exc.strerror or str(exc)
+    return record
+
+
+def _gpu_details(exe: str) -> str:
+    try:
+        proc = subprocess.run(
+            [exe, f"--query-gpu={PROBE_GPU_FIELDS}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
 def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
     import platform
 
     pythons = args.get("pythons") or []
     if not isinstance(pythons, list) or not all(isinstance(p, str) for p in pythons):
         raise AgentError("pythons must be a list of interpreter paths")
+    files = args.get("files") or []
+    if not isinstance(files, list) or not all(isinstance(p, str) for p in files):
+        raise AgentError("files must be a list of paths")
+    load_avg = list(os.getloadavg())  # first: the load as the run starts, before our own work
     try:
         import pwd
 
@@ -1420,6 +1481,7 @@ def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
                 nvidia["error"] = (proc.stderr or proc.stdout).strip()[-500:]
             else:
                 nvidia.update(_driver_versions(exe))
+                nvidia["details"] = _gpu_details(exe)
         except (OSError, subprocess.TimeoutExpired) as exc:
             nvidia["error"] = str(exc)
     engines: dict[str, Any] = {}
@@ -1455,6 +1517,8 @@ def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
         "container": {"detected": bool(evidence), "evidence": evidence},
         "nvidia_smi": nvidia,
         "engines": engines,
+        "load_avg": load_avg,
+        "files": [_file_record(p) for p in files[:PROBE_MAX_FILES]],
     }
 
 

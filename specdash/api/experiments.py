@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from benchmarks.experiments import comparison, services
+from benchmarks.experiments import comparison, protocol, services
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
@@ -163,6 +163,34 @@ def experiment_comparison(
         equivalence_runs=exp_selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
     )
+
+
+class ProtocolOut(Schema):
+    protocol: dict[str, Any] = Field(
+        description="repeats, order, mode, run_order, interval_method, interval_scope, metric, "
+        "drift: {candidate label: [per level: arms' first/last runs, drift, order_effect]}"
+    )
+    environment_differences: dict[str, list[str]] = Field(
+        description="Per arm, what differs from A's first run besides the launch"
+    )
+    runs: list[dict[str, Any]] = Field(
+        description="Each run (step, label, repeat, sweep_id) with its environment records"
+    )
+
+
+@router.get(
+    "/experiments/{experiment_id}/protocol",
+    response=responses({200: ProtocolOut}),
+    summary="Protocol, drift and environment",
+)
+def experiment_protocol(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> dict[str, Any]:
+    """How the experiment ran its arms (repeats, order, the interval and what it includes),
+    each level's drift and order effect, and each run's environment record with what differs
+    between the arms besides their launch (docs/measurement.md, "Protocols")."""
+    require_viewer(request)
+    return protocol.experiment_protocol_report(experiment=experiment_or_404(experiment_id))
 
 
 @router.get(

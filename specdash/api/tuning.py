@@ -13,6 +13,7 @@ from ninja.responses import Status
 from pydantic import StringConstraints
 
 from benchmarks.experiments import tuning
+from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
 from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
@@ -36,8 +37,17 @@ class MatrixIn(In):
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
     name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
-    repeats: int = Field(1, ge=1, le=10)
-    order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
+    repeats: int = Field(
+        DEFAULT_REPEATS,
+        ge=1,
+        le=10,
+        description="Sweeps per arm, each a fresh server start; 1 is the single-run mode "
+        "(within-run interval: leaves out run-to-run variance)",
+    )
+    order: str = Field(
+        DEFAULT_ORDER.value,
+        description="interleaved (A B B A, the default) or sequential (A A B B)",
+    )
     auto_resume: bool = False
 
 

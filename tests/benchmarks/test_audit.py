@@ -126,7 +126,7 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
 ) -> None:
     pair = make_profile(name="baseline"), make_profile(name="eagle", speculative=True)
     experiment = experiment_services.experiment_create(
-        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}, repeats=1
     )
     for step in experiment.steps.select_related("arm"):
         values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}

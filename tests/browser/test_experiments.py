@@ -60,21 +60,24 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
         timeout=60_000,
     )
     expect(page.get_by_test_id("current-sweep")).to_contain_text("sweep #")
-    # Both steps end done, each server stopped (verified) before the next started.
+    # The default protocol, A B B A: four steps end done, each server stopped (verified)
+    # before the next started.
     expect(page.locator("[data-testid=step-row][data-state=done]")).to_have_count(
-        2, timeout=120_000
+        4, timeout=240_000
     )
     expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
     assert page.evaluate("window.__noReload === true")
     expect(page.get_by_test_id("steps-table")).to_contain_text("stopped")
-    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")
 
     page.get_by_test_id("open-comparison").click()
     page.wait_for_url(f"{dashboard.url}/experiments/*/comparison/")
     verdict = page.get_by_test_id("verdict")
     # At C=4 the model puts the baseline ~1.35x ahead: far beyond the run-to-run noise.
-    expect(verdict).to_contain_text(f"at C=4 {BASELINE} delivers")
-    expect(verdict).to_contain_text(f"{BASELINE} is not saturated within the tested range")
+    expect(verdict).to_contain_text(f"C=4: B ({EAGLE}) behind")
+    expect(page.get_by_test_id("saturation").first).to_contain_text(
+        "A: not saturated in the tested range"
+    )
     expect(page.get_by_test_id("equivalence-ok")).to_be_visible()
     expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
     page.wait_for_function("() => document.getElementById('chart-throughput').data.length === 4")
@@ -112,7 +115,7 @@ from core.models import Job, JobState
 profiles = [ServerProfile.objects.get(name=n) for n in ({a!r}, {b!r})]
 with transaction.atomic():
     e = services.experiment_create(profiles=profiles, levels=[1, 2], name="resumed in browser",
-        load={{"requests_per_level": 4, "max_tokens": 16, "input_tokens": 16}})
+        load={{"requests_per_level": 4, "max_tokens": 16, "input_tokens": 16}}, repeats=1)
     Job.objects.filter(pk=e.job_id).update(state=JobState.INTERRUPTED, error="worker gone")
     services.experiment_on_interrupted(e.job_id, {{"experiment_id": e.pk}})
 print(e.pk)
@@ -146,4 +149,4 @@ def test_resume_on_an_interrupted_experiments_page_and_the_timeline_continues_li
     )
     expect(page.get_by_test_id("experiment-state")).to_have_text("Completed", timeout=60_000)
     assert page.evaluate("window.__noReload === true")
-    expect(page.get_by_test_id("verdict")).to_contain_text(f"{EAGLE} is")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")

@@ -213,7 +213,11 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     load = {"api": "completions", "requests_per_level": 16, "max_tokens": MAX_TOKENS,
             "input_tokens": 6, "temperature": 0.0}  # fmt: skip
     experiment = await sync_to_async(experiment_services.experiment_create)(
-        profiles=[baseline, draft], levels=[1, 2], load=load, check_output_equivalence=True
+        profiles=[baseline, draft],
+        levels=[1, 2],
+        load=load,
+        check_output_equivalence=True,
+        repeats=1,
     )
     await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=INNER_WAIT_S)
     experiment = await Experiment.objects.aget(pk=experiment.pk)
@@ -254,9 +258,10 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     # at C=2; on a loaded one either can move), the advice is about the engine under test:
     # llama.cpp's options, nobody else's.
     assert "--spec-type" in text and "--spec-draft-n-max" in text, text
-    if verdict["disable_speculation_above"]:
-        assert {o["engine"] for o in verdict["engine_options"]} == {"llama.cpp"}
+    decision = verdict["decision"]
+    if decision["engine_options"]:
+        assert {o["engine"] for o in decision["engine_options"]} == {"llama.cpp"}
         assert "llama.cpp --spec-type none on the server for loads above C=" in text
     else:
-        assert "(llama.cpp: --spec-type, --spec-draft-n-max)" in text
+        assert "(llama.cpp: --spec-type, --spec-draft-n-max)" in decision["recommendation"]
     assert "vLLM" not in text and "SGLang" not in text and "TensorRT-LLM" not in text

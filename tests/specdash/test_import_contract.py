@@ -34,6 +34,7 @@ DJANGO_FREE = (
     "benchlib.loadgen",
     "benchlib.simulator",
     "benchlib.stats",
+    "perf.bench_aa",
     "perf.bench_loadgen",
     "perf.bench_simulator",
     "perf.bench_tuning",

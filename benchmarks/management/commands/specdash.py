@@ -18,7 +18,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from benchlib.loadgen.settings_args import add_load_arguments, given_settings
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.models.experiments import (
+    DEFAULT_ORDER,
+    DEFAULT_REPEATS,
+    ExperimentOrder,
+    ExperimentState,
+)
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
 
@@ -102,8 +107,16 @@ class Command(BaseCommand):
         create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
         create.add_argument("profiles", nargs="+", help="Profile names or ids, A first")
         _load_arguments(create)
-        create.add_argument("--repeats", type=int, default=1)
-        create.add_argument("--order", choices=["sequential", "interleaved"], default="sequential")
+        create.add_argument(
+            "--repeats",
+            type=int,
+            default=DEFAULT_REPEATS,
+            help=f"Sweeps per arm (default {DEFAULT_REPEATS}; 1 = single run, within-run interval)",
+        )
+        create.add_argument(
+            "--order", choices=ExperimentOrder.values, default=DEFAULT_ORDER.value,
+            help="interleaved: A B B A (default); sequential: A A B B",
+        )  # fmt: skip
         create.add_argument("--name", default="")
         create.add_argument("--tag", action="append", default=[])
         create.add_argument(
@@ -323,9 +336,9 @@ class Command(BaseCommand):
             ratios = "  ".join(
                 f"C={r['concurrency']}: {r['point']:.2f}x" for r in verdict["ratios"]
             )
-            lines += [
-                f"{verdict['candidate']} vs {verdict['reference']}: {ratios}",
-                verdict["text"],
-            ]
+            lines.append(f"{verdict['candidate']} vs {verdict['reference']}: {ratios}")
+            decision = verdict.get("decision") or {}
+            # The decision's own statements, one a line: this command writes none of its own.
+            lines += decision.get("statements") or [verdict["text"]]
         lines += [f"warning: {w}" for w in body["warnings"]]
         self._out(options, body, "\n".join(lines))

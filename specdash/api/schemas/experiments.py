@@ -9,6 +9,7 @@ from ninja import Field, Schema
 from pydantic import StringConstraints
 
 from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
 from specdash.api.schemas.base import _TEXT, Id, In, Page
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
@@ -23,8 +24,17 @@ class ExperimentIn(In):
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
     name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
-    repeats: int = Field(1, ge=1, le=10)
-    order: str = Field("sequential", description="sequential (A A B B) or interleaved (A B A B)")
+    repeats: int = Field(
+        DEFAULT_REPEATS,
+        ge=1,
+        le=10,
+        description="Sweeps per arm, each a fresh server start; 1 is the single-run mode "
+        "(within-run interval: leaves out run-to-run variance)",
+    )
+    order: str = Field(
+        DEFAULT_ORDER.value,
+        description="interleaved (A B B A, the default) or sequential (A A B B)",
+    )
     continue_on_start_failure: bool = True
     check_output_equivalence: bool = False
     auto_resume: bool = Field(False, description="Resume by itself after a worker restart")
@@ -149,7 +159,14 @@ class VerdictOut(Schema):
     candidate: str
     reference_name: str
     candidate_name: str
-    text: str = Field(description="The verdict in plain English")
+    text: str = Field(description="The decision's statements, joined")
+    decision: dict[str, Any] | None = Field(
+        None,
+        description="The one decision every surface renders: per level the oriented ratio, "
+        "status (ahead, behind, equivalent, inconclusive, not_comparable), reason and "
+        "sentence; crossovers; bands with their action (on, off, none); the recommendation; "
+        "margin and confidence; statements in order (docs/measurement.md)",
+    )
     ratios: list[RatioOut] = Field(description="candidate / reference output tok/s per level")
     unmatched: list[int]
     crossover: dict[str, Any]

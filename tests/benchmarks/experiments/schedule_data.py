@@ -33,7 +33,7 @@ def constructed_experiment(
     ]
     levels = sorted({c for *_, values in arms for c in values})
     experiment = services.experiment_create(
-        profiles=profiles, levels=levels, load={"requests_per_level": 40}
+        profiles=profiles, levels=levels, load={"requests_per_level": 40}, repeats=1
     )
     figures = {name: values for name, _, _, values in arms}
     for i, step in enumerate(experiment.steps.select_related("arm__profile")):

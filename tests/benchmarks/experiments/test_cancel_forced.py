@@ -24,7 +24,7 @@ def test_a_forced_cancel_ends_the_experiment_cancelled_not_interrupted(
 ) -> None:
     a, b = sim_profile("fast"), sim_profile("fast")
     experiment = services.experiment_create(
-        profiles=[a, b], levels=[1], load={"duration": 1.0}, auto_resume=auto_resume
+        profiles=[a, b], levels=[1], load={"duration": 1.0}, auto_resume=auto_resume, repeats=1
     )
     Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.RUNNING)
     first = ExperimentStep.objects.filter(experiment=experiment).order_by("index").first()

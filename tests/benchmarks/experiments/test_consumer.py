@@ -27,7 +27,7 @@ async def test_a_viewer_gets_the_experiment_then_its_step_and_state_events(
     snapshot = await communicator.receive_json_from(timeout=10)
     assert snapshot["type"] == "snapshot"
     assert snapshot["experiment"]["state"] == "queued"
-    assert [s["label"] for s in snapshot["steps"]] == ["A", "B"]
+    assert [s["label"] for s in snapshot["steps"]] == ["A", "B", "B", "A"]
     plan = await sync_to_async(services.experiment_begin)(experiment_id=experiment.pk)
     assert plan is not None
     state = await communicator.receive_json_from(timeout=10)

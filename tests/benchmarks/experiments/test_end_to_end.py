@@ -96,7 +96,7 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     )  # fmt: skip
     experiment = await sync_to_async(services.experiment_create)(
         profiles=[baseline, eagle], levels=LEVELS, load=LOAD, check_output_equivalence=True,
-        notes="e2e", tags=["ci"],
+        notes="e2e", tags=["ci"], repeats=1,
     )  # fmt: skip
     await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=110)
     experiment = await Experiment.objects.aget(pk=experiment.pk)
@@ -161,11 +161,14 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     assert not verdict["reference_saturation"]["saturated"]
     assert not verdict["candidate_saturation"]["saturated"]
 
-    # The verdict says it in words, with the advice for the speculative profile.
-    assert verdict["text"].startswith("Sim EAGLE-3 is ")
-    assert "faster at C=1" in verdict["text"] and "slower from C=2 on" in verdict["text"]
+    # The decision says it in words, with the advice for the speculative profile.
+    decision = verdict["decision"]
+    statuses = [lv["status"] for lv in decision["levels"]]
+    assert statuses[0] == "ahead" and set(statuses[1:]) == {"behind"}, decision["statements"]
     assert verdict["disable_speculation_above"] == 1
-    assert "TensorRT-LLM max_concurrency=1" in verdict["text"]
+    assert "on up to C=1, off above" in decision["recommendation"]
+    assert "TensorRT-LLM max_concurrency=1" in decision["recommendation"]
+    assert verdict["text"] == " ".join(decision["statements"])
 
     # The simulator's text does not depend on speculation: greedy outputs are identical.
     eq = comparison["equivalence"]

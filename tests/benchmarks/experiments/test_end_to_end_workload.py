@@ -47,7 +47,7 @@ async def test_an_experiment_with_two_categories_and_slos_through_the_job_worker
         "eagle3", *EAGLE[2:], name="Sim EAGLE", speculative=True
     )
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[baseline, eagle], levels=[4], load=LOAD
+        profiles=[baseline, eagle], levels=[4], load=LOAD, repeats=1
     )
     await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=100)
     experiment = await Experiment.objects.aget(pk=experiment.pk)

@@ -232,7 +232,7 @@ def _run(board: Dashboard, client: SpecdashClient, points: list[Point]) -> dict[
     body = client.post(
         "/experiments",
         {"profiles": [profiles["fault baseline"], profiles["fault eagle"]], "levels": LEVELS,
-         "load": LOAD, "name": f"fault injection seed {SEED}"},
+         "load": LOAD, "name": f"fault injection seed {SEED}", "repeats": 1},
     )  # fmt: skip
     experiment_id = int(body["experiment"]["id"])
     for point in points:

@@ -57,7 +57,7 @@ async def test_an_interrupted_experiment_resumes_on_its_ready_server_from_the_cu
     a = await sync_to_async(sim_profile)("fast")
     b = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[1, 2, 3], load=TIMED, auto_resume=auto
+        profiles=[a, b], levels=[1, 2, 3], load=TIMED, auto_resume=auto, repeats=1
     )
     async with running_worker("first"):
         await until(lambda: _second_level_running(experiment.pk), timeout=90)

@@ -70,7 +70,7 @@ async def test_cancel_mid_sweep_cancels_the_sweep_stops_the_server_and_skips_the
     a = await sync_to_async(sim_profile)("fast")
     b = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[2], load={**SHORT, "requests_per_level": None, "duration": 60},
+        profiles=[a, b], levels=[2], load={**SHORT, "requests_per_level": None, "duration": 60}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: SweepSample.objects.filter(
@@ -102,7 +102,7 @@ async def test_a_start_failure_stops_the_experiment_when_asked_to(
     broken = await sync_to_async(sim_profile)("fast", "--fail-oom-at-start")
     good = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[broken, good], levels=[1], load=SHORT, continue_on_start_failure=False
+        profiles=[broken, good], levels=[1], load=SHORT, continue_on_start_failure=False, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.FAILED
@@ -121,7 +121,7 @@ async def test_a_start_failure_is_recorded_and_the_others_still_run(
     broken = await sync_to_async(sim_profile)("fast", "--fail-oom-at-start")
     good = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[broken, good], levels=[1], load=SHORT
+        profiles=[broken, good], levels=[1], load=SHORT, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED
@@ -142,7 +142,7 @@ async def test_a_dirty_stop_halts_the_experiment_before_anything_starts_on_that_
     a = await sync_to_async(sim_profile)("fast")
     b = await sync_to_async(sim_profile)("fast")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[1], load={**SHORT, "requests_per_level": None, "duration": 2},
+        profiles=[a, b], levels=[1], load={**SHORT, "requests_per_level": None, "duration": 2}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: ServerInstance.objects.filter(profile=a, state=InstanceState.READY).exists(),
@@ -173,7 +173,7 @@ async def test_profiles_whose_greedy_outputs_differ_are_flagged(
     a = await sync_to_async(sim_profile)("fast", "--eos-prob", "0.3", "--seed", "1")
     b = await sync_to_async(sim_profile)("fast", "--eos-prob", "0.3", "--seed", "2")
     experiment = await sync_to_async(services.experiment_create)(
-        profiles=[a, b], levels=[1], load=SHORT, check_output_equivalence=True
+        profiles=[a, b], levels=[1], load=SHORT, check_output_equivalence=True, repeats=1
     )
     experiment = await _finished(experiment.pk)
     assert experiment.state == ExperimentState.COMPLETED, experiment.reason
@@ -192,7 +192,10 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load={"requests_per_level": 5}
+        profiles=[make_profile(), make_profile()],
+        levels=[1],
+        load={"requests_per_level": 5},
+        repeats=1,
     )
     plan = services.experiment_begin(experiment_id=experiment.pk)
     assert plan is not None
@@ -208,3 +211,46 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     states = [s.state for s in _steps(experiment.pk)]
     # The step never started stays pending: a resume runs it.
     assert states == [StepState.INTERRUPTED, StepState.PENDING]
+
+
+@pytest.mark.timeout(400)  # four server starts and verified stops on 2 busy cores
+@pytest.mark.django_db(transaction=True)
+async def test_the_default_protocol_runs_a_b_b_a_and_records_each_runs_environment(
+    sim_profile: Callable[..., ServerProfile], worker: Worker, tmp_path: Path
+) -> None:
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF" + bytes(100))
+    # The simulator serves whatever model name it is given: here a file, as an engine's would.
+    a = await sync_to_async(sim_profile)("fast", "--model", str(draft))
+    b = await sync_to_async(sim_profile)("fast", "--model", str(draft))
+    await ServerProfile.objects.filter(pk__in=[a.pk, b.pk]).aupdate(served_model_name=str(draft))
+    experiment = await sync_to_async(services.experiment_create)(
+        profiles=[a, b], levels=[1, 2], load=SHORT
+    )
+    experiment = await _finished(experiment.pk, timeout=360)
+    assert experiment.state == ExperimentState.COMPLETED, experiment.reason
+    steps = await sync_to_async(_steps)(experiment.pk)
+    arm_a = await _arm(experiment, "A")
+    assert [(s.arm_id == arm_a, s.repeat) for s in steps] == [
+        (True, 0), (False, 0), (False, 1), (True, 1),
+    ]  # fmt: skip
+    sweeps = [s async for s in Sweep.objects.filter(experiment_step__experiment=experiment)]
+    assert len(sweeps) == 4
+    for sweep in sweeps:
+        (record,) = sweep.environment["records"]
+        assert record["engine_version"] and record["argv"][-1] == str(draft)
+        (gpu,) = record["gpus"]
+        assert gpu["index"] == 0 and gpu["power_limit_w"] and gpu["clocks_max_sm_mhz"]
+        assert len(record["load_avg"]) == 3 and record["specdash_version"]
+        (model,) = record["model_files"]
+        assert model["path"] == str(draft) and model["size"] == 104 and model["sha256"]
+    protocol = experiment.comparison["protocol"]
+    assert protocol["run_order"] == ["A", "B", "B", "A"]
+    assert [d["concurrency"] for d in protocol["drift"]["B"]] == [1, 2]
+    assert all(d["order_effect"] is not None for d in protocol["drift"]["B"])
+    assert experiment.comparison["environment_differences"] == {}
+
+
+async def _arm(experiment: Experiment, label: str) -> int:
+    arm = await experiment.arms.aget(label=label)
+    return int(arm.pk)

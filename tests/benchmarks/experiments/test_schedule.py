@@ -27,6 +27,7 @@ from tests.benchmarks.experiments.schedule_data import (
     constructed_experiment,
     vllm_argv,
 )
+from tests.fixtures.statements import html_statements, normalized
 
 pytestmark = pytest.mark.django_db
 
@@ -93,7 +94,7 @@ def test_matrix_simulator_variants_read_as_off_and_their_k_on_the_schedule(
     )
     variants = matrix_variants(base=base, axes={axis: [1, 3]}, include_off=True)
     experiment = services.experiment_create(
-        profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}
+        profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}, repeats=1
     )
     k1 = {c: (BASELINE[c] + EAGLE3[c]) / 2 for c in BASELINE}
     figures = {"Sim [off]": BASELINE, "Sim [K=1]": k1, "Sim [K=3]": EAGLE3}
@@ -201,3 +202,34 @@ def test_the_comparison_page_shows_the_schedule_in_a_fixed_number_of_queries(
     steps = figures["schedule"]["data"][0]
     assert steps["line"]["shape"] == "hv" and steps["y"] == [3, 0, 0]
     assert figures["schedule"]["data"][1]["error_y"]["arrayminus"][0] > 0
+
+
+def test_the_schedule_and_the_verdict_on_one_page_say_the_same(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path, client: Client, viewer: object
+) -> None:
+    # Once this page's schedule said "serve without speculation" while its verdict said
+    # "disable speculation above C=1": both now come from the same statuses.
+    experiment = constructed_experiment(
+        make_profile,
+        [("baseline", "vllm", vllm_argv(None), BASELINE),
+         ("eagle3", "vllm", vllm_argv(VLLM_EAGLE3), EAGLE3)],
+        tmp_path,
+    )  # fmt: skip
+    ServerProfile.objects.filter(name="eagle3").update(speculative=True)  # as a matrix sets it
+    schedule = experiment_schedule(experiment=experiment)
+    decision = schedule["decision"]
+    (pairwise,) = decision["pairwise"]
+    # The schedule drafts at a level exactly where the speculative arm's verdict says "on".
+    on_levels = {c for b in decision["bands"] if b["action"] == "on" for c in b["levels"]}
+    verdict_on = {c for b in pairwise["bands"] if b["action"] == "on" for c in b["levels"]}
+    assert on_levels == verdict_on == {1, 8}
+    assert [(s["start"], s["end"], s["draft_length"]) for s in decision["steps"]] == [
+        (s["start"], s["end"], s["draft_length"]) for s in schedule["steps"]
+    ]
+    client.force_login(viewer)  # type: ignore[arg-type]
+    html = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert html_statements(html, "schedule-statement") == normalized(decision["statements"])
+    verdict = html_statements(html)
+    assert verdict[-1] == normalized([pairwise["recommendation"]])[0]
+    assert "on up to C=8, off above" in verdict[-1]
+    assert "Schedule: C=1-8 K=3; C=9 and above off" in decision["recommendation"]

@@ -123,7 +123,7 @@ def test_an_unfinished_experiment_or_two_arms_with_one_draft_length_are_refused(
 ) -> None:
     a = make_profile(launch_argv=[*SIM, "--spec-steps", "3"])
     b = make_profile(launch_argv=[*SIM, "--speculative-num-steps", "3"])
-    experiment = services.experiment_create(profiles=[a, b], levels=[1], load=LOAD)
+    experiment = services.experiment_create(profiles=[a, b], levels=[1], load=LOAD, repeats=1)
     with pytest.raises(ValidationError, match="not completed"):
         tuning.verification_create(experiment=experiment)
     complete_with(experiment, {1: ((100,), (110,))}, tmp_path)
@@ -217,7 +217,7 @@ def test_report_refuses_an_experiment_that_is_not_a_verification(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=1
     )
     with pytest.raises(ValidationError, match="not a schedule verification"):
         tuning.verification_report(experiment=experiment)
@@ -235,9 +235,11 @@ _SHARED_RUN = {
 }
 
 
-def test_gaps_under_the_margin_are_behind_within_it_not_conclusive() -> None:
+def test_gaps_inside_the_margin_are_behind_within_it_not_conclusive() -> None:
+    # C=2's interval (0.947-0.971) reaches below 1/1.05: it is not shown to be within 5%,
+    # so tuned is behind there; C=8's (0.978-0.986) lies inside 1 +/- 5%.
     placed = {c: tuning.classify_ratios({"k3": r}, 0.05) for c, r in _SHARED_RUN.items()}
-    assert placed == {1: ([], []), 2: ([], ["k3"]), 8: ([], ["k3"])}
+    assert placed == {1: ([], []), 2: (["k3"], []), 8: ([], ["k3"])}
 
 
 def test_margin_zero_gives_the_old_verdict() -> None:
@@ -251,7 +253,7 @@ def test_a_ten_percent_gap_is_worse_even_with_the_margin() -> None:
 
 @pytest.mark.parametrize(
     ("margin", "ok", "within", "worse"),
-    [(0.05, True, [2, 8], []), (0.0, False, [], [2, 8])],
+    [(0.05, False, [8], [2]), (0.0, False, [], [2, 8])],
 )
 def test_verdict_on_the_shared_run_figures_depends_on_the_margin(
     monkeypatch: pytest.MonkeyPatch, margin: float, ok: bool, within: list[int], worse: list[int]

@@ -198,7 +198,7 @@ def test_verify_with_bad_repeats_or_an_unfinished_experiment_says_why(
         assert response.redirect_chain[-1][0] == f"/experiments/{matrix_done.pk}/comparison/"
         assert "Not verified: repeats" in response.content.decode()
     queued = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=1
     )
     response = client.post(f"/experiments/{queued.pk}/verify/", follow=True)
     assert "not completed" in response.content.decode()

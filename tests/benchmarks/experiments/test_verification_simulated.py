@@ -56,7 +56,7 @@ async def test_a_schedule_from_a_simulated_matrix_is_run_and_judged_against_each
         base=base, axes={"--speculative-num-steps": [1]}, include_off=True
     )
     first = await sync_to_async(services.experiment_create)(
-        profiles=variants, levels=LEVELS, load=LOAD
+        profiles=variants, levels=LEVELS, load=LOAD, repeats=1
     )
     first = await _finished(first.pk, timeout=120)
 

@@ -74,7 +74,7 @@ def test_operator_creates_an_experiment_from_the_form(
     assert experiment.load["requests_per_level"] == 10 and experiment.levels == [1, 2, 8]
     assert experiment.tags == ["cuda13", "fusion"]
     labels = list(experiment.steps.order_by("index").values_list("arm__label", "repeat"))
-    assert labels == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+    assert labels == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
     job = Job.objects.get(pk=experiment.job_id or 0)
     assert (job.kind, job.params, job.lock_key) == (
         "experiment.run", {"experiment_id": experiment.pk}, f"experiment:{experiment.pk}",
@@ -101,14 +101,14 @@ def test_an_experiment_stores_two_long_tags_sharing_their_first_50_characters_on
     common = "y" * 50
     experiment = services.experiment_create(
         profiles=list(pair), levels=[1], load={"requests_per_level": 5},
-        tags=[common + "-a", common + "-b", " short "],
+        tags=[common + "-a", common + "-b", " short "], repeats=1,
     )  # fmt: skip
     assert experiment.tags == [common, "short"]
 
 
 def test_a_viewer_reads_but_cannot_create_or_cancel(client: Client, viewer: Any, pair: Any) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1], load={"requests_per_level": 5}, repeats=1
     )
     client.force_login(viewer)
     assert client.get("/experiments/new/").status_code == 403
@@ -126,7 +126,7 @@ def test_cancelling_a_queued_experiment_cancels_its_job_and_steps(
     client: Client, operator: Any, pair: Any
 ) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1], load={"requests_per_level": 5}, repeats=1
     )
     client.force_login(operator)
     response = client.post(f"/experiments/{experiment.pk}/cancel/")
@@ -146,10 +146,11 @@ def test_the_comparison_page_shows_the_verdict_table_and_charts(
     response = client.get(f"/compare/?sweeps={a}&sweeps={b}")
     body = response.content.decode()
     assert response.status_code == 200
-    assert 'data-testid="verdict"' in body and "eagle is " in body
+    assert 'data-testid="verdict"' in body and "B (eagle) against A (baseline)" in body
     assert body.count('data-testid="comparison-row"') == 3
     assert 'id="comparison-figures"' in body and 'id="chart-pareto"' in body
-    assert "Disable speculation above C=1" in body and "max_concurrency" in body
+    assert "speculation (B (eagle)) on up to C=1, off above" in body
+    assert "max_concurrency" in body
 
 
 def test_the_reference_can_be_chosen_in_the_picker(
@@ -158,7 +159,7 @@ def test_the_reference_can_be_chosen_in_the_picker(
     a, b = compared
     client.force_login(viewer)
     body = client.get(f"/compare/?sweeps={a}&sweeps={b}&reference={b}").content.decode()
-    assert "baseline is " in body  # baseline is now the candidate
+    assert "B (baseline) against A (eagle)" in body  # baseline is now the candidate
     picker = client.get(f"/compare/?sweeps={a}").content.decode()
     assert "Pick two or more sweeps." in picker and f'value="{a}" checked' in picker
 
@@ -189,21 +190,24 @@ def test_the_html_report_is_self_contained(
     assert _external_references(html) == []  # nothing to fetch: it opens offline
     assert html.count("Plotly.newPlot") == 6 and "plotly.js v" in html.lower()
     assert len(html) > 3_000_000  # the Plotly bundle itself is inlined
-    assert "eagle is " in html and 'data-testid="comparison-table"' in html
+    assert "B (eagle) against A (baseline)" in html and 'data-testid="comparison-table"' in html
 
 
 def test_an_experiment_comparison_and_its_downloads_are_served(
     client: Client, viewer: Any, pair: Any, tmp_path: Path
 ) -> None:
     experiment = services.experiment_create(
-        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 5}, repeats=1
     )
     for step in experiment.steps.select_related("arm"):
         values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}
         make_sweep(step.arm.profile, values, tmp=tmp_path, step=step)
     client.force_login(viewer)
     page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
-    assert "eagle is " in page and f"/experiments/{experiment.pk}/report.html" in page
+    assert (
+        "B (eagle) against A (baseline)" in page
+        and f"/experiments/{experiment.pk}/report.html" in page
+    )
     assert client.get(f"/experiments/{experiment.pk}/comparison.csv").status_code == 200
     assert client.get(f"/experiments/{experiment.pk}/report.html").status_code == 200
 

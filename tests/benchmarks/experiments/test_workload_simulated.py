@@ -39,6 +39,7 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import LevelConfig, run_level
 from benchmarks.experiments.comparison import LevelRun, SeriesData, comparison_build
 from tests.fixtures.ports import free_port
+from tests.fixtures.statements import html_statements, normalized
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAT_L, CODE_L = 3.0, 1.8
@@ -204,7 +205,7 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
     assert max(served["A"]) < 0.5 * slo.ttft_ms / 1000, served["A"]
     (raw,) = comparison["verdicts"]
     assert all(r["point"] > 1.0 for r in raw["ratios"]), raw["ratios"]  # B wins raw tok/s
-    assert "faster" in raw["text"]
+    assert "ahead" in [lv["status"] for lv in raw["decision"]["levels"]], raw["text"]
     (good,) = comparison["goodput_verdicts"]
     series = {s["label"]: s for s in comparison["series"]}
     shares = {s["label"]: [(r["concurrency"], r["goodput_share"]) for r in s["levels"]]
@@ -216,4 +217,6 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
     assert "sim-A (A) meets them up to C=8" in good["text"]
     assert "sim-B (B) meets them at no tested level" in good["text"]
     html = render_to_string("benchmarks/comparison_body.html", {"comparison": comparison})
-    assert escape(raw["text"]) in html and escape(good["text"]) in html  # the page says both
+    # The page says both: the decision's statements, and the goodput verdict.
+    assert html_statements(html) == normalized(raw["decision"]["statements"])
+    assert escape(good["text"]) in html

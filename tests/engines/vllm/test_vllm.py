@@ -131,7 +131,7 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
     experiment = await sync_to_async(experiment_services.experiment_create)(
         profiles=[baseline, draft], levels=[1, 2, 4], check_output_equivalence=True,
         load={"api": "completions", "requests_per_level": 8, "max_tokens": MAX_TOKENS,
-              "input_tokens": 12, "temperature": 0.0, "ignore_eos": True},
+              "input_tokens": 12, "temperature": 0.0, "ignore_eos": True}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: Experiment.objects.get(pk=experiment.pk).is_finished,

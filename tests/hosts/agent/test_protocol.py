@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import subprocess
 import sys
@@ -132,3 +133,42 @@ def test_probe_reports_gpus_driver_and_cuda_versions_from_nvidia_smi(tmp_path: P
     assert f"Driver Version: {smi['driver_version']}" in header
     assert f"CUDA Version: {smi['cuda_version']}" in header
     assert smi["driver_version"] and smi["cuda_version"]
+
+
+def test_probe_reports_the_load_gpu_clocks_and_power_limit_and_the_model_files(
+    tmp_path: Path,
+) -> None:
+    sim_bin = Path(__file__).resolve().parents[3] / "benchlib" / "simulator" / "bin"
+    env = {
+        **os.environ,
+        "PATH": f"{sim_bin}:{os.environ['PATH']}",
+        "SPECDASH_SIM_STATE_DIR": str(tmp_path / "gpu"),
+        "SPECDASH_SIM_GPU_COUNT": "2",
+    }
+    small = tmp_path / "draft.gguf"
+    small.write_bytes(b"GGUF" + bytes(1000))
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    (model_dir / "weights.safetensors").write_bytes(bytes(5000))
+    files = [str(small), str(model_dir), str(tmp_path / "absent")]
+    result = run_agent("probe", {"files": files}, env=env).result
+    load = result["load_avg"]
+    assert len(load) == 3 and all(x >= 0 for x in load)
+    lines = result["nvidia_smi"]["details"].splitlines()
+    name = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # the stand-in's default GPU
+    assert [line.split(", ")[:2] for line in lines] == [["0", name], ["1", name]]
+    # index, name, driver, clocks.sm, clocks.mem, clocks.max.sm, power.limit
+    assert lines[0].split(", ")[5:] == ["1980", "600.00"]
+    by_path = {f["path"]: f for f in result["files"]}
+
+    assert by_path[str(small)] == {
+        "path": str(small), "kind": "file", "size": 1004, "mtime": small.stat().st_mtime,
+        "sha256": hashlib.sha256(small.read_bytes()).hexdigest(),
+    }  # fmt: skip
+    assert by_path[str(model_dir)]["kind"] == "dir"
+    assert (by_path[str(model_dir)]["size"], by_path[str(model_dir)]["files"]) == (5002, 2)
+    assert "sha256" not in by_path[str(model_dir)]
+    assert by_path[str(tmp_path / "absent")]["kind"] == "missing"
+    refused = run_agent("probe", {"files": "x"}).result
+    assert refused["ok"] is False and "files must be a list" in refused["error"]

@@ -26,7 +26,7 @@ def _sweep(instance: Any, values: dict[int, float]) -> Sweep:
     return sweep
 
 
-def test_create_answers_202_and_plans_one_step_per_profile(
+def test_create_answers_202_and_plans_the_default_protocol_a_b_b_a(
     as_operator: ApiClient, make_profile: Any
 ) -> None:
     a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
@@ -46,7 +46,17 @@ def test_create_answers_202_and_plans_one_step_per_profile(
     assert [(s["label"], s["state"]) for s in detail["steps"]] == [
         ("A", "pending"),
         ("B", "pending"),
+        ("B", "pending"),
+        ("A", "pending"),
     ]
+    assert (experiment.repeats, experiment.order) == (2, "interleaved")
+    single = as_operator.post(
+        "/api/v1/experiments",
+        {"profiles": [a.pk, b.pk], "levels": [1], "load": LOAD, "repeats": 1},
+    )
+    assert single.status_code == 202, single.content
+    steps = as_operator.get(single.json()["experiment"]["url"]).json()["steps"]
+    assert [s["label"] for s in steps] == ["A", "B"]
 
 
 @pytest.mark.parametrize(
@@ -131,7 +141,8 @@ def test_an_experiment_comparison_is_built_from_its_sweeps(
 ) -> None:
     a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
     created = as_operator.post(
-        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD}
+        "/api/v1/experiments",
+        {"profiles": [a.pk, b.pk], "levels": [1, 2], "load": LOAD, "repeats": 1},
     ).json()
     experiment = Experiment.objects.get(pk=created["experiment"]["id"])
     for step, profile, values in zip(
@@ -146,3 +157,39 @@ def test_an_experiment_comparison_is_built_from_its_sweeps(
     body = as_operator.get(f"/api/v1/experiments/{experiment.pk}/comparison").json()
     points = {r["concurrency"]: r["point"] for r in body["verdicts"][0]["ratios"]}
     assert points == pytest.approx({1: 1.1, 2: 0.5})
+
+
+def test_the_protocol_gives_the_run_order_drift_and_what_differs_besides_the_launch(
+    as_operator: ApiClient, as_viewer: ApiClient, anonymous: ApiClient, make_profile: Any,
+    make_instance: Any,
+) -> None:  # fmt: skip
+    a, b = make_profile(name="base"), make_profile(name="eagle", speculative=True)
+    created = as_operator.post(
+        "/api/v1/experiments", {"profiles": [a.pk, b.pk], "levels": [1], "load": LOAD}
+    ).json()
+    experiment = Experiment.objects.get(pk=created["experiment"]["id"])
+    # A B B A; A loses 10% between its first and last run; B's second run had another driver.
+    values = {0: 100.0, 1: 120.0, 2: 121.0, 3: 90.0}
+    for step in experiment.steps.select_related("arm").order_by("index"):
+        instance = make_instance(a if step.arm.label == "A" else b, state="stopped")
+        sweep = _sweep(instance, {1: values[step.index]})
+        driver = "575.0" if step.index == 2 else "580.1"
+        sweep.experiment_step = step
+        sweep.environment = {"records": [{"driver_version": driver, "argv": [step.arm.label]}]}
+        sweep.save()
+    assert anonymous.get(f"/api/v1/experiments/{experiment.pk}/protocol").status_code == 401
+    response = as_viewer.get(f"/api/v1/experiments/{experiment.pk}/protocol")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["protocol"]["run_order"] == ["A", "B", "B", "A"]
+    assert body["protocol"]["interval_scope"] == (
+        "between-run interval: includes run-to-run variance"
+    )
+    (level,) = body["protocol"]["drift"]["B"]
+    assert level["drift"] == pytest.approx(0.1) and level["largest_drift"] == pytest.approx(-0.1)
+    assert level["order_effect"] == pytest.approx((120 / 100) / (121 / 90) - 1)
+    assert body["environment_differences"] == {"B": ["GPU driver: '580.1' vs '575.0'"]}
+    assert [(r["step"], r["label"], r["repeat"]) for r in body["runs"]] == [
+        (1, "A", 0), (2, "B", 0), (3, "B", 1), (4, "A", 1),
+    ]  # fmt: skip
+    assert body["runs"][2]["records"] == [{"driver_version": "575.0", "argv": ["B"]}]

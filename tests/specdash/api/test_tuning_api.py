@@ -36,6 +36,9 @@ def test_matrix_creates_the_variants_and_an_experiment_with_them_as_arms(
     assert [a.profile.name for a in arms] == ["Sim [off]", "Sim [K=1]", "Sim [K=3]"]
     assert arms[1].profile.launch_argv == [*SIM, "--speculative-num-steps", "1"]
     assert experiment.levels == [1, 2]
+    assert (experiment.repeats, experiment.order) == (2, "interleaved")
+    steps = experiment.steps.order_by("index").values_list("arm__label", flat=True)
+    assert list(steps) == ["A", "B", "C", "C", "B", "A"]
     assert body["job_url"] == f"/api/v1/jobs/{body['job']['id']}"
 
 
@@ -130,7 +133,7 @@ def test_verify_of_an_unfinished_experiment_is_422_and_report_of_another_is_422(
     as_operator: ApiClient, make_profile: Callable[..., ServerProfile]
 ) -> None:
     experiment = services.experiment_create(
-        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD
+        profiles=[make_profile(), make_profile()], levels=[1], load=LOAD, repeats=1
     )
     response = as_operator.post(f"/api/v1/experiments/{experiment.pk}/verify")
     assert response.status_code == 422
@@ -164,6 +167,9 @@ def test_verify_runs_three_repeats_by_default_and_refuses_a_bad_count(
     follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
     assert follow_up.repeats == 3
     assert follow_up.steps.filter(arm__position=0).count() == 3
+    # Interleaved whatever the matrix's own order: A B C D D C B A A B C D.
+    order = list(follow_up.steps.order_by("index").values_list("arm__label", flat=True))
+    assert order == [*"ABCD", *"DCBA", *"ABCD"]
 
 
 def test_the_management_command_verifies_with_the_repeat_count_and_prints_the_verdict(

@@ -1,0 +1,192 @@
+"""The decision for a matrix of variants of one server (speculation off, draft lengths 1, 3,
+...): each variant against the simplest, and the schedule, from the same statuses.
+
+Per level, the choice is the simplest variant that no other variant is *ahead* of, with
+``decision``'s statuses (interval wholly above 1 and not inside 1 +/- margin): the rule of
+``schedule.derive_schedule`` with the margin, so a variant chosen at a level is exactly one
+whose own A/B decision against the simplest says "ahead" there, and the schedule and the
+pairwise recommendations cannot disagree. The level's action is *on* (a draft length above 0
+chosen), *off* (the simplest chosen and every other variant behind or equivalent to it), or
+*no recommendation yet* (the simplest chosen because nothing was shown either way; the
+schedule keeps it off there until shown). Untested concurrencies between two bands go to the
+simpler band (``decision.group_bands``). The bands become the engine's configuration through
+``schedule_configs.engine_schedules``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from benchlib.stats.decision import (
+    DEFAULT_MARGIN,
+    Action,
+    Arm,
+    ArmHealth,
+    Band,
+    Decision,
+    conditions,
+    decide_curves,
+    group_bands,
+    span,
+)
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from benchlib.stats.schedule import Step
+from benchlib.stats.schedule_configs import EngineSchedule, engine_schedules
+from benchlib.stats.types import Curve
+
+
+@dataclass(frozen=True)
+class MatrixVariant:
+    arm: Arm
+    curve: Curve
+    draft_length: int  # 0 = speculation off
+
+
+@dataclass(frozen=True)
+class MatrixDecision:
+    reference: str  # the simplest variant
+    margin: float
+    confidence: float
+    pairwise: tuple[Decision, ...]  # every other variant against the simplest
+    bands: tuple[Band, ...]
+    steps: tuple[Step, ...]
+    configs: tuple[EngineSchedule, ...]
+    untested: tuple[int, ...]
+    recommendation: str
+
+    def statements(self) -> tuple[str, ...]:
+        return (*(band.sentence for band in self.bands), self.recommendation)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        out["pairwise"] = [d.to_dict() for d in self.pairwise]
+        out["statements"] = list(self.statements())
+        return out
+
+
+def decide_matrix(
+    variants: Sequence[MatrixVariant],
+    *,
+    figure: str = "output_tok_s",
+    rate_mode: bool = False,
+    margin: float = DEFAULT_MARGIN,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    health: Mapping[str, Mapping[int, ArmHealth]] | None = None,
+    engine: str = "",
+    vllm_base: Mapping[str, Any] | None = None,
+    max_num_seqs: int | None = None,
+) -> MatrixDecision:
+    """The matrix's decision (module notes); ``variants`` in any order (sorted simplest
+    first by draft length), ``health`` by variant name then C."""
+    if len(variants) < 2:
+        raise ValueError("a matrix needs at least 2 variants")
+    ordered = sorted(variants, key=lambda v: v.draft_length)
+    names = [v.arm.name for v in ordered]
+    if len(set(names)) != len(names):
+        raise ValueError(f"variant names must be unique: {names}")
+    tested = [set(v.curve.concurrencies) for v in ordered]
+    common = sorted(set.intersection(*tested))
+    if not common:
+        raise ValueError("no concurrency level was tested by every variant")
+    untested = tuple(sorted(set.union(*tested) - set(common)))
+    health = health or {}
+
+    def pair(i: int, j: int) -> Decision:
+        a, b = ordered[i], ordered[j]
+        both = {
+            c: (
+                health.get(a.arm.name, {}).get(c, ArmHealth()),
+                health.get(b.arm.name, {}).get(c, ArmHealth()),
+            )
+            for c in common
+        }
+        return decide_curves(
+            a.curve,
+            b.curve,
+            figure=figure,
+            rate_mode=rate_mode,
+            margin=margin,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            health=both,
+            arms=(a.arm, b.arm),
+        )
+
+    pairs = {(i, j): pair(i, j) for i in range(len(ordered)) for j in range(i + 1, len(ordered))}
+
+    def beats(winner: int, loser: int, c: int) -> bool:
+        if winner > loser:
+            level = pairs[(loser, winner)].level(c)
+            return level is not None and level.status == "ahead"
+        level = pairs[(winner, loser)].level(c)
+        return level is not None and level.status == "behind"
+
+    cond = conditions(margin, confidence)
+    choices: list[tuple[int, Action, int | None, str]] = []
+    for c in common:
+        chosen = next(
+            i
+            for i in range(len(ordered))
+            if not any(beats(j, i, c) for j in range(len(ordered)) if j != i)
+        )
+        action: Action = "on" if ordered[chosen].draft_length > 0 else "off"
+        if chosen == 0:
+            against = [pairs[(0, j)].level(c) for j in range(1, len(ordered))]
+            if any(lv is None or lv.status not in ("behind", "equivalent") for lv in against):
+                action = "none"
+        choices.append((c, action, ordered[chosen].draft_length, ordered[chosen].arm.name))
+    bands = []
+    for start, end, levels, action, k, variant in group_bands(choices):
+        arm = next(v.arm for v in ordered if v.arm.name == variant)
+        what = {
+            "on": f"{arm.title}, K={k}",
+            "off": f"{arm.title} (speculation off)",
+            "none": f"no recommendation yet; {arm.title} until a variant is shown ahead",
+        }[action]
+        tested_levels = ", ".join(f"C={lv}" for lv in levels)
+        sentence = f"{span(start, end)}: {what} (tested at {tested_levels}; {cond})."
+        bands.append(Band(start, end, levels, action, k, variant, sentence))
+    steps: list[Step] = []
+    for band in bands:
+        k = band.draft_length or 0
+        if steps and steps[-1].draft_length == k:
+            steps[-1] = Step(steps[-1].start, band.end, k)
+        else:
+            steps.append(Step(band.start, band.end, k))
+    configs = engine_schedules(steps, engine, vllm_base=vllm_base, max_num_seqs=max_num_seqs)
+    return MatrixDecision(
+        reference=names[0],
+        margin=margin,
+        confidence=confidence,
+        pairwise=tuple(pairs[(0, j)] for j in range(1, len(ordered))),
+        bands=tuple(bands),
+        steps=tuple(steps),
+        configs=configs,
+        untested=untested,
+        recommendation=_recommendation(bands, steps, cond),
+    )
+
+
+def _recommendation(bands: Sequence[Band], steps: Sequence[Step], cond: str) -> str:
+    actions = {band.action for band in bands}
+    if actions == {"none"}:
+        return f"No recommendation yet: no variant is shown ahead or behind at any level ({cond})."
+    if actions == {"off"}:
+        return f"Schedule: serve without speculation at every tested level ({cond})."
+    parts = "; ".join(
+        f"{span(s.start, s.end)} K={s.draft_length}"
+        if s.draft_length
+        else f"{span(s.start, s.end)} off"
+        for s in steps
+    )
+    pending = [span(b.start, b.end) for b in bands if b.action == "none"]
+    text = f"Schedule: {parts} ({cond})"
+    if pending:
+        text += f"; no recommendation yet at {', '.join(pending)} (off there until shown)"
+    return text + "."

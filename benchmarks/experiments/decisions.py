@@ -1,0 +1,113 @@
+"""The evidence of a comparison handed to ``benchlib.stats.decision``: each level's health from
+its runs' summaries, and, at a fixed request rate, the latency curves that decide there.
+
+Every surface (comparison page, HTML report, CSV, API, ``manage.py specdash``) renders the
+stored ``decision`` of a verdict; none writes a conclusion of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
+from benchlib.stats.intervals import quantile
+from benchlib.stats.types import Curve, LevelSample, RatioCurve, RequestPoint
+
+# At a fixed request rate, the figure that decides (lower is better).
+RATE_FIGURE = "tpot_p50_ms"
+
+
+def arm_health(runs: Sequence[Any]) -> ArmHealth:
+    """One arm's health at one level from its runs (``comparison.LevelRun``s)."""
+    requests = failed = cancelled = 0
+    achieved: list[float] = []
+    limited = starved = False
+    for run in runs:
+        summary: Mapping[str, Any] = run.summary or {}
+        counts = summary.get("requests") or {}
+        causes = counts.get("errors_by_cause") or {}
+        run_cancelled = int(causes.get("cancelled") or 0)
+        requests += int(counts.get("total") or 0)
+        failed += max(int(counts.get("failed") or 0) - run_cancelled, 0)
+        cancelled += run_cancelled
+        value = run.figures.get("achieved_concurrency")
+        if isinstance(value, int | float):
+            achieved.append(float(value))
+        limited = limited or bool((summary.get("client") or {}).get("client_limited"))
+        starved = starved or bool((run.server or {}).get("load_source_starved"))
+    return ArmHealth(
+        requests=requests,
+        failed=failed,
+        cancelled=cancelled,
+        achieved_concurrency=min(achieved) if achieved else None,
+        client_limited=limited,
+        load_source_starved=starved,
+    )
+
+
+def is_rate_mode(runs: Sequence[Any]) -> bool:
+    """Whether the levels ran at a fixed request rate (open loop), from their summaries."""
+    return any((run.summary or {}).get("mode") == "rate" for run in runs)
+
+
+def tpot_statistic(requests: Sequence[RequestPoint]) -> float:
+    """The median TPOT (ms) of a list of requests, as the load generator computes it."""
+    values = sorted(
+        (r.e2e - r.ttft) / (r.output_tokens - 1)
+        for r in requests
+        if r.e2e is not None and r.ttft is not None and r.output_tokens > 1
+    )
+    return quantile(values, 0.5) * 1e3 if values else 0.0
+
+
+def latency_curve(
+    name: str, grouped: Mapping[int, Sequence[Any]], requests: Mapping[int, Sequence[RequestPoint]]
+) -> Curve:
+    """TPOT p50 (ms) against C: repeats when a level has several runs, else the level's
+    requests for a bootstrap of the median (``tpot_statistic``)."""
+    levels = []
+    for c, runs in grouped.items():
+        values = [run.figures.get(RATE_FIGURE) for run in runs]
+        if not all(isinstance(v, int | float) and v > 0 for v in values):
+            continue
+        floats = [float(v) for v in values if v is not None]
+        if len(floats) >= 2:
+            levels.append(LevelSample.from_repeats(c, floats))
+        elif len(requests.get(c, ())) >= 2:
+            levels.append(LevelSample(c, floats[0], requests=tuple(requests[c])))
+        else:
+            levels.append(LevelSample(c, floats[0]))
+    return Curve(name, levels, unit="ms")
+
+
+def decision_from(
+    *,
+    reference: Arm,
+    candidate: Arm,
+    ratios: RatioCurve,
+    health: Mapping[int, tuple[ArmHealth, ArmHealth]],
+    figure: str,
+    rate_mode: bool,
+    runs_per_arm: Mapping[int, int],
+    confidence: float,
+) -> Decision:
+    """The decision of one candidate from the ratios its verdict computed."""
+    evidence = [
+        LevelEvidence(
+            lr.concurrency,
+            lr.ratio,
+            repeats=runs_per_arm.get(lr.concurrency, 1),
+            reference=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[0],
+            candidate=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[1],
+        )
+        for lr in ratios.levels
+    ]
+    return decide(
+        reference=reference,
+        candidate=candidate,
+        levels=evidence,
+        figure=figure,
+        rate_mode=rate_mode,
+        confidence=confidence,
+    )

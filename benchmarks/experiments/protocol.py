@@ -1,0 +1,111 @@
+"""An experiment's measurement protocol and what it says about its own comparison.
+
+``experiment_protocol`` (a selector) reads how the experiment was run (repeats, order, the
+run order it planned), which interval its levels get (``benchlib.stats.intervals``: from the
+repeats, which hold run-to-run variance, or the single-run mode's request bootstrap, which does
+not) and, per candidate arm and level, the drift and the order effect
+(``benchlib.stats.drift``). It is stored under ``"protocol"`` beside the comparison when the
+experiment ends, so that the decision can hold a level whose drift exceeds the margin
+*inconclusive*, and every surface can say what its interval includes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchlib.stats.drift import Run, level_drift
+from benchlib.stats.intervals import interval_scope
+from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, SweepLevel
+
+# The figure drift is measured on: the one the comparison ranks by default.
+DRIFT_METRIC = "output_tok_s"
+
+
+def protocol_interval_method(repeats: int) -> str:
+    """The interval method a level of an experiment with ``repeats`` runs per arm gets when
+    every run completed it (``benchlib.stats.intervals.level_ratio``'s choice)."""
+    return "repeats-log-t" if repeats >= 2 else "bootstrap-requests"
+
+
+def _runs(experiment: Experiment, metric: str) -> dict[int, list[Run]]:
+    steps = {
+        s.pk: s for s in ExperimentStep.objects.filter(experiment=experiment).select_related("arm")
+    }
+    by_level: dict[int, list[Run]] = {}
+    levels = SweepLevel.objects.filter(
+        sweep__experiment_step__experiment=experiment, state=LevelState.COMPLETED
+    ).values_list("sweep__experiment_step_id", "concurrency", metric)
+    for step_id, concurrency, value in levels:
+        if value is None or value <= 0:
+            continue
+        step = steps[step_id]
+        by_level.setdefault(concurrency, []).append(
+            Run(position=step.index, arm=step.arm.label, repeat=step.repeat, value=float(value))
+        )
+    return by_level
+
+
+def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -> dict[str, Any]:
+    """How ``experiment`` was measured and its drift and order effect per arm and level:
+    ``{"repeats", "order", "mode", "run_order", "interval_method", "interval_scope",
+    "metric", "drift": {candidate label: [LevelDrift.as_dict(), ...]}}``; the reference is A."""
+    steps = list(
+        ExperimentStep.objects.filter(experiment=experiment).select_related("arm").order_by("index")
+    )
+    labels = sorted({s.arm.label for s in steps})
+    method = protocol_interval_method(experiment.repeats)
+    by_level = _runs(experiment, metric)
+    drift: dict[str, list[dict[str, Any]]] = {}
+    if labels:
+        reference = labels[0]
+        for candidate in labels[1:]:
+            pair = {reference, candidate}
+            drift[candidate] = [
+                level_drift(
+                    c, [r for r in runs if r.arm in pair], reference=reference, candidate=candidate
+                ).as_dict()
+                for c, runs in sorted(by_level.items())
+            ]
+    return {
+        "repeats": experiment.repeats,
+        "order": experiment.order,
+        "mode": "repeats" if experiment.repeats >= 2 else "single-run",
+        "run_order": [s.arm.label for s in steps],
+        "interval_method": method,
+        "interval_scope": interval_scope(method),
+        "metric": metric,
+        "drift": drift,
+    }
+
+
+def experiment_protocol_report(*, experiment: Experiment) -> dict[str, Any]:
+    """The protocol record, the arms' environment differences and every run's environment
+    records: as stored with a finished experiment's comparison, else computed from the runs
+    so far (``GET /api/v1/experiments/{id}/protocol``)."""
+    stored = experiment.comparison if experiment.is_finished else {}
+    protocol = stored.get("protocol") or experiment_protocol(experiment=experiment)
+    differences = stored.get("environment_differences")
+    if differences is None:
+        differences = experiment_environment_differences(experiment_id=experiment.pk)
+    runs = [
+        {
+            "step": step_index + 1,
+            "label": label,
+            "repeat": repeat,
+            "sweep_id": sweep_id,
+            "records": list((environment or {}).get("records") or []),
+        }
+        for sweep_id, step_index, label, repeat, environment in Sweep.objects.filter(
+            experiment_step__experiment=experiment
+        )
+        .order_by("experiment_step__index")
+        .values_list(
+            "pk",
+            "experiment_step__index",
+            "experiment_step__arm__label",
+            "experiment_step__repeat",
+            "environment",
+        )
+    ]
+    return {"protocol": protocol, "environment_differences": differences, "runs": runs}

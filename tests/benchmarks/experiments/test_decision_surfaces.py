@@ -1,0 +1,220 @@
+"""One decision, every surface: the comparison page, the HTML report, the CSV, the REST API and
+``manage.py specdash compare`` print exactly the statements of the comparison's decision
+object (benchlib/stats/decision.py), for each kind of answer it can give."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management.base import OutputWrapper
+from django.test import Client
+
+from benchmarks.experiments import services
+from benchmarks.management.commands.specdash import Command
+from benchmarks.models import Experiment, SweepLevel
+from benchmarks.models.experiments import ExperimentState
+from hosts.models import ServerProfile
+from tests.benchmarks.experiments.constructed import make_sweep
+from tests.fixtures.statements import csv_statements, html_statements, normalized
+
+pytestmark = pytest.mark.django_db
+
+# name: (A's tok/s, B's tok/s, jitter, records, the statuses the decision must give)
+SCENARIOS: dict[str, tuple[dict[int, float], dict[int, float], float, bool, list[str]]] = {
+    "ahead-then-behind": (
+        {1: 100, 2: 100, 8: 100},
+        {1: 130, 2: 125, 8: 60},
+        0.05,
+        True,
+        ["ahead", "ahead", "behind"],
+    ),
+    "all-ahead": ({1: 100, 8: 100}, {1: 130, 8: 125}, 0.05, True, ["ahead", "ahead"]),
+    "all-equivalent": (
+        {1: 100, 8: 100},
+        {1: 100.2, 8: 99.9},
+        0.001,
+        True,
+        ["equivalent", "equivalent"],
+    ),
+    "inconclusive": ({1: 100, 8: 100}, {1: 104, 8: 97}, 0.4, True, ["inconclusive"] * 2),
+    "no-interval": ({1: 100, 2: 100.5}, {1: 100.5, 2: 99.7}, 0.05, False, ["inconclusive"] * 2),
+}
+
+
+class _ApiClient:
+    """Stands in for SpecdashClient: answers the command's requests from the test client and
+    records the paths it was asked for."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.asked: list[str] = []
+
+    def request(self, method: str, path: str, params: list[tuple[str, Any]]) -> Any:
+        self.asked.append(path)
+        query = "&".join(f"{k}={v}" for k, v in params)
+        response = self.client.get(f"/api/v1{path}?{query}")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+
+def _cli_lines(client: Client, sweeps: tuple[int, int]) -> list[str]:
+    command = Command()
+    out = io.StringIO()
+    command.stdout = OutputWrapper(out)
+    api = _ApiClient(client)
+    command._compare(api, {"experiment": None, "sweeps": list(sweeps), "json": False})  # type: ignore[arg-type]
+    assert api.asked == ["/comparisons"]
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture
+def pair(make_profile: Callable[..., ServerProfile]) -> tuple[ServerProfile, ServerProfile]:
+    return make_profile(name="baseline"), make_profile(
+        name="eagle", speculative=True, engine="llamacpp"
+    )
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_every_surface_prints_the_decision(
+    scenario: str, pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a_values, b_values, jitter, records, statuses = SCENARIOS[scenario]
+    a = make_sweep(pair[0], a_values, tmp=tmp_path, jitter=jitter, records=records)
+    b = make_sweep(pair[1], b_values, tmp=tmp_path, jitter=jitter, records=records, seed=5)
+    client.force_login(viewer)
+    query = f"sweeps={a.pk}&sweeps={b.pk}"
+
+    api = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()
+    (verdict,) = api["verdicts"]
+    decision = verdict["decision"]
+    assert [lv["status"] for lv in decision["levels"]] == statuses
+    statements = normalized(decision["statements"])
+    assert verdict["text"] == " ".join(decision["statements"])
+
+    page = client.get(f"/compare/?{query}").content.decode()
+    assert html_statements(page) == statements
+    cells = html_statements(page, "ratio")
+    assert len(cells) == len(statuses)
+    report = client.get(f"/compare/report.html?{query}").content.decode()
+    assert html_statements(report) == statements
+
+    csv_text = client.get(f"/compare/table.csv?{query}").content.decode()
+    assert csv_statements(csv_text, "B/A") == [
+        (lv["concurrency"], lv["status"], lv["sentence"]) for lv in decision["levels"]
+    ]
+
+    lines = _cli_lines(client, (a.pk, b.pk))
+    assert lines[0].startswith("B vs A: C=")
+    assert lines[1 : 1 + len(statements)] == decision["statements"]
+
+    # The ratio chart plots the decision's ratios, with their statuses and the margin band.
+    figures = json.loads(
+        page.split('id="comparison-figures" type="application/json">', 1)[1].split("</script>")[0]
+    )
+    (trace,) = figures["ratio"]["data"]
+    assert trace["y"] == [lv["ratio"]["point"] for lv in decision["levels"]]
+    assert trace["text"] == [s.replace("_", " ") for s in statuses]
+    band = figures["ratio"]["layout"]["shapes"][1]
+    assert (band["y0"], band["y1"]) == pytest.approx((1 / 1.02, 1.02))
+
+    # The ratio cells are coloured by the status and by nothing else.
+    for status in ("ahead", "behind", "equivalent", "inconclusive"):
+        assert page.count(f'data-testid="ratio" data-status="{status}"') == statuses.count(status)
+
+
+def test_the_recommendation_names_the_engine_and_no_surface_writes_its_own(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a = make_sweep(pair[0], {1: 100, 2: 100, 8: 100}, tmp=tmp_path, jitter=0.05)
+    b = make_sweep(pair[1], {1: 130, 2: 125, 8: 60}, tmp=tmp_path, jitter=0.05, seed=5)
+    client.force_login(viewer)
+    page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    recommendation = html_statements(page)[-1]
+    assert recommendation.startswith("Recommendation: speculation (B (eagle)) on up to C=2")
+    assert "--spec-type none on the server for loads above C=2" in recommendation
+    assert "margin ±2%, 95% confidence" in recommendation
+    for phrase in ("faster", "slower", "keep it on", "Disable speculation above"):
+        assert phrase not in page
+    # The verdict's advice fields are read from the decision too.
+    (verdict,) = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()["verdicts"]
+    assert verdict["disable_speculation_above"] == 2
+    assert verdict["engine_options"] == verdict["decision"]["engine_options"]
+    assert {o["engine"] for o in verdict["engine_options"]} == {"llama.cpp"}
+
+
+def test_a_fixed_request_rate_is_decided_on_latency(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    # The issue's pair: at 3 req/s B/A throughput is 1.030 (the offered rate), while B's TPOT
+    # is half of A's. The answer is about latency, about 2x, never "3% faster".
+    a = make_sweep(pair[0], {1: 100.0, 4: 100.0}, tmp=tmp_path, jitter=0.01)
+    b = make_sweep(pair[1], {1: 103.0, 4: 103.0}, tmp=tmp_path, jitter=0.01, seed=5)
+    for sweep, tpot in ((a, 20.2), (b, 10.2)):
+        SweepLevel.objects.filter(sweep=sweep).update(
+            summary={"mode": "rate", "target_rate": 3.0}, tpot_p50_ms=tpot
+        )
+    client.force_login(viewer)
+    api = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()
+    decision = api["verdicts"][0]["decision"]
+    assert decision["rate_mode"] and decision["figure"]["key"] == "tpot_p50_ms"
+    for level in decision["levels"]:
+        assert level["ratio"]["point"] == pytest.approx(20.2 / 10.2)
+        assert "TPOT p50 1.980x" in level["sentence"]
+    assert "fixed request rate" in decision["summary"]
+    page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    assert html_statements(page) == normalized(decision["statements"])
+    assert "1.030" not in " ".join(html_statements(page)) and "faster" not in page
+
+
+def test_a_finished_experiment_says_its_stored_decision_everywhere(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    # Three repeats per arm, interleaved: Welch intervals over the runs (no within-run caveat).
+    experiment = services.experiment_create(
+        profiles=list(pair), levels=[1, 8], load={"requests_per_level": 40}, repeats=3,
+        order="interleaved",
+    )  # fmt: skip
+    values = {"A": [{1: 100, 8: 500}, {1: 101, 8: 505}, {1: 99, 8: 495}],
+              "B": [{1: 130, 8: 250}, {1: 128, 8: 252}, {1: 131, 8: 248}]}  # fmt: skip
+    for step in experiment.steps.select_related("arm__profile"):
+        make_sweep(step.arm.profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
+    services.experiment_store_comparison(experiment_id=experiment.pk)
+    Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.COMPLETED)
+    client.force_login(viewer)
+    base = f"/experiments/{experiment.pk}"
+
+    api = client.get(f"/api/v1{base}/comparison").json()
+    decision = api["verdicts"][0]["decision"]
+    assert [(lv["status"], lv["repeats"]) for lv in decision["levels"]] == [
+        ("ahead", 3),
+        ("behind", 3),
+    ]
+    assert not decision["within_run"]
+    assert "on up to C=1, off above" in decision["recommendation"]
+    statements = normalized(decision["statements"])
+
+    assert html_statements(client.get(f"{base}/").content.decode()) == statements
+    assert html_statements(client.get(f"{base}/comparison/").content.decode()) == statements
+    assert html_statements(client.get(f"{base}/report.html").content.decode()) == statements
+    csv_text = client.get(f"{base}/comparison.csv").content.decode()
+    assert csv_statements(csv_text, "B/A") == [
+        (lv["concurrency"], lv["status"], lv["sentence"]) for lv in decision["levels"]
+    ]
+
+    class _Get(_ApiClient):
+        def get(self, path: str) -> Any:
+            self.asked.append(path)
+            return self.client.get(f"/api/v1{path}").json()
+
+    command = Command()
+    out = io.StringIO()
+    command.stdout = OutputWrapper(out)
+    fake = _Get(client)
+    command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type]
+    assert fake.asked == [f"{base}/comparison"]
+    assert out.getvalue().splitlines()[1:] == decision["statements"]
