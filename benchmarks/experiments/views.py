@@ -111,7 +111,7 @@ def experiment_matrix(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             if "preview" in request.POST:
-                variants = matrix.matrix_preview(**form.preview_kwargs())
+                variants = matrix.matrix_preview(**form.preview_kwargs(), user=request.user)
             else:
                 experiment = tuning.matrix_create(**form.service_kwargs(), user=request.user)
                 return redirect("benchmarks:experiment-detail", experiment_id=experiment.pk)
