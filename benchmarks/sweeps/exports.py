@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.models import Sweep, SweepLevel
@@ -111,8 +112,16 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
 
 
 def records_file(*, sweep: Sweep) -> Path | None:
-    path = Path(sweep.records_path) if sweep.records_path else None
-    return path if path is not None and path.is_file() else None
+    """The sweep's records file to serve, or None: only a regular file that resolves (links
+    and ``..`` followed) to a place under the data directory, where the recorder writes it,
+    so a path written into the row some other way never exposes another file."""
+    if not sweep.records_path:
+        return None
+    root = Path(settings.SPECDASH_DATA_DIR).resolve()
+    path = Path(sweep.records_path).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return None
+    return path
 
 
 def iter_file(path: Path) -> Iterator[bytes]:
