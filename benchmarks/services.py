@@ -39,7 +39,7 @@ from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
 from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
 from core.jobs import job_cancel, job_enqueue
 from core.models import JobState
-from hosts.masking import masked_env
+from hosts.masking import masked_argv, masked_env, masked_tree
 from hosts.models import InstanceState, ServerInstance
 
 SWEEP_JOB_KIND = "sweep.run"
@@ -133,10 +133,11 @@ def sweep_environment(
             "run_id": instance.run_id,
             "host": instance.host.name,
             "port": instance.port,
-            "launch_argv": list(instance.launch_argv),
-            "env": masked_env(dict(instance.env)),  # secret values are not copied
+            # Secret values are not copied (a flag's value, an env var, a URL's password).
+            "launch_argv": masked_argv(instance.launch_argv),
+            "env": masked_env(dict(instance.env)),
             "gpu_ids": list(instance.gpu_ids),
-            "server_info": dict(instance.server_info),
+            "server_info": masked_tree(dict(instance.server_info)),
             "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,
         }
         env["profile"] = {

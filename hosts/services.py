@@ -12,6 +12,7 @@ from django.utils import timezone
 from core import realtime
 from core.jobs import job_enqueue
 from hosts import presets, selectors
+from hosts.masking import masked_text, masked_tree
 from hosts.models import GpuClaim, InstanceEvent, InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES, RELEASING_STATES, TERMINAL_STATES, TRANSITIONS
 
@@ -48,9 +49,11 @@ def instance_record_event(
         instance=instance,
         kind=kind,
         state=state,
-        message=message,
+        # Events reach viewers (page, API, websocket): a launch line or a process's command
+        # line in them must not carry a secret.
+        message=masked_text(message),
         actor=_actor(user),
-        data=data or {},
+        data=masked_tree(data or {}),
     )
     realtime.broadcast_on_commit(
         realtime.instance_group(instance.pk), "instance.event", selectors.event_as_dict(event)

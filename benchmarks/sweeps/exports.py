@@ -13,6 +13,7 @@ from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.models import Sweep, SweepLevel
+from hosts.masking import masked_tree
 
 # (column, path into the level summary); None paths are SweepLevel attributes.
 CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
@@ -96,7 +97,7 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
             "name": str(sweep),
             "target": sweep.environment.get("target", {}),
             "load": sweep.load,
-            "environment": sweep.environment,
+            "environment": masked_tree(sweep.environment),
             "notes": sweep.notes,
             "tags": sweep.tags,
         },
