@@ -59,9 +59,19 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
+        # A frame that is not a JSON text used to end the socket with a server error: it is
+        # ignored, as anything a viewer's page would not send.
+        if text_data is None:
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except ValueError:
+            return
+        await self.receive_json(content, **kwargs)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # Viewers only listen; actions go through views/API so they are permission-checked,
-        # logged and CSRF-protected in one place. Frames are not even decoded: one that is
-        # not JSON used to end the socket with a server error.
+        # logged and CSRF-protected in one place.
         return None
 
     def group_name(self) -> str:

@@ -5,8 +5,10 @@ revoked token in the admin."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -15,10 +17,11 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from core.models import ApiToken
 from core.tokens import api_token_create, api_token_revoke
-from hosts.models import ServerInstance, ServerProfile
+from hosts.models import Host, ServerInstance, ServerProfile, TelemetryWatch
 from specdash.asgi import application
 
 BIG = 3 * 1024 * 1024  # over Django's 2.5 MB DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -181,3 +184,27 @@ def test_a_revoked_token_stays_revoked_in_the_admin(operator: User, roles: None)
     assert 'name="revoked_at' not in client.get(url).content.decode()
     client.post(url, {"name": "ci", "expires_at": "", "revoked_at_0": "", "revoked_at_1": ""})
     assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_junk_frames_are_ignored_and_a_keepalive_after_them_still_renews_the_watch(
+    viewer: User, local_host: Host
+) -> None:
+    cookie = await sync_to_async(_cookie)(viewer)
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(
+        application, f"/ws/telemetry/hosts/{local_host.pk}/", headers=headers
+    )
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    await communicator.receive_json_from(timeout=10)  # the snapshot
+    long_ago = timezone.now() - timedelta(hours=1)
+    await TelemetryWatch.objects.filter(host=local_host).aupdate(wanted_until=long_ago)
+    await communicator.send_to(text_data="{not json")
+    await communicator.send_to(bytes_data=b"\x00")
+    await communicator.send_json_to({"type": "keepalive"})
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await TelemetryWatch.objects.aget(host=local_host)).wanted_until <= long_ago:
+        assert asyncio.get_running_loop().time() < deadline, "the keepalive was not honoured"
+        await asyncio.sleep(0.05)
+    await communicator.disconnect()
