@@ -188,9 +188,9 @@ def test_a_revoked_token_stays_revoked_in_the_admin(operator: User, roles: None)
 
 @pytest.mark.django_db(transaction=True)
 async def test_junk_frames_are_ignored_and_a_keepalive_after_them_still_renews_the_watch(
-    viewer: User, local_host: Host
+    operator: User, local_host: Host
 ) -> None:
-    cookie = await sync_to_async(_cookie)(viewer)
+    cookie = await sync_to_async(_cookie)(operator)
     headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
     communicator = WebsocketCommunicator(
         application, f"/ws/telemetry/hosts/{local_host.pk}/", headers=headers
