@@ -49,7 +49,7 @@ def _downloads(viewer: User, sweep_id: int) -> tuple[int, int]:
     )
     for response in (page, api):
         if response.status_code == 200:
-            body = b"".join(response.streaming_content)
+            body = b"".join(response.streaming_content)  # type: ignore[attr-defined]
             assert SECRET.encode() not in body
     return page.status_code, api.status_code
 

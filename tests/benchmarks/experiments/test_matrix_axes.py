@@ -120,7 +120,7 @@ def test_an_operator_may_vary_declared_flags_of_each_engine(
         Engine.VLLM: ["vllm", "serve", "m", "--speculative-config", '{"method":"eagle3"}'],
         Engine.LLAMACPP: ["llama-server", "-m", "m.gguf", "-np", "4"],
     }
-    axes = {
+    axes: dict[str, dict[str, list[Any]]] = {
         Engine.SGLANG: {"--mem-fraction-static": [0.7, 0.85], "--max-running-requests": [8]},
         Engine.VLLM: {"--speculative-config.num_speculative_tokens": [1, 3]},
         Engine.LLAMACPP: {"-np": [1, 8], "--spec-type": ["draft-simple"]},
