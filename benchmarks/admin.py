@@ -17,6 +17,8 @@ class SweepAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["pk", "__str__", "profile", "state", "created_by", "created_at"]
     list_filter = ["state", "profile"]
     search_fields = ["name", "notes"]
+    # Written by the recorder only: the exports serve this file to every viewer.
+    readonly_fields = ["records_path"]
     inlines = [SweepLevelInline]
 
 

@@ -12,9 +12,7 @@ import platform
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
@@ -24,6 +22,7 @@ from benchlib.loadgen.settings import APIS as APIS  # the form's choices
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps import targets
 from benchmarks.sweeps.recording import (  # the job's recording services, re-exported
     CRASH_ERROR_KINDS as CRASH_ERROR_KINDS,
 )
@@ -40,7 +39,7 @@ from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState
-from hosts.masking import masked_env
+from hosts.masking import masked_argv, masked_env, masked_tree
 from hosts.models import InstanceState, ServerInstance
 
 SWEEP_JOB_KIND = "sweep.run"
@@ -134,10 +133,11 @@ def sweep_environment(
             "run_id": instance.run_id,
             "host": instance.host.name,
             "port": instance.port,
-            "launch_argv": list(instance.launch_argv),
-            "env": masked_env(dict(instance.env)),  # secret values are not copied
+            # Secret values are not copied (a flag's value, an env var, a URL's password).
+            "launch_argv": masked_argv(instance.launch_argv),
+            "env": masked_env(dict(instance.env)),
             "gpu_ids": list(instance.gpu_ids),
-            "server_info": dict(instance.server_info),
+            "server_info": masked_tree(dict(instance.server_info)),
             "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,
         }
         env["profile"] = {
@@ -174,32 +174,6 @@ def _clean_tags(tags: Sequence[str]) -> list[str]:
     return out
 
 
-def _origin_and_path(url: str) -> tuple[str, str, int, str] | None:
-    try:
-        parts = urlsplit(url)
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    except ValueError:
-        return None
-    return parts.scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/") + "/"
-
-
-def base_url_allowed(url: str) -> bool:
-    """Whether a sweep may target ``url`` (one not started by specdash): any URL unless
-    ``SPECDASH_SWEEP_BASE_URLS`` lists prefixes, as a shared deployment should, so the load
-    generator cannot be aimed at arbitrary addresses on the workers' network."""
-    prefixes = settings.SPECDASH_SWEEP_BASE_URLS
-    if not prefixes:
-        return True
-    target = _origin_and_path(url)
-    if target is None:
-        return False
-    for prefix in prefixes:
-        allowed = _origin_and_path(prefix)
-        if allowed is not None and target[:3] == allowed[:3] and target[3].startswith(allowed[3]):
-            return True
-    return False
-
-
 def sweep_create(
     *,
     instance: ServerInstance | None = None,
@@ -229,16 +203,12 @@ def sweep_create(
             )
         target_url = instance.base_url
     else:
+        # Normalised first, then checked, then stored and used as checked (sweeps/targets.py).
+        target_url = targets.base_url_check(base_url, user=user)
         try:
-            URLValidator(schemes=["http", "https"])(base_url)
+            URLValidator(schemes=["http", "https"])(target_url)
         except ValidationError:
             raise ValidationError({"base_url": "Enter an http(s) URL."}) from None
-        if not base_url_allowed(base_url):
-            allowed = ", ".join(settings.SPECDASH_SWEEP_BASE_URLS)
-            raise ValidationError(
-                {"base_url": f"This deployment runs sweeps only against {allowed}."}
-            )
-        target_url = base_url.rstrip("/")
     cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
     model = _target_model(instance, cleaned_load)
     if require_worker:

@@ -41,6 +41,10 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     actions = ["revoke"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is not None and obj.revoked_at is not None:
+            # Revocation is final: a revoked token is read-only, so nobody un-revokes it (or
+            # extends it) by clearing the date, whoever's token it is.
+            return [name for name in self.fields if isinstance(name, str)]
         return [*self.readonly_fields, "user"] if obj is not None else list(self.readonly_fields)
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:

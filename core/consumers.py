@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
 from core.roles import can_view
 
@@ -56,6 +56,19 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        # A frame that is not a JSON text used to end the socket with a server error: it is
+        # ignored, as anything a viewer's page would not send.
+        if text_data is None:
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except ValueError:
+            return
+        await self.receive_json(content, **kwargs)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # Viewers only listen; actions go through views/API so they are permission-checked,
         # logged and CSRF-protected in one place.
@@ -74,3 +87,10 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def forward(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": event["type"], **event.get("payload", {})})
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Every websocket path no app routes: closed with 4404 (the router raised, a 500)."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)

@@ -63,6 +63,16 @@ def can_run_sweeps(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(RUN_SWEEPS_PERMISSION))
 
 
+def can_manage_registry(user: Any) -> bool:
+    """Staff allowed to edit server profiles: they may set any launch flag."""
+    return bool(
+        user is not None
+        and user.is_authenticated
+        and user.is_staff
+        and user.has_perm("hosts.change_serverprofile")
+    )
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

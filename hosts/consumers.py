@@ -40,8 +40,9 @@ class InstanceConsumer(ViewerConsumer):
 class TelemetryConsumer(ViewerConsumer):
     """Live GPU, host and server samples of the host behind a host, instance or sweep page.
 
-    Connecting claims the host's probes (and starts them if needed); the page renews that
-    claim by sending ``{"type": "keepalive"}`` while it stays open.
+    Connecting as an operator claims the host's probes (and starts them if needed); the page
+    renews that claim by sending ``{"type": "keepalive"}`` while it stays open. A viewer's
+    page only reads: it never makes the dashboard probe a host (telemetry_subscribe).
     """
 
     host_id: int | None = None
@@ -63,7 +64,7 @@ class TelemetryConsumer(ViewerConsumer):
     async def snapshot(self) -> dict[str, Any] | None:
         kwargs = self.scope["url_route"]["kwargs"]
         snapshot = await database_sync_to_async(telemetry_service.telemetry_subscribe)(
-            target=kwargs["target"], pk=kwargs["pk"]
+            target=kwargs["target"], pk=kwargs["pk"], user=self.scope["user"]
         )
         if snapshot is not None:
             self.host_id = int(snapshot["host_id"])
@@ -72,7 +73,9 @@ class TelemetryConsumer(ViewerConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         keepalive = isinstance(content, dict) and content.get("type") == "keepalive"
         if keepalive and self.host_id is not None:
-            await database_sync_to_async(telemetry_service.telemetry_watch)(host_id=self.host_id)
+            await database_sync_to_async(telemetry_service.telemetry_keepalive)(
+                host_id=self.host_id, user=self.scope["user"]
+            )
 
     async def telemetry_samples(self, event: dict[str, Any]) -> None:
         await self.forward(event)

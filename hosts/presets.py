@@ -19,6 +19,101 @@ if TYPE_CHECKING:
 API_HOST = "{api_host}"
 
 
+Value = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class TuningFlag:
+    """One launch flag a parameter matrix may vary without staff rights: a flag, or a key
+    inside a JSON-valued flag (``--speculative-config.num_speculative_tokens``), with the
+    type and range (or the choices) its values must have."""
+
+    name: str
+    kind: type[int] | type[float] | type[str]
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: Value) -> str:
+        """Why ``value`` is not one this flag takes, or ""."""
+        if self.kind is str:
+            if value not in self.choices:
+                return f"{value!r} is not one of {', '.join(self.choices)}"
+            return ""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{value!r} is not a number"
+        if self.kind is int and not isinstance(value, int):
+            return f"{value!r} is not a whole number"
+        if (self.low is not None and value < self.low) or (
+            self.high is not None and value > self.high
+        ):
+            return f"{value!r} is outside {self.low:g} to {self.high:g}"
+        return ""
+
+
+def _ints(names: str, low: int, high: int) -> tuple[TuningFlag, ...]:
+    return tuple(TuningFlag(name, int, low, high) for name in names.split())
+
+
+def _choice(name: str, *choices: str) -> TuningFlag:
+    return TuningFlag(name, str, choices=choices)
+
+
+# The flags each engine is tuned by in an A/B matrix: draft length, speculative method and its
+# config keys, batch and memory limits. Sources: SGLang 0.5.23 (srt/server_args.py), vLLM 0.33
+# (config/speculative.py, engine/arg_utils.py), llama.cpp as vendored in llama-cpp-python
+# 0.3.36 (common/arg.cpp); docs/engines.md, "Matrix axes". Anything else (a log file, a bind
+# address, a module to run, a model path) changes what runs, not how fast: staff only.
+_SGLANG_SPECULATIVE = (
+    _choice("--speculative-algorithm", "EAGLE", "EAGLE3"),
+    *_ints("--speculative-num-steps", 0, 16),
+    *_ints("--speculative-eagle-topk", 1, 16),
+    *_ints("--speculative-num-draft-tokens", 1, 64),
+)
+_VLLM_SPECULATIVE = (
+    _choice("--speculative-config.method", "eagle3", "eagle", "ngram", "draft_model", "mtp"),
+    *_ints("--speculative-config.num_speculative_tokens", 0, 16),
+    *_ints("--speculative-config.prompt_lookup_min --speculative-config.prompt_lookup_max", 1, 64),
+)
+TUNING_FLAGS: dict[str, tuple[TuningFlag, ...]] = {
+    "sglang": (
+        *_SGLANG_SPECULATIVE,
+        TuningFlag("--mem-fraction-static", float, 0.05, 0.99),
+        *_ints("--max-running-requests", 1, 65536),
+        *_ints("--cuda-graph-max-bs-decode --cuda-graph-max-bs-prefill", 1, 4096),
+        *_ints("--chunked-prefill-size --max-prefill-tokens", 1, 1 << 20),
+    ),
+    "vllm": (
+        *_VLLM_SPECULATIVE,
+        TuningFlag("--gpu-memory-utilization", float, 0.05, 1.0),
+        *_ints("--max-num-seqs", 1, 65536),
+        *_ints("--max-num-batched-tokens --max-model-len", 1, 1 << 20),
+    ),
+    "llamacpp": (
+        _choice("--spec-type", "none", "draft-simple"),
+        *_ints("--spec-draft-n-max", 1, 64),
+        *_ints("-np --parallel", 1, 256),
+        *_ints("-b --batch-size -ub --ubatch-size", 1, 65536),
+        *_ints("-c --ctx-size", 0, 1 << 20),
+    ),
+    # The simulator takes both engines' speculative flags (benchlib/simulator/cli.py).
+    "simulator": (
+        *_SGLANG_SPECULATIVE,
+        *_VLLM_SPECULATIVE,
+        *_ints("--spec-steps", 0, 16),
+        TuningFlag("--accept-length", float, 1.0, 17.0),
+        *_ints("--max-running", 1, 65536),
+        *_ints("--kv-tokens --max-model-len", 1, 1 << 30),
+    ),
+    "custom": (),
+}
+
+
+def tuning_flag(engine: str, name: str) -> TuningFlag | None:
+    """The declared tuning flag ``name`` (an axis name) of ``engine``, or None."""
+    return next((f for f in TUNING_FLAGS.get(engine, ()) if f.name == name), None)
+
+
 @dataclass(frozen=True)
 class EnginePreset:
     port: int

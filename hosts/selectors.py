@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import Count, Prefetch, QuerySet
 
+from hosts.masking import masked_text, masked_tree
 from hosts.models import Host, InstanceEvent, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 
@@ -100,7 +101,7 @@ def event_as_dict(event: InstanceEvent) -> dict[str, Any]:
         "at": event.at.isoformat(),
         "kind": event.kind,
         "state": event.state,
-        "message": event.message,
+        "message": masked_text(event.message),
         "actor": event.actor.get_username() if event.actor else None,
-        "data": event.data,
+        "data": masked_tree(event.data),
     }

@@ -15,6 +15,7 @@ from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
 from hosts.lifecycle.probe import ProbeReport, host_probe
+from hosts.masking import masked_text, masked_tree
 from hosts.models import (
     GpuClaim,
     Host,
@@ -66,9 +67,11 @@ def instance_record_event(
         instance=instance,
         kind=kind,
         state=state,
-        message=message,
+        # Events reach viewers (page, API, websocket): a launch line or a process's command
+        # line in them must not carry a secret.
+        message=masked_text(message),
         actor=_actor(user),
-        data=data or {},
+        data=masked_tree(data or {}),
     )
     realtime.broadcast_on_commit(
         realtime.instance_group(instance.pk), "instance.event", selectors.event_as_dict(event)

@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
     call_command("migrate", "--no-input", verbosity=0)
+    from hosts.models import Host, HostKind
+
+    # The simulator runs here: a registered local host makes loopback a sweep target.
+    Host.objects.get_or_create(name="local", kind=HostKind.LOCAL)
     sim, base_url = _start_simulator(tmp, args.sim_workers, args.profile)
     results = []
     try:

@@ -29,8 +29,10 @@ def _host_port(netloc: str, default_port: int) -> tuple[str, int] | None:
     return (host, int(port)) if port.isdigit() else None
 
 
-def origin_allowed(origin: str, host_header: str) -> bool:
-    """Whether a websocket opened with ``Origin: origin`` on ``Host: host_header`` is ours."""
+def origin_allowed(origin: str, host_header: str, *, secure: bool = False) -> bool:
+    """Whether a websocket opened with ``Origin: origin`` on ``Host: host_header`` is ours:
+    the Origin's scheme too must be the page's (https for a ``wss`` socket, http for ``ws``),
+    or an http page on the same host and port would pass for the https one."""
     if origin in settings.CSRF_TRUSTED_ORIGINS:
         return True
     try:
@@ -38,13 +40,25 @@ def origin_allowed(origin: str, host_header: str) -> bool:
         origin_port = parts.port
     except ValueError:
         return False
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+    if parts.scheme != ("https" if secure else "http") or not parts.hostname:
         return False
     default = DEFAULT_PORTS[parts.scheme]
     served = _host_port(host_header.lower(), default)
     if served is None or not validate_host(served[0], settings.ALLOWED_HOSTS):
         return False
     return (parts.hostname.lower(), origin_port or default) == (served[0].strip("[]"), served[1])
+
+
+def _secure(scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
+    """Whether the socket is TLS: its own scheme, or behind a proxy trusted for it
+    (SPECDASH_SECURE sets SECURE_PROXY_SSL_HEADER) the X-Forwarded-Proto it sends."""
+    if scope.get("scheme") == "wss":
+        return True
+    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy_header:
+        name = proxy_header[0].removeprefix("HTTP_").replace("_", "-").lower().encode()
+        return bool(headers.get(name, b"").decode("latin-1") == proxy_header[1])
+    return False
 
 
 class SameOriginValidator:
@@ -57,6 +71,6 @@ class SameOriginValidator:
         headers = dict(scope.get("headers") or [])
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1")
-        if origin and host and origin_allowed(origin, host):
+        if origin and host and origin_allowed(origin, host, secure=_secure(scope, headers)):
             return await self.application(scope, receive, send)
         return await WebsocketDenier()(scope, receive, send)

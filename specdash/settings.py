@@ -95,6 +95,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: 413 over DATA_UPLOAD_MAX_MEMORY_SIZE (specdash/limits.py).
+    "specdash.limits.RequestLimitsMiddleware",
     "specdash.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -211,10 +211,23 @@ def parse_margin(value: str | None) -> tuple[float, str]:
     return margin, ""
 
 
+MAX_ID = 2**63 - 1  # the database's largest integer: a larger id names no row
+
+
+def parse_id(value: str) -> int | None:
+    """An id from a query string: ASCII digits up to ``MAX_ID``, else None (``"²"`` is a
+    digit to ``str.isdigit`` but not to ``int``; 2^63 overflows SQLite)."""
+    if not value.isascii() or not value.isdigit() or len(value) > 19:
+        return None
+    number = int(value)
+    return number if 1 <= number <= MAX_ID else None
+
+
 def parse_sweep_ids(values: list[str]) -> list[int]:
     """Sweep ids from the picker's query string, order kept, duplicates and junk dropped."""
     ids: list[int] = []
     for value in values:
-        if value.isdigit() and int(value) not in ids:
-            ids.append(int(value))
+        number = parse_id(value)
+        if number is not None and number not in ids:
+            ids.append(number)
     return ids

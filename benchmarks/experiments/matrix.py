@@ -24,7 +24,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.roles import can_manage_registry
 from hosts.models import ServerProfile
+from hosts.presets import tuning_flag
 
 Scalar = int | float | str | bool
 
@@ -93,6 +95,30 @@ def parse_axes(axes: Mapping[str, Any]) -> list[Axis]:
             raise ValidationError({"axes": [f"{name}: an empty key"]})
         out.append(Axis(flag, key, tuple(values)))
     return out
+
+
+def check_axes(engine: str, axes: Sequence[Axis], *, user: Any) -> None:
+    """ValidationError (keyed "axes") unless every axis is one of ``engine``'s declared tuning
+    flags (hosts.presets.TUNING_FLAGS) with values of its type and range, or ``user`` is
+    staff allowed to edit profiles: any other flag could change what the server runs, where
+    it binds or what it writes, which only staff decide."""
+    if can_manage_registry(user):
+        return
+    for axis in axes:
+        declared = tuning_flag(engine, axis.name)
+        if declared is None:
+            raise ValidationError(
+                {
+                    "axes": [
+                        f"{axis.name}: not a tuning flag of a {engine} profile; only staff "
+                        "may vary other flags (docs/engines.md, 'Matrix axes')"
+                    ]
+                }
+            )
+        for value in axis.values:
+            problem = declared.problem(value)
+            if problem:
+                raise ValidationError({"axes": [f"{axis.name}: {problem}"]})
 
 
 def _flag_index(argv: Sequence[str], flag: str) -> tuple[int, bool]:
@@ -271,20 +297,23 @@ def variant_profile(
 
 
 def matrix_preview(
-    *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False
+    *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False, user: Any
 ) -> list[VariantSpec]:
-    """The variants ``matrix_variants`` would run, in arm order, without saving anything;
-    ValidationError (keyed "axes") as it would raise."""
-    specs = expand(base, parse_axes(axes), include_off=include_off)
+    """The variants ``matrix_variants`` would run for ``user``, in arm order, without saving
+    anything; ValidationError (keyed "axes") as it would raise (``check_axes`` included)."""
+    parsed = parse_axes(axes)
+    check_axes(base.engine, parsed, user=user)
+    specs = expand(base, parsed, include_off=include_off)
     return [specs[-1], *specs[:-1]] if include_off else specs
 
 
 def matrix_variants(
-    *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False
+    *, base: ServerProfile, axes: Mapping[str, Any], include_off: bool = False, user: Any
 ) -> list[ServerProfile]:
     """The variant profiles of ``base`` over ``axes`` (created or reused), "off" first when
-    asked (the simplest variant, the reference of a comparison and of a schedule)."""
-    specs = matrix_preview(base=base, axes=axes, include_off=include_off)
+    asked (the simplest variant, the reference of a comparison and of a schedule). Only staff
+    may vary a flag that is not one of the engine's tuning flags (``check_axes``)."""
+    specs = matrix_preview(base=base, axes=axes, include_off=include_off, user=user)
     with transaction.atomic():
         profiles = [
             variant_profile(base, s.name_suffix, s.argv, speculative=s.speculative) for s in specs

@@ -25,6 +25,7 @@ from benchmarks.models import (
     SweepState,
 )
 from benchmarks.sweeps.plan import is_rate_sweep
+from hosts.masking import masked_tree
 from hosts.models import ServerProfile
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
@@ -187,7 +188,8 @@ def gpu_summary(lines: Sequence[str], gpu_ids: Sequence[int]) -> list[str]:
 
 
 def _environment_summary(sweep: Sweep) -> dict[str, Any]:
-    env = sweep.environment or {}
+    # Masked again here: snapshots taken before argv was masked still hold their secrets.
+    env = masked_tree(sweep.environment or {})
     instance = env.get("instance") or {}
     profile = env.get("profile") or {}
     probe = env.get("host_probe") or {}

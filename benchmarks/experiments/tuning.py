@@ -189,14 +189,14 @@ def matrix_create(
     levels: Sequence[int],
     load: dict[str, Any],
     name: str = "",
-    user: Any = None,
+    user: Any,
     **options: Any,
 ) -> Experiment:
     """The variants of ``base`` over ``axes`` (``matrix.matrix_variants``) queued as one
     experiment's arms, all or nothing: a bad axis or plan creates no profile. ``options``:
     the rest of ``services.experiment_create``'s (repeats, order, notes, tags, ...)."""
     with transaction.atomic():
-        variants = matrix_variants(base=base, axes=axes, include_off=include_off)
+        variants = matrix_variants(base=base, axes=axes, include_off=include_off, user=user)
         return services.experiment_create(
             profiles=variants,
             levels=list(levels),

@@ -67,10 +67,10 @@ _RATE_SWEEPS = (
 
 def _picked_sweeps(request: HttpRequest) -> list[Any]:
     ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
-    reference = request.GET.get("reference", "")
-    if reference.isdigit() and int(reference) in ids:
-        ids.remove(int(reference))
-        ids.insert(0, int(reference))
+    reference = forms.parse_id(request.GET.get("reference", ""))
+    if reference is not None and reference in ids:
+        ids.remove(reference)
+        ids.insert(0, reference)
     sweeps = selectors.sweeps_by_ids(sweep_ids=ids)
     if len(sweeps) < 2:
         raise Http404("Pick two or more sweeps")
@@ -111,7 +111,7 @@ def experiment_matrix(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             if "preview" in request.POST:
-                variants = matrix.matrix_preview(**form.preview_kwargs())
+                variants = matrix.matrix_preview(**form.preview_kwargs(), user=request.user)
             else:
                 experiment = tuning.matrix_create(**form.service_kwargs(), user=request.user)
                 return redirect("benchmarks:experiment-detail", experiment_id=experiment.pk)

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.models import Sweep, SweepLevel
+from hosts.masking import masked_tree
 
 # (column, path into the level summary); None paths are SweepLevel attributes.
 CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
@@ -95,7 +97,7 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
             "name": str(sweep),
             "target": sweep.environment.get("target", {}),
             "load": sweep.load,
-            "environment": sweep.environment,
+            "environment": masked_tree(sweep.environment),
             "notes": sweep.notes,
             "tags": sweep.tags,
         },
@@ -111,8 +113,16 @@ def levels_json(*, sweep: Sweep) -> dict[str, Any]:
 
 
 def records_file(*, sweep: Sweep) -> Path | None:
-    path = Path(sweep.records_path) if sweep.records_path else None
-    return path if path is not None and path.is_file() else None
+    """The sweep's records file to serve, or None: only a regular file that resolves (links
+    and ``..`` followed) to a place under the data directory, where the recorder writes it,
+    so a path written into the row some other way never exposes another file."""
+    if not sweep.records_path:
+        return None
+    root = Path(settings.SPECDASH_DATA_DIR).resolve()
+    path = Path(sweep.records_path).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return None
+    return path
 
 
 def iter_file(path: Path) -> Iterator[bytes]:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -24,6 +25,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.recordfile import disk_full, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from core.jobs import JobContext
 from core.models import Job
@@ -109,6 +111,7 @@ def _outcome(
     exit_code: int | None,
     cancelled: bool,
     crash: str | None,
+    records_path: Path | str = "the records file",
 ) -> tuple[str, str]:
     run_end = recorder.run_end or {}
     status, reason = run_end.get("status"), run_end.get("reason") or ""
@@ -120,6 +123,13 @@ def _outcome(
         return SweepState.COMPLETED, ""
     if status == "cancelled":
         return SweepState.CANCELLED, f"load generator cancelled: {reason}"
+    tail = proc.stderr_text()[-2000:]
+    if disk_full(f"{reason}\n{tail}"):
+        # Not a traceback: the one fact an operator needs, and what to do about it.
+        return SweepState.FAILED, (
+            f"the disk holding the records is full (no space left writing {records_path}); "
+            "free space, then resume the sweep: the completed levels are kept"
+        )
     if status == "failed":
         return SweepState.FAILED, f"load generator stopped the sweep: {reason}"
     if exit_code is not None and exit_code < 0 and not proc.terminated:
@@ -129,7 +139,6 @@ def _outcome(
             SweepState.INTERRUPTED,
             f"interrupted: the load generator was killed by signal {-exit_code}",
         )
-    tail = proc.stderr_text()[-2000:]
     return (
         SweepState.FAILED,
         f"load generator exited with code {exit_code} before finishing"
@@ -179,11 +188,21 @@ async def _supervise(
             return_exceptions=True,
         )
     await recorder.flush()
+    # The load generator has exited: a record it was writing when it stopped (a full disk, a
+    # kill) is cut, so the file holds whole lines only and a resume appends after them.
+    await asyncio.to_thread(trim_torn_tail, Path(plan.records_path))
     if crash is not None:
         await sync_to_async(services.sweep_levels_cut_by_crash)(
             sweep_id=plan.sweep_id, from_index=plan.level_offset
         )
-    state, reason = _outcome(recorder, proc, exit_code=exit_code, cancelled=cancelled, crash=crash)
+    state, reason = _outcome(
+        recorder,
+        proc,
+        exit_code=exit_code,
+        cancelled=cancelled,
+        crash=crash,
+        records_path=plan.records_path,
+    )
     return state, reason, exit_code
 
 

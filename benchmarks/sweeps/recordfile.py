@@ -73,3 +73,35 @@ def read_record_file(path: Path) -> RecordFile:
             continue
         out.by_level.setdefault((level, record_attempt(record)), []).append(record)
     return out
+
+
+def trim_torn_tail(path: Path) -> int:
+    """Cut a last line that has no newline (a writer stopped mid-record: the disk filled, or
+    it was killed) so the next run appends whole lines after whole lines; the bytes cut, 0
+    when the file ends cleanly or is missing."""
+    try:
+        with path.open("rb+") as handle:
+            size = handle.seek(0, 2)
+            end = size
+            while end > 0:
+                start = max(0, end - 65536)
+                handle.seek(start)
+                chunk = handle.read(end - start)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    end = start + newline + 1
+                    break
+                end = start
+            if end < size:
+                handle.truncate(end)
+            return size - end
+    except FileNotFoundError:
+        return 0
+
+
+DISK_FULL_MARKERS = ("[Errno 28]", "No space left on device", "[Errno 122]", "Disk quota exceeded")
+
+
+def disk_full(text: str) -> bool:
+    """Whether an error text says the disk (or the quota) is full."""
+    return any(marker in text for marker in DISK_FULL_MARKERS)

@@ -18,6 +18,7 @@ from core import realtime
 from core.models import Job, JobState
 from hosts import services
 from hosts.lifecycle.readiness import ReadinessTarget
+from hosts.masking import masked_argv
 from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
 
@@ -198,7 +199,7 @@ def record_launch(plan: Plan, launch: dict[str, Any], baseline: dict[str, int]) 
     message = (
         "Re-attached to the server already running for this run id"
         if launch.get("already_running")
-        else "Launched detached: " + shlex.join(plan.argv)
+        else "Launched detached: " + shlex.join(masked_argv(plan.argv))
     )
     services.instance_transition(
         instance_id=plan.instance_id,

@@ -20,6 +20,7 @@ from benchmarks.models import SweepLevel
 from core import realtime
 from core.jobs import job_enqueue
 from core.models import Job, JobState
+from core.roles import can_operate
 from hosts.models import TelemetrySample, TelemetryWatch
 from hosts.telemetry import selectors
 from hosts.telemetry.conf import TelemetrySettings
@@ -91,13 +92,25 @@ def telemetry_watch(*, host_id: int) -> None:
     telemetry_host_ensure(host_id=host_id)
 
 
-def telemetry_subscribe(*, target: str, pk: int) -> dict[str, Any] | None:
-    """A page opened: claim the host's probes and return the recent history to draw first."""
+def telemetry_subscribe(*, target: str, pk: int, user: Any) -> dict[str, Any] | None:
+    """A page opened: the recent history to draw first; and, for a user who may start and
+    stop servers, a claim on the host's probes (``telemetry_keepalive``). A viewer only
+    reads: the probes run while the host has an active instance (the dashboard's own,
+    started with the instance) or an operator's page is open, never because a viewer looked."""
     window = selectors.telemetry_window(target=target, pk=pk)
     if window is None:
         return None
-    telemetry_watch(host_id=window.host_id)
+    telemetry_keepalive(host_id=window.host_id, user=user)
     return selectors.telemetry_snapshot(window=window)
+
+
+def telemetry_keepalive(*, host_id: int, user: Any) -> bool:
+    """Renew an open page's claim on the host's probes if ``user`` may operate servers;
+    whether it did."""
+    if not can_operate(user):
+        return False
+    telemetry_watch(host_id=host_id)
+    return True
 
 
 def telemetry_prune(*, host_id: int, now: float, thinned_until: float | None = None) -> float:

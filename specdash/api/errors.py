@@ -10,15 +10,17 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, InternalError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from core import roles
 from core.jobs.health import WorkerUnavailable
 from hosts.services import InvalidTransition, ServerConflict
+from specdash.limits import too_large_response
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI
@@ -79,6 +81,21 @@ def _django_fields(exc: DjangoValidationError) -> tuple[str, dict[str, list[str]
     return " ".join(str(m) for m in exc.messages) or "The request is not valid.", {}
 
 
+_NO_ROLE = "Your role does not allow this."
+_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def _role_may_try(request: HttpRequest) -> bool:
+    """Whether the caller holds a role that some operation of this kind needs: a viewer for a
+    read, an operator, a sweeper or staff for a write (every write needs one of these)."""
+    user: Any = getattr(request, "auth", None)
+    if not roles.can_view(user):
+        return False
+    if request.method in _SAFE_METHODS:
+        return True
+    return roles.can_operate(user) or roles.can_run_sweeps(user) or bool(user.is_staff)
+
+
 def install(api: NinjaAPI) -> None:
     """Register the mappings on ``api`` (replacing ninja's ``{"detail": ...}`` bodies)."""
 
@@ -89,8 +106,15 @@ def install(api: NinjaAPI) -> None:
         return respond(request, exc.status, error_body(exc.code, exc.message, exc.fields))
 
     def on_ninja_validation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+        # The body is parsed before the handler checks the role: a caller whose role allows
+        # no such request gets the 403 it would have got, not the field names of a 422.
+        if not _role_may_try(request):
+            return respond(request, 403, error_body(PERMISSION_DENIED, _NO_ROLE))
         body = error_body(VALIDATION, "The request is not valid.", _ninja_fields(exc.errors))
         return respond(request, 422, body)
+
+    def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return too_large_response(request)
 
     def on_django_validation(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
         message, fields = _django_fields(exc)
@@ -147,6 +171,7 @@ def install(api: NinjaAPI) -> None:
 
     add(ApiError, on_api_error)
     add(NinjaValidationError, on_ninja_validation)
+    add(RequestDataTooBig, on_too_large)
     add(DjangoValidationError, on_django_validation)
     add(AuthenticationError, on_authentication)
     add(HttpError, on_http_error)

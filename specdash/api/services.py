@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
+from hosts.masking import MASK, unmask_argv, unmask_env
+
 M = TypeVar("M", bound=models.Model)
 
 
@@ -48,10 +50,35 @@ def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
     return obj
 
 
+def _keep_masked_secrets(obj: models.Model, data: dict[str, Any]) -> None:
+    # The API shows secrets as "***" (hosts.masking): a body read and sent back carries the
+    # mask, which must leave the stored secret as it is, never replace it.
+    errors: dict[str, str] = {}
+    for name in ("env", "command_env"):
+        if isinstance(data.get(name), dict):
+            data[name], unknown = unmask_env(data[name], getattr(obj, name))
+            if unknown:
+                errors[name] = (
+                    f"{', '.join(unknown)}: {MASK} stands for a stored secret that is not "
+                    "there; send the value itself"
+                )
+    if isinstance(data.get("launch_argv"), list):
+        data["launch_argv"], positions = unmask_argv(data["launch_argv"], obj.launch_argv)  # type: ignore[attr-defined]
+        if positions:
+            errors["launch_argv"] = (
+                f"item {', '.join(str(i) for i in positions)}: {MASK} stands for a stored "
+                "secret that is not there; send the value itself"
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
 def registry_update(*, obj: M, data: dict[str, Any]) -> M:
-    """Apply the given fields, validate the whole object, save."""
+    """Apply the given fields, validate the whole object, save. A secret sent back as its
+    mask (``***``) keeps its stored value."""
     _refuse_nulls(type(obj), data)
     _check_references(type(obj), data)
+    _keep_masked_secrets(obj, data)
     for name, value in data.items():
         setattr(obj, name, value)
     obj.full_clean()

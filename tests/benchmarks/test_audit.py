@@ -19,7 +19,7 @@ from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
 from core.models import Job
-from hosts.models import ServerProfile
+from hosts.models import Host, HostKind, ServerProfile
 from tests.benchmarks.conftest import Simulator, load
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -31,6 +31,8 @@ def measured(simulator: Simulator, transactional_db: Any) -> Sweep:
 
 
 def _measure(simulator: Simulator, levels: list[int], **fields: Any) -> Sweep:
+    # The simulator runs on this machine: a registered local host makes loopback a target.
+    Host.objects.get_or_create(name="local", kind=HostKind.LOCAL)
     sweep = services.sweep_create(
         base_url=simulator.base_url, levels=levels, load=load(model=simulator.model, **fields)
     )

@@ -12,11 +12,12 @@ from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
 from core.models import Job
+from hosts.models import Host
 from tests.benchmarks.conftest import Simulator, load
 
 
 def test_a_rate_sweep_runs_one_open_loop_level_per_rate_under_its_cap(
-    simulator: Simulator, transactional_db: Any
+    simulator: Simulator, transactional_db: Any, local_host: Host
 ) -> None:
     sweep = services.sweep_create(
         base_url=simulator.base_url, levels=[4],

@@ -21,6 +21,12 @@ from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
 
 
+@pytest.fixture(autouse=True)
+def _loopback_is_a_registered_host(local_host: Any) -> None:
+    """These sweeps target a simulator on this machine by URL: with the local host
+    registered, loopback is a registered host's address (benchmarks/sweeps/targets.py)."""
+
+
 def _interrupt_after_first_level(sweep: Sweep) -> None:
     """What a dead worker leaves behind: level 0 completed, level 1 partial, interrupted."""
     services.sweep_begin(sweep_id=sweep.pk)

@@ -11,7 +11,7 @@ from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from core import realtime
 from core.models import Job, JobState
-from hosts.models import InstanceState, ServerInstance
+from hosts.models import Host, InstanceState, ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load, sample_event
 
 pytestmark = pytest.mark.django_db
@@ -112,7 +112,8 @@ def test_unknown_load_settings_are_refused(ready_instance: ServerInstance) -> No
         services.sweep_create(instance=ready_instance, levels=[1], load=load(shell="rm -rf /"))
 
 
-def test_a_base_url_target_needs_an_http_url() -> None:
+def test_a_base_url_target_needs_an_http_url(local_host: Host) -> None:
+    # The local host registered: loopback is a registered host's address (sweeps/targets.py).
     with pytest.raises(ValidationError) as info:
         services.sweep_create(base_url="ftp://x", levels=[1], load=load())
     assert "base_url" in info.value.message_dict

@@ -29,7 +29,9 @@ def base(make_profile: Callable[..., ServerProfile]) -> ServerProfile:
 
 
 def _variants(base: ServerProfile) -> list[ServerProfile]:
-    return matrix_variants(base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True)
+    return matrix_variants(
+        user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+    )
 
 
 def test_a_matrix_links_each_variant_to_its_base_and_a_variants_variant_to_the_root(
@@ -37,7 +39,7 @@ def test_a_matrix_links_each_variant_to_its_base_and_a_variants_variant_to_the_r
 ) -> None:
     variants = _variants(base)
     assert [v.variant_of_id for v in variants] == [base.pk] * 3
-    deeper = matrix_variants(base=variants[1], axes={"--speculative-num-steps": [5]})
+    deeper = matrix_variants(user=None, base=variants[1], axes={"--speculative-num-steps": [5]})
     assert deeper[0].variant_of_id == base.pk
 
 

@@ -149,7 +149,7 @@ def fast_simulator(tmp_path: Path) -> Iterator[Simulator]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_sweep_level_above_the_streams_per_process_runs_as_two_processes_merged_into_one_level(
-    fast_simulator: Simulator, settings: Any, tmp_path: Path
+    fast_simulator: Simulator, settings: Any, tmp_path: Path, local_host: Any
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     settings.SPECDASH_LOADGEN_MAX_STREAMS = 2

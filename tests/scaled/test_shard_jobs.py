@@ -29,6 +29,7 @@ async def test_shard_jobs_run_on_another_worker_and_merge_into_one_level(
     fast_simulator: Simulator,  # noqa: F811
     settings: Any,
     tmp_path: Path,
+    local_host: Any,  # loopback is then a registered host's address
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     settings.SPECDASH_LOADGEN_MAX_STREAMS = 2

@@ -79,6 +79,7 @@ async def test_shards_land_one_per_tag_and_start_together_within_a_measured_skew
     fast_simulator: Simulator,  # noqa: F811
     settings: Any,
     tmp_path: Path,
+    local_host: Any,  # loopback is then a registered host's address
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
@@ -144,6 +145,7 @@ async def test_a_level_whose_shards_need_two_machines_fails_with_a_reason_instea
     fast_simulator: Simulator,  # noqa: F811
     settings: Any,
     tmp_path: Path,
+    local_host: Any,  # loopback is then a registered host's address
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
@@ -180,6 +182,7 @@ async def test_more_shards_than_tags_fails_the_level_at_once(
     fast_simulator: Simulator,  # noqa: F811
     settings: Any,
     tmp_path: Path,
+    local_host: Any,  # loopback is then a registered host's address
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     settings.SPECDASH_LOADGEN_MAX_STREAMS = 2

@@ -7,6 +7,7 @@ from typing import Any
 
 from ninja import Field, Schema
 
+from hosts.masking import masked_text, masked_tree
 from specdash.api.schemas.base import MAX_ID, In, Page
 
 # -- jobs and instances -------------------------------------------------------------------
@@ -95,6 +96,15 @@ class InstanceOut(Schema):
         return bool(obj.is_active)
 
     @staticmethod
+    def resolve_reason(obj: Any) -> str:
+        return masked_text(obj.reason)
+
+    @staticmethod
+    def resolve_evidence(obj: Any) -> dict[str, Any]:
+        # Holders' command lines are other processes' argv.
+        return dict(masked_tree(obj.evidence))
+
+    @staticmethod
     def resolve_url(obj: Any) -> str:
         return f"/api/v1/instances/{obj.pk}"
 
@@ -117,6 +127,14 @@ class InstanceEventOut(Schema):
     @staticmethod
     def resolve_actor(obj: Any) -> str | None:
         return obj.actor.get_username() if obj.actor is not None else None
+
+    @staticmethod
+    def resolve_message(obj: Any) -> str:
+        return masked_text(obj.message)
+
+    @staticmethod
+    def resolve_data(obj: Any) -> dict[str, Any]:
+        return dict(masked_tree(obj.data))
 
 
 class LogOut(Schema):

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints
 
-from hosts.masking import masked_env  # secret values are not sent to API clients
+from hosts.masking import masked_argv, masked_env  # secrets are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
 from specdash.api.schemas.base import _TEXT, Id, In, Name, Page, Text
 
@@ -130,6 +130,10 @@ class ProfileOut(Schema):
     @staticmethod
     def resolve_env(obj: Any) -> dict[str, Any]:
         return masked_env(dict(obj.env))
+
+    @staticmethod
+    def resolve_launch_argv(obj: Any) -> list[str]:
+        return masked_argv(list(obj.launch_argv))
 
 
 _Path = Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)]

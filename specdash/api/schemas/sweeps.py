@@ -10,6 +10,7 @@ from pydantic import StringConstraints, create_model
 
 from benchlib.loadgen.settings import LoadSettings, SloSettings, input_fields
 from benchmarks import selectors as bench_selectors
+from hosts.masking import masked_tree
 from specdash.api.schemas.base import _TEXT, Id, In, Page
 from specdash.api.schemas.jobs import JobOut
 
@@ -94,6 +95,11 @@ class SweepOut(Schema):
 class SweepDetailOut(SweepOut):
     environment: dict[str, Any]
     progress: ProgressOut
+
+    @staticmethod
+    def resolve_environment(obj: Any) -> dict[str, Any]:
+        # Snapshots taken before argv was masked still hold their secrets.
+        return dict(masked_tree(obj.environment or {}))
 
     @staticmethod
     def resolve_progress(obj: Any) -> dict[str, Any]:

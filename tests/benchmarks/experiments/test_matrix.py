@@ -31,7 +31,7 @@ def test_simulator_axis_appends_the_flag_and_names_variants_by_draft_length(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
-    variants = matrix_variants(base=base, axes={"--speculative-num-steps": [1, 2, 3, 5]})
+    variants = matrix_variants(user=None, base=base, axes={"--speculative-num-steps": [1, 2, 3, 5]})
     assert [v.name for v in variants] == ["Sim [K=1]", "Sim [K=2]", "Sim [K=3]", "Sim [K=5]"]
     assert _argv(variants) == [[*SIM, "--speculative-num-steps", str(k)] for k in (1, 2, 3, 5)]
     for v in variants:
@@ -45,7 +45,7 @@ def test_sglang_axis_replaces_the_value_and_off_drops_every_speculative_flag(
 ) -> None:
     base = make_profile(name="SG", engine=Engine.SGLANG, launch_argv=SGLANG, speculative=True)
     off, k1, k5 = matrix_variants(
-        base=base, axes={"--speculative-num-steps": [1, 5]}, include_off=True
+        user=None, base=base, axes={"--speculative-num-steps": [1, 5]}, include_off=True
     )
     assert off.name == "SG [off]" and not off.speculative
     assert off.launch_argv == ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
@@ -59,6 +59,7 @@ def test_vllm_key_axis_sets_a_key_inside_the_json_flag(
 ) -> None:
     base = make_profile(name="V", engine=Engine.VLLM, launch_argv=VLLM, port=8000, speculative=True)
     variants = matrix_variants(
+        user=None,
         base=base,
         axes={"--speculative-config.num_speculative_tokens": [1, 5]},
         include_off=True,
@@ -75,13 +76,15 @@ def test_simulator_off_variant_runs_the_profile_without_its_drafter(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(name="S", launch_argv=[*SIM, "--speculative-num-steps", "3"])
-    (off, _k2) = matrix_variants(base=base, axes={"--spec-steps": [2]}, include_off=True)
+    (off, _k2) = matrix_variants(user=None, base=base, axes={"--spec-steps": [2]}, include_off=True)
     assert off.launch_argv == [*SIM, "--speculative-num-steps", "0"]
     # The simulator reads that as drafting nothing at every batch size, at the off costs.
     speculation = parse_config(off.launch_argv[3:]).speculation
     assert speculation is not None and speculation.lengths == (0,)
     vllm_base = make_profile(name="SV", launch_argv=[*SIM, "--metrics-style", "vllm"])
-    (off_v, _k) = matrix_variants(base=vllm_base, axes={"--spec-steps": [2]}, include_off=True)
+    (off_v, _k) = matrix_variants(
+        user=None, base=vllm_base, axes={"--spec-steps": [2]}, include_off=True
+    )
     argv = off_v.launch_argv
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"num_speculative_tokens": 0}
     assert parse_config(argv[3:]).speculation is not None
@@ -91,10 +94,10 @@ def test_an_existing_variant_with_the_same_argv_is_reused(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(name="Sim", launch_argv=[*SIM, "--speculative-num-steps", "3"])
-    first = matrix_variants(base=base, axes={"--speculative-num-steps": [1, 3]})
+    first = matrix_variants(user=None, base=base, axes={"--speculative-num-steps": [1, 3]})
     assert first[1].pk == base.pk  # K=3 is the base itself
     count = ServerProfile.objects.count()
-    again = matrix_variants(base=base, axes={"--speculative-num-steps": [1, 3, 5]})
+    again = matrix_variants(user=None, base=base, axes={"--speculative-num-steps": [1, 3, 5]})
     assert [p.pk for p in again[:2]] == [p.pk for p in first]
     assert ServerProfile.objects.count() == count + 1
 
@@ -116,6 +119,6 @@ def test_bad_axes_are_refused_with_a_message(
     base = make_profile(launch_argv=SIM)
     count = ServerProfile.objects.count()
     with pytest.raises(ValidationError) as caught:
-        matrix_variants(base=base, axes=axes)
+        matrix_variants(user=None, base=base, axes=axes)
     assert message in " ".join(caught.value.messages)
     assert ServerProfile.objects.count() == count

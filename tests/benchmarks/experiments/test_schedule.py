@@ -92,7 +92,7 @@ def test_matrix_simulator_variants_read_as_off_and_their_k_on_the_schedule(
     base = make_profile(
         name="Sim", launch_argv=["sim", "--profile", "eagle3", *extra], speculative=True
     )
-    variants = matrix_variants(base=base, axes={axis: [1, 3]}, include_off=True)
+    variants = matrix_variants(user=None, base=base, axes={axis: [1, 3]}, include_off=True)
     experiment = services.experiment_create(
         profiles=variants, levels=sorted(BASELINE), load={"requests_per_level": 40}, repeats=1
     )

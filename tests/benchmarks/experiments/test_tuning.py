@@ -51,7 +51,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _matrix(base: ServerProfile, axes: dict[str, list[int]], tmp: Path) -> Experiment:
-    variants = matrix_variants(base=base, axes=axes, include_off=True)
+    variants = matrix_variants(user=None, base=base, axes=axes, include_off=True)
     experiment = services.experiment_create(
         profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2
     )
@@ -111,7 +111,9 @@ def test_a_schedule_that_keeps_one_variant_is_not_verified(
     make_profile: Callable[..., ServerProfile], tmp_path: Path
 ) -> None:
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
-    variants = matrix_variants(base=base, axes={"--speculative-num-steps": [3]}, include_off=True)
+    variants = matrix_variants(
+        user=None, base=base, axes={"--speculative-num-steps": [3]}, include_off=True
+    )
     experiment = services.experiment_create(profiles=variants, levels=[1, 8], load=LOAD, repeats=2)
     complete_with(experiment, {1: ((100, 101), (200, 201)), 8: ((300, 301), (400, 401))}, tmp_path)
     with pytest.raises(ValidationError, match="K=3 at every level"):
@@ -152,11 +154,12 @@ def test_matrix_create_is_all_or_nothing(make_profile: Callable[..., ServerProfi
     with pytest.raises(ValidationError) as caught:
         # Valid axes, a bad plan: the variants must not outlive the refused experiment.
         tuning.matrix_create(
-            base=base, axes={"--speculative-num-steps": [1, 3]}, levels=[0], load=LOAD
+            user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, levels=[0], load=LOAD
         )
     assert "levels" in caught.value.message_dict
     assert ServerProfile.objects.count() == before and Experiment.objects.count() == 0
     experiment = tuning.matrix_create(
+        user=None,
         base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True,
         levels=[1, 4], load=LOAD, repeats=2,
     )  # fmt: skip

@@ -35,7 +35,7 @@ def base(make_profile: Callable[..., ServerProfile]) -> ServerProfile:
 def matrix_done(base: ServerProfile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Experiment:
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     variants = matrix_variants(
-        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+        user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
     )
     first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
     return complete_with(first, MATRIX, tmp_path)
@@ -245,7 +245,9 @@ def test_a_comparison_that_is_not_a_verification_has_no_verification_section(
 def test_a_schedule_that_keeps_one_variant_offers_no_verification(
     client: Client, operator: Any, base: ServerProfile, tmp_path: Path
 ) -> None:
-    variants = matrix_variants(base=base, axes={"--speculative-num-steps": [3]}, include_off=True)
+    variants = matrix_variants(
+        user=None, base=base, axes={"--speculative-num-steps": [3]}, include_off=True
+    )
     experiment = services.experiment_create(profiles=variants, levels=[1, 8], load=LOAD, repeats=2)
     complete_with(experiment, {1: ((100, 101), (200, 201)), 8: ((300, 301), (400, 401))}, tmp_path)
     client.force_login(operator)

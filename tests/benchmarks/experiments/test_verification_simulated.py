@@ -53,7 +53,7 @@ async def test_a_schedule_from_a_simulated_matrix_is_run_and_judged_against_each
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     base = await sync_to_async(sim_profile)("eagle3", name="Sim", speculative=True)
     variants = await sync_to_async(matrix_variants)(
-        base=base, axes={"--speculative-num-steps": [1]}, include_off=True
+        user=None, base=base, axes={"--speculative-num-steps": [1]}, include_off=True
     )
     first = await sync_to_async(services.experiment_create)(
         profiles=variants, levels=LEVELS, load=LOAD, repeats=1

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,6 +24,13 @@ from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job, JobState
 from hosts.models import InstanceState, ServerInstance
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
+
+
+@pytest.fixture(autouse=True)
+def _loopback_is_a_registered_host(local_host: Any) -> None:
+    """These sweeps target a simulator on this machine by URL: with the local host
+    registered, loopback is a registered host's address (benchmarks/sweeps/targets.py)."""
+
 
 JOB_TIMEOUT = 90
 
@@ -317,3 +325,47 @@ async def test_a_sweep_whose_server_lists_no_model_fails_before_any_level(tmp_pa
     assert sweep.reason.startswith(f"no model name to send: GET http://127.0.0.1:{port}/v1/models")
     assert "served model name" in sweep.reason
     assert await sync_to_async(_levels)(sweep.pk) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_full_records_disk_gives_a_clear_reason_and_no_torn_last_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Any
+) -> None:
+    # What the load generator does when the disk fills mid-record: a whole record, then part
+    # of the next, then it dies on ENOSPC with a traceback on stderr.
+    settings.SPECDASH_DATA_DIR = tmp_path / "data"
+    script = (
+        "import sys, errno, os\n"
+        "path = sys.argv[1]\n"
+        "with open(path, 'a') as f:\n"
+        '    f.write(\'{"level": 0, "id": "a"}\\n{"level": 0, "id": "b", "ttf\')\n'
+        "raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+    )
+    monkeypatch.setattr(
+        handler,
+        "loadgen_argv",
+        lambda **kw: [sys.executable, "-c", script, str(kw["records_path"])],
+    )
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url="http://127.0.0.1:9", levels=[1], load=load(model="m")
+    )
+    await asyncio.wait_for(handler.run_sweep(_context(sweep)), JOB_TIMEOUT)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.FAILED
+    assert sweep.reason.startswith("the disk holding the records is full"), sweep.reason
+    assert "Traceback" not in sweep.reason and "resume" in sweep.reason
+    records = services.sweep_records_file(sweep_id=sweep.pk).read_text()
+    assert records == '{"level": 0, "id": "a"}\n'
+
+
+def test_trimming_keeps_whole_lines_only(tmp_path: Path) -> None:
+    from benchmarks.sweeps.recordfile import trim_torn_tail
+
+    path = tmp_path / "r.jsonl"
+    assert trim_torn_tail(path) == 0  # missing
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n')
+    assert trim_torn_tail(path) == 0 and path.read_bytes() == b'{"a": 1}\n{"b": 2}\n'
+    path.write_bytes(b'{"a": 1}\n' + b"x" * 200_000)
+    assert trim_torn_tail(path) == 200_000 and path.read_bytes() == b'{"a": 1}\n'
+    path.write_bytes(b"torn")
+    assert trim_torn_tail(path) == 4 and path.read_bytes() == b""

@@ -36,7 +36,7 @@ def eagle3(tmp_path: Path) -> Iterator[Simulator]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_eagle3_sweep_level_accept_length_matches_the_simulators_configured_mean(
-    eagle3: Simulator, settings: Any, tmp_path: Path
+    eagle3: Simulator, settings: Any, tmp_path: Path, local_host: Any
 ) -> None:
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     sweep = await sync_to_async(services.sweep_create)(
@@ -138,7 +138,7 @@ def level_records(path: Path) -> dict[int, list[dict[str, Any]]]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_every_levels_server_interval_opens_before_its_first_request(
-    tmp_path: Path, settings: Any
+    tmp_path: Path, settings: Any, local_host: Any
 ) -> None:
     # vLLM style: prompt tokens are counted when a request is admitted, so a boundary scrape
     # taken after a level's opening burst misses that burst's prompts. Slow steps keep every

@@ -84,7 +84,7 @@ def _cookie(user: Any) -> bytes:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_viewer_gets_recent_history_first_then_live_batches(
+async def test_a_viewer_gets_history_then_live_batches_without_starting_probes(
     viewer: Any, local_host: Host
 ) -> None:
     await sync_to_async(service.telemetry_samples_record)(
@@ -99,14 +99,31 @@ async def test_a_viewer_gets_recent_history_first_then_live_batches(
     assert connected
     snapshot = await communicator.receive_json_from(timeout=10)
     assert snapshot["type"] == "snapshot" and len(snapshot["samples"]) == 1
-    # Opening the page claimed the host's probes.
-    assert await Job.objects.filter(kind=service.TELEMETRY_JOB, state=JobState.QUEUED).aexists()
+    # A viewer only reads: opening the page neither claims nor starts the host's probes.
+    assert not await Job.objects.filter(kind=service.TELEMETRY_JOB).aexists()
+    assert not await TelemetryWatch.objects.filter(host=local_host).aexists()
     await sync_to_async(service.telemetry_samples_record)(
         host_id=local_host.pk, samples=[_gpu(9.0)]
     )
     live = await communicator.receive_json_from(timeout=10)
     assert live["type"] == "telemetry.samples" and live["samples"][0]["t"] == 9.0
     await communicator.send_json_to({"type": "keepalive"})
+    await communicator.disconnect()
+    assert not await TelemetryWatch.objects.filter(host=local_host).aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_operators_page_claims_the_hosts_probes(operator: Any, local_host: Host) -> None:
+    cookie = await sync_to_async(_cookie)(operator)
+    communicator = WebsocketCommunicator(
+        application, f"/ws/telemetry/hosts/{local_host.pk}/",
+        headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
+    )  # fmt: skip
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    await communicator.receive_json_from(timeout=10)
+    assert await Job.objects.filter(kind=service.TELEMETRY_JOB, state=JobState.QUEUED).aexists()
+    assert await TelemetryWatch.objects.filter(host=local_host).aexists()
     await communicator.disconnect()
 
 

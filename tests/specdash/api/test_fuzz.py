@@ -155,3 +155,53 @@ def test_an_explicit_null_on_any_write_field_is_never_a_server_error(fuzz_token:
         response = getattr(client, method)(url, {name: None}, content_type="application/json")
         answers[(method, path, name)] = response.status_code
     assert {k: v for k, v in answers.items() if v >= 500} == {}
+
+
+FIVE_MB = 5 * 1024 * 1024
+HUGE_IDS = (2**63 - 1, 2**63, 2**64)
+
+
+def _operations() -> list[tuple[str, str]]:
+    return [
+        (method, path)
+        for path, operations in RAW_SCHEMA["paths"].items()
+        for method in operations
+        if method in ("get", "post", "patch", "put", "delete")
+    ]
+
+
+def test_the_walk_covers_every_operation() -> None:
+    assert len(_operations()) == sum(
+        1 for ops in RAW_SCHEMA["paths"].values() for m in ops if m != "parameters"
+    )
+
+
+@pytest.mark.django_db
+def test_every_operation_with_a_5_mb_body_or_ids_past_2_63_answers_without_a_server_error(
+    fuzz_token: str,
+) -> None:
+    """Every operation of the schema, with every path id at 2^63 - 1, 2^63 and 2^64, and
+    every write with a 5 MB JSON body: a client error each time, never a 5xx."""
+    client = Client(headers={"Authorization": f"Bearer {fuzz_token}"})
+    big = '{"notes": "' + "x" * FIVE_MB + '"}'
+    answers: dict[tuple[str, str, str], int] = {}
+    for method, path in _operations():
+        params = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+        for huge in HUGE_IDS if params else (None,):
+            url = path
+            for param in params:
+                url = url.replace(f"{{{param}}}", str(huge))
+            if method in ("get", "delete"):
+                response = getattr(client, method)(url)
+            else:
+                response = getattr(client, method)(url, "{}", content_type="application/json")
+            answers[(method, url, "{}")] = response.status_code
+        if method in ("post", "patch", "put"):
+            url = path
+            for param in params:
+                url = url.replace(f"{{{param}}}", "1")
+            response = getattr(client, method)(url, big, content_type="application/json")
+            assert response.status_code == 413, (method, url, response.status_code)
+            answers[(method, url, "5 MB")] = response.status_code
+    assert {k: v for k, v in answers.items() if v >= 500} == {}
+    assert len(answers) > len(_operations())

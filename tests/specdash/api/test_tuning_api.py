@@ -99,7 +99,7 @@ def test_verify_queues_the_tuned_arm_with_every_fixed_variant_and_reports_per_le
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
     variants = matrix_variants(
-        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+        user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
     )
     first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
     complete_with(first, MATRIX, tmp_path)
@@ -150,7 +150,7 @@ def test_verify_runs_three_repeats_by_default_and_refuses_a_bad_count(
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
     variants = matrix_variants(
-        base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+        user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
     )
     first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
     complete_with(first, MATRIX, tmp_path)
