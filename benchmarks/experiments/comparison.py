@@ -251,7 +251,13 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def _slo_phrase(slo: Slo) -> str:
-    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+    names = {
+        "ttft_ms": "TTFT",
+        "tpot_ms": "TPOT",
+        "itl_ms": "mean ITL",
+        "max_gap_ms": "longest gap",
+        "e2e_ms": "E2E",
+    }
     scope = " p99" if slo.scope == "p99" else ""
     limits = ", ".join(f"{names[k]}{scope} <= {v:g} ms" for k, v in slo.limits().items())
     if slo.scope == "request":
