@@ -27,6 +27,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.loadgen.cli_io import sleep_until
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import share
 from benchlib.loadgen.records import ClockAnchor
@@ -61,6 +62,9 @@ logger = logging.getLogger(__name__)
 # Between spawning the shards and their common start: a Python process takes about a second
 # to import and connect on a busy machine. A shard that misses it starts late (and is flagged).
 START_MARGIN_S = 2.0
+# The opening /metrics scrape of a split level is taken this long before the shards' common
+# start: a scrape answers in milliseconds; one still running at the start is flagged.
+OPEN_LEAD_S = 0.25
 STOP_GRACE_S = 20.0
 
 
@@ -97,6 +101,9 @@ class _Level:
                 shard.run_start = event
             elif kind == "run_end":
                 shard.run_end = event
+            elif kind == "measure_start":
+                warmed_at = event.get("warmed_at")
+                shard.warmed_at = float(warmed_at) if isinstance(warmed_at, int | float) else None
             elif kind == "level_summary":
                 shard.summary = dict(event.get("summary") or {})
                 if isinstance(shard.summary.get("anchor"), dict):
@@ -195,11 +202,15 @@ async def _run_level(
     started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
                "t": start_at}  # fmt: skip
     await recorder.handle(started)
-    await server.observe(started)
     readers = [
         asyncio.create_task(level.read(s, p))
         for s, p in zip(level.shards, level.procs, strict=True)
     ]
+    # The shards warm up first and send their measured requests from start_at: the level's
+    # server-side interval opens right before it (where, relative to it and to the end of the
+    # shards' warm-up, is stored and checked with the level's server figures).
+    await sleep_until(start_at - OPEN_LEAD_S, ctx.cancelled)
+    await server.observe({"event": "measure_start", "level_index": index, "start_at": start_at})
     stoppers: list[asyncio.Task[Any]] = [asyncio.create_task(ctx.cancelled.wait())]
     if plan.instance_id is not None:
         stoppers.append(asyncio.create_task(_instance_gone(plan.instance_id)))
@@ -251,6 +262,8 @@ async def _run_level(
     slo = Slo.from_dict(plan.load.get("slo"))
     summary = merge_shard_levels(parts, level_index=index, mode=mode, slo=slo)
     summary["split"].update(gang)
+    warmed = [s.warmed_at for s in level.shards if s.warmed_at is not None]
+    summary["split"]["warmed_at"] = max(warmed) if warmed else None
     if len(parts) < n:
         summary["status"] = "failed"
         summary["reason"] = f"{n - len(parts)} of {n} shards reported nothing"
@@ -276,7 +289,9 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
             if summary is not None:
                 event = {"event": "level_summary", "level_index": index, "summary": summary}
                 await recorder.handle(event)
-                await server.observe(event)  # the server's own figures for exactly this level
+                # the server's own figures for exactly this level, after its shards' warm-up
+                warmed_at = summary["split"].get("warmed_at")
+                await server.observe(event | {"warmed_at": warmed_at})
             if stop is not None:
                 state = SweepState.CANCELLED if stop == "cancelled" else SweepState.FAILED
                 reason = stop

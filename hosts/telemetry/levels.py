@@ -1,10 +1,12 @@
 """Server-side figures for exactly one sweep level, from `/metrics` scraped at its boundaries.
 
 The sweep job hands every load-generator event to `LevelServerMetrics.observe` after its own
-recorder: a `level_start` is marked with one scrape, the matching `level_summary` with
-another, and the counter differences between the two (hosts.telemetry.deltas) become the
-level's `server_metrics`: accept length = 1 + accepted/drafts over that level alone, never
-the server's lifetime average.
+recorder: a `measure_start` (after the level's warm-up, right before its first measured
+request) is marked with one scrape, the matching `level_summary` with another, and the counter
+differences between the two (hosts.telemetry.deltas) become the level's `server_metrics`:
+accept length = 1 + accepted/drafts over that level's measured requests alone, never the
+server's lifetime average nor its warm-up. Where the interval opened relative to the first
+measured request (and to a split level's common start) is stored with it and checked.
 """
 
 from __future__ import annotations
@@ -79,6 +81,36 @@ def level_server_metrics(
         return {"available": False, "reason": str(exc)}
 
 
+def _time(event: dict[str, Any], key: str) -> float | None:
+    value = event.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def interval_opening(
+    opened_at: float,
+    *,
+    summary: Any,
+    start_at: float | None = None,
+    warmed_at: float | None = None,
+) -> dict[str, Any]:
+    """Where the level's server-side interval opened (the opening scrape's time): seconds
+    after the end of the warm-up (the latest shard's, for a split level), before the common
+    start of a split level's shards, and before the first measured request (from the level
+    summary's `window_wall`). `interval_order_ok` is false when any of them is negative: the
+    interval then holds warm-up requests or misses part of the level."""
+    out: dict[str, Any] = {
+        "opened_after_warmup_s": None if warmed_at is None else opened_at - warmed_at,
+        "opened_before_start_at_s": None if start_at is None else start_at - opened_at,
+        "opened_before_first_request_s": None,
+    }
+    window = summary.get("window_wall") if isinstance(summary, dict) else None
+    if isinstance(window, list | tuple) and window and isinstance(window[0], int | float):
+        out["opened_before_first_request_s"] = float(window[0]) - opened_at
+    leads = [v for v in out.values() if v is not None]
+    out["interval_order_ok"] = all(v >= 0 for v in leads) if leads else None
+    return out
+
+
 async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
     from hosts.telemetry.service import telemetry_level_metrics_save
 
@@ -96,6 +128,7 @@ class LevelServerMetrics:
         self.save = save
         self.problems: list[str] = []
         self._before: dict[int, EngineMetrics | None] = {}
+        self._opening: dict[int, tuple[float | None, float | None]] = {}
 
     @staticmethod
     def metrics_url(base_url: str) -> str:
@@ -116,7 +149,7 @@ class LevelServerMetrics:
     async def observe(self, event: dict[str, Any]) -> None:
         """Never raises: a server without metrics leaves the level's figures unavailable."""
         kind = event.get("event")
-        if kind not in {"level_start", "level_summary"}:
+        if kind not in {"measure_start", "level_summary"}:
             return
         try:
             index = int(event["level_index"])
@@ -129,14 +162,24 @@ class LevelServerMetrics:
             metrics, problem = self._parse_boundary(event)
         else:
             metrics, problem = await self._scrape()
-        if kind == "level_start":
+        if kind == "measure_start":
             self._before[index] = metrics
+            self._opening[index] = (_time(event, "start_at"), _time(event, "warmed_at"))
             return
         before = self._before.pop(index, None)
-        try:
-            await self.save(
-                self.sweep_id, index, level_server_metrics(before, metrics, problem=problem)
+        start_at, warmed_at = self._opening.pop(index, (None, None))
+        # A split level's shards report the end of their warm-up with their summaries.
+        warmed_at = _time(event, "warmed_at") or warmed_at
+        figures = level_server_metrics(before, metrics, problem=problem)
+        if before is not None and figures.get("available"):
+            figures |= interval_opening(
+                before.scraped_at,
+                summary=event.get("summary"),
+                start_at=start_at,
+                warmed_at=warmed_at,
             )
+        try:
+            await self.save(self.sweep_id, index, figures)
         except Exception:
             logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
 
