@@ -24,6 +24,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.recording import sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from core.jobs import JobContext
 from core.models import Job
@@ -207,6 +208,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
             reason = f"no model name to send: {exc}"
             await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
             return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
+        await sync_to_async(sweep_model_discovered)(sweep_id=sweep_id, model=plan.model)
     if distributed.split_needed(plan.levels, plan.load):
         # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
         return await distributed.run_split_sweep(ctx, plan)
