@@ -134,6 +134,7 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         for name in SHOWN_FIGURES:
             row[name] = _mean([r.figures.get(name) for r in level_runs])
         row["values"] = [r.figures.get(METRIC) for r in level_runs]
+        row.update(workload.requests_row(level_runs))
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
         rows.append(row)

@@ -27,7 +27,8 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
     """One row per concurrency: each profile's figures, then each candidate's ratio to A."""
     series = comparison["series"]
     verdicts = comparison["verdicts"]
-    figures = ("runs", "output_tok_s", "steady_output_tok_s", "ttft_p50_ms", "itl_p50_ms",
+    figures = ("runs", "requests_ok", "requests_failed", "output_tok_s", "steady_output_tok_s",
+               "ttft_p50_ms", "itl_p50_ms",
                "e2e_p50_ms", "accept_length", "accept_length_source", "tokens_per_step",
                "tokens_per_step_source", "acceptance_rate", "acceptance_rate_source",
                "server_accept_length", "request_accept_length", "goodput_tok_s",

@@ -112,6 +112,19 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     }
 
 
+def requests_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
+    """The level's measured requests over its repeats: succeeded and failed (the figures above
+    are over the successful ones only, so a table showing them shows the failures too)."""
+    counts = [_dig(r.summary, "requests") for r in runs]
+    counted = [c for c in counts if isinstance(c, dict)]
+    if not counted:
+        return {"requests_ok": None, "requests_failed": None}
+    return {
+        "requests_ok": sum(int(c.get("ok") or 0) for c in counted),
+        "requests_failed": sum(int(c.get("failed") or 0) for c in counted),
+    }
+
+
 def goodput_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     goodputs: list[dict[str, Any]] = []
     for run in runs:

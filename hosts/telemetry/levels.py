@@ -76,9 +76,18 @@ def level_server_metrics(
     if before is None or after is None:
         return {"available": False, "reason": problem or "no /metrics scrape at a boundary"}
     try:
-        return interval_as_dict(interval_between(before, after))
+        figures = interval_as_dict(interval_between(before, after))
     except ValueError as exc:  # e.g. the engine changed between the two scrapes
         return {"available": False, "reason": str(exc)}
+    if (
+        not PROFILES[after.engine].itl_per_engine_step
+        and after.itl_histogram is not None
+        and after.itl_histogram.endswith(":time_per_output_token_seconds")
+    ):
+        # SGLang without its ITL histogram: the fallback is one TPOT sample per request.
+        figures["itl_unit"] = "request_tpot"
+    figures["itl_histogram"] = after.itl_histogram
+    return figures
 
 
 def _time(event: dict[str, Any], key: str) -> float | None:

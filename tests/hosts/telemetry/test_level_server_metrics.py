@@ -264,3 +264,26 @@ def test_the_load_generators_opening_scrape_follows_the_warm_up_in_one_and_sever
     assert figures["requests"] == 8
     assert figures["generation_tokens"] == sum(r["out"] for r in measured) == 8 * 16
     assert figures["prompt_tokens"] == sum(r["prompt"] for r in measured)
+
+
+def test_sglangs_tpot_histogram_fallback_is_labelled_per_request_not_per_token() -> None:
+    # SGLang records time_per_output_token_seconds once per finished request (its TPOT); only
+    # inter_token_latency_seconds is one sample per token. The names are the exposition's own.
+    texts = [(DATA / f"sglang_scrape{i}.prom").read_text() for i in (1, 2)]
+    token = level_server_metrics(
+        *(parse_engine_metrics(t, scraped_at=i) for i, t in enumerate(texts))
+    )
+    assert (token["itl_unit"], token["itl_histogram"]) == (
+        "token", "sglang:inter_token_latency_seconds"
+    )  # fmt: skip
+    renamed = [
+        t.replace("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
+        for t in texts
+    ]
+    tpot = level_server_metrics(
+        *(parse_engine_metrics(t, scraped_at=i) for i, t in enumerate(renamed))
+    )
+    assert (tpot["itl_unit"], tpot["itl_histogram"]) == (
+        "request_tpot", "sglang:time_per_output_token_seconds"
+    )  # fmt: skip
+    assert tpot["itl_s"] == token["itl_s"]  # the same samples, now said to be per request
