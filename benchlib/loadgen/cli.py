@@ -234,9 +234,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         late = max(0.0, started - args.start_at)
         start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
     events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
-    if args.start_at_stdin:
-        # Imported, connected to its reader, prompts built: only the start is missing, so
-        # the processes of a gang are all ready when it is given and start within a timer tick.
+
+    async def read_start() -> None:
+        nonlocal start
         given = (await stdin_line(cancel)).strip()
         try:
             args.start_at = _epoch(given) if given else None
@@ -253,6 +253,15 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 "start_at_late_s": late,
             }
             events.emit("start_given", **start)
+
+    # A gang member with warm-up requests warms up first and only then asks for its start (its
+    # `warmed_up` event says it is ready), so that every member's warm-up is over at the common
+    # start, where the level's server-side interval opens.
+    start_after_warmup = bool(args.start_at_stdin and args.warmup_requests)
+    if args.start_at_stdin and not start_after_warmup:
+        # Imported, connected to its reader, prompts built: only the start is missing, so
+        # the processes of a gang are all ready when it is given and start within a timer tick.
+        await read_start()
     records_f = open_records(args.records, append=args.records_append) if args.records else None
     levels: list[LevelSummary] = []
     status, reason = "completed", None
@@ -315,8 +324,14 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             async def open_interval(i: int = i, c: int = c) -> None:
                 # After the warm-up, right before the first measured request: the level's
                 # server-side interval opens here, so it counts the measured requests only.
-                nonlocal wait_for
+                nonlocal wait_for, start_after_warmup
                 warmed_at = time.time()
+                if start_after_warmup:
+                    start_after_warmup = False
+                    events.emit("warmed_up", level_index=i, t=warmed_at)
+                    await read_start()
+                    if args.start_at is not None and not start["start_at_passed"]:
+                        wait_for = args.start_at
                 if wait_for is not None:
                     say(f"[waiting {wait_for - warmed_at:.1f}s for --start-at {wait_for}]")
                     await sleep_until(wait_for, cancel)
