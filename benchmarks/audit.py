@@ -33,9 +33,24 @@ from benchmarks.sweeps.recordfile import RecordFile, read_record_file
 # record lost, duplicated or altered moves a figure by far more than these.
 REL_TOL = 1e-4
 ABS_TOL_MS = 0.01
-DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "itl_chunk_ms", "itl_delivery_ms", "e2e_ms")
 DIST_KEYS = ("count", "mean", "p50", "p90", "p99")
-SCALARS = ("output_tokens", "duration_s", "output_tok_s", "achieved_concurrency")
+SCALARS = (
+    "output_tokens",
+    "prompt_tokens",
+    "duration_s",
+    "output_tok_s",
+    "total_tok_s",
+    "achieved_concurrency",
+    "mean_tokens_per_chunk",
+    "mean_tokens_per_delivery",
+)
+# The steady window's figures and the per-request speculative figures, nested in the summary.
+NESTED = (
+    ("steady", ("reached", "in_flight_level", "duration_s", "output_tokens", "output_tok_s")),
+    ("acceptance", ("verify_steps", "draft_tokens", "accepted_tokens", "accept_length",
+                    "acceptance_rate")),
+)  # fmt: skip
 GOODPUT = ("requests", "met", "share", "goodput_req_s", "goodput_tok_s", "meets_slo")
 COLUMNS = (*experiment_selectors.LEVEL_FIGURES, "requests_ok", "requests_failed")
 
@@ -90,6 +105,12 @@ def _differences(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[st
     for key in SCALARS:
         if not _close(stored.get(key), fresh.get(key), abs_tol=1e-9):
             out.append(f"{key}: stored {stored.get(key)}, records give {fresh.get(key)}")
+    for group, keys in NESTED:
+        a_group, b_group = stored.get(group) or {}, fresh.get(group) or {}
+        for key in keys:
+            a, b = a_group.get(key), b_group.get(key)
+            if not _close(a, b, abs_tol=1e-9):
+                out.append(f"{group} {key}: stored {a}, records give {b}")
     for name in DISTRIBUTIONS:
         a_dist, b_dist = stored.get(name) or {}, fresh.get(name) or {}
         for key in DIST_KEYS:

@@ -201,3 +201,19 @@ def test_goodput_stored_under_another_slo_than_the_sweeps_is_reported(
     level.save(update_fields=["summary"])
     problems = audit.audit_sweep(sweep=measured_with_slo).problems
     assert any("goodput slo: stored" in p for p in problems), problems
+
+
+def test_a_tampered_steady_figure_or_acceptance_is_reported(measured: Sweep) -> None:
+    level = SweepLevel.objects.get(sweep=measured, index=1)
+    steady = level.summary["steady"]
+    assert steady["output_tok_s"] is not None
+    level.summary = {
+        **level.summary,
+        "steady": {**steady, "output_tok_s": steady["output_tok_s"] * 1.3},
+    }
+    level.summary["prompt_tokens"] = level.summary["prompt_tokens"] + 1
+    level.save(update_fields=["summary"])
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert any("level 1" in p and "steady output_tok_s: stored" in p for p in problems)
+    assert any("level 1" in p and "prompt_tokens: stored" in p for p in problems)
+    assert not any("level 0" in p for p in problems)
