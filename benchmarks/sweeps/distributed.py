@@ -65,6 +65,9 @@ START_MARGIN_S = 2.0
 # The opening /metrics scrape of a split level is taken this long before the shards' common
 # start: a scrape answers in milliseconds; one still running at the start is flagged.
 OPEN_LEAD_S = 0.25
+# Between the last local shard saying it has warmed up and their common start: the start line
+# reaches processes that are already waiting for it.
+WARM_START_MARGIN_S = 0.5
 STOP_GRACE_S = 20.0
 
 
@@ -93,6 +96,7 @@ class _Level:
         self.shards: list[Shard] = []
         self.procs: list[LoadgenProcess | RemoteShardProcess] = []
         self._fresh: set[int] = set()
+        self.warmed_up: set[int] = set()  # shards that said `warmed_up` (started on stdin)
 
     async def read(self, shard: Shard, proc: LoadgenProcess | RemoteShardProcess) -> None:
         async for event in proc.events():
@@ -101,6 +105,8 @@ class _Level:
                 shard.run_start = event
             elif kind == "run_end":
                 shard.run_end = event
+            elif kind == "warmed_up":
+                self.warmed_up.add(shard.index)
             elif kind == "measure_start":
                 warmed_at = event.get("warmed_at")
                 shard.warmed_at = float(warmed_at) if isinstance(warmed_at, int | float) else None
@@ -125,6 +131,26 @@ class _Level:
     def terminate(self) -> None:
         for proc in self.procs:
             proc.terminate()
+
+
+async def _start_when_warm(
+    ctx: JobContext, level: _Level, readers: Sequence[asyncio.Task[None]]
+) -> float:
+    """Wait until every local shard has warmed up (or ended), then give them one start ahead
+    on stdin (none on a cancel: the shards then end without measuring)."""
+    while not ctx.cancelled.is_set():
+        waiting = [
+            s for s, r in zip(level.shards, readers, strict=True)
+            if s.index not in level.warmed_up and not r.done()
+        ]  # fmt: skip
+        if not waiting:
+            break
+        await asyncio.sleep(0.05)
+    start_at = time.time() + WARM_START_MARGIN_S
+    for proc in level.procs:
+        if isinstance(proc, LoadgenProcess):
+            await proc.send_line(None if ctx.cancelled.is_set() else repr(start_at))
+    return start_at
 
 
 async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
@@ -156,8 +182,10 @@ async def _run_level(
     ]
     as_jobs = shard_jobs_enabled()
     # Shard jobs are gang-started (their start is set once all are claimed and ready);
-    # local children share the machine and can be given a start ahead right away.
-    start_at: float | None = None if as_jobs else time.time() + START_MARGIN_S
+    # local children share the machine and can be given a start ahead right away, unless they
+    # warm up first: then they are given it on stdin once every one of them has warmed up.
+    local_warmup = not as_jobs and bool(plan.load.get("warmup_requests"))
+    start_at: float | None = None if as_jobs or local_warmup else time.time() + START_MARGIN_S
     gang: dict[str, Any] = {}
     try:
         asks = (
@@ -189,6 +217,12 @@ async def _run_level(
                     **asks[shard.index],
                 )
             )
+        elif local_warmup:
+            level.procs.append(
+                await LoadgenProcess.start(
+                    [*argv, "--start-at-stdin"], cwd=settings.BASE_DIR, stdin_pipe=True
+                )
+            )
         else:
             level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
     if as_jobs:
@@ -198,14 +232,16 @@ async def _run_level(
         except PlacementError as exc:
             return None, f"level {index} (C={concurrency}) cannot be placed: {exc}"
         gang = {"gang_wait_s": waited}
-    assert start_at is not None
     started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
-               "t": start_at}  # fmt: skip
+               "t": start_at or time.time()}  # fmt: skip
     await recorder.handle(started)
     readers = [
         asyncio.create_task(level.read(s, p))
         for s, p in zip(level.shards, level.procs, strict=True)
     ]
+    if local_warmup:
+        start_at = await _start_when_warm(ctx, level, readers)
+    assert start_at is not None
     # The shards warm up first and send their measured requests from start_at: the level's
     # server-side interval opens right before it (where, relative to it and to the end of the
     # shards' warm-up, is stored and checked with the level's server figures).
