@@ -36,6 +36,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess
+from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
     PlacementError,
     RemoteShardProcess,
@@ -313,7 +314,9 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
-    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
+    server = LevelServerMetrics.for_sweep(
+        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+    )
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""
     try:

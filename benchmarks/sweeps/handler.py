@@ -26,6 +26,7 @@ from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recording import sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
+from benchmarks.sweeps.scrapes import scrapes_keeper
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import InstanceState
@@ -141,7 +142,9 @@ def _outcome(
 async def _supervise(
     ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
-    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
+    server = LevelServerMetrics.for_sweep(
+        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+    )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
     cancel_wait = asyncio.create_task(ctx.cancelled.wait())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,13 +22,14 @@ from asgiref.sync import sync_to_async
 
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
 from hosts.telemetry.engine_profiles import PROFILES
-from hosts.telemetry.probes import scrape_metrics
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
 
 logger = logging.getLogger(__name__)
 
 Save = Callable[[int, int, dict[str, Any]], Awaitable[None]]
 Scrape = Callable[[], Awaitable[EngineMetrics]]
+# Keeps a level's raw boundary scrapes: (level index, {"open": {"t", "text"}, "close": ...}).
+Keep = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
 def _summary(value: HistogramSummary | None) -> dict[str, Any] | None:
@@ -131,10 +133,21 @@ async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any])
 class LevelServerMetrics:
     """Marks a sweep's level boundaries with scrapes and saves each level's figures."""
 
-    def __init__(self, *, sweep_id: int, scrape: Scrape, save: Save = _save_with_service):
+    def __init__(
+        self,
+        *,
+        sweep_id: int,
+        scrape: Scrape,
+        save: Save = _save_with_service,
+        keep: Keep | None = None,
+    ):
         self.sweep_id = sweep_id
         self.scrape = scrape
         self.save = save
+        self.keep = keep
+        # The text of the last scrape taken here (set by for_sweep's scrape), for `keep`.
+        self.last_text: dict[str, Any] = {}
+        self._raw: dict[int, dict[str, Any] | None] = {}
         self.problems: list[str] = []
         self._before: dict[int, EngineMetrics | None] = {}
         self._opening: dict[int, tuple[float | None, float | None]] = {}
@@ -144,16 +157,25 @@ class LevelServerMetrics:
         return base_url.rstrip("/") + "/metrics"
 
     @classmethod
-    def for_sweep(cls, sweep_id: int, base_url: str) -> LevelServerMetrics:
+    def for_sweep(
+        cls, sweep_id: int, base_url: str, *, keep: Keep | None = None
+    ) -> LevelServerMetrics:
         url = cls.metrics_url(base_url)
+        last: dict[str, Any] = {}
 
         async def scrape() -> EngineMetrics:
             # No keep-alive: a pooled connection would outlive the level on the server's port.
             limits = httpx.Limits(max_keepalive_connections=0)
             async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
-                return await scrape_metrics(client, url)
+                response = await client.get(url)
+                response.raise_for_status()
+            last.clear()
+            last.update(t=time.time(), text=response.text)
+            return parse_engine_metrics(last["text"], scraped_at=last["t"])
 
-        return cls(sweep_id=sweep_id, scrape=scrape)
+        marks = cls(sweep_id=sweep_id, scrape=scrape, keep=keep)
+        marks.last_text = last
+        return marks
 
     async def observe(self, event: dict[str, Any]) -> None:
         """Never raises: a server without metrics leaves the level's figures unavailable."""
@@ -164,17 +186,30 @@ class LevelServerMetrics:
             index = int(event["level_index"])
         except (KeyError, TypeError, ValueError):
             return
+        raw: dict[str, Any] | None = None
         if "server_metrics_text" in event or "server_metrics_error" in event:
             # The load generator scraped right before the level's first request (or after its
             # last response): a scrape here, after reading the event, would come after the
             # level's opening burst, or after the next level had begun.
             metrics, problem = self._parse_boundary(event)
+            if metrics is not None:
+                raw = {"t": event["server_metrics_t"], "text": event["server_metrics_text"]}
         else:
+            self.last_text.clear()
             metrics, problem = await self._scrape()
+            if metrics is not None and self.last_text:
+                raw = dict(self.last_text)
         if kind == "measure_start":
             self._before[index] = metrics
+            self._raw[index] = raw
             self._opening[index] = (_time(event, "start_at"), _time(event, "warmed_at"))
             return
+        opened = self._raw.pop(index, None)
+        if self.keep is not None and opened is not None and raw is not None:
+            try:
+                await self.keep(index, {"open": opened, "close": raw})
+            except Exception:
+                logger.warning("sweep %s: keeping level %s scrapes failed", self.sweep_id, index)
         before = self._before.pop(index, None)
         start_at, warmed_at = self._opening.pop(index, (None, None))
         # A split level's shards report the end of their warm-up with their summaries.
