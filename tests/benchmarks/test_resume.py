@@ -196,7 +196,7 @@ async def test_a_sweep_resumed_on_a_replacement_server_sends_the_model_discovere
     sweep = await sync_to_async(services.sweep_create)(
         instance=first, levels=[1, 2], load=load(requests_per_level=4, max_tokens=4)
     )
-    assert sweep.environment["target"]["model"] == ""
+    assert sweep.environment["target"]["model"] == "" and sweep.job_id is not None
     job = await Job.objects.aget(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
     assert (await asyncio.wait_for(handler.run_sweep(ctx), 90))["state"] == SweepState.COMPLETED
@@ -212,7 +212,7 @@ async def test_a_sweep_resumed_on_a_replacement_server_sends_the_model_discovere
         port=simulator.port, served_model_name=""
     )
     resumed = await sync_to_async(services.sweep_resume)(sweep=sweep, instance=replacement)
-    assert resumed.environment["target"]["model"] == served
+    assert resumed.environment["target"]["model"] == served and resumed.job_id is not None
     job = await Job.objects.aget(pk=resumed.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
     assert (await asyncio.wait_for(handler.run_sweep(ctx), 90))["state"] == SweepState.COMPLETED
