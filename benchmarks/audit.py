@@ -3,8 +3,10 @@
 For a sweep: each level row's summary is recomputed by the load generator's own
 ``summarize_level`` from that level attempt's records (benchmarks.sweeps.recordfile) and
 compared with the stored summary and its headline columns (counts, tokens, tok/s,
-percentiles) and, under the sweep's SLO, its goodput (share, req/s, tok/s, verdict); records
-that belong to no level attempt, and lines that are not records, are reported. For an
+percentiles, steady window, per-request acceptance) and, under the sweep's SLO, its goodput
+(share, req/s, tok/s, verdict); its server figures are recomputed from the level's kept
+boundary /metrics scrapes (benchmarks.sweeps.scrapes) where they were kept; records that belong
+to no level attempt, and lines that are not records, are reported. For an
 experiment: its sweeps, then its stored comparison against one rebuilt from the same levels
 and records, and the one-truth rule (every ratio point is the ratio of the figures in its
 row; every interval contains its point).
@@ -28,16 +30,50 @@ from benchmarks.experiments import selectors as experiment_selectors
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import RecordFile, read_record_file
+from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
+from hosts.telemetry.levels import level_server_metrics
+from hosts.telemetry.prometheus import MetricsParseError, parse_engine_metrics
 
 # Records keep times to 1 us, so recomputed durations and rates agree to about 1e-6; a
 # record lost, duplicated or altered moves a figure by far more than these.
 REL_TOL = 1e-4
 ABS_TOL_MS = 0.01
-DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "itl_chunk_ms", "itl_delivery_ms", "e2e_ms")
 DIST_KEYS = ("count", "mean", "p50", "p90", "p99")
-SCALARS = ("output_tokens", "duration_s", "output_tok_s", "achieved_concurrency")
+SCALARS = (
+    "output_tokens",
+    "prompt_tokens",
+    "duration_s",
+    "output_tok_s",
+    "total_tok_s",
+    "achieved_concurrency",
+    "mean_tokens_per_chunk",
+    "mean_tokens_per_delivery",
+)
+# The steady window's figures and the per-request speculative figures, nested in the summary.
+NESTED = (
+    ("steady", ("reached", "in_flight_level", "duration_s", "output_tokens", "output_tok_s")),
+    ("acceptance", ("verify_steps", "draft_tokens", "accepted_tokens", "accept_length",
+                    "acceptance_rate")),
+)  # fmt: skip
 GOODPUT = ("requests", "met", "share", "goodput_req_s", "goodput_tok_s", "meets_slo")
 COLUMNS = (*experiment_selectors.LEVEL_FIGURES, "requests_ok", "requests_failed")
+# The server figures recomputed from a level's kept boundary scrapes.
+SERVER_FIGURES = (
+    "duration_s",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+    "accept_length",
+    "acceptance_rate",
+    "tokens_per_step",
+    "accept_length_source",
+    "tokens_per_step_source",
+    "acceptance_rate_source",
+)
 
 
 @dataclass
@@ -90,6 +126,12 @@ def _differences(stored: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[st
     for key in SCALARS:
         if not _close(stored.get(key), fresh.get(key), abs_tol=1e-9):
             out.append(f"{key}: stored {stored.get(key)}, records give {fresh.get(key)}")
+    for group, keys in NESTED:
+        a_group, b_group = stored.get(group) or {}, fresh.get(group) or {}
+        for key in keys:
+            a, b = a_group.get(key), b_group.get(key)
+            if not _close(a, b, abs_tol=1e-9):
+                out.append(f"{group} {key}: stored {a}, records give {b}")
     for name in DISTRIBUTIONS:
         a_dist, b_dist = stored.get(name) or {}, fresh.get(name) or {}
         for key in DIST_KEYS:
@@ -200,8 +242,39 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
         report.levels_checked += 1
         report.records_checked += len(rows)
         problems = audit_level(level, rows, slo=slo)
+        if sweep.records_path:
+            problems += audit_level_server(level, Path(sweep.records_path))
         report.problems += [f"sweep #{sweep.pk} {p}" for p in problems]
     return report
+
+
+def audit_level_server(level: SweepLevel, records_path: Path) -> list[str]:
+    """The level's stored server figures against those recomputed from its kept boundary
+    scrapes (benchmarks.sweeps.scrapes); nothing to check where none were kept."""
+    stored = level.server_metrics or {}
+    if not stored.get("available"):
+        return []
+    where = f"level {level.index} (C={level.concurrency}, attempt {level.attempt})"
+    path = scrapes_path(records_path, index=level.index, attempt=level.attempt)
+    try:
+        kept = scrapes_read(path)
+    except (OSError, ValueError) as exc:
+        return [f"{where}: its kept /metrics scrapes cannot be read: {exc}"]
+    if kept is None:
+        return []
+    try:
+        before, after = (
+            parse_engine_metrics(kept[k]["text"], scraped_at=float(kept[k]["t"]))
+            for k in ("open", "close")
+        )
+    except (KeyError, TypeError, ValueError, MetricsParseError) as exc:
+        return [f"{where}: its kept /metrics scrapes cannot be parsed: {exc}"]
+    fresh = level_server_metrics(before, after)
+    return [
+        f"{where}: server {key}: stored {stored.get(key)}, its scrapes give {fresh.get(key)}"
+        for key in SERVER_FIGURES
+        if not _close(stored.get(key), fresh.get(key), abs_tol=1e-9)
+    ]
 
 
 def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:

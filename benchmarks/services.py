@@ -279,11 +279,16 @@ def sweep_resume(
         env = dict(sweep.environment)
         earlier = [*env.get("earlier_instances", []), env.get("instance")]
         target = env.get("target", {})
+        # The model the sweep sent (given, the profile's served name, or discovered from the
+        # earlier server and kept with the sweep); else the replacement's served name, else ""
+        # (the job asks the server before the first level).
         fresh = sweep_environment(
             instance=instance,
             base_url=instance.base_url,
-            model=str(target.get("model") or "default"),
+            model=str(target.get("model") or _target_model(instance, sweep.load)),
         )
+        if target.get("model_source") and target.get("model"):
+            fresh["target"]["model_source"] = target["model_source"]
         sweep.environment = {**env, **fresh, "earlier_instances": earlier}
         sweep.instance = instance
         sweep.save(update_fields=["environment", "instance"])

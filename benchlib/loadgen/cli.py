@@ -112,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--boundary-metrics-url",
         default=None,
-        help="scrape this Prometheus URL right before each level's first request and right "
-        "after its last response, and put the text in its level_start / level_summary event "
-        "(server_metrics_text): the server-side interval is then exactly the level's",
+        help="scrape this Prometheus URL after each level's warm-up, right before its first "
+        "measured request, and right after its last response, and put the text in its "
+        "measure_start / level_summary event (server_metrics_text): the server-side interval "
+        "is then exactly the level's measured requests",
     )
     p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
     p.add_argument("--run-id", default=None)
@@ -233,9 +234,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         late = max(0.0, started - args.start_at)
         start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
     events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
-    if args.start_at_stdin:
-        # Imported, connected to its reader, prompts built: only the start is missing, so
-        # the processes of a gang are all ready when it is given and start within a timer tick.
+
+    async def read_start() -> None:
+        nonlocal start
         given = (await stdin_line(cancel)).strip()
         try:
             args.start_at = _epoch(given) if given else None
@@ -252,6 +253,15 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 "start_at_late_s": late,
             }
             events.emit("start_given", **start)
+
+    # A gang member with warm-up requests warms up first and only then asks for its start (its
+    # `warmed_up` event says it is ready), so that every member's warm-up is over at the common
+    # start, where the level's server-side interval opens.
+    start_after_warmup = bool(args.start_at_stdin and args.warmup_requests)
+    if args.start_at_stdin and not start_after_warmup:
+        # Imported, connected to its reader, prompts built: only the start is missing, so
+        # the processes of a gang are all ready when it is given and start within a timer tick.
+        await read_start()
     records_f = open_records(args.records, append=args.records_append) if args.records else None
     levels: list[LevelSummary] = []
     status, reason = "completed", None
@@ -260,10 +270,16 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
             say(discovery_error)
             status, reason = "failed", discovery_error
+        # A common start (processes on several machines) applies to the measured requests:
+        # the first level's warm-up, if it has one, runs before it, so that it is over when
+        # the level's server-side interval opens.
+        wait_for = None
         if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
-            wait = args.start_at - time.time()
-            say(f"[waiting {wait:.1f}s for --start-at {args.start_at}]")
-            await sleep_until(args.start_at, cancel)
+            wait_for = args.start_at
+            if not args.warmup_requests:
+                say(f"[waiting {wait_for - time.time():.1f}s for --start-at {wait_for}]")
+                await sleep_until(wait_for, cancel)
+                wait_for = None
         plan = (
             [] if discovery_error is not None else level_plan(args.concurrency, args.request_rate)
         )
@@ -287,14 +303,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 run_id=run_id,
             )
             processes = max(1, min(args.processes, c))
-            boundary = (
-                await boundary_scrape(args.boundary_metrics_url)
-                if args.boundary_metrics_url
-                else {}
-            )
             events.emit(
                 "level_start",
-                **boundary,
                 level_index=i,
                 concurrency=c,
                 t=time.time(),
@@ -311,13 +321,55 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 events.emit("sample", level_index=i, concurrency=c, **s)
                 say(progress_line(i, c, s))
 
+            async def open_interval(i: int = i, c: int = c) -> None:
+                # After the warm-up, right before the first measured request: the level's
+                # server-side interval opens here, so it counts the measured requests only.
+                nonlocal wait_for, start_after_warmup
+                warmed_at = time.time()
+                if start_after_warmup:
+                    start_after_warmup = False
+                    events.emit("warmed_up", level_index=i, t=warmed_at)
+                    await read_start()
+                    if args.start_at is not None and not start["start_at_passed"]:
+                        wait_for = args.start_at
+                if wait_for is not None:
+                    say(f"[waiting {wait_for - warmed_at:.1f}s for --start-at {wait_for}]")
+                    await sleep_until(wait_for, cancel)
+                    wait_for = None
+                if cancel.is_set():
+                    return  # no measured request follows: the level opens nothing
+                boundary = (
+                    await boundary_scrape(args.boundary_metrics_url)
+                    if args.boundary_metrics_url
+                    else {}
+                )
+                events.emit(
+                    "measure_start",
+                    **boundary,
+                    level_index=i,
+                    concurrency=c,
+                    warmed_at=warmed_at,
+                    t=time.time(),
+                )
+
             try:
                 if processes > 1:
                     result = await run_level_multiprocess(
-                        cfg, prompts, processes, cancel=cancel, on_sample=on_sample
+                        cfg,
+                        prompts,
+                        processes,
+                        cancel=cancel,
+                        on_sample=on_sample,
+                        before_measure=open_interval,
                     )
                 else:
-                    result = await run_level(cfg, prompts, cancel=cancel, on_sample=on_sample)
+                    result = await run_level(
+                        cfg,
+                        prompts,
+                        cancel=cancel,
+                        on_sample=on_sample,
+                        before_measure=open_interval,
+                    )
             except Exception as exc:
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
                 detail = traceback.format_exc()[-2000:]

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 # The machine-readable event stream: one JSON object per line, flushed as it is written.
 #
-# Events: run_start, level_start, sample (about once a second), level_summary, level_error, run_end.
+# Events: run_start, level_start, measure_start (after the level's warm-up, right before its first
+# measured request: with --boundary-metrics-url it carries the level's opening /metrics scrape),
+# sample (about once a second), level_summary, level_error, run_end.
 # The dashboard reads them line by line from the subprocess's stdout (`--events -`). When that
 # reader goes away (its process killed, the pipe's read end closed) the writer notices, on the next
 # write or by polling the pipe, and calls `on_broken`: the CLI then cancels the run, so that a load

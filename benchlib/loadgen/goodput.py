@@ -3,20 +3,24 @@ from __future__ import annotations
 # Goodput: the requests (and their tokens) per second that met the latency targets (SLOs).
 #
 # Pure functions of a level's request records, like metrics.summarize_level. An SLO sets any of
-# TTFT, TPOT, token-level ITL and E2E limits in milliseconds. Per request, a request meets it when
-# it succeeded and each set limit holds (a value exactly at the limit meets it); a failed request is
-# a miss whatever its timings. Per level, with scope "p99" the level meets the SLO when the p99 of
-# each set figure over all measured requests is within its limit, a failed request counting as
-# infinitely slow; with scope "request" when the share of requests meeting it reaches `attainment`.
+# TTFT, TPOT, ITL, longest-gap and E2E limits in milliseconds, each a figure of one request. ITL
+# is the request's mean token gap over its deliveries, as AIPerf, inference-perf and guidellm
+# define a per-request ITL (TPOT-like; the p99 of its own gaps would be close to its worst gap and
+# judge a speculative arm's bursts as slow); the worst gap has its own limit, `max_gap_ms`. A
+# request meets the SLO when it succeeded and each set limit holds (a value exactly at the limit
+# meets it); a failed or timed-out request meets none, whatever its timings. Per level, with scope
+# "p99" the level meets the SLO when the p99 over the measured requests of each set figure is
+# within its limit, a failed request counting as infinitely slow; with scope "request" when the
+# share of requests meeting it reaches `attainment`.
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.metrics import deliveries, delivery_gaps, quantile
 from benchlib.loadgen.records import RequestRecord
 
-SLO_FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+SLO_FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "max_gap_ms", "e2e_ms")
 SLO_SCOPES = ("p99", "request")
 # Times are differences of perf_counter() readings: a limit is met within a nanosecond of it, so
 # that a request exactly at the limit is not failed by the rounding of the subtraction.
@@ -27,7 +31,8 @@ _TOLERANCE_MS = 1e-6
 class Slo:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
-    itl_ms: float | None = None  # token-level: a chunk's gap spread over its tokens
+    itl_ms: float | None = None  # the request's mean token gap over its deliveries
+    max_gap_ms: float | None = None  # the request's longest gap between two deliveries
     e2e_ms: float | None = None
     scope: str = "p99"
     attainment: float = 0.99  # the share of requests that must meet it (scope "request")
@@ -66,30 +71,23 @@ def _limit(name: str, value: Any) -> float | None:
     return float(value)
 
 
-def token_gaps(rec: RequestRecord) -> list[float]:
-    """The request's token-level inter-token gaps in seconds (a chunk of n tokens: n equal gaps)."""
-    gaps: list[float] = []
-    times, toks = rec.chunk_times, rec.chunk_tokens
-    for i in range(1, len(times)):
-        n = toks[i]
-        if n > 0:
-            gaps.extend([(times[i] - times[i - 1]) / n] * n)
-    return gaps
-
-
 def request_figures(rec: RequestRecord) -> dict[str, float]:
-    """A successful request's TTFT, TPOT, ITL p99 (its own) and E2E, in ms; inf when failed."""
+    """A successful request's TTFT, TPOT, ITL (its mean token gap over deliveries), longest gap
+    between deliveries and E2E, in ms; inf when failed."""
     if not rec.ok:
         return dict.fromkeys(SLO_FIGURES, math.inf)
     e2e = rec.end - rec.start
     out = {"e2e_ms": e2e * 1e3}
     if rec.first_token is None:
-        return out | dict.fromkeys(("ttft_ms", "tpot_ms", "itl_ms"), math.inf)
+        return out | dict.fromkeys(("ttft_ms", "tpot_ms", "itl_ms", "max_gap_ms"), math.inf)
     ttft = rec.first_token - rec.start
     out["ttft_ms"] = ttft * 1e3
     out["tpot_ms"] = (e2e - ttft) / (rec.output_tokens - 1) * 1e3 if rec.output_tokens > 1 else 0.0
-    gaps = sorted(token_gaps(rec))
-    out["itl_ms"] = quantile(gaps, 0.99) * 1e3 if gaps else 0.0
+    gaps = delivery_gaps(deliveries(rec.chunk_times, rec.chunk_tokens))
+    tokens = sum(n for _, n in gaps)
+    # The mean of the request's token-level ITL samples (metrics.summarize_level's itl_ms).
+    out["itl_ms"] = math.fsum(g for g, _ in gaps) / tokens * 1e3 if tokens else 0.0
+    out["max_gap_ms"] = max(g for g, _ in gaps) * 1e3 if gaps else 0.0
     return out
 
 
@@ -115,8 +113,8 @@ def _p99(values: Sequence[float]) -> float | None:
 
 def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float) -> dict[str, Any]:
     """Per level: requests meeting the SLO, their share, goodput req/s and output tok/s over
-    `duration` (the level's, as in its throughput), the level's p99 of each set figure (failed
-    requests as inf) and whether the level meets the SLO."""
+    `duration` (the level's, as in its throughput), the p99 over requests of each set figure
+    (failed requests as inf) and whether the level meets the SLO."""
     measured = [r for r in records if not r.warmup]
     limits = slo.limits()
     good = 0
@@ -128,12 +126,7 @@ def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float
             good += 1
             good_tokens += rec.output_tokens
         for k in limits:
-            if k == "itl_ms":
-                # The level's ITL p99 is over every token gap of the level, like itl_ms in the
-                # summary; a failed request adds one infinite gap.
-                per_figure[k].extend([g * 1e3 for g in token_gaps(rec)] if rec.ok else [math.inf])
-            else:
-                per_figure[k].append(figures[k])
+            per_figure[k].append(figures[k])
     total = len(measured)
     share = good / total if total else None
     p99 = {k: _p99(v) for k, v in per_figure.items()}

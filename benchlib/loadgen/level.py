@@ -448,7 +448,11 @@ async def run_level(
     cancel: asyncio.Event | None = None,
     on_sample: SampleCallback | None = None,
     start_wall: float | None = None,
+    before_measure: Callable[[], Awaitable[None]] | None = None,
 ) -> LevelResult:
-    """Run one level in this process and return its records (summarize them with metrics)."""
+    """Run one level in this process and return its records (summarize them with metrics).
+
+    `before_measure` is awaited after the warm-up, right before the first measured request
+    (the CLI opens the level's server-side interval there)."""
     runner = LevelRunner(cfg, prompts, client=client, cancel=cancel, on_sample=on_sample)
-    return await runner.run(start_wall=start_wall)
+    return await runner.run(start_wall=start_wall, before_measure=before_measure)

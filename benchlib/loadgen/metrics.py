@@ -30,8 +30,9 @@ DEFAULT_DIP_TOLERANCE_S = 0.05
 # Events of one request that arrive less than this after the previous one are one delivery: the
 # tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
 # of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
-# sometimes 2-3, on a loaded one) or read together. Decode steps of the engines measured are
-# several milliseconds apart.
+# sometimes 2-3, on a loaded one) or read together. A delivery also spans less than this from its
+# first event: without that bound, steps shorter than the threshold (a small model on a fast GPU
+# decodes in under a millisecond) would chain a whole request into one delivery.
 DELIVERY_GAP_S = 0.002
 
 
@@ -140,21 +141,47 @@ def window_tokens(times: Sequence[float], tokens: Sequence[int], a: float, b: fl
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What the reader got at once: the arrival of its first and last event, and its tokens."""
+
+    first: float
+    last: float
+    tokens: int
+
+
 def deliveries(
     times: Sequence[float], tokens: Sequence[int], gap: float = DELIVERY_GAP_S
-) -> list[tuple[float, int]]:
-    """(arrival of its first event, tokens) per delivery: runs of events each arriving less
-    than `gap` after the previous one."""
-    out: list[tuple[float, int]] = []
-    prev = None
+) -> list[Delivery]:
+    """The request's deliveries: runs of events each arriving less than `gap` after the previous
+    one and less than `gap` after the run's first (docs/measurement.md, "Deliveries").
+
+    Where the span bound, not a pause, ends a run, the run is cut at its widest gap instead
+    when that is wider than the gap before the next event: the events after it are the first
+    events of the step the next one belongs to (a step sent as several events), and cutting a
+    step in two would spread its time over the wrong tokens.
+    """
+    runs: list[list[tuple[float, int]]] = []
     for t, n in zip(times, tokens, strict=True):
-        if prev is not None and t - prev < gap:
-            start, count = out[-1]
-            out[-1] = (start, count + n)
-        else:
-            out.append((t, n))
-        prev = t
-    return out
+        run = runs[-1] if runs else None
+        if run is not None and t - run[-1][0] < gap and t - run[0][0] < gap:
+            run.append((t, n))
+            continue
+        new = [(t, n)]
+        if run is not None and t - run[-1][0] < gap and len(run) > 1:
+            widest = max(range(1, len(run)), key=lambda j: (run[j][0] - run[j - 1][0], j))
+            if run[widest][0] - run[widest - 1][0] > t - run[-1][0]:
+                new = [*run[widest:], (t, n)]
+                del run[widest:]
+        runs.append(new)
+    return [Delivery(r[0][0], r[-1][0], sum(n for _, n in r)) for r in runs]
+
+
+def delivery_gaps(groups: Sequence[Delivery]) -> list[tuple[float, int]]:
+    """(gap, tokens) per delivery after the first: its tokens arrived over the time from the
+    previous delivery's last event to its own last event (so the gaps add up, exactly, to the
+    time from the first delivery's last event to the last one's)."""
+    return [(b.last - a.last, b.tokens) for a, b in itertools.pairwise(groups)]
 
 
 def _spread(samples: list[float], gap: float, n: int) -> None:
@@ -181,10 +208,10 @@ class _TokenSamples:
             self.itl_chunk.append(gap)
             _spread(self.itl_event, gap, toks[i])
         groups = deliveries(times, toks)
-        self.per_delivery.update(n for _, n in groups)
-        for (prev, _), (t, n) in itertools.pairwise(groups):
-            self.itl_delivery.append(t - prev)
-            _spread(self.itl, t - prev, n)
+        self.per_delivery.update(d.tokens for d in groups)
+        for gap, n in delivery_gaps(groups):
+            self.itl_delivery.append(gap)
+            _spread(self.itl, gap, n)
 
 
 def summarize_level(

@@ -14,6 +14,7 @@ import queue
 import signal
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
@@ -159,8 +160,12 @@ async def run_level_multiprocess(
     *,
     cancel: asyncio.Event | None = None,
     on_sample: SampleCallback | None = None,
+    before_measure: Callable[[], Awaitable[None]] | None = None,
 ) -> LevelResult:
-    """Run one level split over `processes` spawned workers; returns the merged result."""
+    """Run one level split over `processes` spawned workers; returns the merged result.
+
+    `before_measure` is awaited here once every worker has finished its share of the warm-up,
+    before the common start of the measured requests is set."""
     cancel = cancel or asyncio.Event()
     configs = split_level(cfg, processes)
     ctx = mp.get_context("spawn")
@@ -210,6 +215,8 @@ async def run_level_multiprocess(
                 if kind == "error":
                     cancel_ev.set()
             if len(ready) + len(results) + len(errors) >= len(procs) and start_at.value == 0.0:
+                if before_measure is not None and not cancel_ev.is_set():
+                    await before_measure()
                 start_at.value = time.time() + START_MARGIN_S
             if time.monotonic() >= next_sample:
                 next_sample += cfg.sample_interval

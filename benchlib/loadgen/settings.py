@@ -63,8 +63,13 @@ class SloSettings(BaseModel):
     tpot_ms: Annotated[float | None, Option("--slo-tpot-ms", label="SLO: TPOT (ms)")] = None
     itl_ms: Annotated[
         float | None,
-        Field(description="Token-level inter-token latency"),
-        Option("--slo-itl-ms", label="SLO: token ITL (ms)"),
+        Field(description="A request's mean inter-token latency (its mean token gap)"),
+        Option("--slo-itl-ms", label="SLO: mean ITL per request (ms)"),
+    ] = None
+    max_gap_ms: Annotated[
+        float | None,
+        Field(description="A request's longest gap between two deliveries"),
+        Option("--slo-max-gap-ms", label="SLO: longest gap per request (ms)"),
     ] = None
     e2e_ms: Annotated[float | None, Option("--slo-e2e-ms", label="SLO: E2E (ms)")] = None
     scope: Annotated[

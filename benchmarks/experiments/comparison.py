@@ -145,6 +145,7 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         for name in SHOWN_FIGURES:
             row[name] = _mean([r.figures.get(name) for r in level_runs])
         row["values"] = [r.figures.get(METRIC) for r in level_runs]
+        row.update(workload.requests_row(level_runs))
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
         rows.append(row)
@@ -281,7 +282,13 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def _slo_phrase(slo: Slo) -> str:
-    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+    names = {
+        "ttft_ms": "TTFT",
+        "tpot_ms": "TPOT",
+        "itl_ms": "mean ITL",
+        "max_gap_ms": "longest gap",
+        "e2e_ms": "E2E",
+    }
     scope = " p99" if slo.scope == "p99" else ""
     limits = ", ".join(f"{names[k]}{scope} <= {v:g} ms" for k, v in slo.limits().items())
     if slo.scope == "request":

@@ -164,8 +164,9 @@ def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
 
 
 def accept_figure(comparison: dict[str, Any]) -> dict[str, Any]:
-    """Accept length (tokens per verify step) vs C for each speculative series, and per prompt
-    category where the engine reported per-request figures: why speculation fades at high C."""
+    """Both speculative figures vs C for each speculative series: accept length per drafted
+    step and tokens per engine step (dashed), and accept length per prompt category where the
+    engine reported per-request figures: why speculation fades at high C."""
     data: list[dict[str, Any]] = []
     for i, s in enumerate(comparison["series"]):
         rows = s["levels"]
@@ -173,10 +174,18 @@ def accept_figure(comparison: dict[str, Any]) -> dict[str, Any]:
             continue
         xs = [r["concurrency"] for r in rows]
         data.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} accept length",
+            "type": "scatter", "mode": "lines+markers",
+            "name": f"{_name(s)} accept length per drafted step",
             "x": xs, "y": [r.get("accept_length") for r in rows],
             "line": {"color": _color(i)}, "legendgroup": s["label"],
         })  # fmt: skip
+        if any(r.get("tokens_per_step") is not None for r in rows):
+            data.append({
+                "type": "scatter", "mode": "lines+markers",
+                "name": f"{_name(s)} tokens per engine step",
+                "x": xs, "y": [r.get("tokens_per_step") for r in rows],
+                "line": {"color": _color(i), "dash": "longdash"}, "legendgroup": s["label"],
+            })  # fmt: skip
         categories = sorted({c for r in rows for c in r.get("by_category") or {}})
         for j, cat in enumerate(categories):
             ys = [((r.get("by_category") or {}).get(cat) or {}).get("accept_length") for r in rows]
@@ -188,9 +197,9 @@ def accept_figure(comparison: dict[str, Any]) -> dict[str, Any]:
                 "line": {"color": _color(i), "dash": ("dot", "dash", "dashdot")[j % 3]},
             })  # fmt: skip
     layout = _layout(
-        "Accept length vs concurrency (speculative profiles)",
+        "Accept length and tokens per step vs concurrency (speculative profiles)",
         _log_c_axis(_concurrencies(comparison)),
-        "tokens per verify step",
+        "tokens per drafted step / per engine step",
     )
     return {"data": data, "layout": layout}
 

@@ -33,10 +33,12 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
     the decision's status and statement for that level."""
     series = comparison["series"]
     verdicts = comparison["verdicts"]
-    figures = ("runs", "output_tok_s", "steady_output_tok_s", "ttft_p50_ms", "itl_p50_ms",
-               "e2e_p50_ms", "accept_length", "acceptance_rate", "server_accept_length",
-               "request_accept_length", "goodput_tok_s", "goodput_req_s", "goodput_share",
-               "meets_slo")  # fmt: skip
+    figures = ("runs", "requests_ok", "requests_failed", "output_tok_s", "steady_output_tok_s",
+               "ttft_p50_ms", "itl_p50_ms",
+               "e2e_p50_ms", "accept_length", "accept_length_source", "tokens_per_step",
+               "tokens_per_step_source", "acceptance_rate", "acceptance_rate_source",
+               "server_accept_length", "request_accept_length", "goodput_tok_s",
+               "goodput_req_s", "goodput_share", "meets_slo")  # fmt: skip
     header = ["concurrency"]
     for s in series:
         header += [f"{s['label']}_{name}" for name in figures]

@@ -1,9 +1,11 @@
 """What a comparison adds about the workload: acceptance per level (and per prompt category)
 and goodput under the experiment's SLOs (no ORM here, like comparison.py).
 
-Acceptance per level: the server's own figure for exactly that level (``server_metrics``,
-/metrics counter differences) where it was scraped, else the per-request figures the engine
-reported (the level summary's ``acceptance``); per category always from the requests.
+Acceptance per level: both speculative figures, accept length per drafted step and tokens per
+engine step, each with its source: the server's own figure for exactly that level
+(``server_metrics``, /metrics counter differences) where it was scraped, else the per-request
+figures the engine reported (the level summary's ``acceptance``), and those before a server
+gauge, whose window is not the level; per category always from the requests.
 
 Goodput: each level's ``goodput_tok_s`` (load-generator summary) is the figure shown and the
 point estimate of the ratio, so the ratio is the row's two figures divided. Its interval comes
@@ -45,12 +47,41 @@ def _dig(data: Any, *path: str) -> Any:
     return data
 
 
+# What each speculative figure's source means, as a comparison shows it (docs/measurement.md).
+SPEC_SOURCES = {
+    "counters": "server counters over the level: 1 + accepted / drafts",
+    "verify_counters": "server counters over the level: (generated - requests) / verify calls",
+    "itl_counters": "server counters over the level: (generated - requests) / ITL samples",
+    "gauge": "server gauge: its own window (SGLang: last 40 decode passes), not the level",
+    "requests": "the engine's per-request figures, summed over the level's requests",
+    "mixed": "sources differ between repeats",
+}
+
+
+def _server_figure(runs: Sequence[LevelRun], key: str) -> tuple[float | None, str | None]:
+    """The mean over repeats of one server figure, with its source (one for all repeats)."""
+    present = [r.server for r in runs if isinstance(_dig(r.server, key), int | float)]
+    sources = {str(_dig(s, f"{key}_source") or "") for s in present}
+    source = (sources.pop() or None) if len(sources) == 1 else ("mixed" if sources else None)
+    return _mean([s[key] for s in present]), source
+
+
 def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
-    """Accept length and acceptance rate of one level (mean over repeats), and per category."""
-    server_len = _mean([_dig(r.server, "accept_length") for r in runs])
-    server_rate = _mean([_dig(r.server, "acceptance_rate") for r in runs])
+    """Both speculative figures of one level (mean over repeats), each with its source:
+    `accept_length` (per drafted step) and `tokens_per_step` (per engine step), and the
+    acceptance rate; and per category. Server counters over the level come first, the engine's
+    per-request figures next, a server gauge (its own window) last."""
+    server_len, server_len_source = _server_figure(runs, "accept_length")
+    server_rate, server_rate_source = _server_figure(runs, "acceptance_rate")
+    steps, steps_source = _server_figure(runs, "tokens_per_step")
     request_len = _mean([_dig(r.summary, "acceptance", "accept_length") for r in runs])
     request_rate = _mean([_dig(r.summary, "acceptance", "acceptance_rate") for r in runs])
+    length, length_source = server_len, server_len_source
+    if request_len is not None and (length is None or length_source == "gauge"):
+        length, length_source = request_len, "requests"
+    rate, rate_source = server_rate, server_rate_source
+    if request_rate is not None and (rate is None or rate_source == "gauge"):
+        rate, rate_source = request_rate, "requests"
     categories: dict[str, dict[str, Any]] = {}
     names = sorted({c for r in runs for c in (_dig(r.summary, "acceptance", "by_category") or {})})
     for name in names:
@@ -60,15 +91,37 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
             "accept_length": _mean([p.get("accept_length") for p in per]),
             "acceptance_rate": _mean([p.get("acceptance_rate") for p in per]),
         }
-    return {
-        "accept_length": server_len if server_len is not None else request_len,
-        "accept_length_source": (
-            "server" if server_len is not None else ("requests" if request_len else None)
-        ),
-        "acceptance_rate": server_rate if server_rate is not None else request_rate,
+    texts = {
+        f"{name}_source_text": SPEC_SOURCES.get(source or "", "")
+        for name, source in (
+            ("accept_length", length_source),
+            ("tokens_per_step", steps_source),
+            ("acceptance_rate", rate_source),
+        )
+    }
+    return texts | {
+        "accept_length": length,
+        "accept_length_source": length_source,
+        "tokens_per_step": steps,
+        "tokens_per_step_source": steps_source,
+        "acceptance_rate": rate,
+        "acceptance_rate_source": rate_source,
         "server_accept_length": server_len,
         "request_accept_length": request_len,
         "by_category": categories,
+    }
+
+
+def requests_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
+    """The level's measured requests over its repeats: succeeded and failed (the figures above
+    are over the successful ones only, so a table showing them shows the failures too)."""
+    counts = [_dig(r.summary, "requests") for r in runs]
+    counted = [c for c in counts if isinstance(c, dict)]
+    if not counted:
+        return {"requests_ok": None, "requests_failed": None}
+    return {
+        "requests_ok": sum(int(c.get("ok") or 0) for c in counted),
+        "requests_failed": sum(int(c.get("failed") or 0) for c in counted),
     }
 
 

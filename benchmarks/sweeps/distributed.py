@@ -27,6 +27,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.loadgen.cli_io import sleep_until
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import share
 from benchlib.loadgen.records import ClockAnchor
@@ -35,6 +36,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import LoadgenProcess
+from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
     PlacementError,
     RemoteShardProcess,
@@ -61,6 +63,12 @@ logger = logging.getLogger(__name__)
 # Between spawning the shards and their common start: a Python process takes about a second
 # to import and connect on a busy machine. A shard that misses it starts late (and is flagged).
 START_MARGIN_S = 2.0
+# The opening /metrics scrape of a split level is taken this long before the shards' common
+# start: a scrape answers in milliseconds; one still running at the start is flagged.
+OPEN_LEAD_S = 0.25
+# Between the last local shard saying it has warmed up and their common start: the start line
+# reaches processes that are already waiting for it.
+WARM_START_MARGIN_S = 0.5
 STOP_GRACE_S = 20.0
 
 
@@ -89,6 +97,7 @@ class _Level:
         self.shards: list[Shard] = []
         self.procs: list[LoadgenProcess | RemoteShardProcess] = []
         self._fresh: set[int] = set()
+        self.warmed_up: set[int] = set()  # shards that said `warmed_up` (started on stdin)
 
     async def read(self, shard: Shard, proc: LoadgenProcess | RemoteShardProcess) -> None:
         async for event in proc.events():
@@ -97,6 +106,11 @@ class _Level:
                 shard.run_start = event
             elif kind == "run_end":
                 shard.run_end = event
+            elif kind == "warmed_up":
+                self.warmed_up.add(shard.index)
+            elif kind == "measure_start":
+                warmed_at = event.get("warmed_at")
+                shard.warmed_at = float(warmed_at) if isinstance(warmed_at, int | float) else None
             elif kind == "level_summary":
                 shard.summary = dict(event.get("summary") or {})
                 if isinstance(shard.summary.get("anchor"), dict):
@@ -118,6 +132,26 @@ class _Level:
     def terminate(self) -> None:
         for proc in self.procs:
             proc.terminate()
+
+
+async def _start_when_warm(
+    ctx: JobContext, level: _Level, readers: Sequence[asyncio.Task[None]]
+) -> float:
+    """Wait until every local shard has warmed up (or ended), then give them one start ahead
+    on stdin (none on a cancel: the shards then end without measuring)."""
+    while not ctx.cancelled.is_set():
+        waiting = [
+            s for s, r in zip(level.shards, readers, strict=True)
+            if s.index not in level.warmed_up and not r.done()
+        ]  # fmt: skip
+        if not waiting:
+            break
+        await asyncio.sleep(0.05)
+    start_at = time.time() + WARM_START_MARGIN_S
+    for proc in level.procs:
+        if isinstance(proc, LoadgenProcess):
+            await proc.send_line(None if ctx.cancelled.is_set() else repr(start_at))
+    return start_at
 
 
 async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
@@ -149,8 +183,10 @@ async def _run_level(
     ]
     as_jobs = shard_jobs_enabled()
     # Shard jobs are gang-started (their start is set once all are claimed and ready);
-    # local children share the machine and can be given a start ahead right away.
-    start_at: float | None = None if as_jobs else time.time() + START_MARGIN_S
+    # local children share the machine and can be given a start ahead right away, unless they
+    # warm up first: then they are given it on stdin once every one of them has warmed up.
+    local_warmup = not as_jobs and bool(plan.load.get("warmup_requests"))
+    start_at: float | None = None if as_jobs or local_warmup else time.time() + START_MARGIN_S
     gang: dict[str, Any] = {}
     try:
         asks = (
@@ -182,6 +218,12 @@ async def _run_level(
                     **asks[shard.index],
                 )
             )
+        elif local_warmup:
+            level.procs.append(
+                await LoadgenProcess.start(
+                    [*argv, "--start-at-stdin"], cwd=settings.BASE_DIR, stdin_pipe=True
+                )
+            )
         else:
             level.procs.append(await LoadgenProcess.start(argv, cwd=settings.BASE_DIR))
     if as_jobs:
@@ -191,15 +233,21 @@ async def _run_level(
         except PlacementError as exc:
             return None, f"level {index} (C={concurrency}) cannot be placed: {exc}"
         gang = {"gang_wait_s": waited}
-    assert start_at is not None
     started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
-               "t": start_at}  # fmt: skip
+               "t": start_at or time.time()}  # fmt: skip
     await recorder.handle(started)
-    await server.observe(started)
     readers = [
         asyncio.create_task(level.read(s, p))
         for s, p in zip(level.shards, level.procs, strict=True)
     ]
+    if local_warmup:
+        start_at = await _start_when_warm(ctx, level, readers)
+    assert start_at is not None
+    # The shards warm up first and send their measured requests from start_at: the level's
+    # server-side interval opens right before it (where, relative to it and to the end of the
+    # shards' warm-up, is stored and checked with the level's server figures).
+    await sleep_until(start_at - OPEN_LEAD_S, ctx.cancelled)
+    await server.observe({"event": "measure_start", "level_index": index, "start_at": start_at})
     stoppers: list[asyncio.Task[Any]] = [asyncio.create_task(ctx.cancelled.wait())]
     if plan.instance_id is not None:
         stoppers.append(asyncio.create_task(_instance_gone(plan.instance_id)))
@@ -251,6 +299,8 @@ async def _run_level(
     slo = Slo.from_dict(plan.load.get("slo"))
     summary = merge_shard_levels(parts, level_index=index, mode=mode, slo=slo)
     summary["split"].update(gang)
+    warmed = [s.warmed_at for s in level.shards if s.warmed_at is not None]
+    summary["split"]["warmed_at"] = max(warmed) if warmed else None
     if len(parts) < n:
         summary["status"] = "failed"
         summary["reason"] = f"{n - len(parts)} of {n} shards reported nothing"
@@ -264,7 +314,9 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
-    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
+    server = LevelServerMetrics.for_sweep(
+        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+    )
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""
     try:
@@ -276,7 +328,9 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
             if summary is not None:
                 event = {"event": "level_summary", "level_index": index, "summary": summary}
                 await recorder.handle(event)
-                await server.observe(event)  # the server's own figures for exactly this level
+                # the server's own figures for exactly this level, after its shards' warm-up
+                warmed_at = summary["split"].get("warmed_at")
+                await server.observe(event | {"warmed_at": warmed_at})
             if stop is not None:
                 state = SweepState.CANCELLED if stop == "cancelled" else SweepState.FAILED
                 reason = stop

@@ -50,8 +50,13 @@ CSV_COLUMNS: list[tuple[str, tuple[str, ...] | None]] = [
 ]
 # Server-side figures for exactly the level (SweepLevel.server_metrics: /metrics differences).
 SERVER_COLUMNS: list[tuple[str, str]] = [
+    # Both speculative figures, each with its source (docs/measurement.md).
     ("server_accept_length", "accept_length"),
+    ("server_accept_length_source", "accept_length_source"),
+    ("server_tokens_per_step", "tokens_per_step"),
+    ("server_tokens_per_step_source", "tokens_per_step_source"),
     ("server_acceptance_rate", "acceptance_rate"),
+    ("server_acceptance_rate_source", "acceptance_rate_source"),
     ("server_spec_drafts", "spec_drafts"),
     ("server_spec_draft_tokens", "spec_draft_tokens"),
     ("server_spec_accepted_tokens", "spec_accepted_tokens"),

@@ -26,7 +26,9 @@ from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, trim_torn_tail
+from benchmarks.sweeps.recording import sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
+from benchmarks.sweeps.scrapes import scrapes_keeper
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import InstanceState
@@ -149,7 +151,9 @@ def _outcome(
 async def _supervise(
     ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
-    server = LevelServerMetrics.for_sweep(plan.sweep_id, plan.base_url)
+    server = LevelServerMetrics.for_sweep(
+        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+    )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
     cancel_wait = asyncio.create_task(ctx.cancelled.wait())
@@ -226,6 +230,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
             reason = f"no model name to send: {exc}"
             await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
             return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
+        await sync_to_async(sweep_model_discovered)(sweep_id=sweep_id, model=plan.model)
     if distributed.split_needed(plan.levels, plan.load):
         # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
         return await distributed.run_split_sweep(ctx, plan)

@@ -116,6 +116,17 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
     )
 
 
+def sweep_model_discovered(*, sweep_id: int, model: str) -> None:
+    """Keep the model name the server gave (/v1/models) as the sweep's target model, so that
+    a resume (on this server or on a replacement) sends the same name without asking again."""
+    with transaction.atomic():
+        sweep = Sweep.objects.select_for_update().get(pk=sweep_id)
+        env = dict(sweep.environment)
+        env["target"] = {**env.get("target", {}), "model": model, "model_source": "discovered"}
+        sweep.environment = env
+        sweep.save(update_fields=["environment"])
+
+
 def _sweep_engine(sweep: Sweep) -> str:
     if sweep.instance is not None:
         return str(sweep.instance.profile.engine)

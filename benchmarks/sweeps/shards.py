@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import tempfile
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -80,6 +81,14 @@ def shard_placement(*, n: int, spread_key: str) -> list[dict[str, str]]:
     return [{"tag": tags[i] if tags else "", "spread_key": spread} for i in range(n)]
 
 
+def _warms_up(argv: list[str]) -> bool:
+    """Whether the load generator's argv asks for warm-up requests."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--warmup-requests":
+            return value.isdigit() and int(value) > 0
+    return False
+
+
 def _with_records(argv: list[str], records: Path) -> list[str]:
     """The same argv with this machine's own records file."""
     out = list(argv)
@@ -110,10 +119,15 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
         pending: list[tuple[str, Any]] = []
         up = asyncio.Event()
 
+        # With warm-up requests a gang member is ready once it has warmed up (it then waits
+        # for its start), so that the whole gang's warm-up is over at the common start.
+        ready_on = "warmed_up" if _warms_up(argv) else None
+
         async def read() -> None:
             nonlocal published
             async for event in proc.events():
-                up.set()
+                if ready_on is None or event.get("event") == ready_on:
+                    up.set()
                 pending.append((EVENT, event))
                 if loop.time() - published >= PUBLISH_S or event.get("event") != "sample":
                     published = loop.time()

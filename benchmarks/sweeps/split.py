@@ -54,6 +54,7 @@ class Shard:
     exit_code: int | None = None
     last_sample: dict[str, Any] | None = None
     worker_id: str = ""  # the job worker that ran it, when shards run as jobs
+    warmed_at: float | None = None  # when its warm-up was over (its measure_start event)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,19 @@
 """Server-side figures for exactly one sweep level, from `/metrics` scraped at its boundaries.
 
 The sweep job hands every load-generator event to `LevelServerMetrics.observe` after its own
-recorder: a `level_start` is marked with one scrape, the matching `level_summary` with
-another, and the counter differences between the two (hosts.telemetry.deltas) become the
-level's `server_metrics`: accept length = 1 + accepted/drafts over that level alone, never
-the server's lifetime average.
+recorder: a `measure_start` (after the level's warm-up, right before its first measured
+request) is marked with one scrape, the matching `level_summary` with another, and the counter
+differences between the two (hosts.telemetry.deltas) become the level's `server_metrics`:
+accept length = 1 + accepted/drafts over that level's measured requests alone, never the
+server's lifetime average nor its warm-up. Where the interval opened relative to the first
+measured request (and to a split level's common start) is stored with it and checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,13 +22,14 @@ from asgiref.sync import sync_to_async
 
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
 from hosts.telemetry.engine_profiles import PROFILES
-from hosts.telemetry.probes import scrape_metrics
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
 
 logger = logging.getLogger(__name__)
 
 Save = Callable[[int, int, dict[str, Any]], Awaitable[None]]
 Scrape = Callable[[], Awaitable[EngineMetrics]]
+# Keeps a level's raw boundary scrapes: (level index, {"open": {"t", "text"}, "close": ...}).
+Keep = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
 def _summary(value: HistogramSummary | None) -> dict[str, Any] | None:
@@ -74,9 +78,48 @@ def level_server_metrics(
     if before is None or after is None:
         return {"available": False, "reason": problem or "no /metrics scrape at a boundary"}
     try:
-        return interval_as_dict(interval_between(before, after))
+        figures = interval_as_dict(interval_between(before, after))
     except ValueError as exc:  # e.g. the engine changed between the two scrapes
         return {"available": False, "reason": str(exc)}
+    if (
+        not PROFILES[after.engine].itl_per_engine_step
+        and after.itl_histogram is not None
+        and after.itl_histogram.endswith(":time_per_output_token_seconds")
+    ):
+        # SGLang without its ITL histogram: the fallback is one TPOT sample per request.
+        figures["itl_unit"] = "request_tpot"
+    figures["itl_histogram"] = after.itl_histogram
+    return figures
+
+
+def _time(event: dict[str, Any], key: str) -> float | None:
+    value = event.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def interval_opening(
+    opened_at: float,
+    *,
+    summary: Any,
+    start_at: float | None = None,
+    warmed_at: float | None = None,
+) -> dict[str, Any]:
+    """Where the level's server-side interval opened (the opening scrape's time): seconds
+    after the end of the warm-up (the latest shard's, for a split level), before the common
+    start of a split level's shards, and before the first measured request (from the level
+    summary's `window_wall`). `interval_order_ok` is false when any of them is negative: the
+    interval then holds warm-up requests or misses part of the level."""
+    out: dict[str, Any] = {
+        "opened_after_warmup_s": None if warmed_at is None else opened_at - warmed_at,
+        "opened_before_start_at_s": None if start_at is None else start_at - opened_at,
+        "opened_before_first_request_s": None,
+    }
+    window = summary.get("window_wall") if isinstance(summary, dict) else None
+    if isinstance(window, list | tuple) and window and isinstance(window[0], int | float):
+        out["opened_before_first_request_s"] = float(window[0]) - opened_at
+    leads = [v for v in out.values() if v is not None]
+    out["interval_order_ok"] = all(v >= 0 for v in leads) if leads else None
+    return out
 
 
 async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
@@ -90,53 +133,97 @@ async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any])
 class LevelServerMetrics:
     """Marks a sweep's level boundaries with scrapes and saves each level's figures."""
 
-    def __init__(self, *, sweep_id: int, scrape: Scrape, save: Save = _save_with_service):
+    def __init__(
+        self,
+        *,
+        sweep_id: int,
+        scrape: Scrape,
+        save: Save = _save_with_service,
+        keep: Keep | None = None,
+    ):
         self.sweep_id = sweep_id
         self.scrape = scrape
         self.save = save
+        self.keep = keep
+        # The text of the last scrape taken here (set by for_sweep's scrape), for `keep`.
+        self.last_text: dict[str, Any] = {}
+        self._raw: dict[int, dict[str, Any] | None] = {}
         self.problems: list[str] = []
         self._before: dict[int, EngineMetrics | None] = {}
+        self._opening: dict[int, tuple[float | None, float | None]] = {}
 
     @staticmethod
     def metrics_url(base_url: str) -> str:
         return base_url.rstrip("/") + "/metrics"
 
     @classmethod
-    def for_sweep(cls, sweep_id: int, base_url: str) -> LevelServerMetrics:
+    def for_sweep(
+        cls, sweep_id: int, base_url: str, *, keep: Keep | None = None
+    ) -> LevelServerMetrics:
         url = cls.metrics_url(base_url)
+        last: dict[str, Any] = {}
 
         async def scrape() -> EngineMetrics:
             # No keep-alive: a pooled connection would outlive the level on the server's port.
             limits = httpx.Limits(max_keepalive_connections=0)
             async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
-                return await scrape_metrics(client, url)
+                response = await client.get(url)
+                response.raise_for_status()
+            last.clear()
+            last.update(t=time.time(), text=response.text)
+            return parse_engine_metrics(last["text"], scraped_at=last["t"])
 
-        return cls(sweep_id=sweep_id, scrape=scrape)
+        marks = cls(sweep_id=sweep_id, scrape=scrape, keep=keep)
+        marks.last_text = last
+        return marks
 
     async def observe(self, event: dict[str, Any]) -> None:
         """Never raises: a server without metrics leaves the level's figures unavailable."""
         kind = event.get("event")
-        if kind not in {"level_start", "level_summary"}:
+        if kind not in {"measure_start", "level_summary"}:
             return
         try:
             index = int(event["level_index"])
         except (KeyError, TypeError, ValueError):
             return
+        raw: dict[str, Any] | None = None
         if "server_metrics_text" in event or "server_metrics_error" in event:
             # The load generator scraped right before the level's first request (or after its
             # last response): a scrape here, after reading the event, would come after the
             # level's opening burst, or after the next level had begun.
             metrics, problem = self._parse_boundary(event)
+            if metrics is not None:
+                raw = {"t": event["server_metrics_t"], "text": event["server_metrics_text"]}
         else:
+            self.last_text.clear()
             metrics, problem = await self._scrape()
-        if kind == "level_start":
+            if metrics is not None and self.last_text:
+                raw = dict(self.last_text)
+        if kind == "measure_start":
             self._before[index] = metrics
+            self._raw[index] = raw
+            self._opening[index] = (_time(event, "start_at"), _time(event, "warmed_at"))
             return
+        opened = self._raw.pop(index, None)
+        if self.keep is not None and opened is not None and raw is not None:
+            try:
+                await self.keep(index, {"open": opened, "close": raw})
+            except Exception:
+                logger.warning("sweep %s: keeping level %s scrapes failed", self.sweep_id, index)
         before = self._before.pop(index, None)
-        try:
-            await self.save(
-                self.sweep_id, index, level_server_metrics(before, metrics, problem=problem)
+        start_at, warmed_at = self._opening.pop(index, (None, None))
+        # A split level's shards report the end of their warm-up with their summaries.
+        warmed_at = _time(event, "warmed_at") or warmed_at
+        figures = level_server_metrics(before, metrics, problem=problem)
+        if before is not None and figures.get("available"):
+            figures |= interval_opening(
+                before.scraped_at,
+                summary=event.get("summary"),
+                start_at=start_at,
+                warmed_at=warmed_at,
             )
+        try:
+            await self.save(self.sweep_id, index, figures)
         except Exception:
             logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
 

@@ -79,6 +79,9 @@ class EngineMetrics:
     # two scrapes means the server restarted, even when its counters have already passed their
     # old values.
     process_start_time: float | None = None
+    # The ITL histogram read (the profile's first present name): SGLang's fallback,
+    # `time_per_output_token_seconds`, holds one sample per request (its TPOT), not per token.
+    itl_histogram: str | None = None
 
     def counter_total(self, key: CounterKey) -> float | None:
         series = self.counters.get(key)
@@ -187,9 +190,11 @@ def engine_metrics_from_samples(
     histograms = {
         key: _histogram_series(samples, names, shards) for key, names in profile.histograms.items()
     }
+    itl_names = profile.histograms.get(LatencyKey.ITL, ())
     return EngineMetrics(
         engine=profile.engine,
         scraped_at=scraped_at,
+        itl_histogram=next((n for n in itl_names if samples.get(f"{n}_bucket")), None),
         running_requests=_sum(running),
         queued_requests=_sum(_collapse(gauge(GaugeKey.QUEUED), shards, max)),
         gen_throughput_tps=_sum(_collapse(gauge(GaugeKey.GEN_THROUGHPUT), shards, max)),

@@ -17,6 +17,7 @@ from benchmarks import audit, services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
+from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import Host, HostKind, ServerProfile
@@ -203,3 +204,41 @@ def test_goodput_stored_under_another_slo_than_the_sweeps_is_reported(
     level.save(update_fields=["summary"])
     problems = audit.audit_sweep(sweep=measured_with_slo).problems
     assert any("goodput slo: stored" in p for p in problems), problems
+
+
+def test_a_tampered_steady_figure_or_acceptance_is_reported(measured: Sweep) -> None:
+    level = SweepLevel.objects.get(sweep=measured, index=1)
+    steady = level.summary["steady"]
+    assert steady["output_tok_s"] is not None
+    level.summary = {
+        **level.summary,
+        "steady": {**steady, "output_tok_s": steady["output_tok_s"] * 1.3},
+    }
+    level.summary["prompt_tokens"] = level.summary["prompt_tokens"] + 1
+    level.save(update_fields=["summary"])
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert any("level 1" in p and "steady output_tok_s: stored" in p for p in problems)
+    assert any("level 1" in p and "prompt_tokens: stored" in p for p in problems)
+    assert not any("level 0" in p for p in problems)
+
+
+def test_server_figures_are_recomputed_from_the_kept_boundary_scrapes(measured: Sweep) -> None:
+    # The load generator's boundary scrapes of each level are kept, compressed, beside the
+    # records; the audit recomputes the level's server figures from them.
+    levels = list(SweepLevel.objects.filter(sweep=measured).order_by("index"))
+    for level in levels:
+        path = scrapes_path(Path(measured.records_path), index=level.index, attempt=level.attempt)
+        kept = scrapes_read(path)
+        assert kept is not None and path.suffix == ".gz"
+        assert "_total" in kept["open"]["text"] and kept["open"]["t"] < kept["close"]["t"]
+        assert level.server_metrics["available"] is True
+    assert audit.audit_sweep(sweep=measured).problems == []
+    level = levels[1]
+    level.server_metrics = {
+        **level.server_metrics,
+        "generation_tokens": level.server_metrics["generation_tokens"] + 5,
+    }
+    level.save(update_fields=["server_metrics"])
+    problems = audit.audit_sweep(sweep=measured).problems
+    assert len(problems) == 1
+    assert "level 1" in problems[0] and "server generation_tokens: stored" in problems[0]

@@ -185,3 +185,42 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
     assert sweep.attempts == 2
     report = await sync_to_async(audit.audit_sweep)(sweep=sweep)
     assert report.problems == [] and report.levels_checked == 3
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sweep_resumed_on_a_replacement_server_sends_the_model_discovered_before(
+    simulator: Simulator, make_ready_instance: Any
+) -> None:
+    # A profile without a served name: the sweep asks the server for its model. Resumed on a
+    # replacement server (the restart-and-resume case), it used to send "default", which the
+    # server refuses (404) on every request.
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        served = (await client.get(simulator.base_url + "/v1/models")).json()["data"][0]["id"]
+    first = await sync_to_async(make_ready_instance)(port=simulator.port, served_model_name="")
+    sweep = await sync_to_async(services.sweep_create)(
+        instance=first, levels=[1, 2], load=load(requests_per_level=4, max_tokens=4)
+    )
+    assert sweep.environment["target"]["model"] == "" and sweep.job_id is not None
+    job = await Job.objects.aget(pk=sweep.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+    assert (await asyncio.wait_for(handler.run_sweep(ctx), 90))["state"] == SweepState.COMPLETED
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.environment["target"]["model"] == served  # kept with the sweep
+
+    # Level 1 cut by the server's death; the replacement is up.
+    await SweepLevel.objects.filter(sweep=sweep, index=1).aupdate(state=LevelState.PARTIAL)
+    await Sweep.objects.filter(pk=sweep.pk).aupdate(state=SweepState.INTERRUPTED)
+    first.state = "crashed"
+    await first.asave(update_fields=["state"])
+    replacement = await sync_to_async(make_ready_instance)(
+        port=simulator.port, served_model_name=""
+    )
+    resumed = await sync_to_async(services.sweep_resume)(sweep=sweep, instance=replacement)
+    assert resumed.environment["target"]["model"] == served and resumed.job_id is not None
+    job = await Job.objects.aget(pk=resumed.job_id)
+    ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
+    assert (await asyncio.wait_for(handler.run_sweep(ctx), 90))["state"] == SweepState.COMPLETED
+    level = await SweepLevel.objects.aget(sweep=sweep, index=1)
+    assert (level.requests_ok, level.requests_failed) == (4, 0)

@@ -81,8 +81,8 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
     expect(page.get_by_test_id("equivalence-ok")).to_be_visible()
     expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
     page.wait_for_function("() => document.getElementById('chart-throughput').data.length === 4")
-    # Beside throughput, the accept length per level of the speculative profile only (from its
-    # server's /metrics differences over each level), between 1 and 1 + its 3 draft steps.
+    # Beside throughput, the speculative figures per level of the speculative profile only (from
+    # its server's /metrics differences over each level), between 1 and 1 + its 3 draft steps.
     page.wait_for_function(
         "() => { const el = document.getElementById('chart-accept');"
         " return el && el.data && el.data.length >= 1; }"
@@ -90,9 +90,16 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
     traces = page.evaluate(
         "() => document.getElementById('chart-accept').data.map(d => [d.name, d.y])"
     )
-    # From the server's counters, then per prompt category from the requests' own figures (the
-    # sweep asks the simulator, as SGLang, for them; every prompt here is synthetic).
-    assert [name for name, _ in traces] == [f"B: {EAGLE} accept length", f"B: {EAGLE} · synthetic"]
+    # Both speculative figures from the server's counters (SGLang: every decode step verifies,
+    # so both are (generated - requests) / verify calls), then per prompt category from the
+    # requests' own figures (the sweep asks the simulator, as SGLang, for them; every prompt
+    # here is synthetic).
+    assert [name for name, _ in traces] == [
+        f"B: {EAGLE} accept length per drafted step",
+        f"B: {EAGLE} tokens per engine step",
+        f"B: {EAGLE} · synthetic",
+    ]
+    assert traces[0][1] == traces[1][1]
     assert all(1.0 < y < 4.0 for _, ys in traces for y in ys), traces
     expect(page.locator("[data-testid=acceptance-row]")).to_have_count(3)
     # Plotly's modebar offers PNG and, added by the page, SVG.

@@ -114,7 +114,7 @@ def test_per_request_drafts_from_the_streams_sum_to_the_counter_deltas_at_every_
     scrapes: dict[tuple[str, int], dict[str, float]] = {}
     for line in events.read_text().splitlines():
         event = json.loads(line)
-        if event["event"] in ("level_start", "level_summary"):
+        if event["event"] in ("measure_start", "level_summary"):
             samples = parse_samples(event["server_metrics_text"])
             key = (event["event"], event["level_index"])
             scrapes[key] = {name: values[()] for name, values in samples.items() if () in values}
@@ -130,7 +130,7 @@ def test_per_request_drafts_from_the_streams_sum_to_the_counter_deltas_at_every_
             )  # fmt: skip
 
         def delta(name: str, index: int = index) -> float:
-            after, before = scrapes[("level_summary", index)], scrapes[("level_start", index)]
+            after, before = scrapes[("level_summary", index)], scrapes[("measure_start", index)]
             return after[f"llamacpp:{name}"] - before[f"llamacpp:{name}"]
 
         acceptance = level["acceptance"]

@@ -14,7 +14,7 @@ from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job, JobState
-from tests.benchmarks.conftest import Simulator, load
+from tests.benchmarks.conftest import Simulator, load, start_simulator
 from tests.scaled.test_distributed import fast_simulator  # noqa: F401  (fixture)
 
 
@@ -67,3 +67,55 @@ async def test_shard_jobs_run_on_another_worker_and_merge_into_one_level(
     assert len(level.summary["split"]["shards"]) == 2 and level.summary["processes"] == 2
     records = (await asyncio.to_thread(Path(sweep.records_path).read_text)).splitlines()
     assert len(records) == 24
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_gang_started_shards_warm_up_before_their_common_start_outside_the_interval(
+    settings: Any,
+    tmp_path: Path,
+    local_host: Any,  # loopback is then a registered host's address
+) -> None:
+    # Each shard warms up, then says it is ready; the gang's start (and the level's opening
+    # scrape, just before it) comes after every shard's warm-up. The server's own counters over
+    # the level are the measured requests' only.
+    # 40 ms steps: each shard's warm-up (3 rounds of 16 tokens) takes about 2 s, longer than
+    # the 1 s between a gang's start being given and the start itself.
+    sim = start_simulator(tmp_path, "--profile", "fast", "--metrics-style", "vllm",
+                          "--t0-ms", "40", "--k-ms", "1")  # fmt: skip
+    settings.SPECDASH_DATA_DIR = tmp_path / "data"
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+    settings.SPECDASH_LOADGEN_SHARD_JOBS = True
+    stop = asyncio.Event()
+    try:
+        sweep = await sync_to_async(services.sweep_create)(
+            base_url=sim.base_url,
+            levels=[4],
+            load=load(model=sim.model, requests_per_level=8, max_tokens=16, warmup_requests=6,
+                      ignore_eos=True),
+        )  # fmt: skip
+        coordinator = Worker(
+            worker_id="machine-a", settings=WorkerSettings(max_jobs=1, poll_interval=0.1)
+        )
+        helper = Worker(
+            worker_id="machine-b", settings=WorkerSettings(max_jobs=4, poll_interval=0.1)
+        )
+        tasks = [asyncio.create_task(coordinator.run(stop))]
+        await _until(lambda: Job.objects.filter(kind="sweep.run", state=JobState.RUNNING).exists())
+        tasks.append(asyncio.create_task(helper.run(stop)))
+        try:
+            await _until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=120)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+    finally:
+        sim.kill()
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert (sweep.state, sweep.reason) == (SweepState.COMPLETED, "")
+    level = await SweepLevel.objects.aget(sweep=sweep, index=0)
+    assert level.summary["processes"] == 2 and level.requests_ok == 8
+    metrics = level.server_metrics
+    assert metrics["available"], metrics
+    assert metrics["requests"] == 8
+    assert metrics["generation_tokens"] == 8 * 16
+    assert metrics["interval_order_ok"] is True, metrics
+    assert metrics["opened_after_warmup_s"] >= 0 and metrics["opened_before_start_at_s"] >= 0

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from benchlib.loadgen.metrics import (
+    Delivery,
     deliveries,
     distribution,
     quantile,
@@ -71,9 +72,9 @@ def test_events_arriving_together_are_one_delivery_whose_gap_is_spread_over_its_
     itl = s["itl_ms"]
     assert itl["count"] == 12  # every token after the first delivery
     assert itl["p50"] == pytest.approx(6.0)  # 24 ms over 4 tokens
-    assert itl["mean"] is not None and itl["mean"] * itl["count"] == pytest.approx(
-        72.0
-    )  # = the decode time, as before
+    # = the decode time: from the first delivery to the last token's arrival (the last step's
+    # fourth event, 90 us after its first)
+    assert itl["mean"] is not None and itl["mean"] * itl["count"] == pytest.approx(72.09)
     # the per-event figure, still there, sees three quarters of the gaps as ~0
     assert s["itl_event_ms"]["p50"] == pytest.approx(0.03, abs=1e-6)
     assert s["itl_delivery_ms"]["count"] == 3 and s["itl_delivery_ms"]["p50"] == pytest.approx(24.0)
@@ -81,11 +82,25 @@ def test_events_arriving_together_are_one_delivery_whose_gap_is_spread_over_its_
     assert s["mean_tokens_per_chunk"] == 1
 
 
+def spans(groups: list[Delivery]) -> list[tuple[float, float, int]]:
+    return [(d.first, d.last, d.tokens) for d in groups]
+
+
 def test_deliveries_chain_events_closer_than_the_gap_threshold():
     groups = deliveries([0.0, 0.0005, 0.0009, 0.0030, 0.0031], [1, 2, 1, 1, 1], gap=0.001)
-    assert groups == [(0.0, 4), (0.0030, 2)]
-    # the default: 2 ms
-    assert deliveries([0.0, 0.0019, 0.0038, 0.0100], [1, 1, 1, 1]) == [(0.0, 3), (0.0100, 1)]
+    assert spans(groups) == [(0.0, 0.0009, 4), (0.0030, 0.0031, 2)]
+    # the default, 2 ms, bounds a delivery's span too: steps 1.9 ms apart pair up rather than
+    # chaining the whole request into one delivery
+    times = [0.0, 0.0019, 0.0038, 0.0057, 0.0100]
+    assert spans(deliveries(times, [1] * 5)) == [
+        (0.0, 0.0019, 2),
+        (0.0038, 0.0057, 2),
+        (0.0100, 0.0100, 1),
+    ]
+    # where the bound cuts through a step sent as several events, the step's events stay
+    # together: 0.5 ms steps of 3 events 30 us apart, 12 tokens per delivery
+    times = [s * 0.0005 + e * 0.00003 for s in range(8) for e in range(3)]
+    assert [d.tokens for d in deliveries(times, [1] * 24)] == [12, 12]
     # chunks further apart than the threshold stay what they were: itl_ms is unchanged for them
     s = summarize_level(two_requests(), concurrency=2)
     assert s["itl_ms"] == s["itl_event_ms"]
@@ -262,3 +277,38 @@ def test_the_summary_has_exactly_the_keys_its_typed_shape_declares() -> None:
     assert len(distributions) == 10
     for name in distributions:
         assert set(plain[name]) == set(Distribution.__required_keys__), name  # type: ignore[literal-required]
+
+
+def step_stream(
+    rng: random.Random, step_s: float, per_step: int, jitter: float, steps: int = 200
+) -> tuple[list[tuple[float, int]], list[float]]:
+    """A request whose engine makes `per_step` tokens every `step_s` (+- `jitter` of it), sent
+    as one event per token 20-50 us apart (llama-server) when per_step > 1, and the truth: each
+    token's share of its step's time, the samples a token-level ITL is meant to estimate."""
+    chunks: list[tuple[float, int]] = []
+    truth: list[float] = []
+    t = 0.05
+    for i in range(steps):
+        step = step_s * (1 + rng.uniform(-jitter, jitter))
+        t += step
+        if i:
+            truth += [step / per_step] * per_step
+        chunks += [(t + e * 30e-6 + rng.uniform(0, 20e-6), 1) for e in range(per_step)]
+    return chunks, truth
+
+
+@pytest.mark.parametrize("step_ms", [0.5, 1.0, 1.8, 2.2, 5.0, 30.0])
+@pytest.mark.parametrize("per_step", [1, 3])
+def test_token_itl_is_right_at_any_step_time(step_ms: float, per_step: int) -> None:
+    # Steps shorter than the delivery threshold used to chain a request into one delivery: no
+    # samples at 1.8 ms steps, a p99 about twice the truth at 2.2 +- 0.4 ms. The oracle is the
+    # stream's own schedule.
+    rng = random.Random(int(step_ms * 10) + per_step)
+    for jitter in (0.0, 0.2):
+        streams = [step_stream(rng, step_ms / 1e3, per_step, jitter) for _ in range(20)]
+        records = [make_record(f"r{i}", 0.0, c) for i, (c, _) in enumerate(streams)]
+        truth = sorted(x * 1e3 for _, tr in streams for x in tr)
+        itl = summarize_level(records, concurrency=1)["itl_ms"]
+        assert itl["mean"] == pytest.approx(sum(truth) / len(truth), rel=0.05)
+        assert itl["p50"] == pytest.approx(quantile(truth, 0.5), rel=0.05)
+        assert itl["p99"] == pytest.approx(quantile(truth, 0.99), rel=0.05)

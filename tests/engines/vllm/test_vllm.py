@@ -194,13 +194,14 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
 
 
 def loadgen_level(base_url: str, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One level (C=2) through the load generator, with its boundary scrapes: the level's
-    records and the counters at its start and end."""
+    """One level (C=2) through the load generator, with 4 warm-up requests and its boundary
+    scrapes: the level's measured records and the counters at its start (after the warm-up)
+    and end."""
     events, records = out / "events.jsonl", out / "records.jsonl"
     argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", base_url, "--model", "tiny",
             "--api", "completions", "--concurrency", "2", "--requests-per-level", "8",
             "--max-tokens", str(MAX_TOKENS), "--input-tokens", "12", "--temperature", "0",
-            "--ignore-eos", "--boundary-metrics-url", base_url + "/metrics",
+            "--ignore-eos", "--warmup-requests", "4", "--boundary-metrics-url", base_url + "/metrics",
             "--output", str(out / "out.json"), "--records", str(records),
             "--events", str(events), "--quiet"]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -208,14 +209,16 @@ def loadgen_level(base_url: str, out: Path) -> tuple[dict[str, Any], list[dict[s
     scrapes = {}
     for line in events.read_text().splitlines():
         event = json.loads(line)
-        if event["event"] in ("level_start", "level_summary"):
+        if event["event"] in ("measure_start", "level_summary"):
             samples = parse_samples(event["server_metrics_text"])
             scrapes[event["event"]] = {name: sum(v.values()) for name, v in samples.items()}
     delta = {
-        name: scrapes["level_summary"][name] - scrapes["level_start"].get(name, 0.0)
+        name: scrapes["level_summary"][name] - scrapes["measure_start"].get(name, 0.0)
         for name in scrapes["level_summary"]
     }
-    return delta, [json.loads(line) for line in records.read_text().splitlines()]
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert sum(1 for r in rows if r.get("warmup")) == 4
+    return delta, [r for r in rows if not r.get("warmup")]
 
 
 async def test_eagle_with_the_recommended_switch_serves_then_a_sigkilled_api_server_is_cleaned_up(
@@ -255,6 +258,8 @@ async def test_eagle_with_the_recommended_switch_serves_then_a_sigkilled_api_ser
     # A level of load at C=2 (speculating: the switch turns it off above 2).
     delta, records = await asyncio.to_thread(loadgen_level, base_url, tmp_path)
     assert len(records) == 8 and all(r["out"] == MAX_TOKENS for r in records)
+    # The interval opens after the warm-up: the server generated exactly the measured tokens.
+    assert delta["vllm:generation_tokens_total"] == sum(r["out"] for r in records)
     drafts = delta["vllm:spec_decode_num_drafts_total"]
     accepted = delta["vllm:spec_decode_num_accepted_tokens_total"]
     accept_length = 1 + accepted / drafts

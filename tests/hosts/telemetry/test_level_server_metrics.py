@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,9 @@ from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine
-from hosts.telemetry.levels import LevelServerMetrics
+from hosts.telemetry.levels import LevelServerMetrics, interval_opening, level_server_metrics
 from hosts.telemetry.prometheus import EngineMetrics, parse_engine_metrics
-from tests.benchmarks.conftest import Simulator, load, start_simulator
+from tests.benchmarks.conftest import ROOT, Simulator, load, start_simulator
 
 DATA = Path(__file__).parent / "data"
 
@@ -79,7 +81,9 @@ async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -
         saved.append((sweep_id, index, metrics))
 
     marks = LevelServerMetrics(sweep_id=7, scrape=scrape, save=save)
+    # level_start is before the warm-up: the interval opens at measure_start, after it
     await marks.observe({"event": "level_start", "level_index": 3, "concurrency": 4})
+    await marks.observe({"event": "measure_start", "level_index": 3, "concurrency": 4})
     await marks.observe({"event": "sample", "level_index": 3})
     await marks.observe({"event": "level_summary", "level_index": 3, "summary": {}})
     assert [(s, i) for s, i, _ in saved] == [(7, 3)]
@@ -109,6 +113,12 @@ async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -
     assert metrics["e2e_s"]["p50"] == pytest.approx(12.0)
     assert metrics["e2e_s"]["p90"] == pytest.approx(15.2)
     assert metrics["reset"] is False
+    assert (
+        metrics["opened_after_warmup_s"],
+        metrics["opened_before_start_at_s"],
+        metrics["opened_before_first_request_s"],
+        metrics["interval_order_ok"],
+    ) == (None, None, None, None)
 
 
 async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_reason() -> None:
@@ -123,7 +133,7 @@ async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_re
         saved.append(metrics)
 
     marks = LevelServerMetrics(sweep_id=1, scrape=scrape, save=save)
-    await marks.observe({"event": "level_start", "level_index": 0})
+    await marks.observe({"event": "measure_start", "level_index": 0})
     await marks.observe({"event": "level_summary", "level_index": 0})
     assert saved == [{"available": False, "reason": "/metrics: connection refused"}]
 
@@ -172,3 +182,131 @@ async def test_every_levels_server_interval_opens_before_its_first_request(
         assert metrics["prompt_tokens"] == sum(r["prompt"] for r in sent), level.index
         assert metrics["generation_tokens"] == sum(r["out"] for r in sent), level.index
         assert metrics["ttft_s"]["count"] == len(sent)
+
+
+def test_the_opening_is_checked_against_the_warm_up_the_common_start_and_the_first_request() -> (
+    None
+):
+    summary = {"window_wall": [100.0, 110.0]}
+    fine = interval_opening(99.5, summary=summary, start_at=99.75, warmed_at=99.0)
+    assert fine == {
+        "opened_after_warmup_s": 0.5,
+        "opened_before_start_at_s": 0.25,
+        "opened_before_first_request_s": 0.5,
+        "interval_order_ok": True,
+    }
+    # a shard still warming up when the level opened: its warm-up is inside the interval
+    late_warmup = interval_opening(99.5, summary=summary, start_at=99.75, warmed_at=99.6)
+    assert late_warmup["interval_order_ok"] is False
+    # a scrape that answered after the first request
+    assert interval_opening(100.5, summary=summary)["interval_order_ok"] is False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("max_streams", [64, 2], ids=["one-process", "split"])
+async def test_warm_up_requests_are_outside_every_levels_server_interval(
+    tmp_path: Path, settings: Any, max_streams: int, local_host: Any
+) -> None:
+    # The server's own counters over the level's interval against the client's measured
+    # requests: with the interval opened before the warm-up, the server counted the warm-up's
+    # requests and tokens too (6 + 8 requests where the client measured 8).
+    sim = start_simulator(tmp_path, "--profile", "fast", "--metrics-style", "vllm")
+    try:
+        settings.SPECDASH_DATA_DIR = tmp_path / "data"
+        settings.SPECDASH_LOADGEN_MAX_STREAMS = max_streams
+        sweep = await sync_to_async(services.sweep_create)(
+            base_url=sim.base_url, levels=[1, 4],
+            load=load(model=sim.model, requests_per_level=8, max_tokens=16, input_tokens=16,
+                      warmup_requests=6, ignore_eos=True),
+        )  # fmt: skip
+        assert sweep.job_id is not None
+        ctx = JobContext(
+            job_id=sweep.job_id, kind="sweep.run", params={"sweep_id": sweep.pk}, worker_id="t"
+        )
+        result = await handler.run_sweep(ctx)
+    finally:
+        sim.kill()
+    assert result["state"] == SweepState.COMPLETED, result
+    assert result.get("split", False) is (max_streams == 2)
+    levels = [lv async for lv in SweepLevel.objects.filter(sweep=sweep).order_by("index")]
+    assert len(levels) == 2
+    for level in levels:
+        metrics = level.server_metrics
+        assert metrics["available"], metrics
+        assert level.summary["requests"]["ok"] == 8
+        assert level.summary["output_tokens"] == 8 * 16
+        assert metrics["requests"] == 8, level.index
+        assert metrics["generation_tokens"] == 8 * 16, level.index
+        assert metrics["interval_order_ok"] is True, metrics
+        assert metrics["opened_after_warmup_s"] >= 0
+        assert metrics["opened_before_first_request_s"] >= 0
+        if max_streams == 2 and level.concurrency == 4:
+            assert metrics["opened_before_start_at_s"] >= 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_load_generators_opening_scrape_follows_the_warm_up_in_one_and_several_processes(
+    tmp_path: Path, processes: int
+) -> None:
+    # The load generator on its own (--processes splits a level over worker processes): the
+    # simulator's counters between measure_start and level_summary are the measured requests'.
+    sim = start_simulator(tmp_path, "--profile", "fast", "--metrics-style", "vllm")
+    try:
+        events, records = tmp_path / "events.jsonl", tmp_path / "records.jsonl"
+        argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", sim.base_url,
+                "--model", sim.model, "--concurrency", "4", "--processes", str(processes),
+                "--requests-per-level", "8", "--warmup-requests", "6", "--max-tokens", "16",
+                "--input-tokens", "16", "--ignore-eos",
+                "--boundary-metrics-url", sim.base_url + "/metrics",
+                "--events", str(events), "--records", str(records), "--quiet"]  # fmt: skip
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        sim.kill()
+    assert done.returncode == 0, done.stderr[-3000:]
+    stream = [json.loads(line) for line in events.read_text().splitlines()]
+    kinds = [e["event"] for e in stream]
+    assert kinds.index("level_start") < kinds.index("measure_start") < kinds.index("level_summary")
+    (opening,) = [e for e in stream if e["event"] == "measure_start"]
+    (closing,) = [e for e in stream if e["event"] == "level_summary"]
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    warmup = [r for r in rows if r.get("warmup")]
+    measured = [r for r in rows if not r.get("warmup")]
+    assert len(warmup) == 6 and len(measured) == 8
+    # Ordered by the clocks: every warm-up response before the scrape, the scrape before the
+    # first measured request.
+    assert max(r["end"] for r in warmup) <= opening["warmed_at"] <= opening["server_metrics_t"]
+    assert opening["server_metrics_t"] <= min(r["start"] for r in measured)
+    figures = level_server_metrics(
+        parse_engine_metrics(
+            opening["server_metrics_text"], scraped_at=opening["server_metrics_t"]
+        ),
+        parse_engine_metrics(
+            closing["server_metrics_text"], scraped_at=closing["server_metrics_t"]
+        ),
+    )
+    assert figures["requests"] == 8
+    assert figures["generation_tokens"] == sum(r["out"] for r in measured) == 8 * 16
+    assert figures["prompt_tokens"] == sum(r["prompt"] for r in measured)
+
+
+def test_sglangs_tpot_histogram_fallback_is_labelled_per_request_not_per_token() -> None:
+    # SGLang records time_per_output_token_seconds once per finished request (its TPOT); only
+    # inter_token_latency_seconds is one sample per token. The names are the exposition's own.
+    texts = [(DATA / f"sglang_scrape{i}.prom").read_text() for i in (1, 2)]
+    token = level_server_metrics(
+        *(parse_engine_metrics(t, scraped_at=i) for i, t in enumerate(texts))
+    )
+    assert (token["itl_unit"], token["itl_histogram"]) == (
+        "token", "sglang:inter_token_latency_seconds"
+    )  # fmt: skip
+    renamed = [
+        t.replace("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
+        for t in texts
+    ]
+    tpot = level_server_metrics(
+        *(parse_engine_metrics(t, scraped_at=i) for i, t in enumerate(renamed))
+    )
+    assert (tpot["itl_unit"], tpot["itl_histogram"]) == (
+        "request_tpot", "sglang:time_per_output_token_seconds"
+    )  # fmt: skip
+    assert tpot["itl_s"] == token["itl_s"]  # the same samples, now said to be per request

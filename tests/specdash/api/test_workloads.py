@@ -153,6 +153,7 @@ def test_the_form_turns_prompt_set_rate_and_slo_fields_into_load_settings() -> N
         "ttft_ms": 800.0,
         "tpot_ms": None,
         "itl_ms": None,
+        "max_gap_ms": None,
         "e2e_ms": 4000.0,
         "scope": "request",
     }
