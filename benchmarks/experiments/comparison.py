@@ -248,7 +248,6 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
         "candidate": labels[v.candidate],
         "reference_name": v.reference,
         "candidate_name": v.candidate,
-        "text": v.text,
         "ratios": [_ratio_dict(lr.concurrency, lr.ratio) for lr in v.ratios.levels],
         "unmatched": list(v.ratios.unmatched),
         "crossover": {
