@@ -43,6 +43,7 @@ from benchlib.stats.schedule_configs import (
 from benchlib.stats.types import Curve, Ratio
 from benchmarks.experiments import drafts, selectors, services
 from benchmarks.experiments.comparison import series_curve
+from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.matrix import (
     drop_flags,
     flag_value,
@@ -50,6 +51,7 @@ from benchmarks.experiments.matrix import (
     set_flag,
     variant_profile,
 )
+from benchmarks.experiments.schedule import RATE_MODE_MESSAGE
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import HostKind, ServerProfile
@@ -99,9 +101,10 @@ def derive(experiment: Experiment) -> Derived:
         if k in by_k:
             raise _invalid(f"{by_k[k].name} and {profile.name} both draft {k}: one per length.")
         by_k[k] = profile
-    curves = {
-        s.profile_id: series_curve(s) for s in selectors.experiment_series(experiment=experiment)
-    }
+    series = selectors.experiment_series(experiment=experiment)
+    if any(is_rate_mode(s.runs) for s in series):
+        raise _invalid(RATE_MODE_MESSAGE)
+    curves = {s.profile_id: series_curve(s) for s in series}
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
     try:
         schedule = derive_schedule(variants, margin=DECISION_MARGIN)
