@@ -112,6 +112,7 @@ class ArmHealth:
     cancelled: int = 0  # stopped by the client at the level's end: not failures
     achieved_concurrency: float | None = None  # the lowest over the arm's runs
     client_limited: bool = False
+    client_warning: str = ""  # what the load generator said about itself, e.g. a loop stall
     load_source_starved: bool = False  # a simulator that fell behind its own step model
     workload: str = ""  # a fingerprint of the prompts and load settings; "" when unknown
 
@@ -210,7 +211,8 @@ def _health_reason(
     c: int, arm: Arm, health: ArmHealth, rate_mode: bool, failed_share: float
 ) -> str:
     if health.client_limited:
-        return f"{arm.title}'s load generator was the bottleneck (client-limited)"
+        said = f": {health.client_warning}" if health.client_warning else ""
+        return f"{arm.title}'s load generator was the bottleneck (client-limited{said})"
     if health.load_source_starved:
         return f"{arm.title}'s load source fell behind (starved)"
     achieved = health.achieved_concurrency

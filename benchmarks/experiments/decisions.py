@@ -23,6 +23,7 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
     requests = failed = cancelled = 0
     achieved: list[float] = []
     limited = starved = False
+    warning = ""
     for run in runs:
         summary: Mapping[str, Any] = run.summary or {}
         counts = summary.get("requests") or {}
@@ -34,7 +35,10 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
         value = run.figures.get("achieved_concurrency")
         if isinstance(value, int | float):
             achieved.append(float(value))
-        limited = limited or bool((summary.get("client") or {}).get("client_limited"))
+        client = summary.get("client") or {}
+        if client.get("client_limited"):
+            limited = True
+            warning = warning or "; ".join(str(w) for w in client.get("warnings") or [])
         starved = starved or bool((run.server or {}).get("load_source_starved"))
     return ArmHealth(
         requests=requests,
@@ -42,6 +46,7 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
         cancelled=cancelled,
         achieved_concurrency=min(achieved) if achieved else None,
         client_limited=limited,
+        client_warning=warning,
         load_source_starved=starved,
     )
 

@@ -218,3 +218,32 @@ def test_a_finished_experiment_says_its_stored_decision_everywhere(
     command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type]
     assert fake.asked == [f"{base}/comparison"]
     assert out.getvalue().splitlines()[1:] == decision["statements"]
+
+
+def test_level_health_from_the_summaries_makes_levels_not_comparable(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a = make_sweep(pair[0], {1: 100, 2: 100, 4: 100, 64: 100}, tmp=tmp_path, jitter=0.05)
+    b = make_sweep(pair[1], {1: 130, 2: 130, 4: 130, 64: 130}, tmp=tmp_path, jitter=0.05, seed=5)
+    levels = SweepLevel.objects.filter(sweep=b)
+    levels.filter(concurrency=2).update(
+        summary={"client": {"client_limited": True, "warnings": ["client CPU 97% > 90%"]}}
+    )
+    levels.filter(concurrency=4).update(
+        summary={"requests": {"total": 40, "failed": 12, "errors_by_cause": {"cancelled": 10}}}
+    )  # 2 failed of 40 (5%): the cancelled ones are not failures
+    levels.filter(concurrency=64).update(achieved_concurrency=7.75)
+    client.force_login(viewer)
+    api = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()
+    decision = api["verdicts"][0]["decision"]
+    assert [(lv["concurrency"], lv["status"], lv["reason"]) for lv in decision["levels"]] == [
+        (1, "ahead", "the interval lies above 1"),
+        (2, "not_comparable",
+         "B (eagle)'s load generator was the bottleneck (client-limited: client CPU 97% > 90%)"),
+        (4, "not_comparable",
+         "5.0% of B (eagle)'s requests failed (2 of 40; the limit is 1%)"),
+        (64, "not_comparable", "B (eagle) reached C=7.75, below 80% of the asked C=64"),
+    ]  # fmt: skip
+    page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    assert html_statements(page) == normalized(decision["statements"])
+    assert page.count('data-testid="ratio" data-status="not_comparable"') == 3
