@@ -184,6 +184,24 @@ class Decision:
     def level(self, concurrency: int) -> LevelDecision | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
 
+    def settled_from(self, status: Status) -> int | None:
+        """The smallest tested C from which every level up to the top has ``status``; None
+        when the top level has another (a point alone never settles anything)."""
+        start = None
+        for level in reversed(self.levels):
+            if level.status != status:
+                break
+            start = level.concurrency
+        return start
+
+    @property
+    def behind_from(self) -> int | None:
+        return self.settled_from("behind")
+
+    @property
+    def ahead_from(self) -> int | None:
+        return self.settled_from("ahead")
+
     def statements(self) -> tuple[str, ...]:
         """Every sentence, in the order the surfaces print them."""
         return (
@@ -198,6 +216,8 @@ class Decision:
         """A JSON-able copy (stored with the comparison; the surfaces render it)."""
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         out["within_run"] = self.within_run
+        out["behind_from"] = self.behind_from
+        out["ahead_from"] = self.ahead_from
         out["statements"] = list(self.statements())
         return out
 

@@ -206,7 +206,8 @@ def saturation_dict(s: Saturation) -> dict[str, Any]:
 def _advice_fields(decision: Decision) -> dict[str, Any]:
     """The decision, and the verdict's advice fields read from it (not from the points), so
     that an API client reading ``disable_speculation_above`` gets the decision's answer:
-    N for "on up to N, off above", 0 for "serve without", None otherwise."""
+    N for "on up to N, off above", 0 for "serve without", None otherwise; ``behind_from`` /
+    ``ahead_from`` from its statuses."""
     actions = [band.action for band in decision.bands]
     above: int | None = None
     if actions == ["off"]:
@@ -214,9 +215,15 @@ def _advice_fields(decision: Decision) -> dict[str, Any]:
     elif decision.engine_options:
         above = decision.bands[0].end
     out = decision.to_dict()
+    settled = decision.behind_from if decision.behind_from is not None else decision.ahead_from
     return {
         "decision": out,
         "text": " ".join(decision.statements()),
+        # Where the candidate is behind (ahead) at every level from there on, by the
+        # decision's statuses on its deciding figure: never from the points alone.
+        "behind_from": decision.behind_from,
+        "ahead_from": decision.ahead_from,
+        "settled_conclusively": settled is not None,
         "disable_speculation_above": above,
         "engine_options": out["engine_options"],
     }
@@ -256,9 +263,6 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
             "reason": v.crossover.reason,
             "inconclusive_levels": list(v.crossover.inconclusive_levels),
         },
-        "behind_from": v.behind_from,
-        "ahead_from": v.ahead_from,
-        "settled_conclusively": v.settled_conclusively,
         "reference_saturation": saturation_dict(v.reference_saturation),
         "candidate_saturation": saturation_dict(v.candidate_saturation),
         "saturation_ratio": v.saturation_ratio,
