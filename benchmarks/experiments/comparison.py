@@ -55,6 +55,7 @@ from benchmarks.experiments.decisions import (
 from benchmarks.experiments.equivalence import equivalence_summary
 from benchmarks.experiments.records import read_request_points as read_request_points
 from benchmarks.experiments.records import request_points as request_points
+from benchmarks.sweeps.health import RequestCounts, health_of
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +148,33 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         row["values"] = [r.figures.get(METRIC) for r in level_runs]
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
+        row["health"] = _health_row(concurrency, level_runs)
         rows.append(row)
     return rows
+
+
+def _health_row(concurrency: int, runs: Sequence[LevelRun]) -> dict[str, Any]:
+    """The level's health over its runs, as the decision reads it (``arm_health``): the
+    lowest achieved C beside the asked one, failed and cancelled counts, the warnings."""
+    arm = arm_health(runs)
+    health = health_of(
+        concurrency=concurrency,
+        achieved=arm.achieved_concurrency,
+        counts=RequestCounts(arm.requests, arm.failed, arm.cancelled),
+        client_limited=arm.client_limited,
+        client_warning=arm.client_warning,
+        rate_mode=is_rate_mode(runs),
+    )
+    return {
+        "asked": health.asked,
+        "achieved": health.achieved,
+        "reached": health.reached,
+        "requests": arm.requests,
+        "failed": arm.failed,
+        "cancelled": arm.cancelled,
+        "client_limited": health.client_limited,
+        "warnings": list(health.warnings),
+    }
 
 
 def _curve(series: SeriesData) -> tuple[Curve, dict[int, str]]:

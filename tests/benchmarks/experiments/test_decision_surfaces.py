@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,31 @@ def test_level_health_from_the_summaries_makes_levels_not_comparable(
     page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
     assert html_statements(page) == normalized(decision["statements"])
     assert page.count('data-testid="ratio" data-status="not_comparable"') == 3
+    # The table shows the health the decision judged from, beside each series' figures.
+    rows = re.findall(
+        r'<tr data-testid="comparison-row" data-concurrency="(\d+)">(.*?)</tr>', page, re.S
+    )
+    shown = {}
+    for c, row in rows:
+        cells = re.findall(
+            r'data-testid="cell-health" data-failed="(\d+)" data-cancelled="(\d+)" '
+            r'data-client-limited="(true|false)">(.*?)</td>',
+            row,
+            re.S,
+        )
+        achieved = [
+            re.sub(r"<[^>]+>", "", a).split()
+            for a in re.findall(r'data-testid="cell-achieved">(.*?)</td>', row, re.S)
+        ]
+        shown[int(c)] = [
+            (int(f), int(x), lim == "true", re.findall(r'cell-health-warning">(.*?)</span>', w), ac)
+            for (f, x, lim, w), ac in zip(cells, achieved, strict=True)
+        ]
+    assert shown[2][1][2] is True and shown[2][1][3] == ["client-limited: client CPU 97% &gt; 90%"]
+    assert shown[4][1][:2] == (2, 10) and shown[4][1][3] == ["2 of 40 requests failed"]
+    assert shown[64][1][4] == ["7.75", "of", "64"]
+    assert shown[64][1][3] == ["C not reached: achieved 7.75 of the asked 64 (below 80%)"]
+    # The reference series is healthy at every level: no warning, nothing failed.
+    assert all(cells[0][:4] == (0, 0, False, []) for cells in shown.values())
+    stored = {row["concurrency"]: row["cells"][1]["health"] for row in api["rows"]}
+    assert (stored[4]["failed"], stored[4]["cancelled"], stored[64]["reached"]) == (2, 10, False)
