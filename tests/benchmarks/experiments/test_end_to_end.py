@@ -147,9 +147,9 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     # figure by a few percent more than the baseline's, whose requests all end in one step.
     assert ratios[2]["point"] < 1.0 and ratios[8]["high"] < 1.0
     assert ratios[2]["point"] == pytest.approx(model_ratio(2), rel=0.08)
-    # behind_from is the decision's (by status): a level the client limited settles nothing.
-    statuses = [(lv["status"], lv["reason"]) for lv in verdict["decision"]["levels"]]
-    assert verdict["behind_from"] == 2, statuses
+    # behind_from is the decision's (by status, checked below): a level the client limited
+    # settles nothing, whatever its point.
+    assert verdict["behind_from"] == verdict["decision"]["behind_from"]
 
     # One crossover, between C=1 and C=2, and the true crossing lies in its interval. At C=1 the
     # truth is the realized draws' ratio (the seed's premise: with the first token from prefill
@@ -191,6 +191,7 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     # The ratios above show C=1 ahead in truth and C=2, 8 behind: on a quiet machine the
     # decision says exactly that, and advises the threshold.
     if statuses == ["ahead", "behind", "behind"]:
+        assert verdict["behind_from"] == 2
         assert verdict["disable_speculation_above"] == 1
         assert "on up to C=1, off above" in decision["recommendation"]
         assert "TensorRT-LLM max_concurrency=1" in decision["recommendation"]
