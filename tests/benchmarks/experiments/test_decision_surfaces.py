@@ -276,3 +276,8 @@ def test_level_health_from_the_summaries_makes_levels_not_comparable(
     assert all(cells[0][:4] == (0, 0, False, []) for cells in shown.values())
     stored = {row["concurrency"]: row["cells"][1]["health"] for row in api["rows"]}
     assert (stored[4]["failed"], stored[4]["cancelled"], stored[64]["reached"]) == (2, 10, False)
+    # The HTML report carries the same table, health included.
+    report = client.get(f"/compare/report.html?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    for warning in ("client-limited: client CPU 97% &gt; 90%", "2 of 40 requests failed",
+                    "C not reached: achieved 7.75 of the asked 64 (below 80%)"):  # fmt: skip
+        assert f'data-testid="cell-health-warning">{warning}</span>' in report
