@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ServerInstance
 
@@ -50,7 +51,8 @@ def _level_rate(level: SweepLevel, plan: LevelPlan | None) -> float | None:
 
 def sweep_level_table(*, sweep: Sweep) -> list[SweepLevel]:
     """The sweep's levels (one query), each given ``offered_rate`` (req/s, None in a closed
-    loop), ``rate_text`` and ``label`` (its offered rate in a rate sweep, else its C)."""
+    loop), ``rate_text``, ``label`` (its offered rate in a rate sweep, else its C) and
+    ``health`` (``sweeps.health.level_health``, from its stored summary)."""
     plan = sweep_level_plan(sweep.levels, sweep.load)
     rate_sweep = is_rate_sweep(sweep.load)
     levels = sweep_levels(sweep_id=sweep.pk)
@@ -60,6 +62,13 @@ def sweep_level_table(*, sweep: Sweep) -> list[SweepLevel]:
         setattr(level, "offered_rate", rate)  # noqa: B010
         setattr(level, "rate_text", f"{rate:g}" if rate is not None else "-")  # noqa: B010
         setattr(level, "label", level_label(level.concurrency, rate, rate_sweep=rate_sweep))  # noqa: B010
+        health = level_health(
+            concurrency=level.concurrency,
+            summary=level.summary,
+            achieved=level.achieved_concurrency,
+            rate_mode=rate_sweep,
+        )
+        setattr(level, "health", health)  # noqa: B010
     return levels
 
 

@@ -112,6 +112,7 @@ class ArmHealth:
     cancelled: int = 0  # stopped by the client at the level's end: not failures
     achieved_concurrency: float | None = None  # the lowest over the arm's runs
     client_limited: bool = False
+    client_warning: str = ""  # what the load generator said about itself, e.g. a loop stall
     load_source_starved: bool = False  # a simulator that fell behind its own step model
     workload: str = ""  # a fingerprint of the prompts and load settings; "" when unknown
 
@@ -183,6 +184,24 @@ class Decision:
     def level(self, concurrency: int) -> LevelDecision | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
 
+    def settled_from(self, status: Status) -> int | None:
+        """The smallest tested C from which every level up to the top has ``status``; None
+        when the top level has another (a point alone never settles anything)."""
+        start = None
+        for level in reversed(self.levels):
+            if level.status != status:
+                break
+            start = level.concurrency
+        return start
+
+    @property
+    def behind_from(self) -> int | None:
+        return self.settled_from("behind")
+
+    @property
+    def ahead_from(self) -> int | None:
+        return self.settled_from("ahead")
+
     def statements(self) -> tuple[str, ...]:
         """Every sentence, in the order the surfaces print them."""
         return (
@@ -197,6 +216,8 @@ class Decision:
         """A JSON-able copy (stored with the comparison; the surfaces render it)."""
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         out["within_run"] = self.within_run
+        out["behind_from"] = self.behind_from
+        out["ahead_from"] = self.ahead_from
         out["statements"] = list(self.statements())
         return out
 
@@ -210,7 +231,8 @@ def _health_reason(
     c: int, arm: Arm, health: ArmHealth, rate_mode: bool, failed_share: float
 ) -> str:
     if health.client_limited:
-        return f"{arm.title}'s load generator was the bottleneck (client-limited)"
+        said = f": {health.client_warning}" if health.client_warning else ""
+        return f"{arm.title}'s load generator was the bottleneck (client-limited{said})"
     if health.load_source_starved:
         return f"{arm.title}'s load source fell behind (starved)"
     achieved = health.achieved_concurrency

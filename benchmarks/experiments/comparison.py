@@ -55,6 +55,7 @@ from benchmarks.experiments.decisions import (
 from benchmarks.experiments.equivalence import equivalence_summary
 from benchmarks.experiments.records import read_request_points as read_request_points
 from benchmarks.experiments.records import request_points as request_points
+from benchmarks.sweeps.health import RequestCounts, health_of
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +149,33 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         row.update(workload.requests_row(level_runs))
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
+        row["health"] = _health_row(concurrency, level_runs)
         rows.append(row)
     return rows
+
+
+def _health_row(concurrency: int, runs: Sequence[LevelRun]) -> dict[str, Any]:
+    """The level's health over its runs, as the decision reads it (``arm_health``): the
+    lowest achieved C beside the asked one, failed and cancelled counts, the warnings."""
+    arm = arm_health(runs)
+    health = health_of(
+        concurrency=concurrency,
+        achieved=arm.achieved_concurrency,
+        counts=RequestCounts(arm.requests, arm.failed, arm.cancelled),
+        client_limited=arm.client_limited,
+        client_warning=arm.client_warning,
+        rate_mode=is_rate_mode(runs),
+    )
+    return {
+        "asked": health.asked,
+        "achieved": health.achieved,
+        "reached": health.reached,
+        "requests": arm.requests,
+        "failed": arm.failed,
+        "cancelled": arm.cancelled,
+        "client_limited": health.client_limited,
+        "warnings": list(health.warnings),
+    }
 
 
 def _curve(series: SeriesData) -> tuple[Curve, dict[int, str]]:
@@ -207,7 +233,8 @@ def saturation_dict(s: Saturation) -> dict[str, Any]:
 def _advice_fields(decision: Decision) -> dict[str, Any]:
     """The decision, and the verdict's advice fields read from it (not from the points), so
     that an API client reading ``disable_speculation_above`` gets the decision's answer:
-    N for "on up to N, off above", 0 for "serve without", None otherwise."""
+    N for "on up to N, off above", 0 for "serve without", None otherwise; ``behind_from`` /
+    ``ahead_from`` from its statuses."""
     actions = [band.action for band in decision.bands]
     above: int | None = None
     if actions == ["off"]:
@@ -215,9 +242,15 @@ def _advice_fields(decision: Decision) -> dict[str, Any]:
     elif decision.engine_options:
         above = decision.bands[0].end
     out = decision.to_dict()
+    settled = decision.behind_from if decision.behind_from is not None else decision.ahead_from
     return {
         "decision": out,
         "text": " ".join(decision.statements()),
+        # Where the candidate is behind (ahead) at every level from there on, by the
+        # decision's statuses on its deciding figure: never from the points alone.
+        "behind_from": decision.behind_from,
+        "ahead_from": decision.ahead_from,
+        "settled_conclusively": settled is not None,
         "disable_speculation_above": above,
         "engine_options": out["engine_options"],
     }
@@ -249,7 +282,6 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
         "candidate": labels[v.candidate],
         "reference_name": v.reference,
         "candidate_name": v.candidate,
-        "text": v.text,
         "ratios": [_ratio_dict(lr.concurrency, lr.ratio) for lr in v.ratios.levels],
         "unmatched": list(v.ratios.unmatched),
         "crossover": {
@@ -258,9 +290,6 @@ def _verdict_dict(v: Verdict, labels: dict[str, str]) -> dict[str, Any]:
             "reason": v.crossover.reason,
             "inconclusive_levels": list(v.crossover.inconclusive_levels),
         },
-        "behind_from": v.behind_from,
-        "ahead_from": v.ahead_from,
-        "settled_conclusively": v.settled_conclusively,
         "reference_saturation": saturation_dict(v.reference_saturation),
         "candidate_saturation": saturation_dict(v.candidate_saturation),
         "saturation_ratio": v.saturation_ratio,

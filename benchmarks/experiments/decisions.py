@@ -13,28 +13,31 @@ from typing import Any
 from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
 from benchlib.stats.intervals import quantile
 from benchlib.stats.types import Curve, LevelSample, RatioCurve, RequestPoint
+from benchmarks.sweeps.health import client_state, request_counts
 
 # At a fixed request rate, the figure that decides (lower is better).
 RATE_FIGURE = "tpot_p50_ms"
 
 
 def arm_health(runs: Sequence[Any]) -> ArmHealth:
-    """One arm's health at one level from its runs (``comparison.LevelRun``s)."""
+    """One arm's health at one level from its runs (``comparison.LevelRun``s), each run's
+    summary read by ``sweeps.health`` as the sweep page reads it."""
     requests = failed = cancelled = 0
     achieved: list[float] = []
     limited = starved = False
+    warning = ""
     for run in runs:
-        summary: Mapping[str, Any] = run.summary or {}
-        counts = summary.get("requests") or {}
-        causes = counts.get("errors_by_cause") or {}
-        run_cancelled = int(causes.get("cancelled") or 0)
-        requests += int(counts.get("total") or 0)
-        failed += max(int(counts.get("failed") or 0) - run_cancelled, 0)
-        cancelled += run_cancelled
+        counts = request_counts(run.summary)
+        requests += counts.total
+        failed += counts.failed
+        cancelled += counts.cancelled
         value = run.figures.get("achieved_concurrency")
         if isinstance(value, int | float):
             achieved.append(float(value))
-        limited = limited or bool((summary.get("client") or {}).get("client_limited"))
+        run_limited, said = client_state(run.summary)
+        if run_limited:
+            limited = True
+            warning = warning or said
         starved = starved or bool((run.server or {}).get("load_source_starved"))
     return ArmHealth(
         requests=requests,
@@ -42,6 +45,7 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
         cancelled=cancelled,
         achieved_concurrency=min(achieved) if achieved else None,
         client_limited=limited,
+        client_warning=warning,
         load_source_starved=starved,
     )
 

@@ -20,6 +20,7 @@ from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchmarks.experiments import selectors
 from benchmarks.experiments.comparison import SeriesData, series_curve
+from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
 from benchmarks.models import Experiment
 
@@ -41,6 +42,13 @@ def _max_num_seqs(argvs: Sequence[Sequence[str]]) -> int | None:
     """The arms' common --max-num-seqs, so the last vLLM range ends there; None otherwise."""
     values = {count(option([str(a) for a in argv], "--max-num-seqs")) for argv in argvs}
     return values.pop() if len(values) == 1 else None
+
+
+# A schedule ranks the variants' throughput, which at a fixed request rate is the offered rate.
+RATE_MODE_MESSAGE = (
+    "The levels ran at a fixed request rate, where throughput is the offered rate: no schedule "
+    "is derived from it (the comparison's verdicts decide on latency there)."
+)
 
 
 def _unavailable(message: str) -> dict[str, Any]:
@@ -108,6 +116,8 @@ def schedule_build(arms: Sequence[tuple[SeriesData, Sequence[str]]]) -> dict[str
     empty = [s.label for s, _ in variants if not s.runs]
     if empty:
         return _unavailable(f"No completed levels yet for arm(s) {', '.join(empty)}.")
+    if any(is_rate_mode(s.runs) for s, _ in variants):
+        return _unavailable(RATE_MODE_MESSAGE)
     curves = [(series, series_curve(series), k) for series, k in variants]
     try:
         schedule = derive_schedule(

@@ -12,8 +12,9 @@ requests. The schedule was chosen on the data it is judged by in the first exper
 follow-up measures it afresh.
 
 ``verification_report``: on that follow-up, per level, tuned / best fixed variant with its
-interval, and a verdict: at least as good as every fixed choice at every level, or the levels
-where some fixed choice is conclusively ahead (tuned / fixed interval wholly below 1).
+interval, and the verdict of the verification's decision (``benchlib.stats.
+decision_verification``, margin 0 by default): at least as good as every fixed choice at every
+level, or the levels where some fixed choice is conclusively ahead. No sentence is written here.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from benchlib.stats.decision import DEFAULT_MARGIN as DECISION_MARGIN
-from benchlib.stats.decision import Arm, LevelEvidence, decide
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, level_ratio
+from benchlib.stats.decision import ArmHealth
+from benchlib.stats.decision_verification import VERIFY_MARGIN, decide_verification
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.schedule_configs import (
     SGLANG_CONFIG_FILE,
@@ -42,7 +44,8 @@ from benchlib.stats.schedule_configs import (
 )
 from benchlib.stats.types import Curve, Ratio
 from benchmarks.experiments import drafts, selectors, services
-from benchmarks.experiments.comparison import series_curve
+from benchmarks.experiments.comparison import SeriesData, series_curve
+from benchmarks.experiments.decisions import arm_health, is_rate_mode
 from benchmarks.experiments.matrix import (
     drop_flags,
     flag_value,
@@ -50,6 +53,7 @@ from benchmarks.experiments.matrix import (
     set_flag,
     variant_profile,
 )
+from benchmarks.experiments.schedule import RATE_MODE_MESSAGE
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
@@ -99,9 +103,10 @@ def derive(experiment: Experiment) -> Derived:
         if k in by_k:
             raise _invalid(f"{by_k[k].name} and {profile.name} both draft {k}: one per length.")
         by_k[k] = profile
-    curves = {
-        s.profile_id: series_curve(s) for s in selectors.experiment_series(experiment=experiment)
-    }
+    series = selectors.experiment_series(experiment=experiment)
+    if any(is_rate_mode(s.runs) for s in series):
+        raise _invalid(RATE_MODE_MESSAGE)
+    curves = {s.profile_id: series_curve(s) for s in series}
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
     try:
         schedule = derive_schedule(variants, margin=DECISION_MARGIN)
@@ -260,107 +265,56 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
     )
 
 
-def _fmt(ratio: Ratio) -> str:
-    if ratio.low is None or ratio.high is None:
-        return f"{ratio.point:.3f}x, no interval"
-    return f"{ratio.point:.3f}x, {ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f}x"
-
-
 def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
     return {"point": ratio.point, "low": ratio.low, "high": ratio.high, "method": ratio.method}
 
 
-# Practical-equivalence margin: a fixed variant counts as ahead only when tuned is *behind* it
-# by the decision's statuses (tuned / fixed wholly below 1, not inside 1 +/- margin). Arms are
-# measured minutes apart, and on a shared machine they drift run to run by a few percent, while
-# a request-bootstrap interval holds only the spread within one run, so a 2-4% gap would read
-# as conclusive. With repeats the Welch interval already
-# includes between-run spread and the margin can be set to 0.
-DEFAULT_MARGIN = 0.05
-
-
-def classify_ratios(ratios: dict[str, Ratio], margin: float) -> tuple[list[str], list[str]]:
-    """(ahead, within) by the decision's statuses of tuned against each fixed variant
-    (``benchlib.stats.decision``): ahead, the fixed variants tuned is *behind* (interval
-    wholly below 1 and not inside 1 +/- margin); within, those it is *equivalent* to while
-    its interval still lies wholly below 1."""
-    ahead: list[str] = []
-    within: list[str] = []
-    for name, r in ratios.items():
-        status = _tuned_status(r, margin)
-        if status == "behind":
-            ahead.append(name)
-        elif status == "equivalent" and r.high is not None and r.high < 1.0:
-            within.append(name)
-    return ahead, within
-
-
-def _tuned_status(ratio: Ratio, margin: float) -> str:
-    decision = decide(
-        reference=Arm("fixed"),
-        candidate=Arm("tuned"),
-        levels=[LevelEvidence(1, ratio)],
-        margin=margin,
-        confidence=ratio.confidence,
-    )
-    return decision.levels[0].status
+# The verification's margin: 0 by default, since its levels run several times and their
+# intervals hold the run-to-run spread (``decision_verification``).
+DEFAULT_MARGIN = VERIFY_MARGIN
 
 
 def level_verdicts(
-    tuned: Curve, fixed: Sequence[Curve], margin: float = DEFAULT_MARGIN
+    tuned: Curve,
+    fixed: Sequence[Curve],
+    margin: float = DEFAULT_MARGIN,
+    health: dict[str, dict[int, ArmHealth]] | None = None,
 ) -> dict[str, Any]:
-    """Per level tuned by both: tuned / best fixed (by point) with its interval, the fixed
-    variants conclusively ahead of tuned there and those behind within the margin
-    (``classify_ratios``)."""
+    """The verification's decision (``decide_verification``) rendered as rows: per level
+    tuned / best fixed with its interval, the fixed variants ahead of tuned there and those it
+    is behind within the margin; the verdict is the decision's own sentence."""
+    decision = decide_verification(tuned, fixed, margin=margin, health=health)
+    curves = {c.name: c for c in fixed}
     rows: list[dict[str, Any]] = []
-    failing: list[str] = []
-    close: list[str] = []
-    for sample in tuned.levels:
-        c = sample.concurrency
-        pairs = [(f.name, f.level(c)) for f in fixed]
-        present = [(name, s) for name, s in pairs if s is not None]
-        if not present:
-            continue
-        ratios = {name: level_ratio(s, sample, seed=c) for name, s in present}
-        best = max(present, key=lambda item: item[1].value)[0]
-        ahead, within = classify_ratios(ratios, margin)
+    for level in decision.levels:
+        c = level.concurrency
+        tuned_level, best_level = tuned.level(c), curves[level.best_fixed].level(c)
+        assert tuned_level is not None and best_level is not None
         rows.append(
             {
                 "concurrency": c,
-                "tuned": sample.value,
-                "best_fixed": best,
-                "best_fixed_value": dict(present)[best].value,
-                "ratio": _ratio_dict(ratios[best]),
-                "conclusively_worse_than": ahead,
-                "behind_within_margin": within,
-                "ok": not ahead,
+                "tuned": tuned_level.value,
+                "best_fixed": level.best_fixed,
+                "best_fixed_value": best_level.value,
+                "ratio": _ratio_dict(level.ratio),
+                "conclusively_worse_than": list(level.ahead_of_tuned),
+                "behind_within_margin": list(level.behind_within_margin),
+                "undecided": list(level.undecided),
+                "ok": level.ok,
             }
         )
-        if ahead:
-            failing.append(f"C={c} ({'; '.join(f'{n}: {_fmt(ratios[n])}' for n in ahead)})")
-        if within:
-            close.append(f"C={c} ({'; '.join(f'{n}: {_fmt(ratios[n])}' for n in within)})")
-    margin_text = f"margin {margin:.0%}"
-    if not rows:
-        verdict = "No level was measured by the tuned arm and a fixed variant: no verdict."
-    elif not failing:
-        verdict = (
-            "The schedule is at least as good as every fixed choice at every level: no fixed "
-            f"variant is conclusively ahead of it ({DEFAULT_CONFIDENCE:.0%} intervals, "
-            f"{margin_text})."
-        )
-    else:
-        verdict = (
-            "The schedule is not at least as good as every fixed choice: conclusively worse at "
-            + ", ".join(failing)
-            + f" (tuned behind: tuned / fixed wholly below 1 and not inside 1 ± {margin_text})."
-        )
-    if close:
-        verdict += (
-            " Behind within the margin (wholly below 1, inside 1 ± "
-            f"{margin_text}): " + ", ".join(close) + "."
-        )
-    return {"levels": rows, "ok": bool(rows) and not failing, "verdict": verdict}
+    return {
+        "levels": rows,
+        "ok": decision.ok,
+        "verdict": decision.verdict,
+        "decision": decision.to_dict(),
+    }
+
+
+def _health(series: SeriesData) -> dict[int, ArmHealth]:
+    """Each level's health from its runs' stored summaries (``decisions.arm_health``)."""
+    levels = sorted({run.concurrency for run in series.runs})
+    return {c: arm_health([r for r in series.runs if r.concurrency == c]) for c in levels}
 
 
 def verification_report(
@@ -369,10 +323,12 @@ def verification_report(
     """The per-level report of a verification experiment (arm A is the tuned schedule)."""
     if VERIFY_TAG not in (experiment.tags or []):
         raise _invalid(f"Experiment #{experiment.pk} is not a schedule verification.")
-    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    series = selectors.experiment_series(experiment=experiment)
+    curves = [series_curve(s) for s in series]
     if len(curves) < 2:
         raise _invalid(f"Experiment #{experiment.pk} has fewer than two arms.")
-    report = level_verdicts(curves[0], curves[1:], margin)
+    health = {curve.name: _health(s) for curve, s in zip(curves, series, strict=True)}
+    report = level_verdicts(curves[0], curves[1:], margin, health)
     return {
         "experiment_id": experiment.pk,
         "state": experiment.state,

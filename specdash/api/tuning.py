@@ -76,6 +76,9 @@ class VerificationLevelOut(Schema):
     ratio: RatioOut = Field(description="tuned / best fixed variant, with its interval")
     conclusively_worse_than: list[str]
     behind_within_margin: list[str]
+    undecided: list[str] = Field(
+        description="'variant: reason' where the pair is inconclusive or not comparable"
+    )
     ok: bool
 
 
@@ -85,7 +88,8 @@ class VerificationQuery(Schema):
         ge=0.0,
         lt=0.5,
         description="Practical-equivalence margin: a fixed variant is ahead only when "
-        "schedule / fixed lies wholly below 1 - margin (0 with repeats)",
+        "schedule / fixed lies wholly below 1 and not inside 1 +/- margin (default 0: the "
+        "verification's repeats put the run-to-run spread in the intervals)",
     )
 
 
@@ -98,7 +102,7 @@ class VerificationOut(Schema):
     margin: float
     levels: list[VerificationLevelOut]
     ok: bool
-    verdict: str
+    verdict: str = Field(description="The verification decision's sentence, margin stated")
 
 
 def _clear(exc: ValidationError) -> ValidationError:

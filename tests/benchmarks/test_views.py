@@ -3,6 +3,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 from django.test import Client
 
 from benchmarks import services
-from benchmarks.models import Sweep, SweepState
+from benchmarks.experiments.comparison import LevelRun
+from benchmarks.experiments.decisions import arm_health
+from benchmarks.models import Sweep, SweepLevel, SweepState
 from core.models import Job, JobState
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
@@ -177,3 +181,70 @@ def test_the_sweep_form_says_why_it_is_refused_while_no_job_worker_is_alive(
     assert "New servers, sweeps and experiments are refused" in errors
     assert 'data-testid="worker-banner"' in page
     assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+def _cell(row: str, testid: str) -> str:
+    found = re.search(rf'data-testid="{testid}"[^>]*>(.*?)</td>', row, re.S)
+    assert found is not None, testid
+    return found.group(1)
+
+
+def _rows(page: str) -> list[dict[str, Any]]:
+    """Each level row's health cells as the page shows them."""
+    rows = []
+    for row in re.findall(r'<tr data-testid="level-row"(.*?)</tr>', page, re.S):
+        warnings = re.findall(r'data-testid="level-health-warning">(.*?)</span>', row)
+        rows.append(
+            {
+                "client_limited": 'data-client-limited="true"' in row,
+                "reached": 'data-reached="true"' in row,
+                "failed": int(_cell(row, "level-failed")),
+                "cancelled": int(_cell(row, "level-cancelled")),
+                "achieved": re.sub(r"<[^>]+>", "", _cell(row, "level-achieved")).split(),
+                "warnings": [unescape(w) for w in warnings],
+            }
+        )
+    return rows
+
+
+def test_the_level_table_shows_each_levels_health_from_its_summary(
+    client: Client, viewer: Any, ready_instance: ServerInstance
+) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1, 4, 64], load=load())
+    stalled = level_summary_event(0, 1)["summary"]
+    stalled["client"] = {"client_limited": True, "warnings": ["event-loop lag p99 31 ms > 20 ms"]}
+    failing = level_summary_event(1, 4, ok=15, failed=5)["summary"]
+    failing["requests"]["errors_by_cause"] = {"cancelled": 2, "http_500": 3}
+    short = level_summary_event(2, 64, ok=8)["summary"]
+    short["achieved_concurrency"] = 7.75  # 8 requests never keep 64 in flight
+    for summary in (stalled, failing, short):
+        services.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert _rows(page) == [
+        {
+            "client_limited": True, "reached": True, "failed": 0, "cancelled": 0,
+            "achieved": ["0.95", "of", "1"],
+            "warnings": ["client-limited: event-loop lag p99 31 ms > 20 ms"],
+        },
+        {
+            "client_limited": False, "reached": True, "failed": 3, "cancelled": 2,
+            "achieved": ["3.80", "of", "4"], "warnings": ["3 of 20 requests failed"],
+        },
+        {
+            "client_limited": False, "reached": False, "failed": 0, "cancelled": 0,
+            "achieved": ["7.75", "of", "64"],
+            "warnings": ["C not reached: achieved 7.75 of the asked 64 (below 80%)"],
+        },
+    ]  # fmt: skip
+    # The comparison's decision reads the same summaries the same way.
+    levels = SweepLevel.objects.filter(sweep=sweep).order_by("index")
+    for level, row in zip(levels, _rows(page), strict=True):
+        run = LevelRun(
+            sweep.pk, level.index, level.concurrency,
+            {"achieved_concurrency": level.achieved_concurrency}, summary=level.summary,
+        )  # fmt: skip
+        health = arm_health([run])
+        assert (health.failed, health.cancelled) == (row["failed"], row["cancelled"])
+        assert health.client_limited is row["client_limited"]
+        assert health.achieved_concurrency == level.achieved_concurrency

@@ -72,9 +72,15 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
 
     page.get_by_test_id("open-comparison").click()
     page.wait_for_url(f"{dashboard.url}/experiments/*/comparison/")
-    verdict = page.get_by_test_id("verdict")
-    # At C=4 the model puts the baseline ~1.35x ahead: far beyond the run-to-run noise.
-    expect(verdict).to_contain_text(f"C=4: B ({EAGLE}) behind")
+    expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")
+    # At C=4 the baseline is ~1.35x ahead in the model: behind, unless the load generator was
+    # the bottleneck on a loaded machine, which the level then says instead.
+    c4 = page.locator("[data-testid=statement][data-kind=level][data-concurrency='4']")
+    expect(c4).to_contain_text(f"C=4: B ({EAGLE})")
+    if c4.get_attribute("data-status") == "not_comparable":
+        expect(c4).to_contain_text("client-limited")
+    else:
+        expect(c4).to_have_attribute("data-status", "behind")
     expect(page.get_by_test_id("saturation").first).to_contain_text(
         "A: not saturated in the tested range"
     )

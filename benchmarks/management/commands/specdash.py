@@ -145,7 +145,7 @@ class Command(BaseCommand):
         verify.add_argument(
             "--repeats", type=int, default=None, help="Sweeps per arm (default 3, or more)"
         )
-        verify.add_argument("--margin", type=float, default=None, help="Verdict margin (0.05)")
+        verify.add_argument("--margin", type=float, default=None, help="Verdict margin (default 0)")
         verify.add_argument("--wait", action="store_true", help="Wait, then print the verdict")
         verify.add_argument("--timeout", type=float, default=24 * 3600.0)
 

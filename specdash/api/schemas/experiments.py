@@ -11,6 +11,7 @@ from pydantic import StringConstraints
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
 from specdash.api.schemas.base import _TEXT, Id, In, Page
+from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
 
@@ -160,7 +161,7 @@ class VerdictOut(Schema):
     reference_name: str
     candidate_name: str
     text: str = Field(description="The decision's statements, joined")
-    decision: dict[str, Any] | None = Field(
+    decision: DecisionOut | None = Field(
         None,
         description="The one decision every surface renders: per level the oriented ratio, "
         "status (ahead, behind, equivalent, inconclusive, not_comparable), reason and "
@@ -170,9 +171,12 @@ class VerdictOut(Schema):
     ratios: list[RatioOut] = Field(description="candidate / reference output tok/s per level")
     unmatched: list[int]
     crossover: dict[str, Any]
-    behind_from: int | None
-    ahead_from: int | None
-    settled_conclusively: bool
+    behind_from: int | None = Field(
+        description="The decision's behind_from: smallest tested C from which every level "
+        "is behind by its status (never from the points alone)"
+    )
+    ahead_from: int | None = Field(description="The decision's ahead_from (by status)")
+    settled_conclusively: bool = Field(description="behind_from or ahead_from is set")
     reference_saturation: dict[str, Any]
     candidate_saturation: dict[str, Any]
     saturation_ratio: float | None

@@ -149,6 +149,12 @@ def test_ratio_sign_needs_an_interval() -> None:
         ),
         (
             ArmHealth(),
+            ArmHealth(client_limited=True, client_warning="event-loop stall 420 ms (max)"),
+            "B (eagle3)'s load generator was the bottleneck (client-limited: event-loop stall "
+            "420 ms (max))",
+        ),
+        (
+            ArmHealth(),
             ArmHealth(load_source_starved=True),
             "B (eagle3)'s load source fell behind (starved)",
         ),

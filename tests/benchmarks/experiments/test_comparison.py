@@ -47,6 +47,23 @@ def test_a_candidate_ahead_everywhere_has_no_crossover_and_keeps_speculation_on(
     assert v["text"] == " ".join(d["statements"])
 
 
+def test_behind_from_is_the_decisions_and_points_without_intervals_settle_nothing(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    a = make_sweep(base, {1: 100, 4: 100, 16: 100}, tmp=tmp_path, records=False)
+    b = make_sweep(spec, {1: 110, 4: 90, 16: 80}, tmp=tmp_path, records=False)
+    (v,) = _compare(a, b)["verdicts"]
+    assert [lv["status"] for lv in v["decision"]["levels"]] == ["inconclusive"] * 3
+    assert (v["behind_from"], v["ahead_from"], v["settled_conclusively"]) == (None, None, False)
+    a = make_sweep(base, {1: 100, 4: 100, 16: 100}, tmp=tmp_path, jitter=0.02)
+    b = make_sweep(spec, {1: 130, 4: 70, 16: 60}, tmp=tmp_path, jitter=0.02, seed=5)
+    (v,) = _compare(a, b)["verdicts"]
+    assert [lv["status"] for lv in v["decision"]["levels"]] == ["ahead", "behind", "behind"]
+    assert (v["behind_from"], v["ahead_from"], v["settled_conclusively"]) == (4, None, True)
+    assert v["behind_from"] == v["decision"]["behind_from"]
+
+
 def test_several_crossings_are_all_reported_and_the_last_one_decides(
     profiles: Any, tmp_path: Path
 ) -> None:

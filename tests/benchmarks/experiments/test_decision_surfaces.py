@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,65 @@ def test_a_finished_experiment_says_its_stored_decision_everywhere(
     command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type]
     assert fake.asked == [f"{base}/comparison"]
     assert out.getvalue().splitlines()[1:] == decision["statements"]
+
+
+def test_level_health_from_the_summaries_makes_levels_not_comparable(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a = make_sweep(pair[0], {1: 100, 2: 100, 4: 100, 64: 100}, tmp=tmp_path, jitter=0.05)
+    b = make_sweep(pair[1], {1: 130, 2: 130, 4: 130, 64: 130}, tmp=tmp_path, jitter=0.05, seed=5)
+    levels = SweepLevel.objects.filter(sweep=b)
+    levels.filter(concurrency=2).update(
+        summary={"client": {"client_limited": True, "warnings": ["client CPU 97% > 90%"]}}
+    )
+    levels.filter(concurrency=4).update(
+        summary={"requests": {"total": 40, "failed": 12, "errors_by_cause": {"cancelled": 10}}}
+    )  # 2 failed of 40 (5%): the cancelled ones are not failures
+    levels.filter(concurrency=64).update(achieved_concurrency=7.75)
+    client.force_login(viewer)
+    api = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()
+    decision = api["verdicts"][0]["decision"]
+    assert [(lv["concurrency"], lv["status"], lv["reason"]) for lv in decision["levels"]] == [
+        (1, "ahead", "the interval lies above 1"),
+        (2, "not_comparable",
+         "B (eagle)'s load generator was the bottleneck (client-limited: client CPU 97% > 90%)"),
+        (4, "not_comparable",
+         "5.0% of B (eagle)'s requests failed (2 of 40; the limit is 1%)"),
+        (64, "not_comparable", "B (eagle) reached C=7.75, below 80% of the asked C=64"),
+    ]  # fmt: skip
+    page = client.get(f"/compare/?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    assert html_statements(page) == normalized(decision["statements"])
+    assert page.count('data-testid="ratio" data-status="not_comparable"') == 3
+    # The table shows the health the decision judged from, beside each series' figures.
+    rows = re.findall(
+        r'<tr data-testid="comparison-row" data-concurrency="(\d+)">(.*?)</tr>', page, re.S
+    )
+    shown = {}
+    for c, row in rows:
+        cells = re.findall(
+            r'data-testid="cell-health" data-failed="(\d+)" data-cancelled="(\d+)" '
+            r'data-client-limited="(true|false)">(.*?)</td>',
+            row,
+            re.S,
+        )
+        achieved = [
+            re.sub(r"<[^>]+>", "", a).split()
+            for a in re.findall(r'data-testid="cell-achieved">(.*?)</td>', row, re.S)
+        ]
+        shown[int(c)] = [
+            (int(f), int(x), lim == "true", re.findall(r'cell-health-warning">(.*?)</span>', w), ac)
+            for (f, x, lim, w), ac in zip(cells, achieved, strict=True)
+        ]
+    assert shown[2][1][2] is True and shown[2][1][3] == ["client-limited: client CPU 97% &gt; 90%"]
+    assert shown[4][1][:2] == (2, 10) and shown[4][1][3] == ["2 of 40 requests failed"]
+    assert shown[64][1][4] == ["7.75", "of", "64"]
+    assert shown[64][1][3] == ["C not reached: achieved 7.75 of the asked 64 (below 80%)"]
+    # The reference series is healthy at every level: no warning, nothing failed.
+    assert all(cells[0][:4] == (0, 0, False, []) for cells in shown.values())
+    stored = {row["concurrency"]: row["cells"][1]["health"] for row in api["rows"]}
+    assert (stored[4]["failed"], stored[4]["cancelled"], stored[64]["reached"]) == (2, 10, False)
+    # The HTML report carries the same table, health included.
+    report = client.get(f"/compare/report.html?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+    for warning in ("client-limited: client CPU 97% &gt; 90%", "2 of 40 requests failed",
+                    "C not reached: achieved 7.75 of the asked 64 (below 80%)"):  # fmt: skip
+        assert f'data-testid="cell-health-warning">{warning}</span>' in report

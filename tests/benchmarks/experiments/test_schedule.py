@@ -9,15 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchlib.stats.engines import ENGINE_NAMES
-from benchmarks.experiments import services
+from benchmarks.experiments import services, tuning
 from benchmarks.experiments.drafts import draft_length
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.experiments.schedule import experiment_schedule
+from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
+from benchmarks.models import Experiment, SweepLevel
+from benchmarks.models.experiments import ExperimentState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.experiments.schedule_data import (
@@ -233,3 +236,23 @@ def test_the_schedule_and_the_verdict_on_one_page_say_the_same(
     assert verdict[-1] == normalized([pairwise["recommendation"]])[0]
     assert "on up to C=8, off above" in verdict[-1]
     assert "Schedule: C=1-8 K=3; C=9 and above off" in decision["recommendation"]
+
+
+def test_no_schedule_is_ranked_on_throughput_at_a_fixed_request_rate(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    experiment = constructed_experiment(
+        make_profile,
+        [("baseline", "vllm", vllm_argv(None), BASELINE),
+         ("eagle3", "vllm", vllm_argv(VLLM_EAGLE3), EAGLE3)],
+        tmp_path,
+    )  # fmt: skip
+    SweepLevel.objects.filter(sweep__experiment_step__experiment=experiment).update(
+        summary={"mode": "rate", "target_rate": 3.0}
+    )
+    schedule = experiment_schedule(experiment=experiment)
+    assert schedule == {"available": False, "message": RATE_MODE_MESSAGE}
+    Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.COMPLETED)
+    experiment.refresh_from_db()
+    with pytest.raises(ValidationError, match="fixed request rate"):
+        tuning.derive(experiment)

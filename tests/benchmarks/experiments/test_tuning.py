@@ -13,8 +13,15 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from benchlib.simulator.cli import parse_config
-from benchlib.stats.types import Curve, LevelSample, Ratio
-from benchmarks.experiments import services, tuning
+from benchlib.stats.decision import Arm, LevelEvidence, decide
+from benchlib.stats.decision_verification import (
+    VerificationDecision,
+    decide_verification,
+    verification_from,
+)
+from benchlib.stats.types import Ratio
+from benchmarks.experiments import selectors, services, tuning
+from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
@@ -213,7 +220,9 @@ def test_report_names_the_levels_where_a_fixed_choice_is_conclusively_ahead(
     assert by_c[8]["ratio"]["high"] < 1
     verdict = report["verdict"]
     assert verdict.startswith("The schedule is not at least as good as every fixed choice")
-    assert "C=8 (Sim [off]: 0.749x" in verdict and "C=1" not in verdict
+    behind, _, undecided = verdict.partition(" Not decided: ")
+    assert "C=8 (Sim [off]: 0.749x" in behind and "C=1" not in behind
+    assert undecided.startswith("C=1 (Sim [K=1]: the interval contains 1")
 
 
 def test_report_refuses_an_experiment_that_is_not_a_verification(
@@ -238,20 +247,38 @@ _SHARED_RUN = {
 }
 
 
+def _placed(ratios: Mapping[int, Ratio], margin: float) -> VerificationDecision:
+    pair = decide(
+        reference=Arm("k3"),
+        candidate=Arm("tuned"),
+        levels=[LevelEvidence(c, r) for c, r in ratios.items()],
+        margin=margin,
+    )
+    return verification_from("tuned", [pair], margin=margin)
+
+
+def _by_level(decision: VerificationDecision) -> dict[int, tuple[list[str], list[str]]]:
+    return {
+        lv.concurrency: (list(lv.ahead_of_tuned), list(lv.behind_within_margin))
+        for lv in decision.levels
+    }
+
+
 def test_gaps_inside_the_margin_are_behind_within_it_not_conclusive() -> None:
     # C=2's interval (0.947-0.971) reaches below 1/1.05: it is not shown to be within 5%,
     # so tuned is behind there; C=8's (0.978-0.986) lies inside 1 +/- 5%.
-    placed = {c: tuning.classify_ratios({"k3": r}, 0.05) for c, r in _SHARED_RUN.items()}
+    placed = _by_level(_placed(_SHARED_RUN, 0.05))
     assert placed == {1: ([], []), 2: (["k3"], []), 8: ([], ["k3"])}
 
 
-def test_margin_zero_gives_the_old_verdict() -> None:
-    placed = {c: tuning.classify_ratios({"k3": r}, 0.0) for c, r in _SHARED_RUN.items()}
+def test_margin_zero_is_the_default_and_judges_every_conclusive_gap() -> None:
+    assert tuning.DEFAULT_MARGIN == 0.0
+    placed = _by_level(_placed(_SHARED_RUN, tuning.DEFAULT_MARGIN))
     assert placed == {1: ([], []), 2: (["k3"], []), 8: (["k3"], [])}
 
 
 def test_a_ten_percent_gap_is_worse_even_with_the_margin() -> None:
-    assert tuning.classify_ratios({"k3": _ratio(0.90, 0.88, 0.92)}, 0.05) == (["k3"], [])
+    assert _by_level(_placed({1: _ratio(0.90, 0.88, 0.92)}, 0.05)) == {1: (["k3"], [])}
 
 
 @pytest.mark.parametrize(
@@ -259,12 +286,32 @@ def test_a_ten_percent_gap_is_worse_even_with_the_margin() -> None:
     [(0.05, False, [8], [2]), (0.0, False, [], [2, 8])],
 )
 def test_verdict_on_the_shared_run_figures_depends_on_the_margin(
-    monkeypatch: pytest.MonkeyPatch, margin: float, ok: bool, within: list[int], worse: list[int]
+    margin: float, ok: bool, within: list[int], worse: list[int]
 ) -> None:
-    monkeypatch.setattr(tuning, "level_ratio", lambda fixed, tuned, seed: _SHARED_RUN[seed])
-    levels = [LevelSample(concurrency=c, value=100.0) for c in _SHARED_RUN]
-    report = tuning.level_verdicts(Curve("tuned", levels), [Curve("k3", levels)], margin)
-    assert report["ok"] is ok
-    assert [r["concurrency"] for r in report["levels"] if r["behind_within_margin"]] == within
-    assert [r["concurrency"] for r in report["levels"] if r["conclusively_worse_than"]] == worse
-    assert ("Behind within the margin" in report["verdict"]) is bool(within)
+    decision = _placed(_SHARED_RUN, margin)
+    assert decision.ok is ok
+    assert [lv.concurrency for lv in decision.levels if lv.behind_within_margin] == within
+    assert [lv.concurrency for lv in decision.levels if lv.ahead_of_tuned] == worse
+    assert ("Behind within the margin" in decision.verdict) is bool(within)
+    assert f"margin ±{margin:.0%}, 95% confidence" in decision.verdict
+    # C=1's interval crosses 1: named as not decided, with the pair's reason.
+    assert "Not decided: C=1 (k3: the interval contains 1" in decision.verdict
+    assert "within-run" in decision.verdict  # request-bootstrap intervals say so
+
+
+def test_the_report_renders_the_verification_decision_and_writes_no_sentence(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    values = {1: ((151, 149), (100, 102), (150, 152)), 8: ((450, 452), (600, 605), (500, 503))}
+    experiment = _verification(make_profile, values, tmp_path)
+    report = tuning.verification_report(experiment=experiment)
+    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    decision = decide_verification(curves[0], curves[1:])
+    assert report["verdict"] == decision.verdict
+    assert report["decision"] == decision.to_dict()
+    assert report["ok"] is decision.ok is False
+    assert [r["conclusively_worse_than"] for r in report["levels"]] == [
+        list(lv.ahead_of_tuned) for lv in decision.levels
+    ]
+    # No pair of a verification carries a speculation recommendation.
+    assert all(d.bands == () for d in decision.pairwise)

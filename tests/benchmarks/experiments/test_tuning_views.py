@@ -4,6 +4,7 @@ on the comparison page: who may do what, and what bad input gives."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from benchmarks.experiments import forms, services, tuning
+from benchlib.stats.decision_verification import decide_verification
+from benchmarks.experiments import forms, selectors, services, tuning
+from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
@@ -224,14 +227,50 @@ def test_the_verification_result_per_level_with_the_verdict_and_margin(
     assert 'data-testid="verification-section"' in html
     assert html.count('data-testid="verification-level" data-ok="true"') == 3
     assert 'data-testid="verification-verdict" data-ok="true"' in html
-    assert "at least as good as every fixed choice" in html and "margin 5%" in html
+    assert "at least as good as every fixed choice" in html and "margin ±0%" in html
     assert "Sim [K=3]" in html and "Sim [off]" in html
-    assert "margin 0%" in client.get(url + "?margin=0").content.decode()
+    assert "margin ±5%" in client.get(url + "?margin=0.05").content.decode()
     for bad in ("x", "0.5", "-1"):
         page = client.get(url + f"?margin={bad}")
         assert page.status_code == 200
         text = page.content.decode()
-        assert 'data-testid="margin-error"' in text and "margin 5%" in text
+        assert 'data-testid="margin-error"' in text and "margin ±0%" in text
+
+
+def _verdict(html: str) -> str:
+    start = html.index('data-testid="verification-verdict"')
+    return unescape(html[html.index(">", start) + 1 : html.index("</p>", start)])
+
+
+def test_a_verification_at_0_84x_never_says_keep_speculation_on(
+    client: Client, viewer: Any, make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    # tuned, off, K=1 (two runs each): tuned / K=1 is 0.84x at every level, wholly below 1.
+    names = ["Sim [schedule]", "Sim [off]", "Sim [K=1]"]
+    profiles = [make_profile(name=n, speculative=n != "Sim [off]") for n in names]
+    values = {
+        1: ((84.0, 84.2), (60.0, 60.2), (100.0, 100.2)),
+        4: ((168.0, 168.4), (190.0, 190.4), (200.0, 200.4)),
+    }
+    experiment = services.experiment_create(
+        profiles=profiles, levels=[1, 4], load=LOAD, repeats=2, tags=[tuning.VERIFY_TAG]
+    )
+    complete_with(experiment, values, tmp_path)
+    client.force_login(viewer)
+    html = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert "keep speculation on" not in html.lower()
+    assert 'data-testid="verification-verdict" data-ok="false"' in html
+    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    decision = decide_verification(curves[0], curves[1:])
+    # The page says the decision's own sentence, and it names K=1 ahead at both levels.
+    assert _verdict(html) == decision.verdict
+    assert decision.margin == 0.0 and "margin ±0%" in decision.verdict
+    assert "C=1 (Sim [K=1]: 0.840x" in decision.verdict
+    assert "C=4 (" in decision.verdict and "Sim [K=1]: 0.840x" in decision.verdict
+    assert [lv.ahead_of_tuned for lv in decision.levels] == [
+        ("Sim [K=1]",),
+        ("Sim [off]", "Sim [K=1]"),
+    ]
 
 
 def test_a_comparison_that_is_not_a_verification_has_no_verification_section(

@@ -123,7 +123,12 @@ def test_comparing_two_sweeps_gives_ratios_and_a_verdict(
     (verdict,) = body["verdicts"]
     points = {r["concurrency"]: r["point"] for r in verdict["ratios"]}
     assert points == pytest.approx({1: 1.1, 2: 0.9, 5: 0.5})
-    assert verdict["speculative"] is True and verdict["behind_from"] == 2
+    # One figure per arm and level: no interval, so every level is inconclusive and nothing
+    # is behind "from" anywhere, whatever the points say (behind_from is the decision's).
+    assert verdict["speculative"] is True and verdict["behind_from"] is None
+    assert verdict["settled_conclusively"] is False
+    assert [lv["status"] for lv in verdict["decision"]["levels"]] == ["inconclusive"] * 3
+    assert verdict["decision"]["behind_from"] is None
     assert verdict["crossover"]["last"]["lower_level"] == 1
     assert verdict["text"]
 

@@ -1,0 +1,174 @@
+"""The decision of a schedule verification: the tuned schedule against every fixed variant it
+was derived from, each pair decided by ``decision.decide`` (tuned the candidate, the fixed
+variant the reference), and the verdict said once here.
+
+A fixed variant is *ahead of the schedule* at a level exactly when the pair's status there is
+``behind`` (tuned / fixed wholly below 1 and not inside 1 +/- margin); the schedule passes when
+no fixed variant is ahead of it at any level both measured. A level whose pair is
+``not_comparable`` or ``inconclusive`` is named with its reason, never counted as a pass or a
+failure on its own. ``equivalent`` with an interval wholly below 1 is "behind within the
+margin" (only possible with a margin above 0).
+
+The margin defaults to 0 (``VERIFY_MARGIN``): a verification runs each level several times by
+default, so its intervals already hold the run-to-run spread, and a schedule that is
+conclusively behind a fixed choice by any amount fails. Neither arm is treated as "the
+speculative one": a verification asks whether the schedule is at least as good as each fixed
+choice, not whether to switch speculation on, so no pair carries a speculation recommendation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from benchlib.stats.decision import Arm, ArmHealth, Decision, conditions, decide_curves
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from benchlib.stats.types import Curve, Ratio
+
+VERIFY_MARGIN = 0.0
+
+
+@dataclass(frozen=True)
+class VerificationLevel:
+    concurrency: int
+    best_fixed: str  # the fixed variant tuned is furthest behind (lowest tuned / fixed point)
+    ratio: Ratio  # tuned / best fixed
+    ahead_of_tuned: tuple[str, ...]  # fixed variants whose pair says tuned is behind
+    behind_within_margin: tuple[str, ...]
+    undecided: tuple[str, ...]  # "name: reason" for inconclusive / not comparable pairs
+    ok: bool
+
+
+@dataclass(frozen=True)
+class VerificationDecision:
+    tuned: str
+    fixed: tuple[str, ...]
+    margin: float
+    confidence: float
+    pairwise: tuple[Decision, ...]  # tuned against each fixed variant, in ``fixed`` order
+    levels: tuple[VerificationLevel, ...]
+    ok: bool
+    verdict: str
+
+    def statements(self) -> tuple[str, ...]:
+        return (self.verdict, *(s for d in self.pairwise for s in d.statements()))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        out["pairwise"] = [d.to_dict() for d in self.pairwise]
+        out["statements"] = list(self.statements())
+        return out
+
+
+def _fmt(ratio: Ratio) -> str:
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.point:.3f}x, no interval"
+    return f"{ratio.point:.3f}x, {ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f}x"
+
+
+def verification_from(
+    tuned: str,
+    pairwise: Sequence[Decision],
+    *,
+    margin: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> VerificationDecision:
+    """The verification's levels and verdict from the pairs' decisions (each with tuned as
+    the candidate)."""
+    concurrencies = sorted({lv.concurrency for d in pairwise for lv in d.levels})
+    levels: list[VerificationLevel] = []
+    failing: list[str] = []
+    close: list[str] = []
+    undecided_text: list[str] = []
+    for c in concurrencies:
+        present = [(d.reference.name, lv) for d in pairwise if (lv := d.level(c)) is not None]
+        best, best_level = min(present, key=lambda item: item[1].ratio.point)
+        ahead = tuple(name for name, lv in present if lv.status == "behind")
+        within = tuple(
+            name
+            for name, lv in present
+            if lv.status == "equivalent" and lv.ratio.high is not None and lv.ratio.high < 1.0
+        )
+        undecided = tuple(
+            f"{name}: {lv.reason}"
+            for name, lv in present
+            if lv.status in ("inconclusive", "not_comparable")
+        )
+        levels.append(
+            VerificationLevel(c, best, best_level.ratio, ahead, within, undecided, not ahead)
+        )
+        by_name = dict(present)
+        if ahead:
+            failing.append(f"C={c} ({'; '.join(f'{n}: {_fmt(by_name[n].ratio)}' for n in ahead)})")
+        if within:
+            close.append(f"C={c} ({'; '.join(f'{n}: {_fmt(by_name[n].ratio)}' for n in within)})")
+        if undecided:
+            undecided_text.append(f"C={c} ({'; '.join(undecided)})")
+    cond = conditions(margin, confidence)
+    if not levels:
+        verdict = "No level was measured by the tuned arm and a fixed variant: no verdict."
+    elif not failing:
+        verdict = (
+            "The schedule is at least as good as every fixed choice at every level: no fixed "
+            f"variant is conclusively ahead of it ({cond})."
+        )
+    else:
+        verdict = (
+            "The schedule is not at least as good as every fixed choice: conclusively behind at "
+            + ", ".join(failing)
+            + f" (tuned / fixed wholly below 1 and not inside 1 ± margin; {cond})."
+        )
+    if close:
+        verdict += (
+            f" Behind within the margin (wholly below 1, inside 1 ± {margin:.0%}): "
+            + ", ".join(close)
+            + "."
+        )
+    if undecided_text:
+        verdict += " Not decided: " + ", ".join(undecided_text) + "."
+    if any(d.within_run for d in pairwise):
+        verdict += " Some intervals are within-run: they leave out run-to-run variance."
+    return VerificationDecision(
+        tuned=tuned,
+        fixed=tuple(d.reference.name for d in pairwise),
+        margin=margin,
+        confidence=confidence,
+        pairwise=tuple(pairwise),
+        levels=tuple(levels),
+        ok=bool(levels) and not failing,
+        verdict=verdict,
+    )
+
+
+def decide_verification(
+    tuned: Curve,
+    fixed: Sequence[Curve],
+    *,
+    margin: float = VERIFY_MARGIN,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    health: dict[str, dict[int, ArmHealth]] | None = None,
+) -> VerificationDecision:
+    """``tuned`` against each of ``fixed`` on their throughput curves (``decide_curves``);
+    ``health`` maps a curve's name to its levels' health."""
+    by_name = health or {}
+    pairwise = []
+    for curve in fixed:
+        ref, cand = by_name.get(curve.name, {}), by_name.get(tuned.name, {})
+        pair_health = {
+            c: (ref.get(c, ArmHealth()), cand.get(c, ArmHealth())) for c in {*ref, *cand}
+        }
+        pairwise.append(
+            decide_curves(
+                curve,
+                tuned,
+                margin=margin,
+                confidence=confidence,
+                n_boot=n_boot,
+                health=pair_health,
+                arms=(Arm(curve.name, engine=curve.engine), Arm(tuned.name, engine=tuned.engine)),
+            )
+        )
+    return verification_from(tuned.name, pairwise, margin=margin, confidence=confidence)
