@@ -406,6 +406,7 @@ def _decision(
     ratios: RatioCurve,
     figure: str,
     rate_mode: bool,
+    drift: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Decision:
     ref_runs, cand_runs = _grouped(reference), _grouped(candidate)
     health: dict[int, tuple[ArmHealth, ArmHealth]] = {}
@@ -423,6 +424,7 @@ def _decision(
         rate_mode=rate_mode,
         runs_per_arm=runs,
         confidence=CONFIDENCE,
+        drift=(drift or {}).get(candidate.label),
     )
 
 
@@ -480,8 +482,12 @@ def comparison_build(
     n_boot: int = N_BOOT,
     seed: int = 0,
     slo: dict[str, Any] | None = None,
+    drift: Mapping[str, Mapping[int, float]] | None = None,
 ) -> dict[str, Any]:
     """The comparison of ``series`` against the first one that has data (see module notes).
+
+    ``drift`` (candidate label -> C -> the largest drift of an arm's own runs, from an
+    experiment's protocol record) holds the levels whose drift exceeds the margin inconclusive.
 
     With an ``slo`` (the experiment's load settings), each series gets the highest concurrency
     meeting it and each candidate a goodput verdict beside the throughput one."""
@@ -525,9 +531,9 @@ def comparison_build(
             entry = _verdict_dict(verdict, labels)
             if rate_mode:
                 ratios = _latency_ratios(built[0][0], cand_data, n_boot=n_boot, seed=seed)
-                decision = _decision(built[0][0], cand_data, ratios, RATE_FIGURE, True)
+                decision = _decision(built[0][0], cand_data, ratios, RATE_FIGURE, True, drift)
             else:
-                decision = _decision(built[0][0], cand_data, verdict.ratios, METRIC, False)
+                decision = _decision(built[0][0], cand_data, verdict.ratios, METRIC, False, drift)
             entry.update(_advice_fields(decision))
             entry["vllm_speculative_config"] = _vllm_config(entry, built)
             verdicts.append(entry)

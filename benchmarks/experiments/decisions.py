@@ -95,8 +95,11 @@ def decision_from(
     rate_mode: bool,
     runs_per_arm: Mapping[int, int],
     confidence: float,
+    drift: Mapping[int, float] | None = None,
 ) -> Decision:
-    """The decision of one candidate from the ratios its verdict computed."""
+    """The decision of one candidate from the ratios its verdict computed; ``drift`` maps C
+    to the largest first-to-last change of an arm's own runs (``benchlib.stats.drift``), which
+    holds a level inconclusive when it exceeds the margin."""
     evidence = [
         LevelEvidence(
             lr.concurrency,
@@ -104,6 +107,7 @@ def decision_from(
             repeats=runs_per_arm.get(lr.concurrency, 1),
             reference=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[0],
             candidate=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[1],
+            drift=(drift or {}).get(lr.concurrency),
         )
         for lr in ratios.levels
     ]

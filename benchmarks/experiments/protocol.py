@@ -79,6 +79,19 @@ def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -
     }
 
 
+def protocol_drift(protocol: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """Candidate label -> C -> the largest drift of an arm's own runs, from a protocol record
+    (what ``comparison_build`` hands the decision; levels without two runs of an arm left out)."""
+    return {
+        label: {
+            int(level["concurrency"]): float(level["drift"])
+            for level in levels
+            if level.get("drift") is not None
+        }
+        for label, levels in (protocol.get("drift") or {}).items()
+    }
+
+
 def experiment_protocol_report(*, experiment: Experiment) -> dict[str, Any]:
     """The protocol record, the arms' environment differences and every run's environment
     records: as stored with a finished experiment's comparison, else computed from the runs

@@ -21,7 +21,7 @@ from benchmarks.experiments.environment import (
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
-from benchmarks.experiments.protocol import experiment_protocol
+from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
@@ -175,13 +175,16 @@ def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) ->
 def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
     """Build the comparison from the experiment's sweeps and keep it on the experiment."""
     experiment = Experiment.objects.get(pk=experiment_id)
+    # How it was measured: the interval's scope, drift and order effect per level; a level
+    # whose drift exceeds the margin is inconclusive in the decision.
+    protocol = experiment_protocol(experiment=experiment)
     result = comparison.comparison_build(
         series=selectors.experiment_series(experiment=experiment),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
+        drift=protocol_drift(protocol),
     )
-    # How it was measured: the interval's scope, drift and order effect per level.
-    result["protocol"] = experiment_protocol(experiment=experiment)
+    result["protocol"] = protocol
     # What else than their declared launch differs between the arms' runs.
     result["environment_differences"] = experiment_environment_differences(
         experiment_id=experiment_id

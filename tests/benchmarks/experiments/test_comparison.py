@@ -259,3 +259,31 @@ def test_a_vllm_candidates_recommendation_is_its_own_config_with_the_switch(
     config = json.loads(v["vllm_speculative_config"])
     # What tests/engines/vllm/test_vllm.py starts the real vLLM with: the same shape, accepted.
     assert config == {**spec, "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 3, 0]]}
+
+
+def test_a_level_whose_arm_drifted_beyond_the_margin_is_inconclusive_whatever_its_interval(
+    profiles: Any, tmp_path: Path
+) -> None:
+    base, spec = profiles
+    experiment = services.experiment_create(
+        profiles=[base, spec], levels=[1, 8], load=LOAD, repeats=3, order="interleaved"
+    )
+    # C=1: B 50% ahead, each arm's runs within 0.3% of each other. C=8: B at half of A, but A
+    # rose 12% from its first run to its last (500 -> 560): the machine changed under the
+    # experiment, so its interval, clear of 1 as it is, settles nothing.
+    values = {
+        "A": [{1: 100, 8: 500}, {1: 100.5, 8: 530}, {1: 100.2, 8: 560}],
+        "B": [{1: 150, 8: 250}, {1: 151, 8: 251}, {1: 150.5, 8: 250.5}],
+    }
+    for step in experiment.steps.select_related("arm").order_by("index"):
+        profile = base if step.arm.label == "A" else spec
+        make_sweep(profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
+    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    drift = {d["concurrency"]: d["drift"] for d in result["protocol"]["drift"]["B"]}
+    assert drift[8] == pytest.approx(560 / 500 - 1) and drift[1] < 0.02
+    (v,) = result["verdicts"]
+    by_c = {r["concurrency"]: r for r in v["ratios"]}
+    assert by_c[8]["high"] < 0.6  # the interval alone would say "behind"
+    levels = {lv["concurrency"]: lv for lv in v["decision"]["levels"]}
+    assert levels[1]["status"] == "ahead"
+    assert levels[8]["status"] == "inconclusive" and "drift" in levels[8]["reason"]
