@@ -271,7 +271,7 @@ def test_a_level_whose_arm_drifted_beyond_the_margin_is_inconclusive_whatever_it
     # C=1: B 50% ahead, each arm's runs within 0.3% of each other. C=8: B at half of A, but A
     # rose 12% from its first run to its last (500 -> 560): the machine changed under the
     # experiment, so its interval, clear of 1 as it is, settles nothing.
-    values = {
+    values: dict[str, list[dict[int, float]]] = {
         "A": [{1: 100, 8: 500}, {1: 100.5, 8: 530}, {1: 100.2, 8: 560}],
         "B": [{1: 150, 8: 250}, {1: 151, 8: 251}, {1: 150.5, 8: 250.5}],
     }
