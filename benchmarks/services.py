@@ -309,6 +309,10 @@ def sweep_resume(
         raise ValidationError(
             {"instance": f"server #{sweep.instance.pk} is {sweep.instance.state}, not ready"}
         )
+    if sweep.instance is None and sweep.base_url:
+        # A base-URL sweep is held to today's rule on every run, not the one it was created
+        # under: rows made before targets were closed, or a host since removed, stop here.
+        targets.base_url_check(sweep.base_url, user=user)
     worker_require(kind=SWEEP_JOB_KIND)
     who = getattr(user, "username", "") or "the system"
     label = _level_label(sweep, plan, resume_from)

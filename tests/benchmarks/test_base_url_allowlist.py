@@ -9,7 +9,8 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from benchmarks import services
-from benchmarks.models import Sweep
+from benchmarks.models import Sweep, SweepState
+from core.models import Job
 from hosts.models import Host, HostKind
 from tests.benchmarks.conftest import load
 
@@ -144,3 +145,22 @@ def test_anything_else_is_a_field_error_and_nothing_is_created(
         services.sweep_create(base_url=url, levels=[1], load=load())
     assert "runs sweeps only against" in str(info.value.message_dict["base_url"])
     assert not Sweep.objects.exists()
+
+
+def test_a_resume_is_held_to_the_targets_rule_of_today_not_of_its_creation(
+    settings: LazySettings, operator: User
+) -> None:
+    # A row created while any address was allowed (or before targets were closed) cannot be
+    # resumed against an address that the rule now refuses; nothing is queued.
+    settings.SPECDASH_SWEEP_BASE_URLS = ["*"]
+    sweep = services.sweep_create(
+        base_url="http://169.254.169.254/latest", levels=[1], load=load(), user=operator
+    )
+    Sweep.objects.filter(pk=sweep.pk).update(state=SweepState.INTERRUPTED)
+    settings.SPECDASH_SWEEP_BASE_URLS = []
+    with pytest.raises(ValidationError) as info:
+        services.sweep_resume(sweep=sweep, user=operator)
+    assert "base_url" in info.value.message_dict
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.INTERRUPTED
+    assert Job.objects.filter(kind="sweep.run").count() == 1  # the creation's job only
