@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -35,6 +36,7 @@ from benchlib.loadgen.summary import LevelSummary
 from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
@@ -337,6 +339,12 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
                 break
     except OSError as exc:
         state, reason = SweepState.FAILED, f"could not start the load generator: {exc}"
+    if state == SweepState.FAILED and disk_full(reason):
+        # A shard's own writes or the merge into the sweep's file hit a full disk: said as on
+        # the one-process path, not as the error text it surfaced in.
+        reason = disk_full_reason(plan.records_path)
+    # A merge cut mid-record leaves whole lines only, so a resume appends after them.
+    await asyncio.to_thread(trim_torn_tail, Path(plan.records_path))
     await finish(sweep_id=plan.sweep_id, state=state, reason=reason)
     return {
         "sweep_id": plan.sweep_id,

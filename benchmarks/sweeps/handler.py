@@ -25,7 +25,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
-from benchmarks.sweeps.recordfile import disk_full, trim_torn_tail
+from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.recording import sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper
@@ -127,11 +127,7 @@ def _outcome(
         return SweepState.CANCELLED, f"load generator cancelled: {reason}"
     tail = proc.stderr_text()[-2000:]
     if disk_full(f"{reason}\n{tail}"):
-        # Not a traceback: the one fact an operator needs, and what to do about it.
-        return SweepState.FAILED, (
-            f"the disk holding the records is full (no space left writing {records_path}); "
-            "free space, then resume the sweep: the completed levels are kept"
-        )
+        return SweepState.FAILED, disk_full_reason(records_path)
     if status == "failed":
         return SweepState.FAILED, f"load generator stopped the sweep: {reason}"
     if exit_code is not None and exit_code < 0 and not proc.terminated:

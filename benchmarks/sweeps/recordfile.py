@@ -105,3 +105,12 @@ DISK_FULL_MARKERS = ("[Errno 28]", "No space left on device", "[Errno 122]", "Di
 def disk_full(text: str) -> bool:
     """Whether an error text says the disk (or the quota) is full."""
     return any(marker in text for marker in DISK_FULL_MARKERS)
+
+
+def disk_full_reason(records_path: Path | str) -> str:
+    """The sweep's reason when the disk holding its records filled: not a traceback, the one
+    fact an operator needs and what to do about it."""
+    return (
+        f"the disk holding the records is full (no space left writing {records_path}); "
+        "free space, then resume the sweep: the completed levels are kept"
+    )

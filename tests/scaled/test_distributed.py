@@ -3,7 +3,9 @@ per-shard split with laggards flagged, and a real split sweep against the simula
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,3 +217,42 @@ def test_each_shard_gets_its_share_of_the_requests_a_common_start_and_its_own_ru
         assert flag("--run-id") == f"s1-l0-p{shard.index}"
         assert flag("--records") == str(shard.records_path)
         assert flag("--seed") == str(shard.index)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_full_disk_while_a_split_level_merges_gives_the_clear_reason_and_whole_lines(
+    fast_simulator: Simulator,
+    settings: Any,
+    tmp_path: Path,
+    local_host: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The merge of a split level into the sweep's records file hits a full disk mid-record:
+    # the sweep says so as the one-process path does (no error text, no "could not start"),
+    # and the file keeps whole lines only, so a resume appends after them.
+    from benchmarks.sweeps import distributed
+
+    settings.SPECDASH_DATA_DIR = tmp_path / "data"
+    settings.SPECDASH_LOADGEN_MAX_STREAMS = 2
+
+    def full_disk(shard: Any, *, level_index: int, sweep_records: Path, attempt: int) -> Any:
+        with open(sweep_records, "a") as f:
+            f.write('{"level": 0, "id": "whole"}\n{"level": 0, "id": "torn", "tt')
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(distributed, "read_shard_records", full_disk)
+    sweep = await sync_to_async(services.sweep_create)(
+        base_url=fast_simulator.base_url,
+        levels=[4],
+        load=load(model=fast_simulator.model, requests_per_level=8, max_tokens=8),
+    )
+    assert sweep.job_id is not None
+    ctx = JobContext(job_id=sweep.job_id, kind="sweep.run", params={"sweep_id": sweep.pk},
+                     worker_id="test")  # fmt: skip
+    await handler.run_sweep(ctx)
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.FAILED
+    assert sweep.reason.startswith("the disk holding the records is full"), sweep.reason
+    assert "resume" in sweep.reason and "could not start" not in sweep.reason
+    text = await sync_to_async(Path(sweep.records_path).read_text)()
+    assert text == '{"level": 0, "id": "whole"}\n'
