@@ -125,25 +125,18 @@ def worker_beat(
     """Record a worker's beat, committed at once (it is also the worker's write check)."""
     now = timezone.now()
     with transaction.atomic():
+        beat = {
+            "machine": machine,
+            "pid": os.getpid(),
+            "kinds": list(kinds),
+            "healthy": healthy,
+            "error": error[:2000],
+            "beat_at": now,
+        }
         WorkerBeat.objects.update_or_create(
             worker_id=worker_id,
-            defaults={
-                "machine": machine,
-                "pid": os.getpid(),
-                "kinds": list(kinds),
-                "healthy": healthy,
-                "error": error[:2000],
-                "beat_at": now,
-            },
-            create_defaults={
-                "machine": machine,
-                "pid": os.getpid(),
-                "kinds": list(kinds),
-                "healthy": healthy,
-                "error": error[:2000],
-                "beat_at": now,
-                "started_at": started_at or now,
-            },
+            defaults=beat,
+            create_defaults={**beat, "started_at": started_at or now},
         )
 
 

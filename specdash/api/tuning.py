@@ -3,30 +3,27 @@ a speculation schedule derived from one (benchmarks.experiments.matrix and .tuni
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
-from pydantic import StringConstraints
 
 from benchmarks.experiments import tuning
-from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
 from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
 from specdash.api.common import WRITE_ERRORS, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
-from specdash.api.schemas import ExperimentAccepted, Id, In, SweepLoadIn
+from specdash.api.schemas import ExperimentAccepted, Id, In
+from specdash.api.schemas.experiments import ProtocolIn
 
 router = Router(tags=["experiments"])
 
-_TEXT = r"^[^\x00]*$"
 
-
-class MatrixIn(In):
+class MatrixIn(ProtocolIn):
     profile: Id = Field(description="The base profile whose argv the axes change")
     axes: dict[str, Any] = Field(
         description='Flag -> values, e.g. {"--speculative-num-steps": [1, 3, 5]}; a key inside '
@@ -34,20 +31,6 @@ class MatrixIn(In):
         "give their product"
     )
     include_off: bool = Field(False, description="Add a variant with speculation off (arm A)")
-    levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
-    load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
-    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
-    repeats: int = Field(
-        DEFAULT_REPEATS,
-        ge=1,
-        le=10,
-        description="Sweeps per arm, each a fresh server start; 1 is the single-run mode "
-        "(within-run interval: leaves out run-to-run variance)",
-    )
-    order: str = Field(
-        DEFAULT_ORDER.value,
-        description="interleaved (A B B A, the default) or sequential (A A B B)",
-    )
     auto_resume: bool = False
 
 

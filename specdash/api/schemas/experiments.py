@@ -18,10 +18,10 @@ from specdash.api.schemas.sweeps import SweepLoadIn
 # -- experiments and comparisons -----------------------------------------------------------
 
 
-class ExperimentIn(In):
-    profiles: list[Id] = Field(
-        min_length=2, max_length=8, description="Profile ids; the first is A, the reference"
-    )
+class ProtocolIn(In):
+    """What every experiment body asks (a plain one and a matrix): its levels, load and the
+    protocol's repeats and order, declared once."""
+
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
     name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
@@ -35,6 +35,12 @@ class ExperimentIn(In):
     order: str = Field(
         DEFAULT_ORDER.value,
         description="interleaved (A B B A, the default) or sequential (A A B B)",
+    )
+
+
+class ExperimentIn(ProtocolIn):
+    profiles: list[Id] = Field(
+        min_length=2, max_length=8, description="Profile ids; the first is A, the reference"
     )
     continue_on_start_failure: bool = True
     check_output_equivalence: bool = False
