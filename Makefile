@@ -71,8 +71,8 @@ pytest: $(VENV)/.dev-installed
 # below 2^24 s and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
 # The load generator (its multi-process merge included), the simulator, the statistics and the
 # distributed sweep's shard merge (the pure tests of test_distributed.py; the one that starts
-# workers runs in `pytest`). All but the load generator were added in 2026-12: about 95 s per
-# clock (3 minutes for both) measured on a busy 2-core machine (docs/testing.md).
+# workers runs in `pytest`). Measured on a busy 2-core machine: 333 s for both clocks, about
+# 95 s per clock of it for all but the load generator (docs/testing.md).
 CLOCK_TESTS := tests/benchlib/loadgen tests/benchlib/simulator tests/benchlib/stats \
 	tests/benchmarks/sweeps/test_shard_events.py \
 	tests/scaled/test_distributed.py -k "not sweep_level_above_the_streams_per_process"

@@ -14,7 +14,9 @@ from engines.models import ModelPair
 from hosts.telemetry.prometheus import parse_samples
 from tests.engines.conftest import AGREEMENTS, N_MAX, LlamaServer, completion
 
-pytestmark = pytest.mark.llamacpp
+# 300 s: a load-generator run may take its 240 s (520 requests took over 100 s on a busy 2-core
+# machine), and the wait must end before the test's timeout does.
+pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,8 +25,8 @@ def loadgen(server: LlamaServer, tmp_path: Path, *args: str) -> tuple[dict, list
     out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
     argv = [sys.executable, "-m", "benchlib.loadgen", "--base-url", server.base_url,
             "--output", str(out), "--records", str(records), "--quiet", *args]  # fmt: skip
-    # 100 s: under the test's 120 s, so a hung run fails here with its stderr.
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=100)
+    # Under the module's test timeout, so a hung run fails here with its stderr.
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = records.read_text().splitlines()
     return json.loads(out.read_text()), [json.loads(line) for line in lines]

@@ -202,8 +202,7 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
     served = {label: served_ttft_s(tmp_path, label, "humaneval") for label in ("A", "B")}
     assert len(served["A"]) == len(served["B"]) == 4 + 16  # requests=4 at C=1, 2 x 8 at C=8
     assert min(served["B"]) >= 1.2, served["B"]
-    assert slo.ttft_ms is not None
-    assert max(served["A"]) < 0.5 * slo.ttft_ms / 1000, served["A"]
+    assert max(served["A"]) < 0.3, served["A"]  # half the 600 ms target
     (raw,) = comparison["verdicts"]
     assert all(r["point"] > 1.0 for r in raw["ratios"]), raw["ratios"]  # B wins raw tok/s
     assert "ahead" in [lv["status"] for lv in raw["decision"]["levels"]], raw["text"]
