@@ -345,9 +345,19 @@ class Worker:
         except Exception as exc:
             logger.exception("job %s (%s) failed", ctx.job_id, ctx.kind)
             error = f"{exc}\n{traceback.format_exc(limit=8)}"
+            # A job cut by the database refusing its writes did not fail at its own work: it
+            # is recorded interrupted with its kind's hook owed (a server's run is adopted, so
+            # a Stop issued meanwhile is carried out), as the reaper records an expired lease.
+            cut_by_database = isinstance(exc, DatabaseError)
             try:
                 recorded = await fenced(
-                    job_id=ctx.job_id, worker_id=self.worker_id, state=JobState.FAILED, error=error
+                    job_id=ctx.job_id,
+                    worker_id=self.worker_id,
+                    state=JobState.INTERRUPTED if cut_by_database else JobState.FAILED,
+                    error=f"the database refused the job's writes: {error}"
+                    if cut_by_database
+                    else error,
+                    hook_owed=JobHook.INTERRUPTED if cut_by_database else "",
                 )
             except DatabaseError as db_exc:
                 # Its row stays running with a lease nobody renews: the reaper records the
@@ -356,6 +366,8 @@ class Worker:
                 recorded = False
             if not recorded:
                 self._report_loss(ctx, "not recording its failure")
+            elif cut_by_database:
+                await sync_to_async(run_owed_hook)(ctx.job_id)
         finally:
             self._tasks.pop(ctx.job_id, None)
             self._contexts.pop(ctx.job_id, None)

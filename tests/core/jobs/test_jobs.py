@@ -131,6 +131,39 @@ async def _run_worker_until(predicate: Any, timeout: float = 20) -> None:
         await task
 
 
+@job_handler("test.db_refused")
+async def _db_refused(ctx: JobContext) -> dict[str, Any]:
+    from django.db import OperationalError
+
+    raise OperationalError("database is locked")
+
+
+db_refused_hooks: list[int] = []
+
+
+@on_interrupted("test.db_refused")
+def _db_refused_interrupted(job_id: int, params: dict[str, Any]) -> None:
+    db_refused_hooks.append(job_id)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_job_cut_by_the_database_refusing_writes_is_interrupted_with_its_hook_not_failed() -> (
+    None
+):
+    # A server's run cut by a locked database must be adopted (its hook), or a live server is
+    # left with no owner and a Stop issued meanwhile is never carried out.
+    job = await sync_to_async(job_enqueue)(kind="test.db_refused")
+
+    def done() -> bool:
+        return not Job.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).exists()
+
+    await _run_worker_until(done)
+    job = await Job.objects.aget(pk=job.pk)
+    assert job.state == JobState.INTERRUPTED, (job.state, job.error)
+    assert job.error.startswith("the database refused the job's writes: database is locked")
+    assert job.hook_owed == "" and db_refused_hooks == [job.pk]
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_worker_runs_jobs_and_records_results_and_failures() -> None:
     ok = await sync_to_async(job_enqueue)(kind="test.echo", params={"value": 42})

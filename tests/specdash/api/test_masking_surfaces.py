@@ -73,7 +73,10 @@ def test_patching_back_what_was_read_keeps_the_stored_secrets(
     body = as_staff.get(f"/api/v1/profiles/{profile.pk}").json()
     argv = [*body["launch_argv"][:-1], "30001"]
     env = {**body["env"], "CUDA_VISIBLE_DEVICES": "1"}
-    response = as_staff.patch(f"/api/v1/profiles/{profile.pk}", {"launch_argv": argv, "env": env})
+    # The port moves with its field: a launch command's --port must agree with it.
+    response = as_staff.patch(
+        f"/api/v1/profiles/{profile.pk}", {"launch_argv": argv, "env": env, "port": 30001}
+    )
     assert response.status_code == 200, response.content
     profile.refresh_from_db()
     assert profile.launch_argv == [*ARGV[:-1], "30001"]
