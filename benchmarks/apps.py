@@ -10,3 +10,11 @@ class BenchmarksConfig(AppConfig):
     def ready(self) -> None:
         # Sweeps, sweep shards and experiments register their job handlers on import.
         import benchmarks.jobs  # noqa: F401
+        from benchmarks import selectors
+        from hosts.telemetry.sweeps import register_sweep_source
+
+        # Telemetry (in hosts, below this app) keeps a sweep's samples with it and charts a
+        # sweep page's host over its span: it asks these two lookups.
+        register_sweep_source(
+            running=selectors.sweeps_running_on_host, span_of=selectors.sweep_span
+        )

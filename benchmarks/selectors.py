@@ -12,10 +12,34 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample
+from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ServerInstance
+from hosts.telemetry.sweeps import SweepSpan
+
+
+def sweeps_running_on_host(host_id: int) -> dict[int, int]:
+    """{instance id: sweep id} of the sweeps running against the host's servers (telemetry keeps
+    the samples taken meanwhile with them)."""
+    rows = Sweep.objects.filter(
+        state=SweepState.RUNNING, instance__host_id=host_id, instance__isnull=False
+    ).values_list("instance_id", "pk")
+    return {int(instance_id): int(pk) for instance_id, pk in rows if instance_id is not None}
+
+
+def sweep_span(pk: int) -> SweepSpan | None:
+    """Where and when the sweep ran, for the telemetry chart of its page."""
+    sweep = Sweep.objects.select_related("instance").filter(pk=pk).first()
+    if sweep is None or sweep.instance is None:
+        return None
+    begun = sweep.started_at or sweep.created_at
+    return SweepSpan(
+        host_id=sweep.instance.host_id,
+        instance_id=sweep.instance.pk,
+        started=begun.timestamp(),
+        finished=sweep.finished_at.timestamp() if sweep.finished_at else None,
+    )
 
 
 def sweep_list() -> QuerySet[Sweep]:

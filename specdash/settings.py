@@ -91,6 +91,8 @@ INSTALLED_APPS = [
     "core",
     "hosts",
     "benchmarks",
+    # The project's own commands (serve, the API client CLI): they wire the apps together.
+    "specdash",
 ]
 
 MIDDLEWARE = [

@@ -37,6 +37,7 @@ from benchmarks import selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
+from benchmarks.sweeps.recording import asweep_level_server_metrics_save
 from benchmarks.sweeps.runner import LoadgenProcess
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
@@ -317,7 +318,10 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
     server = LevelServerMetrics.for_sweep(
-        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+        plan.sweep_id,
+        plan.base_url,
+        save=asweep_level_server_metrics_save,
+        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
     )
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""

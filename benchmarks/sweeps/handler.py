@@ -26,7 +26,7 @@ from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
-from benchmarks.sweeps.recording import sweep_model_discovered
+from benchmarks.sweeps.recording import asweep_level_server_metrics_save, sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from core.jobs import JobContext
@@ -148,7 +148,10 @@ async def _supervise(
     ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
     server = LevelServerMetrics.for_sweep(
-        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+        plan.sweep_id,
+        plan.base_url,
+        save=asweep_level_server_metrics_save,
+        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
     )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))

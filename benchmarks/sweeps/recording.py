@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
@@ -49,6 +50,28 @@ class SweepPlan:
     # The profile's engine ("" for a server specdash did not start): decides which body
     # fields ask the server for each request's speculative figures.
     engine: str = ""
+
+
+def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
+    """Store a level's server-side figures (hosts.telemetry.levels measures them) and tell
+    the sweep page its row changed; False when the level is not there."""
+    with transaction.atomic():
+        level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
+        if level is None:
+            return False
+        level.server_metrics = metrics
+        level.save(update_fields=["server_metrics"])
+        _broadcast_level(level)
+    return True
+
+
+async def asweep_level_server_metrics_save(
+    sweep_id: int, index: int, metrics: dict[str, Any]
+) -> None:
+    """The async twin, in the shape `LevelServerMetrics` takes as its `save`."""
+    await sync_to_async(sweep_level_server_metrics_save)(
+        sweep_id=sweep_id, index=index, metrics=metrics
+    )
 
 
 def broadcast_sweep_state(sweep_id: int) -> None:

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from asgiref.sync import sync_to_async
 
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
 from hosts.telemetry.engine_profiles import PROFILES
@@ -122,14 +121,6 @@ def interval_opening(
     return out
 
 
-async def _save_with_service(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
-    from hosts.telemetry.service import telemetry_level_metrics_save
-
-    await sync_to_async(telemetry_level_metrics_save)(
-        sweep_id=sweep_id, index=index, metrics=metrics
-    )
-
-
 class LevelServerMetrics:
     """Marks a sweep's level boundaries with scrapes and saves each level's figures."""
 
@@ -138,7 +129,7 @@ class LevelServerMetrics:
         *,
         sweep_id: int,
         scrape: Scrape,
-        save: Save = _save_with_service,
+        save: Save,
         keep: Keep | None = None,
     ):
         self.sweep_id = sweep_id
@@ -158,7 +149,7 @@ class LevelServerMetrics:
 
     @classmethod
     def for_sweep(
-        cls, sweep_id: int, base_url: str, *, keep: Keep | None = None
+        cls, sweep_id: int, base_url: str, *, save: Save, keep: Keep | None = None
     ) -> LevelServerMetrics:
         url = cls.metrics_url(base_url)
         last: dict[str, Any] = {}
@@ -173,7 +164,7 @@ class LevelServerMetrics:
             last.update(t=time.time(), text=response.text)
             return parse_engine_metrics(last["text"], scraped_at=last["t"])
 
-        marks = cls(sweep_id=sweep_id, scrape=scrape, keep=keep)
+        marks = cls(sweep_id=sweep_id, scrape=scrape, save=save, keep=keep)
         marks.last_text = last
         return marks
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from benchmarks.models import Sweep, SweepState
 from hosts.models import (
     Host,
     InstanceState,
@@ -25,6 +24,7 @@ from hosts.models import (
 )
 from hosts.models.instances import ACTIVE_STATES
 from hosts.telemetry.conf import TelemetrySettings
+from hosts.telemetry.sweeps import running_sweeps, sweep_span
 
 # A page gets at most this many points per kind (and per server) in its snapshot.
 MAX_SNAPSHOT_POINTS = 3600
@@ -77,11 +77,7 @@ def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPla
         .order_by("pk")
     )
     watched = TelemetryWatch.objects.filter(host_id=host_id, wanted_until__gt=now).exists()
-    sweeps = dict(
-        Sweep.objects.filter(
-            state=SweepState.RUNNING, instance__host_id=host_id, instance__isnull=False
-        ).values_list("instance_id", "pk")
-    )
+    sweeps = running_sweeps(host_id)
     return HostPlan(
         needed=bool(instances) or watched,
         scrape=tuple(
@@ -89,7 +85,7 @@ def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPla
             for i in instances
             if i.state == InstanceState.READY
         ),
-        sweep_ids={int(k): int(v) for k, v in sweeps.items() if k is not None},
+        sweep_ids=sweeps,
         host_sweep_id=min(sweeps.values()) if sweeps else None,
     )
 
@@ -115,15 +111,14 @@ def telemetry_window(*, target: str, pk: int, now: float | None = None) -> Windo
             until=end,
         )
     if target == "sweeps":
-        sweep = Sweep.objects.select_related("instance").filter(pk=pk).first()
-        if sweep is None or sweep.instance is None:
+        span = sweep_span(pk)
+        if span is None:
             return None
-        begun = sweep.started_at or sweep.created_at
         return Window(
-            host_id=sweep.instance.host_id,
-            instance_id=sweep.instance_id,
-            since=begun.timestamp() - LEAD_IN_S,
-            until=sweep.finished_at.timestamp() + LEAD_IN_S if sweep.finished_at else None,
+            host_id=span.host_id,
+            instance_id=span.instance_id,
+            since=span.started - LEAD_IN_S,
+            until=span.finished + LEAD_IN_S if span.finished is not None else None,
         )
     return None
 

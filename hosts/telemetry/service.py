@@ -15,8 +15,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from benchmarks import selectors as sweep_selectors
-from benchmarks.models import SweepLevel
 from core import realtime
 from core.jobs import job_enqueue
 from core.models import Job, JobState
@@ -142,22 +140,3 @@ def telemetry_prune(*, host_id: int, now: float, thinned_until: float | None = N
     for at in range(0, len(drop), _DELETE_CHUNK):
         TelemetrySample.objects.filter(pk__in=drop[at : at + _DELETE_CHUNK]).delete()
     return cutoff
-
-
-def telemetry_level_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
-    """Store a level's server-side figures and tell the sweep page its row changed."""
-    with transaction.atomic():
-        level = SweepLevel.objects.select_related("sweep").filter(sweep_id=sweep_id, index=index)
-        found = level.first()
-        if found is None:
-            return False
-        found.server_metrics = metrics
-        found.save(update_fields=["server_metrics"])
-        payload = {
-            "level": sweep_selectors.level_as_dict(found),
-            "progress": sweep_selectors.sweep_progress(
-                sweep=found.sweep, levels=sweep_selectors.sweep_levels(sweep_id=sweep_id)
-            ),
-        }
-        realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_LEVEL, payload)
-    return True

@@ -162,3 +162,31 @@ def test_categories_without_reported_acceptance_show_no_acceptance_table(
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert 'data-testid="category-table"' not in page
+
+
+def test_a_levels_server_figures_arriving_keep_its_rate_label(
+    ready_instance: ServerInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The level row broadcast when a level's server figures are stored is built with its sweep:
+    # built without it, a rate sweep's finished levels flipped from "2 req/s" to "C=16".
+    from benchmarks.sweeps import recording
+    from core import realtime
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        realtime, "broadcast_on_commit", lambda group, kind, payload: sent.append((kind, payload))
+    )
+    sweep = services.sweep_create(
+        instance=ready_instance, levels=[16], load=load(request_rate=[0.5, 2])
+    )
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 16, rate=2.0))
+    sent.clear()
+    assert recording.sweep_level_server_metrics_save(
+        sweep_id=sweep.pk, index=1, metrics={"available": False, "reason": "test"}
+    )
+    levels = [payload["level"] for kind, payload in sent if kind == realtime.SWEEP_LEVEL]
+    assert [(lv["x"], lv["label"]) for lv in levels] == [(2.0, "2 req/s")]
+    assert not recording.sweep_level_server_metrics_save(
+        sweep_id=sweep.pk, index=5, metrics={"available": False}
+    )

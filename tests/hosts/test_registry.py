@@ -128,7 +128,7 @@ def test_admin_change_lists_render(admin_client: Any, local_host: Host) -> None:
 
 
 def test_no_preset_listens_on_the_dashboards_default_port() -> None:
-    from core.management.commands.serve import Command as Serve
+    from specdash.management.commands.serve import Command as Serve
 
     dashboard_port = Serve().create_parser("manage.py", "serve").get_default("port")
     assert dashboard_port == 8000

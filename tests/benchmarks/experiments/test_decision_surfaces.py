@@ -16,10 +16,10 @@ from django.core.management.base import OutputWrapper
 from django.test import Client
 
 from benchmarks.experiments import services
-from benchmarks.management.commands.specdash import Command
 from benchmarks.models import Experiment, SweepLevel
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import ServerProfile
+from specdash.management.commands.specdash import Command
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.fixtures.statements import csv_statements, html_statements, normalized
 

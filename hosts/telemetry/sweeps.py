@@ -1,0 +1,54 @@
+"""What telemetry needs to know of the sweeps that run on a host, given by the app that runs them.
+
+``hosts`` sits below ``benchmarks`` and does not import it: the samples taken while a sweep
+runs are kept with that sweep, and a sweep page charts its host over the sweep's span, so
+``benchmarks`` hands both lookups over in its ``AppConfig.ready()`` (as the apps register
+their job handlers with the core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SweepSpan:
+    """Where and when a sweep ran: its server's host and instance, epoch seconds."""
+
+    host_id: int
+    instance_id: int
+    started: float
+    finished: float | None
+
+
+# host id -> {instance id: the id of the sweep running against it}
+RunningSweeps = Callable[[int], dict[int, int]]
+# sweep id -> its span, or None when there is no such sweep or it had no server
+SpanOfSweep = Callable[[int], SweepSpan | None]
+
+
+@dataclass
+class _Source:
+    running: RunningSweeps | None = None
+    span_of: SpanOfSweep | None = None
+
+
+_source = _Source()
+
+
+def register_sweep_source(*, running: RunningSweeps, span_of: SpanOfSweep) -> None:
+    _source.running = running
+    _source.span_of = span_of
+
+
+def running_sweeps(host_id: int) -> dict[int, int]:
+    if _source.running is None:
+        raise RuntimeError("no sweep source registered (benchmarks registers it when ready)")
+    return _source.running(host_id)
+
+
+def sweep_span(pk: int) -> SweepSpan | None:
+    if _source.span_of is None:
+        raise RuntimeError("no sweep source registered (benchmarks registers it when ready)")
+    return _source.span_of(pk)
