@@ -1,6 +1,7 @@
 """Controller side of the far-side process agent (no Django here).
 
-The agent is one stdlib-only script, ``specdash_agent.py``. A transport runs
+The agent is one stdlib-only script, joined from the modules of ``parts/`` by ``join.py``
+(``AGENT_SOURCE``; ``parts/__init__.py`` documents its commands). A transport runs
 ``agent_argv(command, args)`` on the far side with ``AGENT_SOURCE`` on stdin, and the
 controller reads the answer with ``parse_agent_output``.
 """
@@ -8,11 +9,11 @@ controller reads the answer with ``parse_agent_output``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-AGENT_PATH = Path(__file__).with_name("specdash_agent.py")
-AGENT_SOURCE: str = AGENT_PATH.read_text(encoding="utf-8")
+from hosts.agent.join import join_agent
+
+AGENT_SOURCE: str = join_agent()
 
 BEGIN_MARKER = "SPECDASH-BEGIN"
 RESULT_MARKER = "SPECDASH-RESULT"

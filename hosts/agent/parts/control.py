@@ -1,0 +1,256 @@
+"""members, status, stop, verify, kill_pids and log_tail of a launched run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from hosts.agent.parts.arguments import (
+    _identity,
+    _int_list,
+    _opt_float,
+    _opt_int,
+    _opt_run_dir,
+    _req_int,
+    _req_str,
+    _str_list,
+)
+from hosts.agent.parts.base import POLL_SECONDS, AgentError
+from hosts.agent.parts.files import expand_run_dir, log_tail, read_exit_code
+from hosts.agent.parts.gpus import gpu_holders, nvidia_smi_memory
+from hosts.agent.parts.ports import port_is_listening, port_state
+from hosts.agent.parts.procfs import find_members, is_alive, parse_signal, read_stat, signal_process
+
+
+def cmd_members(args: dict[str, Any]) -> dict[str, Any]:
+    result = find_members(**_identity(args))
+    result["ok"] = True
+    return result
+
+
+def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
+    ident = _identity(args)
+    pid = _req_int(args, "pid")
+    start_time = _req_int(args, "start_time")
+    st = read_stat(pid) if ident["pid"] is not None else None
+    same = st is not None and st.start_time == start_time
+    alive = same and st is not None and st.state not in ("Z", "X")
+    if same and st is not None:
+        ident["pgid"] = ident["pgid"] if ident["pgid"] is not None else st.pgid
+        ident["sid"] = ident["sid"] if ident["sid"] is not None else st.sid
+    run_dir = _opt_run_dir(args)
+    port = _opt_int(args, "port")
+    lines = _opt_int(args, "log_lines", 50) or 0
+    found = find_members(**ident)
+    return {
+        "ok": True,
+        "alive": alive,
+        "state": st.state if same and st is not None else None,
+        "exit_code": read_exit_code(run_dir),
+        "members": found["members"],
+        "notes": found["notes"],
+        "port": (
+            {"port": port, "listening": port_is_listening(port)} if port is not None else None
+        ),
+        "log": (log_tail(os.path.join(run_dir, "server.log"), lines, 65536) if run_dir else None),
+    }
+
+
+def _live(member: dict[str, Any]) -> bool:
+    return member["state"] not in ("Z", "X")
+
+
+def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
+    ident = _identity(args)
+    grace = _opt_float(args, "grace_seconds", 10.0)
+    kill_wait = _opt_float(args, "kill_wait_seconds", 5.0)
+    supervisor_pid = _opt_int(args, "supervisor_pid")
+    run_dir = _opt_run_dir(args)
+    started = time.monotonic()
+    termed: dict[int, int] = {}  # pid -> start_time
+    killed: dict[int, int] = {}
+    skipped: list[dict[str, Any]] = []
+
+    def scan() -> list[dict[str, Any]]:
+        return [m for m in find_members(**ident)["members"] if _live(m)]
+
+    def send(member: dict[str, Any], sig: int, book: dict[int, int]) -> None:
+        pid, st = int(member["pid"]), int(member["start_time"])
+        if book.get(pid) == st:
+            return
+        why = signal_process(pid, st, sig)
+        if why is None:
+            book[pid] = st
+        elif why != "gone":
+            skipped.append({"pid": pid, "reason": why})
+
+    def is_supervisor(member: dict[str, Any]) -> bool:
+        return bool(member["role"] == "supervisor" or member["pid"] == supervisor_pid)
+
+    # SIGTERM everything, re-scanning so workers forked meanwhile get it too. The supervisor
+    # ignores it and leaves by itself once the server is reaped (after writing exit_code).
+    deadline = started + grace
+    while True:
+        live = scan()
+        for member in live:
+            send(member, signal.SIGTERM, termed)
+        if not live or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_SECONDS)
+
+    # SIGKILL what remains; the supervisor last, so it can still record the exit code.
+    deadline = time.monotonic() + kill_wait
+    others_gone_at: float | None = None
+    while True:
+        live = scan()
+        if not live:
+            break
+        others = [m for m in live if not is_supervisor(m)]
+        for member in others:
+            send(member, signal.SIGKILL, killed)
+        now = time.monotonic()
+        if not others:
+            others_gone_at = others_gone_at if others_gone_at is not None else now
+            if now - others_gone_at > 2.0 or now >= deadline - 0.5:
+                for member in live:
+                    send(member, signal.SIGKILL, killed)
+        if now >= deadline:
+            break
+        time.sleep(POLL_SECONDS)
+
+    final = find_members(**ident)["members"]
+    alive_now = {(int(m["pid"]), int(m["start_time"])) for m in final if _live(m)}
+    exit_code = read_exit_code(run_dir)
+    if run_dir and exit_code is None and ident["pid"] is not None and not alive_now:
+        time.sleep(0.3)  # the supervisor may be writing it right now
+        exit_code = read_exit_code(run_dir)
+    survivors = sorted(pid for pid, _ in alive_now)
+    return {
+        "ok": True,
+        "clean": not survivors,
+        "terminated": sorted(
+            p for p, s in termed.items() if p not in killed and (p, s) not in alive_now
+        ),
+        "killed": sorted(p for p, s in killed.items() if (p, s) not in alive_now),
+        "survivors": survivors,
+        "zombies": sorted(int(m["pid"]) for m in final if m["state"] == "Z"),
+        "d_state": sorted(int(m["pid"]) for m in final if m["state"] == "D"),
+        "skipped": skipped,
+        "exit_code": exit_code,
+        "duration": round(time.monotonic() - started, 3),
+    }
+
+
+def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
+    ident = _identity(args)
+    port = _opt_int(args, "port")
+    gpus = _int_list(args, "gpus")
+    tolerance = _opt_int(args, "tolerance_mb", 512) or 0
+    baseline_arg = args.get("baseline_gpu_mem_mb") or {}
+    if not isinstance(baseline_arg, dict):
+        raise AgentError("baseline_gpu_mem_mb must map GPU index to MiB")
+    baseline = {int(k): int(v) for k, v in baseline_arg.items()}
+    reasons: list[str] = []
+
+    members = find_members(**ident)["members"]
+    live = [m for m in members if _live(m)]
+    if live:
+        reasons.append(
+            f"{len(live)} processes of the run are still alive: "
+            + ", ".join(f"{m['pid']} ({m['comm']}, {m['state']})" for m in live)
+        )
+    port_result: dict[str, Any] | None = None
+    if port is not None:
+        port_result = port_state(port)
+        if not port_result["free"]:
+            reasons.append(
+                f"port {port} is still {'listening' if port_result['listening'] else 'bound'}"
+            )
+
+    gpu_memory: Any = "unknown"
+    holders: list[dict[str, Any]] = []
+    if gpus:
+        mem = nvidia_smi_memory()
+        if mem["available"]:
+            by_index = {d["index"]: d for d in mem["devices"]}
+            gpu_memory = {}
+            for index in gpus:
+                dev = by_index.get(index)
+                used = dev["used_mb"] if dev is not None else None
+                base = baseline.get(index)
+                # Without a reading or a level from before the start nothing was compared:
+                # null, not a pass.
+                ok = None if used is None or base is None else used <= base + tolerance
+                gpu_memory[str(index)] = {"used_mb": used, "baseline_mb": base, "ok": ok}
+                if ok is False:
+                    reasons.append(
+                        f"GPU {index} memory not released: {used} MiB used,"
+                        f" baseline {base} MiB (+{tolerance})"
+                    )
+        member_pids = {int(m["pid"]) for m in members}
+        for holder in gpu_holders(gpus, _str_list(args, "device_dirs")):
+            counts = bool(set(holder["gpus"]).intersection(gpus)) or holder["pid"] in member_pids
+            holder["counts"] = counts
+            holders.append(holder)
+            if counts:
+                reasons.append(
+                    f"pid {holder['pid']} ({holder['comm']}) holds " + ", ".join(holder["devices"])
+                )
+    return {
+        "ok": True,
+        "verdict": "dirty" if reasons else "stopped",
+        "reasons": reasons,
+        "members": members,
+        "port": port_result,
+        "gpu_memory": gpu_memory,
+        "holders": holders,
+    }
+
+
+def cmd_kill_pids(args: dict[str, Any]) -> dict[str, Any]:
+    entries = args.get("pids")
+    if not isinstance(entries, list):
+        raise AgentError("pids must be a list of {pid, start_time}")
+    sig = parse_signal(args.get("signal", "KILL"))
+    wait = _opt_float(args, "wait_seconds", 0.0)
+    signalled: list[int] = []
+    skipped: list[dict[str, Any]] = []
+    targets: list[tuple[int, int]] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise AgentError("pids must be a list of {pid, start_time}")
+        pid = _req_int(entry, "pid")
+        start_time = _req_int(entry, "start_time")
+        why = signal_process(pid, start_time, sig)
+        if why is None:
+            signalled.append(pid)
+            targets.append((pid, start_time))
+        else:
+            skipped.append({"pid": pid, "reason": why})
+    deadline = time.monotonic() + wait
+    while wait > 0 and time.monotonic() < deadline:
+        if not any(is_alive(p, s) for p, s in targets):
+            break
+        time.sleep(POLL_SECONDS)
+    alive = [p for p, s in targets if is_alive(p, s)]
+    return {
+        "ok": True,
+        "signal": sig,
+        "signalled": signalled,
+        "skipped": skipped,
+        "exited": [p for p, _ in targets if p not in alive],
+        "alive": alive,
+    }
+
+
+def cmd_log_tail(args: dict[str, Any]) -> dict[str, Any]:
+    run_dir = expand_run_dir(_req_str(args, "run_dir"))
+    result = log_tail(
+        os.path.join(run_dir, "server.log"),
+        _opt_int(args, "lines", 50) or 0,
+        _opt_int(args, "max_bytes", 65536) or 65536,
+    )
+    result["ok"] = True
+    return result
