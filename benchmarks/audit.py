@@ -36,6 +36,7 @@ from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import RecordFile, read_record_file
+from benchmarks.sweeps.recording import undrafted_steps
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from hosts.telemetry.levels import level_server_metrics
 from hosts.telemetry.prometheus import MetricsParseError, parse_engine_metrics
@@ -249,12 +250,18 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
         report.records_checked += len(rows)
         problems = audit_level(level, rows, slo=slo)
         if sweep.records_path:
-            problems += audit_level_server(level, Path(sweep.records_path))
+            problems += audit_level_server(
+                level,
+                Path(sweep.records_path),
+                undrafted_steps=undrafted_steps(sweep.environment or {}),
+            )
         report.problems += [f"sweep #{sweep.pk} {p}" for p in problems]
     return report
 
 
-def audit_level_server(level: SweepLevel, records_path: Path) -> list[str]:
+def audit_level_server(
+    level: SweepLevel, records_path: Path, *, undrafted_steps: bool = False
+) -> list[str]:
     """The level's stored server figures against those recomputed from its kept boundary
     scrapes (benchmarks.sweeps.scrapes); nothing to check where none were kept."""
     stored = level.server_metrics or {}
@@ -275,7 +282,7 @@ def audit_level_server(level: SweepLevel, records_path: Path) -> list[str]:
         )
     except (KeyError, TypeError, ValueError, MetricsParseError) as exc:
         return [f"{where}: its kept /metrics scrapes cannot be parsed: {exc}"]
-    fresh = level_server_metrics(before, after)
+    fresh = level_server_metrics(before, after, undrafted_steps=undrafted_steps)
     return [
         f"{where}: server {key}: stored {stored.get(key)}, its scrapes give {fresh.get(key)}"
         for key in SERVER_FIGURES

@@ -148,7 +148,10 @@ async def _supervise(
     ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
     server = LevelServerMetrics.for_sweep(
-        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+        plan.sweep_id,
+        plan.base_url,
+        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
+        undrafted_steps=plan.undrafted_steps,
     )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
