@@ -18,6 +18,7 @@ from benchmarks.experiments import selectors as experiment_selectors
 from benchmarks.experiments import workload
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import read_record_file
+from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON
 from tests.benchmarks.conftest import Simulator, start_simulator
 from tests.benchmarks.test_audit import _measure
 
@@ -91,3 +92,21 @@ def test_sglang_acceptance_rate_per_level_is_within_2_percent_of_the_truth(
         assert server["tokens_per_step"] == pytest.approx(truth[concurrency]["length"], rel=0.02)
     # Not vacuous: the truth is a real acceptance between the draws' extremes.
     assert all(0.3 < t["rate"] < 0.95 for t in truth.values()), truth
+
+
+@pytest.mark.django_db
+def test_the_sweep_page_says_why_an_adaptive_servers_accept_length_is_not_given(
+    client: Any, viewer: Any
+) -> None:
+    sweep = Sweep.objects.create(name="adaptive", levels=[8], state="completed")
+    SweepLevel.objects.create(
+        sweep=sweep, index=0, concurrency=8, state="completed", output_tok_s=100.0,
+        server_metrics={"available": True, "accept_length": None, "tokens_per_step": 1.27,
+                        "accept_length_source": "not_determinable",
+                        "tokens_per_step_source": "verify_counters",
+                        "accept_length_note": UNDRAFTED_STEPS_REASON},
+    )  # fmt: skip
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert 'data-source="not_determinable"' in page
+    assert "not determinable: 0-step tiers count as verify calls" in page
