@@ -1,4 +1,4 @@
-"""The audit: every stored figure recomputed from the raw records and compared (read only).
+"""The audit: every stored figure recomputed from the raw records and compared.
 
 For a sweep: each level row's summary is recomputed by the load generator's own
 ``summarize_level`` from that level attempt's records (benchmarks.sweeps.recordfile) and
@@ -8,28 +8,36 @@ percentiles, steady window, per-request acceptance) and, under the sweep's SLO, 
 boundary /metrics scrapes (benchmarks.sweeps.scrapes) where they were kept; records that belong
 to no level attempt, and lines that are not records, are reported. For an
 experiment: its sweeps, then its stored comparison against one rebuilt from the same levels
-and records, and the one-truth rule (every ratio point is the ratio of the figures in its
+and records, field by field (cells, ratios, intervals, goodput ratios, verdicts, decisions and
+their statements), and the one-truth rule (every ratio point is the ratio of the figures in its
 row; every interval contains its point).
 
-Used by ``manage.py specdash audit``, ``GET /api/v1/audit`` and the comparison page.
+Run at the end of a sweep and of an experiment and by ``manage.py specdash audit`` (outcome kept
+on the row, ``*_store``, which the pages show without rerunning it) and by ``GET /api/v1/audit``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import RecordFile, read_record_file
+from benchmarks.sweeps.recording import undrafted_steps
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from hosts.telemetry.levels import level_server_metrics
 from hosts.telemetry.prometheus import MetricsParseError, parse_engine_metrics
@@ -243,12 +251,18 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
         report.records_checked += len(rows)
         problems = audit_level(level, rows, slo=slo)
         if sweep.records_path:
-            problems += audit_level_server(level, Path(sweep.records_path))
+            problems += audit_level_server(
+                level,
+                Path(sweep.records_path),
+                undrafted_steps=undrafted_steps(sweep.environment or {}),
+            )
         report.problems += [f"sweep #{sweep.pk} {p}" for p in problems]
     return report
 
 
-def audit_level_server(level: SweepLevel, records_path: Path) -> list[str]:
+def audit_level_server(
+    level: SweepLevel, records_path: Path, *, undrafted_steps: bool = False
+) -> list[str]:
     """The level's stored server figures against those recomputed from its kept boundary
     scrapes (benchmarks.sweeps.scrapes); nothing to check where none were kept."""
     stored = level.server_metrics or {}
@@ -269,7 +283,7 @@ def audit_level_server(level: SweepLevel, records_path: Path) -> list[str]:
         )
     except (KeyError, TypeError, ValueError, MetricsParseError) as exc:
         return [f"{where}: its kept /metrics scrapes cannot be parsed: {exc}"]
-    fresh = level_server_metrics(before, after)
+    fresh = level_server_metrics(before, after, undrafted_steps=undrafted_steps)
     return [
         f"{where}: server {key}: stored {stored.get(key)}, its scrapes give {fresh.get(key)}"
         for key in SERVER_FIGURES
@@ -306,56 +320,87 @@ def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:
     return problems
 
 
-def _comparison_digest(result: dict[str, Any]) -> dict[str, Any]:
-    """What a comparison asserts: figures per row, ratios, crossover, saturation."""
-    metric = str(result.get("metric") or comparisons.METRIC)
-    return {
-        "rows": [
-            (
-                row.get("concurrency"),
-                [(c.get("label"), c.get("runs"), c.get(metric)) for c in row.get("cells") or []],
-                [(r.get("point"), r.get("low"), r.get("high")) for r in row.get("ratios") or []],
-            )
-            for row in result.get("rows") or []
-        ],
-        "crossover": [
-            (v.get("crossover") or {}).get("last") or {} for v in result.get("verdicts") or []
-        ],
-        "saturation": [s.get("saturation") for s in result.get("series") or []],
-    }
+# Keys of a stored comparison that are not figures: when it was built.
+UNAUDITED_KEYS = frozenset({"built_at"})
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return _close(a, b, abs_tol=1e-12)
+def _step_name(item: Any, index: int) -> str:
+    """A list element's name in a mismatch's path: its level, label or candidate where it has
+    one (rows by C, cells by arm label, ratios by candidate/reference), else its index."""
+    if isinstance(item, dict):
+        if "candidate" in item and "reference" in item:
+            return f"[{item['candidate']}/{item['reference']}]"
+        if isinstance(item.get("label"), str):
+            return f"[{item['label']}]"
+        if isinstance(item.get("concurrency"), int):
+            return f"[C={item['concurrency']}]"
+    return f"[{index}]"
 
 
-def audit_comparison(*, experiment: Experiment) -> AuditReport:
-    """The stored comparison against one rebuilt now from the same levels and records."""
-    report = AuditReport(target=f"experiment #{experiment.pk} comparison")
-    # As stored now (the caller's object may predate the experiment's end).
-    rows = Experiment.objects.filter(pk=experiment.pk).values_list("comparison", flat=True)
-    stored: dict[str, Any] = rows.first() or {}
+def _mismatches(stored: Any, fresh: Any, path: str) -> list[str]:
+    """Every place where ``stored`` and ``fresh`` disagree (figures to REL_TOL), by path."""
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        out = []
+        for key in sorted(set(stored) | set(fresh), key=str):
+            if key in UNAUDITED_KEYS and not path:
+                continue
+            where = f"{path}.{key}" if path else str(key)
+            if key not in fresh:
+                out.append(f"{where}: stored {stored[key]!r}, which a rebuilt one does not have")
+            elif key not in stored:
+                out.append(f"{where}: not stored, rebuilt gives {fresh[key]!r}")
+            else:
+                out += _mismatches(stored[key], fresh[key], where)
+        return out
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return [f"{path}: {len(stored)} entries stored, {len(fresh)} rebuilt"]
+        out = []
+        for i, (a, b) in enumerate(zip(stored, fresh, strict=True)):
+            out += _mismatches(a, b, path + _step_name(b, i))
+        return out
+    if _close(stored, fresh, abs_tol=1e-12):
+        return []
+    return [f"{path}: stored {stored!r}, rebuilt gives {fresh!r}"]
+
+
+def comparison_rebuilt(*, experiment: Experiment) -> dict[str, Any]:
+    """The experiment's comparison built afresh from its levels and records, exactly as
+    ``experiment_store_comparison`` builds it (same drift record, seed and bootstrap size)."""
+    protocol = experiment_protocol(experiment=experiment)
     fresh = comparisons.comparison_build(
         series=experiment_selectors.experiment_series(experiment=experiment),
         equivalence_runs=experiment_selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
+        drift=protocol_drift(protocol),
     )
+    fresh["protocol"] = protocol
+    fresh["environment_differences"] = experiment_environment_differences(
+        experiment_id=experiment.pk
+    )
+    return fresh
+
+
+def audit_comparison(*, experiment: Experiment) -> AuditReport:
+    """The stored comparison against one rebuilt now from the same levels and records: every
+    cell, ratio and interval, goodput ratio, verdict, decision (statuses, crossover, bands,
+    recommendation) and statement; each disagreement reported by its path."""
+    report = AuditReport(target=f"experiment #{experiment.pk} comparison")
+    # As stored now (the caller's object may predate the experiment's end).
+    rows = Experiment.objects.filter(pk=experiment.pk).values_list("comparison", flat=True)
+    stored: dict[str, Any] = rows.first() or {}
+    fresh = comparison_rebuilt(experiment=experiment)
     where = f"experiment #{experiment.pk}"
     report.problems += _ratio_rule(fresh, where)
     if stored:
         report.comparisons_checked += 1
         report.problems += _ratio_rule(stored, f"{where} (stored)")
-        a, b = _comparison_digest(stored), _comparison_digest(fresh)
-        for key in a:
-            if not _same(a[key], b[key]):
-                report.problems.append(
-                    f"{where}: the stored comparison's {key} differs from one rebuilt from "
-                    f"the records: stored {a[key]}, rebuilt {b[key]}"
-                )
+        # As the database hands it back (tuples as lists, keys as strings), so that only a
+        # changed value reads as a difference.
+        as_stored = json.loads(json.dumps(fresh))
+        report.problems += [
+            f"{where}: the stored comparison's {m}" for m in _mismatches(stored, as_stored, "")
+        ]
     return report
 
 
@@ -373,6 +418,60 @@ def audit_sweeps(*, sweeps: list[Sweep]) -> AuditReport:
     for sweep in sweeps:
         report.extend(audit_sweep(sweep=sweep))
     return report
+
+
+def stored_outcome(report: AuditReport) -> dict[str, Any]:
+    """What is kept of an audit on the audited row: the report and when it ran."""
+    return {**report.as_dict(), "checked_at": timezone.now().isoformat()}
+
+
+def audit_sweep_store(*, sweep_id: int) -> AuditReport:
+    """Audit one sweep and keep the outcome on it, where its pages read it."""
+    sweep = Sweep.objects.get(pk=sweep_id)
+    report = audit_sweep(sweep=sweep)
+    Sweep.objects.filter(pk=sweep_id).update(audit=stored_outcome(report))
+    return report
+
+
+def audit_experiment_store(*, experiment_id: int) -> AuditReport:
+    """Audit an experiment (each sweep's outcome kept on the sweep, the whole on the
+    experiment), where the comparison page and the HTML report read it."""
+    experiment = Experiment.objects.get(pk=experiment_id)
+    report = AuditReport(target=f"experiment #{experiment.pk}")
+    for sweep in Sweep.objects.filter(experiment_step__experiment=experiment).order_by("pk"):
+        report.extend(audit_sweep_store(sweep_id=sweep.pk))
+    report.extend(audit_comparison(experiment=experiment))
+    Experiment.objects.filter(pk=experiment_id).update(audit=stored_outcome(report))
+    return report
+
+
+def audit_all_store() -> AuditReport:
+    """Every sweep and experiment audited, each outcome kept on its row."""
+    report = AuditReport(target="everything")
+    audited: set[int] = set()
+    for experiment_id in Experiment.objects.order_by("pk").values_list("pk", flat=True):
+        report.extend(audit_experiment_store(experiment_id=experiment_id))
+        audited.update(
+            Sweep.objects.filter(experiment_step__experiment_id=experiment_id).values_list(
+                "pk", flat=True
+            )
+        )
+    for sweep_id in Sweep.objects.order_by("pk").values_list("pk", flat=True):
+        if sweep_id not in audited:
+            report.extend(audit_sweep_store(sweep_id=sweep_id))
+    return report
+
+
+def stored_audit_of_sweeps(*, sweeps: list[Sweep]) -> dict[str, Any]:
+    """The kept outcomes of several sweeps' last audits as one (a comparison of picked
+    sweeps); ``checked`` False where a sweep was never audited. Runs nothing."""
+    problems = [p for s in sweeps for p in (s.audit or {}).get("problems") or []]
+    return {
+        "target": "sweeps " + ", ".join(f"#{s.pk}" for s in sweeps),
+        "ok": not problems,
+        "problems": problems,
+        "checked": all(s.audit for s in sweeps),
+    }
 
 
 def audit_all() -> AuditReport:

@@ -279,6 +279,17 @@ class SimApp:
                 # Under a schedule: which draft length each of its verify steps used, and
                 # the running batch it was chosen from.
                 **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),
+                # Under speculation: its verify steps and its drafted and accepted draft
+                # tokens as the engine counted them (what per-level acceptance is checked on).
+                **(
+                    {
+                        "spec_verify_steps": sim.spec_steps,
+                        "spec_drafted": sim.spec_drafted,
+                        "spec_accepted": sim.spec_accepted,
+                    }
+                    if sim.spec_steps
+                    else {}
+                ),
             }
         )
         self.metrics.observe_request(

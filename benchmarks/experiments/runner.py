@@ -25,6 +25,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
+from benchmarks import audit
 from benchmarks import services as sweep_services
 from benchmarks.experiments import equivalence, services
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
@@ -148,6 +149,11 @@ class ExperimentRun:
         await sync_to_async(services.experiment_finish)(
             experiment_id=self.plan.experiment_id, state=state, reason=reason, evidence=evidence
         )
+        try:
+            # Kept on the experiment and its sweeps, where the comparison page shows it.
+            await sync_to_async(audit.audit_experiment_store)(experiment_id=self.plan.experiment_id)
+        except Exception:  # the runs and comparison are recorded; an audit bug hides neither
+            logger.exception("experiment %s: the audit at its end failed", self.plan.experiment_id)
         return {
             "experiment_id": self.plan.experiment_id,
             "state": state,

@@ -208,7 +208,7 @@ def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpRespo
         experiment=experiment,
         schedule=schedule,
         title=f"{experiment.name}: comparison",
-        audit=audit.audit_experiment(experiment=experiment).as_dict(),
+        audit=experiment.audit,
         csv_url=reverse("benchmarks:experiment-comparison-csv", args=[experiment.pk]),
         report_url=reverse("benchmarks:experiment-report", args=[experiment.pk]),
     )
@@ -236,8 +236,10 @@ def _csv_response(comparison: dict[str, Any], filename: str) -> HttpResponse:
     return response
 
 
-def _report_response(comparison: dict[str, Any], title: str, filename: str) -> HttpResponse:
-    html = report.comparison_report_html(comparison, title=title)
+def _report_response(
+    comparison: dict[str, Any], title: str, filename: str, audit_outcome: dict[str, Any]
+) -> HttpResponse:
+    html = report.comparison_report_html(comparison, title=title, context={"audit": audit_outcome})
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
@@ -259,6 +261,7 @@ def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
         _experiment_comparison(experiment),
         f"{experiment.name}: comparison",
         f"experiment-{experiment.pk}-{name}.html",
+        experiment.audit,
     )
 
 
@@ -282,7 +285,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     query = urlencode([("sweeps", i) for i in used])
     context = _comparison_context(
         comparison,
-        audit=audit.audit_sweeps(sweeps=_picked_sweeps(request)).as_dict(),
+        audit=audit.stored_audit_of_sweeps(sweeps=_picked_sweeps(request)),
         title="Comparison of sweeps " + ", ".join(f"#{i}" for i in used),
         csv_url=f"{reverse('benchmarks:compare-csv')}?{query}",
         report_url=f"{reverse('benchmarks:compare-report')}?{query}",
@@ -300,7 +303,9 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
 def compare_report(request: HttpRequest) -> HttpResponse:
     comparison, used = _picked_sweeps_comparison(request)
     title = "Comparison of sweeps " + ", ".join(f"#{i}" for i in used)
-    return _report_response(comparison, title, f"comparison-{'-'.join(map(str, used))}.html")
+    outcome = audit.stored_audit_of_sweeps(sweeps=_picked_sweeps(request))
+    filename = f"comparison-{'-'.join(map(str, used))}.html"
+    return _report_response(comparison, title, filename, outcome)
 
 
 @roles.viewer_required

@@ -55,6 +55,8 @@ SPEC_SOURCES = {
     "gauge": "server gauge: its own window (SGLang: last 40 decode passes), not the level",
     "requests": "the engine's per-request figures, summed over the level's requests",
     "mixed": "sources differ between repeats",
+    "not_determinable": "not determinable: an adaptive schedule's 0-step tiers count as verify "
+    "calls, so the counters give tokens per engine step only",
 }
 
 
@@ -77,7 +79,11 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     request_len = _mean([_dig(r.summary, "acceptance", "accept_length") for r in runs])
     request_rate = _mean([_dig(r.summary, "acceptance", "acceptance_rate") for r in runs])
     length, length_source = server_len, server_len_source
-    if request_len is not None and (length is None or length_source == "gauge"):
+    if any(_dig(r.server, "accept_length_source") == "not_determinable" for r in runs):
+        # SGLang's per-request figure (completion tokens / verify calls) counts the same
+        # undrafted steps: no accept length per drafted step to fall back on.
+        length, length_source = None, "not_determinable"
+    elif request_len is not None and (length is None or length_source == "gauge"):
         length, length_source = request_len, "requests"
     rate, rate_source = server_rate, server_rate_source
     if request_rate is not None and (rate is None or rate_source == "gauge"):

@@ -67,6 +67,9 @@ class Experiment(models.Model):
     evidence = models.JSONField(default=dict, blank=True)
     # Every interruption and resume, in order: {"t", "event", "reason", "step", "by"}.
     history = models.JSONField(default=list, blank=True)
+    # The last audit's outcome (its sweeps and its stored comparison), stored when the
+    # experiment ends and by ``manage.py specdash audit``: pages show it, never rerun it.
+    audit = models.JSONField(default=dict, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

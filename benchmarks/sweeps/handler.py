@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks import selectors, services
+from benchmarks import audit, selectors, services
 from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed
 from benchmarks.sweeps.events import SweepRecorder
@@ -152,6 +152,7 @@ async def _supervise(
         plan.base_url,
         save=asweep_level_server_metrics_save,
         keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
+        undrafted_steps=plan.undrafted_steps,
     )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
@@ -209,6 +210,15 @@ async def _supervise(
     return state, reason, exit_code
 
 
+async def audit_at_end(sweep_id: int) -> None:
+    """Audit the sweep just ended and keep the outcome, which its pages show. Its figures are
+    recorded whatever the audit says: a bug in the audit is logged and fails no sweep."""
+    try:
+        await sync_to_async(audit.audit_sweep_store)(sweep_id=sweep_id)
+    except Exception:
+        logger.exception("sweep %s: the audit at its end could not run", sweep_id)
+
+
 async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     """The job handler of ``sweep.run``; params: ``{"sweep_id": ...}``."""
     sweep_id = int(ctx.params["sweep_id"])
@@ -232,7 +242,9 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         await sync_to_async(sweep_model_discovered)(sweep_id=sweep_id, model=plan.model)
     if distributed.split_needed(plan.levels, plan.load):
         # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
-        return await distributed.run_split_sweep(ctx, plan)
+        result = await distributed.run_split_sweep(ctx, plan)
+        await audit_at_end(sweep_id)
+        return result
     argv = loadgen_argv(
         base_url=plan.base_url,
         model=plan.model,
@@ -274,6 +286,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         )
         raise
     await finish(sweep_id=sweep_id, state=state, reason=reason)
+    await audit_at_end(sweep_id)
     return {
         "sweep_id": sweep_id,
         "state": state,

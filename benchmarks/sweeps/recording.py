@@ -8,7 +8,7 @@ Each change emits its event after commit (see core.realtime for the payloads).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,18 @@ class SweepPlan:
     # The profile's engine ("" for a server specdash did not start): decides which body
     # fields ask the server for each request's speculative figures.
     engine: str = ""
+    # The server may run decode steps that draft nothing (``undrafted_steps``): see there.
+    undrafted_steps: bool = False
+
+
+def undrafted_steps(environment: Mapping[str, Any]) -> bool:
+    """Whether the sweep's server runs SGLang's ``--speculative-adaptive`` (its launch argv, or
+    its ``/server_info`` where it was read): its tiers can draft 0 steps (the built-in ones do
+    from batch 64), which its verify-call counter counts all the same."""
+    instance = environment.get("instance") or {}
+    argv = [str(a) for a in instance.get("launch_argv") or []]
+    info = instance.get("server_info") or {}
+    return "--speculative-adaptive" in argv or info.get("speculative_adaptive") is True
 
 
 def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
@@ -136,6 +148,7 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         level_offset=resume_from,
         attempt=sweep.attempts,
         engine=_sweep_engine(sweep),
+        undrafted_steps=undrafted_steps(sweep.environment or {}),
     )
 
 

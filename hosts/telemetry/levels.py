@@ -71,15 +71,37 @@ def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
     }
 
 
+# Why an accept length per drafted step is not given for a server whose schedule can draft
+# nothing at some batch sizes (SGLang's --speculative-adaptive; its built-in tiers end in
+# "candidate_steps": [0]): its only speculative counter counts every decode step.
+UNDRAFTED_STEPS_REASON = (
+    "not determinable: with --speculative-adaptive a tier can draft 0 steps, and SGLang counts "
+    "those decode steps as verify calls too, so (generated - requests) / verify calls is tokens "
+    "per engine step, not per drafted step"
+)
+
+
 def level_server_metrics(
-    before: EngineMetrics | None, after: EngineMetrics | None, *, problem: str = ""
+    before: EngineMetrics | None,
+    after: EngineMetrics | None,
+    *,
+    problem: str = "",
+    undrafted_steps: bool = False,
 ) -> dict[str, Any]:
+    """The level's server figures from its two boundary scrapes. ``undrafted_steps``: the
+    server may run decode steps that draft nothing (an adaptive schedule with a 0-step tier),
+    so a figure over verify calls is tokens per step only, never accept length per drafted step.
+    """
     if before is None or after is None:
         return {"available": False, "reason": problem or "no /metrics scrape at a boundary"}
     try:
         figures = interval_as_dict(interval_between(before, after))
     except ValueError as exc:  # e.g. the engine changed between the two scrapes
         return {"available": False, "reason": str(exc)}
+    if undrafted_steps and figures.get("accept_length_source") == "verify_counters":
+        figures["accept_length"] = None
+        figures["accept_length_source"] = "not_determinable"
+        figures["accept_length_note"] = UNDRAFTED_STEPS_REASON
     if (
         not PROFILES[after.engine].itl_per_engine_step
         and after.itl_histogram is not None
@@ -131,8 +153,10 @@ class LevelServerMetrics:
         scrape: Scrape,
         save: Save,
         keep: Keep | None = None,
+        undrafted_steps: bool = False,
     ):
         self.sweep_id = sweep_id
+        self.undrafted_steps = undrafted_steps
         self.scrape = scrape
         self.save = save
         self.keep = keep
@@ -149,7 +173,13 @@ class LevelServerMetrics:
 
     @classmethod
     def for_sweep(
-        cls, sweep_id: int, base_url: str, *, save: Save, keep: Keep | None = None
+        cls,
+        sweep_id: int,
+        base_url: str,
+        *,
+        save: Save,
+        keep: Keep | None = None,
+        undrafted_steps: bool = False,
     ) -> LevelServerMetrics:
         url = cls.metrics_url(base_url)
         last: dict[str, Any] = {}
@@ -164,7 +194,13 @@ class LevelServerMetrics:
             last.update(t=time.time(), text=response.text)
             return parse_engine_metrics(last["text"], scraped_at=last["t"])
 
-        marks = cls(sweep_id=sweep_id, scrape=scrape, save=save, keep=keep)
+        marks = cls(
+            sweep_id=sweep_id,
+            scrape=scrape,
+            save=save,
+            keep=keep,
+            undrafted_steps=undrafted_steps,
+        )
         marks.last_text = last
         return marks
 
@@ -205,7 +241,9 @@ class LevelServerMetrics:
         start_at, warmed_at = self._opening.pop(index, (None, None))
         # A split level's shards report the end of their warm-up with their summaries.
         warmed_at = _time(event, "warmed_at") or warmed_at
-        figures = level_server_metrics(before, metrics, problem=problem)
+        figures = level_server_metrics(
+            before, metrics, problem=problem, undrafted_steps=self.undrafted_steps
+        )
         if before is not None and figures.get("available"):
             figures |= interval_opening(
                 before.scraped_at,

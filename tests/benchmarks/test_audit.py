@@ -59,7 +59,34 @@ def test_a_sweep_as_measured_passes_the_audit(measured: Sweep) -> None:
     report = audit.audit_sweep(sweep=measured)
     assert report.problems == []
     assert report.levels_checked == 2 and report.records_checked == 18
+    # The sweep job audited the sweep at its end and kept the outcome.
+    kept = Sweep.objects.get(pk=measured.pk).audit
+    assert kept["ok"] is True and kept["levels_checked"] == 2 and kept["checked_at"]
     call_command("specdash", "audit", "--sweep", str(measured.pk))  # exit status 0
+
+
+def test_the_sweep_and_compare_pages_show_the_kept_outcome_of_a_failed_audit(
+    measured: Sweep, client: Client, viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.force_login(viewer)
+    other = Sweep.objects.create(name="other", levels=[1], state=SweepState.COMPLETED)
+    pages = (f"/sweeps/{measured.pk}/", f"/compare/?sweeps={measured.pk}&sweeps={other.pk}",
+             f"/compare/report.html?sweeps={measured.pk}&sweeps={other.pk}")  # fmt: skip
+    for url in pages:
+        assert 'data-testid="audit-warning"' not in client.get(url).content.decode(), url
+    SweepLevel.objects.filter(sweep=measured, index=0).update(output_tok_s=12345.0)
+    with pytest.raises(CommandError):
+        call_command("specdash", "audit", "--sweep", str(measured.pk))
+
+    def must_not_run(**_: Any) -> None:
+        raise AssertionError("a GET ran the audit")
+
+    for name in ("audit_sweep", "audit_sweeps", "audit_experiment", "audit_comparison"):
+        monkeypatch.setattr(audit, name, must_not_run)
+    for url in pages:
+        page = client.get(url).content.decode()
+        assert 'data-testid="audit-warning"' in page, url
+        assert "column output_tok_s is 12345.0" in page, url
 
 
 def test_a_lost_record_is_reported_with_its_level_and_fails_the_command(measured: Sweep) -> None:
@@ -151,7 +178,10 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
 
     problems = audit.audit_experiment(experiment=experiment).problems
     assert any("C=8: ratio point" in p and "is not the row's" in p for p in problems), problems
-    assert any("stored comparison's rows differs" in p for p in problems), problems
+    assert any("stored comparison's rows[C=8].ratios[B/A].point" in p for p in problems)
+    # The page shows the outcome of the last audit run, kept by the command.
+    with pytest.raises(CommandError):
+        call_command("specdash", "audit", "--experiment", str(experiment.pk))
     page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
     assert 'data-testid="audit-warning"' in page and "is not the row&#x27;s" in page
     body = client.get("/api/v1/audit", {"experiment": experiment.pk}).json()

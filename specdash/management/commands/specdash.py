@@ -188,7 +188,8 @@ class Command(BaseCommand):
 
     def _audit(self, options: dict[str, Any]) -> None:
         # Local, like `token`: it reads the database and the records files themselves, so
-        # it also works while no dashboard is running (right after a crash, say).
+        # it also works while no dashboard is running (right after a crash, say). The outcome
+        # is kept on each audited sweep and experiment, where their pages show it.
         from benchmarks import audit
         from benchmarks.models import Experiment, Sweep
 
@@ -196,14 +197,14 @@ class Command(BaseCommand):
             sweep = Sweep.objects.filter(pk=options["sweep"]).first()
             if sweep is None:
                 raise CommandError(f"No sweep #{options['sweep']}.")
-            report = audit.audit_sweep(sweep=sweep)
+            report = audit.audit_sweep_store(sweep_id=sweep.pk)
         elif options["experiment"] is not None:
             experiment = Experiment.objects.filter(pk=options["experiment"]).first()
             if experiment is None:
                 raise CommandError(f"No experiment #{options['experiment']}.")
-            report = audit.audit_experiment(experiment=experiment)
+            report = audit.audit_experiment_store(experiment_id=experiment.pk)
         else:
-            report = audit.audit_all()
+            report = audit.audit_all_store()
         body = report.as_dict()
         lines = [
             f"audit of {report.target}: {'ok' if report.ok else 'FAILED'} "

@@ -73,6 +73,9 @@ async def test_an_experiment_with_two_categories_and_slos_through_the_job_worker
     # What the runner stored passes the audit (summaries, goodput and the comparison).
     report = await sync_to_async(audit.audit_experiment)(experiment=experiment)
     assert report.problems == [] and report.levels_checked == 2
+    # The runner audited it at the end and kept the outcome (each sweep's on the sweep).
+    assert experiment.audit["ok"] is True and experiment.audit["comparisons_checked"] == 1
+    assert experiment.audit["levels_checked"] == 2
 
     # The eagle arm's sweep page shows the per-category acceptance and the goodput.
     sweep = await Sweep.objects.aget(

@@ -12,6 +12,8 @@ Each server start costs 1-5 minutes on 2 busy cores: three starts in all.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import os
 import signal
@@ -28,6 +30,7 @@ from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.prompts import _WORDS
 from benchlib.stats.speculative_schedule import vllm_speculative_config
+from benchmarks.experiments import report
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
 from benchmarks.models.experiments import ExperimentState
@@ -131,7 +134,8 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
     experiment = await sync_to_async(experiment_services.experiment_create)(
         profiles=[baseline, draft], levels=[1, 2, 4], check_output_equivalence=True,
         load={"api": "completions", "requests_per_level": 8, "max_tokens": MAX_TOKENS,
-              "input_tokens": 12, "temperature": 0.0, "ignore_eos": True}, repeats=1,
+              "input_tokens": 12, "temperature": 0.0, "ignore_eos": True,
+              "warmup_requests": 2}, repeats=1,
     )  # fmt: skip
     await until(
         lambda: Experiment.objects.get(pk=experiment.pk).is_finished,
@@ -154,7 +158,10 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
         assert [lv.concurrency for lv in levels] == [1, 2, 4]
         for level in levels:
             m = level.server_metrics
-            records = sent[level.index]
+            # Two warm-up requests before every level, which its server interval leaves out:
+            # the counters below move by the measured requests alone.
+            assert sum(1 for r in sent[level.index] if r.get("warmup")) == 2
+            records = [r for r in sent[level.index] if not r.get("warmup")]
             assert m["available"], m
             assert len(records) == 8 and all(r["out"] == MAX_TOKENS for r in records)
             # Every level, its opening burst included: the counters moved by what was sent.
@@ -178,6 +185,19 @@ async def test_baseline_against_draft_model_experiment_on_the_real_vllm(
             assert sum(r["spec_steps"] for r in records) == m["spec_drafts"], (level.index, m)
             assert sum(r["spec_drafted"] for r in records) == m["spec_draft_tokens"]
             assert sum(r["spec_accepted"] for r in records) == m["spec_accepted_tokens"]
+    # Both speculative figures, each with its source, in the comparison and in its CSV.
+    comparison = experiment.comparison
+    lines = list(csv.DictReader(io.StringIO(report.comparison_csv(comparison))))
+    assert len(lines) == len(comparison["rows"]) == 3
+    for row, line in zip(comparison["rows"], lines, strict=True):
+        draft_cell = next(c for c in row["cells"] if c["label"] == "B")
+        assert draft_cell["accept_length_source"] == "counters"
+        assert draft_cell["tokens_per_step_source"] == "itl_counters"
+        assert 1.0 < draft_cell["tokens_per_step"] <= draft_cell["accept_length"] + 1e-9
+        assert line["B_accept_length_source"] == "counters"
+        assert line["B_tokens_per_step_source"] == "itl_counters"
+        assert float(line["B_accept_length"]) == pytest.approx(draft_cell["accept_length"])
+        assert float(line["B_tokens_per_step"]) == pytest.approx(draft_cell["tokens_per_step"])
     # Greedy outputs identical with and without speculation, as the models guarantee.
     eq = experiment.comparison["equivalence"]
     assert eq["checked"] and eq["flagged"] == [], eq

