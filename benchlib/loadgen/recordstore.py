@@ -238,7 +238,8 @@ def iter_jsonl(
     state = state or ReadState()
     with path.open("rb") as f:
         f.seek(offset)
-        for number, line in enumerate(f, start=1):
+        for number, raw in enumerate(f, start=1):
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             try:
