@@ -2,7 +2,7 @@ from __future__ import annotations
 
 # What the load generator's records cost, measured against the simulator.
 #
-#     .venv/bin/python -m perf.bench_records [--requests 50000] [--max-tokens 64]
+#     .venv/bin/python -m perf.bench_records [--requests 50000] [--max-tokens 32]
 #
 # 1. Peak RSS of a load generator process (`python -m benchlib.loadgen`, the process a sweep
 #    runs) over one level of --requests requests at C=--concurrency, writing compact records:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
     args = parser.parse_args(argv)
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp_name:
