@@ -273,6 +273,14 @@ SPECDASH_LOADGEN_SHARD_TAGS = _env_list("SPECDASH_LOADGEN_SHARD_TAGS", "")
 SPECDASH_LOADGEN_SHARD_SPREAD = _env_bool("SPECDASH_LOADGEN_SHARD_SPREAD")
 SPECDASH_LOADGEN_GANG_TIMEOUT_S = _env_seconds("SPECDASH_LOADGEN_GANG_TIMEOUT_S", 60.0)
 
+# The format a new sweep's request records are written in (docs/operations.md, "Records and
+# retention"): "jsonl" (records.jsonl, one JSON object a line) or "compact" (records.sdrec,
+# about a ninth of the bytes; records.jsonl downloads are made from it while they are sent).
+# A sweep keeps the format it started with across resumes.
+SPECDASH_RECORDS_FORMAT = os.environ.get("SPECDASH_RECORDS_FORMAT", "jsonl")
+if SPECDASH_RECORDS_FORMAT not in {"jsonl", "compact"}:
+    raise ImproperlyConfigured("SPECDASH_RECORDS_FORMAT must be jsonl or compact")
+
 # Server lifecycle polling (hosts/lifecycle/): readiness checks, status lines while starting,
 # the watch of a ready server, and how long an unreachable host's instance waits before `lost`.
 SPECDASH_READY_POLL_S = _env_seconds("SPECDASH_READY_POLL_S", 0.25)
