@@ -26,7 +26,7 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,7 +263,9 @@ def iter_rows(
     return iter_jsonl(path, offset=offset, state=state)
 
 
-def iter_jsonl_bytes(path: Path, *, rows_per_chunk: int = BATCH_ROWS) -> Iterator[bytes]:
+def iter_jsonl_bytes(
+    path: Path, *, rows_per_chunk: int = BATCH_ROWS
+) -> Generator[bytes, None, None]:
     """The file as JSON lines, a batch of rows at a time: a records.jsonl download of a compact
     file made while it is sent, never held whole."""
     if not is_compact(path):

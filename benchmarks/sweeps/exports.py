@@ -136,12 +136,16 @@ def iter_file(path: Path) -> Iterator[bytes]:
     return iter_jsonl_bytes(path)
 
 
+def _next_chunk(chunks: Iterator[bytes]) -> bytes:
+    return next(chunks, b"")
+
+
 async def aiter_file(path: Path) -> AsyncIterator[bytes]:
     # Reads (and a compact file's decoding) happen off the event loop; the file can be
     # hundreds of MB.
     chunks = iter_jsonl_bytes(path)
     try:
-        while chunk := await sync_to_async(next, thread_sensitive=False)(chunks, b""):
+        while chunk := await sync_to_async(_next_chunk, thread_sensitive=False)(chunks):
             yield chunk
     finally:
         await sync_to_async(chunks.close, thread_sensitive=False)()
