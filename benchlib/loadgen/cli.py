@@ -387,6 +387,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         cancel=cancel,
                         on_sample=on_sample,
                         before_measure=open_interval,
+                        records=records.target(),
                     )
                 else:
                     result = await run_level(

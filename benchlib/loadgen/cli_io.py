@@ -19,6 +19,7 @@ from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
     COMPACT_SUFFIX,
     FLUSH_INTERVAL_S,
+    RecordTarget,
     RecordWriter,
     iter_rows,
 )
@@ -64,6 +65,12 @@ class LevelRecords:
                 writer.write(row)
 
         return write
+
+    def target(self) -> RecordTarget:
+        """The files, for a split level's worker processes to append to themselves."""
+        return RecordTarget(
+            files=tuple((str(w.path), w.compact) for w in self.writers), attempt=self.attempt
+        )
 
     def level_source(self, anchor: ClockAnchor) -> Callable[[], Iterator[RequestRecord]]:
         """The level's records as written (another writer may append to the same file: only

@@ -305,7 +305,10 @@ class RecordWriter:
         compact: bool | None = None,
         batch_rows: int = BATCH_ROWS,
         flush_interval: float = FLUSH_INTERVAL_S,
+        shared: bool = False,
     ) -> None:
+        """``shared``: other processes append to the same file at the same time (a split
+        level's workers), so its tail is left alone: the owner prepared it."""
         self.path = path
         self.compact = compact_path(path) if compact is None else compact
         self.batch_rows = batch_rows
@@ -316,7 +319,8 @@ class RecordWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if append else os.O_TRUNC)
         self._fd = os.open(path, flags, 0o644)
         self._regular = os.path.isfile(path)
-        self._prepare(append)
+        if not shared:
+            self._prepare(append)
 
     def _prepare(self, append: bool) -> None:
         if not self._regular:
@@ -407,3 +411,24 @@ def cut_torn_block(path: Path) -> int:
         if at < size:
             f.truncate(at)
         return max(0, size - at)
+
+
+@dataclass(frozen=True)
+class RecordTarget:
+    """Where a level's records go, in a form another process can open: each file's path and
+    whether it is compact, and the attempt to tag rows with."""
+
+    files: tuple[tuple[str, bool], ...]
+    attempt: int | None = None
+
+    def open(self) -> list[RecordWriter]:
+        """Writers appending to every file beside the process that prepared them."""
+        return [
+            RecordWriter(Path(path), append=True, compact=compact, shared=True)
+            for path, compact in self.files
+        ]
+
+    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+        if self.attempt is not None:
+            record["attempt"] = self.attempt
+        return record
