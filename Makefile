@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa gpu-check clean
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -115,6 +115,11 @@ bench-telemetry: $(VENV)/.dev-installed
 
 bench-jobs: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_jobs
+
+# Not part of `bench`: the load generator's peak RSS over a 50k-request level, records bytes per
+# request (JSON lines against the compact format) and a SIGKILL mid-level, against the simulator.
+bench-records: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_records $(ARGS)
 
 # Not part of `bench`: a matrix and its verification, about 15 minutes on 2 cores.
 bench-tuning: $(VENV)/.dev-installed

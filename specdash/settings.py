@@ -275,6 +275,22 @@ SPECDASH_LOADGEN_SHARD_TAGS = _env_list("SPECDASH_LOADGEN_SHARD_TAGS", "")
 SPECDASH_LOADGEN_SHARD_SPREAD = _env_bool("SPECDASH_LOADGEN_SHARD_SPREAD")
 SPECDASH_LOADGEN_GANG_TIMEOUT_S = _env_seconds("SPECDASH_LOADGEN_GANG_TIMEOUT_S", 60.0)
 
+# The format a new sweep's request records are written in (docs/operations.md, "Records and
+# retention"): "jsonl" (records.jsonl, one JSON object a line) or "compact" (records.sdrec,
+# about a ninth of the bytes; records.jsonl downloads are made from it while they are sent).
+# A sweep keeps the format it started with across resumes.
+SPECDASH_RECORDS_FORMAT = os.environ.get("SPECDASH_RECORDS_FORMAT", "jsonl")
+if SPECDASH_RECORDS_FORMAT not in {"jsonl", "compact"}:
+    raise ImproperlyConfigured("SPECDASH_RECORDS_FORMAT must be jsonl or compact")
+# Retention of finished work's rows (benchmarks/retention.py, docs/operations.md "Records and
+# retention"), applied by the job worker every SPECDASH_RETENTION_INTERVAL_S (0: never; the
+# `retention` management command applies it by hand).
+SPECDASH_RETENTION_INTERVAL_S = _env_seconds("SPECDASH_RETENTION_INTERVAL_S", 3600.0)
+SPECDASH_RETAIN_JOB_EVENTS_DAYS = max(1, _env_int("SPECDASH_RETAIN_JOB_EVENTS_DAYS", 14))
+SPECDASH_RETAIN_SHARD_RECORDS_S = _env_seconds("SPECDASH_RETAIN_SHARD_RECORDS_S", 3600.0)
+SPECDASH_RETAIN_SAMPLES_DAYS = max(1, _env_int("SPECDASH_RETAIN_SAMPLES_DAYS", 30))
+SPECDASH_RETAIN_SAMPLE_STEP_S = _env_seconds("SPECDASH_RETAIN_SAMPLE_STEP_S", 10.0)
+
 # Server lifecycle polling (hosts/lifecycle/): readiness checks, status lines while starting,
 # the watch of a ready server, and how long an unreachable host's instance waits before `lost`.
 SPECDASH_READY_POLL_S = _env_seconds("SPECDASH_READY_POLL_S", 0.25)

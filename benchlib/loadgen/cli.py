@@ -20,8 +20,8 @@ from typing import Any, TextIO
 
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.cli_io import (
+    LevelRecords,
     boundary_scrape,
-    open_records,
     progress_line,
     sleep_until,
     stdin_line,
@@ -31,9 +31,9 @@ from benchlib.loadgen.cli_io import write_output as write_output  # its first ho
 from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.events import EventWriter, dumps, silence_stdout
 from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.level import LevelConfig, LevelResult, run_level
+from benchlib.loadgen.level import LevelConfig, LevelResult, RecordSink, run_level
 from benchlib.loadgen.level import level_plan as level_plan  # where it was first defined
-from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.metrics import RecordSource, summarize_level, summarize_level_passes
 from benchlib.loadgen.multiproc import run_level_multiprocess
 from benchlib.loadgen.prompts import PromptSource, load_dataset
 from benchlib.loadgen.records import RequestRecord
@@ -94,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-error-ratio", type=float, default=0.5)
     p.add_argument("--sample-interval", type=float, default=1.0)
     p.add_argument("--output", type=Path, default=None, help="results JSON")
-    p.add_argument("--records", type=Path, default=None, help="per-request JSON lines")
+    p.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="per-request records, written as requests complete: JSON lines, or the compact "
+        "format when the name ends in .sdrec",
+    )
     p.add_argument(
         "--records-append",
         action="store_true",
@@ -153,27 +159,45 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None) -> LevelSummary:
+def level_summary(
+    result: LevelResult,
+    *,
+    processes: int,
+    slo: Slo | None = None,
+    stored: RecordSource | None = None,
+) -> LevelSummary:
     """The level's summary, computed from its records exactly as the records file holds them
     (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
-    way here and in an audit that recomputes the summary from the file."""
-    as_stored = [
-        RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
-        for r in result.records
-    ]
-    summary = summarize_level(
-        as_stored,
-        concurrency=result.concurrency,
-        mode=result.mode,
-        partial=result.partial,
-        anchor=result.anchor,
-        slo=slo,
-    )
+    way here and in an audit that recomputes the summary from the file. `stored` reads the
+    level's records back from the file (several passes, one record in memory at a time); without
+    it they are `result.records`, rounded the same way."""
+    if stored is None:
+        as_stored = [
+            RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
+            for r in result.records
+        ]
+        summary = summarize_level(
+            as_stored,
+            concurrency=result.concurrency,
+            mode=result.mode,
+            partial=result.partial,
+            anchor=result.anchor,
+            slo=slo,
+        )
+    else:
+        summary = summarize_level_passes(
+            stored,
+            concurrency=result.concurrency,
+            mode=result.mode,
+            partial=result.partial,
+            anchor=result.anchor,
+            slo=slo,
+        )
     summary["level_index"] = result.level_index
     summary["status"] = result.status
     summary["reason"] = result.reason
     summary["processes"] = processes
-    summary["warmup_requests"] = len(result.warmup_records)
+    summary["warmup_requests"] = len(result.warmup_records) or result.warmup_count
     summary["client"] = result.client
     summary["anchor"] = result.anchor.to_dict()
     return summary
@@ -262,7 +286,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         # Imported, connected to its reader, prompts built: only the start is missing, so
         # the processes of a gang are all ready when it is given and start within a timer tick.
         await read_start()
-    records_f = open_records(args.records, append=args.records_append) if args.records else None
+    records = LevelRecords(args.records, append=args.records_append, attempt=args.attempt)
+    flusher = asyncio.create_task(records.flush_periodically())
     levels: list[LevelSummary] = []
     status, reason = "completed", None
     try:
@@ -352,6 +377,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     t=time.time(),
                 )
 
+            sink: RecordSink = records.sink(run_id=run_id, level_index=i)
             try:
                 if processes > 1:
                     result = await run_level_multiprocess(
@@ -361,6 +387,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         cancel=cancel,
                         on_sample=on_sample,
                         before_measure=open_interval,
+                        records=records.target(),
                     )
                 else:
                     result = await run_level(
@@ -369,6 +396,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         cancel=cancel,
                         on_sample=on_sample,
                         before_measure=open_interval,
+                        sink=sink,
                     )
             except Exception as exc:
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
@@ -376,21 +404,17 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 events.emit("level_error", level_index=i, reason=reason, detail=detail)
                 status = "failed"
                 break
-            summary = level_summary(result, processes=processes, slo=slo)
+            # A split level's workers hand back their records at its end: they go to the
+            # file now, the same way.
+            for rec in (*result.warmup_records, *result.records):
+                sink(rec, result.anchor)
+            records.flush()
+            summary = level_summary(
+                result, processes=processes, slo=slo, stored=records.level_source(result.anchor)
+            )
             summary["target_rate"] = rate
             summary["burstiness"] = args.burstiness if rate else None
             levels.append(summary)
-            if records_f is not None:
-                lines = []
-                for rec in (*result.warmup_records, *result.records):
-                    row = rec.to_json(result.anchor, level_index=i)
-                    if args.attempt is not None:
-                        row["attempt"] = args.attempt
-                    lines.append(dumps(row) + "\n")
-                # One write per level: another writer appending to the same file (an earlier
-                # attempt still finishing) never gets between the lines of a level.
-                records_f.write("".join(lines))
-                records_f.flush()
             # The level's closing scrape, before the next level can send anything.
             boundary = (
                 await boundary_scrape(args.boundary_metrics_url)
@@ -409,9 +433,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 break
     finally:
         watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        if records_f is not None:
-            records_f.close()
+        flusher.cancel()
+        await asyncio.gather(watcher, flusher, return_exceptions=True)
+        records.close()
     if args.output is not None:
         out = {
             "run_id": run_id,

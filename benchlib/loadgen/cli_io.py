@@ -7,28 +7,103 @@ import asyncio
 import contextlib
 import os
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+from benchlib.loadgen.level import RecordSink
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.recordstore import (
+    COMPACT_SUFFIX,
+    FLUSH_INTERVAL_S,
+    RecordTarget,
+    RecordWriter,
+    iter_rows,
+)
 
 
-def open_records(path: Path, *, append: bool) -> TextIO:
-    """The records file, replaced or appended to. Appending first ends a line that a killed
-    earlier writer left half-written, so that torn line never glues onto the next record."""
-    if not append:
-        return path.open("w", encoding="utf-8")
-    torn = False
-    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    handle = path.open("a", encoding="utf-8")
-    if torn:
-        handle.write("\n")
-    return handle
+class LevelRecords:
+    """Where the run's records go as requests complete, and how a level's are read back.
+
+    Rows are appended to --records a batch at a time (recordstore.RecordWriter). The level's
+    summary is computed afterwards from what was written, read back from where the level began,
+    so the process holds a batch of records, never a level. Without --records, or when it is
+    not a regular file (/dev/null, a FIFO), the rows also go to a compact spool file in the
+    temporary directory, removed at the end, which is what gets read back.
+    """
+
+    def __init__(self, path: Path | None, *, append: bool, attempt: int | None) -> None:
+        self.attempt = attempt
+        self.writers: list[RecordWriter] = []
+        self._spool: Path | None = None
+        if path is not None:
+            self.writers.append(RecordWriter(path, append=append))
+        if not self.writers or not self.writers[0].readable:
+            fd, name = tempfile.mkstemp(prefix="loadgen-records-", suffix=COMPACT_SUFFIX)
+            os.close(fd)
+            self._spool = Path(name)
+            self.writers.append(RecordWriter(self._spool, append=False, compact=True))
+        self._read = self.writers[-1]
+        self._level_prefix = ""
+        self._level_offset = 0
+
+    def sink(self, *, run_id: str, level_index: int) -> RecordSink:
+        """The level's record sink; it also marks where the level's rows begin."""
+        self.flush()
+        self._level_offset = self._read.offset()
+        self._level_prefix = f"{run_id}-{level_index}-"
+        attempt = self.attempt
+
+        def write(rec: RequestRecord, anchor: ClockAnchor) -> None:
+            row = rec.to_json(anchor, level_index=level_index)
+            if attempt is not None:
+                row["attempt"] = attempt
+            for writer in self.writers:
+                writer.write(row)
+
+        return write
+
+    def target(self) -> RecordTarget:
+        """The files, for a split level's worker processes to append to themselves."""
+        return RecordTarget(
+            files=tuple((str(w.path), w.compact) for w in self.writers), attempt=self.attempt
+        )
+
+    def level_source(self, anchor: ClockAnchor) -> Callable[[], Iterator[RequestRecord]]:
+        """The level's records as written (another writer may append to the same file: only
+        this run's rows of this level count), readable again for each pass of the summary."""
+        path, offset, prefix = self._read.path, self._level_offset, self._level_prefix
+        attempt = self.attempt
+
+        def read() -> Iterator[RequestRecord]:
+            for row in iter_rows(path, offset=offset):
+                if str(row.get("id", "")).startswith(prefix) and row.get("attempt") == attempt:
+                    yield RequestRecord.from_json(row, anchor)
+
+        return read
+
+    def flush(self) -> None:
+        for writer in self.writers:
+            writer.flush()
+
+    async def flush_periodically(self) -> None:
+        """Rows wait at most FLUSH_INTERVAL_S for their batch to reach the disk, even when no
+        request completes for a while."""
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S / 2)
+            for writer in self.writers:
+                writer.flush_if_due()
+
+    def close(self) -> None:
+        try:
+            for writer in self.writers:
+                writer.close()
+        finally:
+            if self._spool is not None:
+                self._spool.unlink(missing_ok=True)
 
 
 async def boundary_scrape(url: str) -> dict[str, Any]:

@@ -116,12 +116,25 @@ def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float
     `duration` (the level's, as in its throughput), the p99 over requests of each set figure
     (failed requests as inf) and whether the level meets the SLO."""
     measured = [r for r in records if not r.warmup]
+    return goodput_from_figures(
+        measured, [request_figures(r) for r in measured], slo, duration=duration
+    )
+
+
+def goodput_from_figures(
+    measured: Sequence[RequestRecord],
+    figures_of: Sequence[Mapping[str, float]],
+    slo: Slo,
+    *,
+    duration: float,
+) -> dict[str, Any]:
+    """`level_goodput` from the measured requests and each one's `request_figures`, taken
+    beforehand (a summary that streams the records keeps the figures, not the chunks)."""
     limits = slo.limits()
     good = 0
     good_tokens = 0
     per_figure: dict[str, list[float]] = {k: [] for k in limits}
-    for rec in measured:
-        figures = request_figures(rec)
+    for rec, figures in zip(measured, figures_of, strict=True):
         if rec.ok and meets(figures, limits):
             good += 1
             good_tokens += rec.output_tokens

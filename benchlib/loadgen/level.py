@@ -28,6 +28,9 @@ DEFAULT_MAX_TOKENS = 128
 _LEVEL_STRIDE = 10_000_019  # prompt indices of different levels never overlap
 
 SampleCallback = Callable[[dict[str, Any]], None]
+# Takes each request's record as it completes (warm-up ones included) and the level's anchor:
+# with one, the runner keeps no records, so its memory does not grow with the level.
+RecordSink = Callable[[RequestRecord, ClockAnchor], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,10 @@ class LevelResult:
     status: str = "completed"  # "completed" | "cancelled" | "failed"
     reason: str | None = None
     client: dict[str, Any] = field(default_factory=dict)
+    # With a record sink the records went there as they completed and the lists above stay
+    # empty; these count them either way.
+    measured_count: int = 0
+    warmup_count: int = 0
 
     @property
     def partial(self) -> bool:
@@ -125,8 +132,13 @@ class LevelRunner:
         client: StreamClient | None = None,
         cancel: asyncio.Event | None = None,
         on_sample: SampleCallback | None = None,
+        sink: RecordSink | None = None,
     ) -> None:
         self.cfg = cfg
+        self.sink = sink
+        self.anchor = ClockAnchor.now()
+        self._completed_warmups = 0
+        self._completed_measured = 0
         self.prompts = prompts
         self.client = client
         self.cancel = cancel or asyncio.Event()
@@ -188,7 +200,14 @@ class LevelRunner:
             )
         finally:
             live.in_flight -= 1
-            self._records.append(rec)
+            if rec.warmup:
+                self._completed_warmups += 1
+            else:
+                self._completed_measured += 1
+            if self.sink is not None:
+                self.sink(rec, self.anchor)
+            else:
+                self._records.append(rec)
             self._account(rec)
 
     def _account(self, rec: RequestRecord) -> None:
@@ -360,7 +379,7 @@ class LevelRunner:
             level_index=cfg.level_index,
             concurrency=cfg.concurrency,
             mode=cfg.mode,
-            anchor=ClockAnchor.now(),
+            anchor=self.anchor,
         )
         status = "completed"
         try:
@@ -385,6 +404,8 @@ class LevelRunner:
                 await self.client.aclose()
                 self.client = None
         result.records = self._records
+        result.measured_count = self._completed_measured
+        result.warmup_count = self._completed_warmups
         result.status = status
         result.reason = self.reason if status != "completed" else None
         result.client = self.health.summary()
@@ -449,10 +470,12 @@ async def run_level(
     on_sample: SampleCallback | None = None,
     start_wall: float | None = None,
     before_measure: Callable[[], Awaitable[None]] | None = None,
+    sink: RecordSink | None = None,
 ) -> LevelResult:
-    """Run one level in this process and return its records (summarize them with metrics).
+    """Run one level in this process and return its records (summarize them with metrics),
+    or hand each record to `sink` as it completes and keep none.
 
     `before_measure` is awaited after the warm-up, right before the first measured request
     (the CLI opens the level's server-side interval there)."""
-    runner = LevelRunner(cfg, prompts, client=client, cancel=cancel, on_sample=on_sample)
+    runner = LevelRunner(cfg, prompts, client=client, cancel=cancel, on_sample=on_sample, sink=sink)
     return await runner.run(start_wall=start_wall, before_measure=before_measure)

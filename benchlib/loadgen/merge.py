@@ -69,4 +69,6 @@ def merge_results(results: Sequence[LevelResult]) -> LevelResult:
         status=worst.status,
         reason=reasons[0] if reasons else worst.reason,
         client=merge_client_health([r.client for r in results]),
+        measured_count=sum(r.measured_count for r in results),
+        warmup_count=sum(r.warmup_count for r in results),
     )

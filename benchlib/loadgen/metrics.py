@@ -5,11 +5,13 @@ from __future__ import annotations
 # Nothing here depends on the order of the records: sums use math.fsum and quantiles sort first, so
 # the summary of the union of several processes' records is the same number however they are
 # concatenated. That is what makes a multi-process level exact.
+import dataclasses
 import itertools
 import math
+from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
@@ -184,34 +186,96 @@ def delivery_gaps(groups: Sequence[Delivery]) -> list[tuple[float, int]]:
     return [(b.last - a.last, b.tokens) for a, b in itertools.pairwise(groups)]
 
 
-def _spread(samples: list[float], gap: float, n: int) -> None:
-    if n == 1:
-        samples.append(gap)
-    elif n > 1:
-        samples.extend([gap / n] * n)
+def _chunked(values: Any, size: int = 65536) -> Iterator[float]:
+    """The values of a numpy array as Python floats, converted a slice at a time (a sum over
+    them is then the same Python arithmetic as over a list, without the list)."""
+    for i in range(0, len(values), size):
+        yield from values[i : i + size].tolist()
 
 
-@dataclass(slots=True)
-class _TokenSamples:
-    itl: list[float] = field(default_factory=list)
-    itl_event: list[float] = field(default_factory=list)
-    itl_chunk: list[float] = field(default_factory=list)
-    itl_delivery: list[float] = field(default_factory=list)
-    per_chunk: Counter[int] = field(default_factory=Counter)
-    per_delivery: Counter[int] = field(default_factory=Counter)
+def _array_distribution(values: Any, *, scale: float = 1.0) -> Distribution:
+    """`distribution` of a float64 numpy array, which it sorts in place: the same numbers
+    (the sums are math.fsum over the same floats, the quantiles the same interpolation over
+    the same sorted values) at 8 bytes a value where a list of floats takes 32."""
+    values.sort()
+    n = len(values)
+    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
+    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
+    if n:
+        mean = math.fsum(_chunked(values)) / n
+        out["mean"] = mean * scale
+        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in _chunked(values)) / n) * scale
+        out["min"] = float(values[0]) * scale
+        view = memoryview(values)  # indexes to Python floats, as a list would
+        for name, q in QUANTILES:
+            out[name] = quantile(view, q) * scale
+        out["max"] = float(values[-1]) * scale
+    return cast(Distribution, out)
 
-    def add(self, rec: RequestRecord) -> None:
-        times, toks = rec.chunk_times, rec.chunk_tokens
-        self.per_chunk.update(toks)
+
+def _spread_out(gaps: Any, tokens: Any) -> Any:
+    """Each gap split evenly over the tokens it brought: n samples of gap / n (the gap itself
+    for one token, none for none), as numpy arrays."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):  # a 0-token gap is repeated 0 times
+        return np.repeat(gaps / tokens, tokens)
+
+
+# A source of a level's records: each call iterates them afresh (a list, or a file read again),
+# so a summary can make several passes holding one record at a time.
+RecordSource = Callable[[], Iterable[RequestRecord]]
+
+
+def _timed_ok(records: Iterable[RequestRecord]) -> Iterator[RequestRecord]:
+    """The measured successful requests that got a first token: those with token samples."""
+    return (r for r in records if not r.warmup and r.ok and r.first_token is not None)
+
+
+def _chunk_figures(source: RecordSource) -> tuple[Distribution, Distribution, Counter[int]]:
+    """Per chunk: the gap distribution, the per-event (token-spread) one, tokens per chunk."""
+    import numpy as np
+
+    gaps = array("d")
+    tokens = array("i")
+    per_chunk: Counter[int] = Counter()
+    for r in _timed_ok(source()):
+        times, toks = r.chunk_times, r.chunk_tokens
+        per_chunk.update(toks)
         for i in range(1, len(times)):
-            gap = times[i] - times[i - 1]
-            self.itl_chunk.append(gap)
-            _spread(self.itl_event, gap, toks[i])
-        groups = deliveries(times, toks)
-        self.per_delivery.update(d.tokens for d in groups)
+            gaps.append(times[i] - times[i - 1])
+            tokens.append(toks[i])
+    gap_array = np.frombuffer(gaps, dtype=np.float64).copy()
+    del gaps
+    itl_chunk = _array_distribution(gap_array.copy(), scale=1e3)
+    spread = _spread_out(gap_array, np.frombuffer(tokens, dtype=np.int32).clip(min=0))
+    del gap_array, tokens
+    return itl_chunk, _array_distribution(spread, scale=1e3), per_chunk
+
+
+def _delivery_figures(source: RecordSource) -> tuple[Distribution, Distribution, Counter[int]]:
+    """Per delivery: the token-level ITL distribution, the per-delivery gaps, tokens each."""
+    import numpy as np
+
+    gaps = array("d")
+    tokens = array("i")
+    per_delivery: Counter[int] = Counter()
+    for r in _timed_ok(source()):
+        groups = deliveries(r.chunk_times, r.chunk_tokens)
+        per_delivery.update(d.tokens for d in groups)
         for gap, n in delivery_gaps(groups):
-            self.itl_delivery.append(gap)
-            _spread(self.itl, gap, n)
+            gaps.append(gap)
+            tokens.append(n)
+    gap_array = np.frombuffer(gaps, dtype=np.float64).copy()
+    del gaps
+    itl_delivery = _array_distribution(gap_array.copy(), scale=1e3)
+    spread = _spread_out(gap_array, np.frombuffer(tokens, dtype=np.int32).clip(min=0))
+    del gap_array, tokens
+    return _array_distribution(spread, scale=1e3), itl_delivery, per_delivery
+
+
+def _without_chunks(r: RequestRecord) -> RequestRecord:
+    return r if not r.chunk_times else dataclasses.replace(r, chunk_times=[], chunk_tokens=[])
 
 
 def summarize_level(
@@ -231,10 +295,43 @@ def summarize_level(
     With an `anchor`, window bounds are also given in wall-clock epoch seconds. With an `slo`,
     the summary has `goodput` (goodput.level_goodput over the level's duration).
     """
-    from benchlib.loadgen.acceptance import level_acceptance
-    from benchlib.loadgen.goodput import level_goodput
+    kept = records if isinstance(records, list) else list(records)
+    return summarize_level_passes(
+        lambda: kept,
+        concurrency=concurrency,
+        mode=mode,
+        partial=partial,
+        anchor=anchor,
+        dip_tolerance=dip_tolerance,
+        slo=slo,
+    )
 
-    measured = [r for r in records if not r.warmup]
+
+def summarize_level_passes(
+    source: RecordSource,
+    *,
+    concurrency: int,
+    mode: str = "closed",
+    partial: bool = False,
+    anchor: ClockAnchor | None = None,
+    dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
+    slo: Slo | None = None,
+) -> LevelSummary:
+    """`summarize_level` over records that `source()` gives afresh on each call (a records file
+    read again): four passes, each holding one record's chunks at a time, the per-request
+    figures and one token-sample array (8 bytes a sample). The same numbers as over a list."""
+    from benchlib.loadgen.acceptance import level_acceptance
+    from benchlib.loadgen.goodput import goodput_from_figures, request_figures
+
+    # Pass 1: every measured request without its chunks, and its SLO figures (which need them).
+    measured: list[RequestRecord] = []
+    figures: list[dict[str, float]] = []
+    for r in source():
+        if r.warmup:
+            continue
+        if slo is not None:
+            figures.append(request_figures(r))
+        measured.append(_without_chunks(r))
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
     by_cause = Counter(r.error_kind for r in failed)
@@ -275,13 +372,20 @@ def summarize_level(
     if anchor is not None and timed:
         out["window_wall"] = [anchor.to_wall(t_first), anchor.to_wall(t_last)]
 
-    out["steady"] = _steady(ok, intervals, concurrency, mode, anchor, dip_tolerance)
+    # Pass 2: the tokens each request made inside the steady window.
+    out["steady"] = _steady(
+        lambda: (r for r in source() if not r.warmup and r.ok),
+        intervals,
+        concurrency,
+        mode,
+        anchor,
+        dip_tolerance,
+    )
 
     ttft: list[float] = []
     e2e: list[float] = []
     tpot: list[float] = []
     decode: list[float] = []
-    tokens = _TokenSamples()
     send: list[float] = []
     ttft_sent: list[float] = []
     chunk_est = out_est = 0
@@ -302,7 +406,6 @@ def summarize_level(
             tpot.append((total - first) / (r.output_tokens - 1))
             if total > first:
                 decode.append((r.output_tokens - 1) / (total - first))
-        tokens.add(r)
 
     out["ttft_ms"] = distribution(ttft, scale=1e3)
     # The client's own send path, and TTFT counted from the request on the wire: the part of
@@ -311,13 +414,15 @@ def summarize_level(
     out["ttft_after_send_ms"] = distribution(ttft_sent, scale=1e3)
     out["tpot_ms"] = distribution(tpot, scale=1e3)
     # Token-level ITL over deliveries (docs/measurement.md); per event and per chunk beside it.
-    out["itl_ms"] = distribution(tokens.itl, scale=1e3)
-    out["itl_event_ms"] = distribution(tokens.itl_event, scale=1e3)
-    out["itl_chunk_ms"] = distribution(tokens.itl_chunk, scale=1e3)
-    out["itl_delivery_ms"] = distribution(tokens.itl_delivery, scale=1e3)
+    # Passes 3 and 4: the chunks, then the deliveries, each pass's samples freed before the next.
+    itl_chunk, itl_event, per_chunk = _chunk_figures(source)
+    itl, itl_delivery, per_delivery = _delivery_figures(source)
+    out["itl_ms"] = itl
+    out["itl_event_ms"] = itl_event
+    out["itl_chunk_ms"] = itl_chunk
+    out["itl_delivery_ms"] = itl_delivery
     out["e2e_ms"] = distribution(e2e, scale=1e3)
     out["decode_tok_s"] = distribution(decode)
-    per_chunk, per_delivery = tokens.per_chunk, tokens.per_delivery
     out["tokens_per_chunk"] = {str(n): per_chunk[n] for n in sorted(per_chunk)}
     n_chunks = sum(per_chunk.values())
     chunked_tokens = sum(n * c for n, c in per_chunk.items())
@@ -332,12 +437,12 @@ def summarize_level(
     }
     out["acceptance"] = level_acceptance(ok)
     if slo is not None:
-        out["goodput"] = level_goodput(measured, slo, duration=duration)
+        out["goodput"] = goodput_from_figures(measured, figures, slo, duration=duration)
     return cast(LevelSummary, out)
 
 
 def _steady(
-    ok: Sequence[RequestRecord],
+    ok: RecordSource,
     intervals: Sequence[tuple[float, float]],
     concurrency: int,
     mode: str,
@@ -357,7 +462,7 @@ def _steady(
     a, b = window
     arrived = 0
     spread: list[float] = []
-    for r in ok:
+    for r in ok():
         times = r.chunk_times
         if not times or times[-1] <= a or times[0] > b:
             continue

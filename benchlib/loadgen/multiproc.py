@@ -5,7 +5,9 @@ from __future__ import annotations
 # Each worker runs C_i of the level's C slots with its own event loop and client, does its share of
 # the warm-up, reports ready, and starts measuring at a wall-clock time the parent sets once every
 # worker is ready. Workers send live samples and, at the end, their raw records; the parent merges
-# the records exactly (merge.merge_results) and combines the samples.
+# the records exactly (merge.merge_results) and combines the samples. Given a RecordTarget, the
+# workers instead append their records to its files as they complete (a batch at a time, each
+# record in wall-clock time, which needs no merge) and hand back none.
 import asyncio
 import contextlib
 import multiprocessing as mp
@@ -29,7 +31,8 @@ from benchlib.loadgen.level import (
 from benchlib.loadgen.merge import merge_results
 from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
-from benchlib.loadgen.records import ClockAnchor
+from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.recordstore import RecordTarget
 
 START_MARGIN_S = 0.2  # between the last worker reporting ready and the common start
 
@@ -63,13 +66,14 @@ def _worker_main(
     cancel_ev: Any,
     start_at: Synchronized[float],
     parent_pid: int,
+    records: RecordTarget | None = None,
 ) -> None:
     # The parent owns signal handling and tells workers to stop through cancel_ev.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     idx = cfg.process_index
     try:
-        result = asyncio.run(_worker(cfg, prompts, out_q, cancel_ev, start_at, parent_pid))
+        result = asyncio.run(_worker(cfg, prompts, out_q, cancel_ev, start_at, parent_pid, records))
         out_q.put(("done", idx, result))
     except BaseException:
         out_q.put(("error", idx, traceback.format_exc()))
@@ -82,16 +86,31 @@ async def _worker(
     cancel_ev: Any,
     start_at: Synchronized[float],
     parent_pid: int,
+    records: RecordTarget | None = None,
 ) -> LevelResult:
     idx = cfg.process_index
     cancel = asyncio.Event()
+    writers = records.open() if records is not None else []
+
+    def sink(rec: RequestRecord, anchor: ClockAnchor) -> None:
+        assert records is not None
+        row = records.row(rec.to_json(anchor, level_index=cfg.level_index))
+        for writer in writers:
+            writer.write(row)
+
     runner = LevelRunner(
-        cfg, prompts, cancel=cancel, on_sample=lambda s: out_q.put(("sample", idx, s))
+        cfg,
+        prompts,
+        cancel=cancel,
+        on_sample=lambda s: out_q.put(("sample", idx, s)),
+        sink=sink if records is not None else None,
     )
 
     async def watch() -> None:
         reported = False
         while True:
+            for writer in writers:
+                writer.flush_if_due()
             if cancel_ev.is_set() or os.getppid() != parent_pid:
                 cancel.set()
             if runner.failed.is_set() and not reported:
@@ -114,6 +133,8 @@ async def _worker(
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
+        for writer in writers:
+            writer.close()
 
 
 class _SampleMerger:
@@ -161,8 +182,10 @@ async def run_level_multiprocess(
     cancel: asyncio.Event | None = None,
     on_sample: SampleCallback | None = None,
     before_measure: Callable[[], Awaitable[None]] | None = None,
+    records: RecordTarget | None = None,
 ) -> LevelResult:
-    """Run one level split over `processes` spawned workers; returns the merged result.
+    """Run one level split over `processes` spawned workers; returns the merged result (with
+    `records`, the workers append their records to its files and the result holds none).
 
     `before_measure` is awaited here once every worker has finished its share of the warm-up,
     before the common start of the measured requests is set."""
@@ -175,7 +198,7 @@ async def run_level_multiprocess(
     procs = [
         ctx.Process(
             target=_worker_main,
-            args=(c, prompts, out_q, cancel_ev, start_at, os.getpid()),
+            args=(c, prompts, out_q, cancel_ev, start_at, os.getpid(), records),
             name=f"loadgen-worker-{c.process_index}",
             daemon=True,
         )

@@ -299,30 +299,52 @@ def rate_sweep_ids(*, sweeps: Sequence[Sweep]) -> list[int]:
     return [s.pk for s in sweeps if is_rate_sweep(s.load or {})]
 
 
-def comparable_sweeps(*, limit: int = 200) -> list[Sweep]:
+# The picker and a profile's history list this many sweeps, newest first, and say so when
+# there are more (the count comes from the *_total selectors beside them).
+LIST_LIMIT = 200
+
+
+def _comparable() -> QuerySet[Sweep]:
+    return Sweep.objects.filter(
+        state__in=[SweepState.COMPLETED, SweepState.CANCELLED, SweepState.FAILED],
+        level_results__state=LevelState.COMPLETED,
+    ).distinct()
+
+
+def comparable_sweeps_total() -> int:
+    """How many sweeps the picker could list (rate sweeps included), before its cut."""
+    return _comparable().count()
+
+
+def profile_history_total(*, profile_id: int) -> int:
+    """How many of the profile's sweeps have a completed level, before the history's cut."""
+    return (
+        Sweep.objects.filter(profile_id=profile_id, level_results__state=LevelState.COMPLETED)
+        .distinct()
+        .count()
+    )
+
+
+def comparable_sweeps(*, limit: int | None = None) -> list[Sweep]:
     """Sweeps that finished with at least one completed level, newest first (the picker);
     rate sweeps are left out (see rate_sweep_ids)."""
     sweeps = list(
-        Sweep.objects.filter(
-            state__in=[SweepState.COMPLETED, SweepState.CANCELLED, SweepState.FAILED],
-            level_results__state=LevelState.COMPLETED,
-        )
+        _comparable()
         .select_related("profile", "experiment_step__experiment")
-        .distinct()
-        .order_by("-created_at")[:limit]
+        .order_by("-created_at")[: limit or LIST_LIMIT]
     )
     rate = set(rate_sweep_ids(sweeps=sweeps))
     return [s for s in sweeps if s.pk not in rate]
 
 
-def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRun]:
+def profile_history_runs(*, profile_id: int, limit: int | None = None) -> list[HistoryRun]:
     """The profile's latest sweeps with completed levels, oldest first."""
     levels = SweepLevel.objects.filter(state=LevelState.COMPLETED).order_by("concurrency")
     sweeps = list(
         Sweep.objects.filter(profile_id=profile_id, level_results__state=LevelState.COMPLETED)
         .distinct()
         .prefetch_related(Prefetch("level_results", queryset=levels, to_attr="completed"))
-        .order_by("-created_at")[:limit]
+        .order_by("-created_at")[: limit or LIST_LIMIT]
     )
     sweeps.reverse()
     rate = set(rate_sweep_ids(sweeps=sweeps))  # levels keyed by C: a rate sweep has one C

@@ -276,6 +276,8 @@ def compare(request: HttpRequest) -> HttpResponse:
             error = f"{', '.join(f'#{i}' for i in rate)}: {_RATE_SWEEPS}"
         context = {
             "sweeps": selectors.comparable_sweeps(),
+            "list_limit": selectors.LIST_LIMIT,
+            "list_total": selectors.comparable_sweeps_total(),
             "picked": ids,
             "error": error,
             "nav": "experiments",
@@ -318,6 +320,8 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
         "profile": profile,
         "history": history,
         "figure": figures.history_figure(history, profile.name),
+        "list_limit": selectors.LIST_LIMIT,
+        "list_total": selectors.profile_history_total(profile_id=profile_id),
         "nav": "experiments",
     }
     return render(request, "benchmarks/comparison_history.html", context)

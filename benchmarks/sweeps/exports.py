@@ -6,11 +6,12 @@ import csv
 import io
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from benchlib.loadgen.recordstore import iter_jsonl_bytes
 from benchmarks import selectors
 from benchmarks.models import Sweep, SweepLevel
 from hosts.masking import masked_tree
@@ -62,7 +63,6 @@ SERVER_COLUMNS: list[tuple[str, str]] = [
     ("server_spec_accepted_tokens", "spec_accepted_tokens"),
     ("server_generation_tokens", "generation_tokens"),
 ]
-CHUNK_SIZE = 64 * 1024
 
 
 def _dig(data: Any, path: tuple[str, ...]) -> Any:
@@ -131,20 +131,21 @@ def records_file(*, sweep: Sweep) -> Path | None:
 
 
 def iter_file(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK_SIZE):
-            yield chunk
+    """The records file as JSON lines: its bytes, or, for a compact file, lines made from its
+    rows a block at a time while they are sent (never the whole file in memory)."""
+    return iter_jsonl_bytes(path)
 
 
-def _open_binary(path: Path) -> BinaryIO:
-    return path.open("rb")
+def _next_chunk(chunks: Iterator[bytes]) -> bytes:
+    return next(chunks, b"")
 
 
 async def aiter_file(path: Path) -> AsyncIterator[bytes]:
-    # Reads happen off the event loop; the file can be hundreds of MB.
-    f = await sync_to_async(_open_binary, thread_sensitive=False)(path)
+    # Reads (and a compact file's decoding) happen off the event loop; the file can be
+    # hundreds of MB.
+    chunks = iter_jsonl_bytes(path)
     try:
-        while chunk := await sync_to_async(f.read, thread_sensitive=False)(CHUNK_SIZE):
+        while chunk := await sync_to_async(_next_chunk, thread_sensitive=False)(chunks):
             yield chunk
     finally:
-        await sync_to_async(f.close, thread_sensitive=False)()
+        await sync_to_async(chunks.close, thread_sensitive=False)()

@@ -9,15 +9,21 @@ earlier records in the file, under the earlier attempt, and they are never count
 
 A line that is not a JSON object (a writer killed mid-line) is reported by line number,
 not silently dropped: the audit counts it.
+
+The file is JSON lines or the compact format (``benchlib.loadgen.recordstore``, told apart
+by its first bytes); both give the same rows, and every reader here takes either. A compact
+file's torn last block (a writer killed mid-block) is reported as the line after its last
+whole row.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchlib.loadgen.recordstore import ReadState, cut_torn_block, is_compact, iter_rows
 
 
 def record_attempt(record: dict[str, Any]) -> int:
@@ -43,42 +49,45 @@ class RecordFile:
         return [r for r in self.level(index, attempt) if not r.get("warmup")]
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        yield from enumerate(handle, start=1)
-
-
 def read_record_file(path: Path) -> RecordFile:
     """Every record of ``path`` grouped by (level, attempt); a missing file is empty."""
     out = RecordFile(path=path)
+    state = ReadState()
     try:
-        lines = list(_lines(path))
+        rows = 0
+        for record in iter_rows(path, state=state):
+            rows += 1
+            level = record.get("level")
+            if not isinstance(level, int) or isinstance(level, bool):
+                out.unlabelled += 1
+                continue
+            out.by_level.setdefault((level, record_attempt(record)), []).append(record)
     except FileNotFoundError:
         out.exists = False
         return out
-    for number, line in lines:
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            out.bad_lines.append(number)
-            continue
-        if not isinstance(record, dict):
-            out.bad_lines.append(number)
-            continue
-        level = record.get("level")
-        if not isinstance(level, int) or isinstance(level, bool):
-            out.unlabelled += 1
-            continue
-        out.by_level.setdefault((level, record_attempt(record)), []).append(record)
+    out.bad_lines = list(state.bad_lines)
+    if state.torn_tail:
+        out.bad_lines.append(rows + 1)
     return out
+
+
+def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[dict[str, Any]]:
+    """The records of one level attempt, one at a time, in either format (memory bounded by
+    one block of the compact format or one line); nothing when the file is missing."""
+    try:
+        for record in iter_rows(path):
+            if record.get("level") == index and record_attempt(record) == attempt:
+                yield record
+    except FileNotFoundError:
+        return
 
 
 def trim_torn_tail(path: Path) -> int:
     """Cut a last line that has no newline (a writer stopped mid-record: the disk filled, or
     it was killed) so the next run appends whole lines after whole lines; the bytes cut, 0
-    when the file ends cleanly or is missing."""
+    when the file ends cleanly or is missing. In a compact file, its torn last block."""
+    if is_compact(path):
+        return cut_torn_block(path)
     try:
         with path.open("rb+") as handle:
             size = handle.seek(0, 2)

@@ -28,7 +28,16 @@ from hosts.models import InstanceState
 
 
 def sweep_records_file(*, sweep_id: int) -> Path:
-    return Path(settings.SPECDASH_DATA_DIR) / "sweeps" / str(sweep_id) / "records.jsonl"
+    """Where a new sweep's records go, in the format SPECDASH_RECORDS_FORMAT names (the
+    compact one is told by its suffix to the load generator, and by its first bytes to every
+    reader)."""
+    folder = Path(settings.SPECDASH_DATA_DIR) / "sweeps" / str(sweep_id)
+    # A resume appends to the file the sweep began, in its format, whatever the setting says now.
+    for existing in ("records.jsonl", "records.sdrec"):
+        if (folder / existing).exists():
+            return folder / existing
+    name = "records.sdrec" if settings.SPECDASH_RECORDS_FORMAT == "compact" else "records.jsonl"
+    return folder / name
 
 
 @dataclass(frozen=True)

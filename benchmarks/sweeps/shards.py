@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import tempfile
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,15 +157,30 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         await _append(ctx, pending)  # what a reader cut short by the stop had not written
-        text = await asyncio.to_thread(
-            lambda: records.read_text(encoding="utf-8") if records.exists() else ""
-        )
-        lines = [line for line in text.splitlines() if line.strip()]
-        for i in range(0, len(lines), RECORDS_PER_APPEND):
-            await ctx.append([(RECORD, line) for line in lines[i : i + RECORDS_PER_APPEND]])
-        result["records"] = len(lines)
+        # Read a batch at a time (off the loop): the job's memory is one batch, not the level.
+        batches = _record_batches(records)
+        sent = 0
+        no_more: list[str] = []
+        while batch := await asyncio.to_thread(next, batches, no_more):
+            await ctx.append([(RECORD, line) for line in batch])
+            sent += len(batch)
+        result["records"] = sent
         result["stderr"] = proc.stderr_text()[-2000:]
         return result
+
+
+def _record_batches(path: Path) -> Iterator[list[str]]:
+    """The records file's non-empty lines, RECORDS_PER_APPEND at a time (none when missing)."""
+    batch: list[str] = []
+    with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                batch.append(line.rstrip("\r\n"))
+                if len(batch) >= RECORDS_PER_APPEND:
+                    yield batch
+                    batch = []
+    if batch:
+        yield batch
 
 
 async def _append(ctx: JobContext, pending: list[tuple[str, Any]]) -> None:

@@ -1,23 +1,29 @@
 """What one split level is made of: each shard's share and argv, and the exact merge of
 what the shards measured into one level summary (``benchmarks.sweeps.distributed`` runs
 them). The merge is ``summarize_level`` over the union of the shards' records, never an
-average of their summaries; each shard's own figures say which fell behind and why."""
+average of their summaries; each shard's own figures say which fell behind and why.
+
+The merge streams: each shard's records file is copied into the sweep's a batch at a time,
+and the summaries are computed in passes that read the shards' files again
+(``summarize_level_passes``), so its memory is a batch and the token samples' arrays, not the
+level's records."""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.merge import merge_client_health, merge_records
-from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.merge import merge_client_health
+from benchlib.loadgen.metrics import RecordSource, summarize_level_passes
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.recordstore import RecordWriter, iter_rows
 from benchlib.loadgen.summary import LevelSummary
 from benchmarks.sweeps.runner import loadgen_argv
 
@@ -60,23 +66,32 @@ class Shard:
 @dataclass(frozen=True)
 class ShardLevel:
     """A shard's measured records on its own perf clock, with its anchor: the input of the
-    exact merge."""
+    exact merge. ``records`` is a list, or a source that reads them again on each call (the
+    shard's records file)."""
 
     index: int
     concurrency: int
     anchor: ClockAnchor
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord] | RecordSource
     status: str = "completed"
     reason: str | None = None
     client: dict[str, Any] = field(default_factory=dict)
     start_at: float | None = None
     worker_id: str = ""
 
+    def source(self) -> RecordSource:
+        records = self.records
+        if callable(records):
+            return records
+        return lambda: records
+
 
 def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
-    own = summarize_level(part.records, concurrency=part.concurrency, mode=mode, anchor=part.anchor)
-    measured = [r for r in part.records if not r.warmup]
-    first = min((r.start for r in measured), default=None)
+    source = part.source()
+    own = summarize_level_passes(
+        source, concurrency=part.concurrency, mode=mode, anchor=part.anchor
+    )
+    first = min((r.start for r in source() if not r.warmup), default=None)
     lag = (
         max(0.0, part.anchor.to_wall(first) - part.start_at)
         if first is not None and part.start_at is not None
@@ -134,11 +149,19 @@ def merge_shard_levels(
     share and figures, and which shards fell behind and why."""
     if not parts:
         raise ValueError("nothing to merge")
-    anchor, records = merge_records([(p.anchor, p.records) for p in parts])
+    anchor = parts[0].anchor
     worst = max(parts, key=lambda p: _STATUS_RANK.get(p.status, 2))
     concurrency = sum(p.concurrency for p in parts)
-    summary = summarize_level(
-        records,
+    shifts = [(p.source(), p.anchor.shift_to(anchor)) for p in parts]
+
+    def union() -> Iterator[RequestRecord]:
+        # Rebased exactly as merge.merge_records does; the summary does not depend on order.
+        return itertools.chain.from_iterable(
+            (r.shifted(delta) if delta else r for r in source()) for source, delta in shifts
+        )
+
+    summary = summarize_level_passes(
+        union,
         concurrency=concurrency,
         mode=mode,
         partial=worst.status != "completed",
@@ -173,29 +196,33 @@ def merge_shard_levels(
 
 def read_shard_records(
     shard: Shard, *, level_index: int, sweep_records: Path, attempt: int | None = None
-) -> list[RequestRecord]:
-    """A shard's measured records (its JSON lines carry wall-clock times) on its anchor; its
-    lines are appended to the sweep's records file under the sweep's level index, so the
-    export holds the union exactly as a one-process sweep's does."""
-    assert shard.anchor is not None
-    out = []
-    with (
-        contextlib.suppress(FileNotFoundError),
-        shard.records_path.open(encoding="utf-8") as f,
-        sweep_records.open("a", encoding="utf-8") as union,
-    ):
-        for line in f:
-            if not line.strip():
-                continue
-            data = json.loads(line)
-            tags: dict[str, int] = {"level": level_index}
-            if attempt is not None:
-                tags["attempt"] = attempt
-            union.write(json.dumps({**data, **tags}) + "\n")
-            record = RequestRecord.from_json(data, shard.anchor)
-            if not record.warmup:
-                out.append(record)
-    return out
+) -> RecordSource:
+    """A shard's measured records (its records carry wall-clock times) on its anchor, read
+    from its file on each call; its rows are first appended, a batch at a time, to the sweep's
+    records file (in that file's format) under the sweep's level index, so the export holds
+    the union exactly as a one-process sweep's does."""
+    anchor = shard.anchor
+    assert anchor is not None
+    tags: dict[str, int] = {"level": level_index}
+    if attempt is not None:
+        tags["attempt"] = attempt
+    union = RecordWriter(sweep_records, append=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            for data in iter_rows(shard.records_path):
+                union.write({**data, **tags})
+    finally:
+        union.close()
+    path = shard.records_path
+
+    def read() -> Iterator[RequestRecord]:
+        with contextlib.suppress(FileNotFoundError):
+            for data in iter_rows(path):
+                record = RequestRecord.from_json(data, anchor)
+                if not record.warmup:
+                    yield record
+
+    return read
 
 
 def combine_samples(samples: Sequence[dict[str, Any]], *, concurrency: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from core.jobs.registry import (
     job_handler,
     on_cancel_forced,
     on_interrupted,
+    periodic_task,
 )
 from core.jobs.services import job_cancel, job_enqueue
 
@@ -30,4 +31,5 @@ __all__ = [
     "job_handler",
     "on_cancel_forced",
     "on_interrupted",
+    "periodic_task",
 ]

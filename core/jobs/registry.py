@@ -114,6 +114,34 @@ _interrupt_hooks: dict[str, list[InterruptHook]] = {}
 _forced_cancel_hooks: dict[str, list[InterruptHook]] = {}
 
 
+@dataclass(frozen=True)
+class PeriodicTask:
+    """Housekeeping a worker runs every ``interval_s()`` seconds (0: never), in a thread of its
+    own so that neither the loop nor the lease renewals ever wait on it. ``interval_s`` is a
+    function: settings are read when the task is due, not when it registers."""
+
+    name: str
+    run: Callable[[], object]
+    interval_s: Callable[[], float]
+
+
+_periodic: dict[str, PeriodicTask] = {}
+
+
+def periodic_task(
+    name: str, *, interval_s: Callable[[], float]
+) -> Callable[[Callable[[], object]], Callable[[], object]]:
+    def register(func: Callable[[], object]) -> Callable[[], object]:
+        _periodic[name] = PeriodicTask(name=name, run=func, interval_s=interval_s)
+        return func
+
+    return register
+
+
+def periodic_tasks() -> list[PeriodicTask]:
+    return list(_periodic.values())
+
+
 def job_handler(kind: str) -> Callable[[Handler], Handler]:
     def register(func: Handler) -> Handler:
         _handlers[kind] = func

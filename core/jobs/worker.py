@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -36,7 +37,14 @@ from core.jobs.queue import (
     renew_leases,
     run_owed_hook,
 )
-from core.jobs.registry import JobContext, LeaseLost, handler_for, load_handlers
+from core.jobs.registry import (
+    JobContext,
+    LeaseLost,
+    PeriodicTask,
+    handler_for,
+    load_handlers,
+    periodic_tasks,
+)
 from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
@@ -117,6 +125,20 @@ class WorkerHealthState:
     since: float
 
 
+# A worker's periodic housekeeping (retention) first runs this long after it starts: never in
+# the middle of a start-up, and not at all in a worker that lives a few seconds (tests).
+PERIODIC_FIRST_DELAY_S = 60.0
+
+
+def _run_periodic(task: PeriodicTask) -> None:
+    try:
+        task.run()
+    except Exception:
+        logger.exception("periodic task %s failed; it runs again at its next interval", task.name)
+    finally:
+        connections.close_all()  # this thread's connections, not the loop's
+
+
 def _names(parts: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({part.strip() for part in parts if part.strip()}))
 
@@ -138,6 +160,8 @@ class Worker:
         self.started_at = timezone.now()
         self.health = WorkerHealthState(healthy=True, error="", since=time.time())
         self._loop_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-loop")
+        self._periodic_due: dict[str, float] = {}
+        self._periodic_running: dict[str, asyncio.Future[None]] = {}
 
     @property
     def running_job_ids(self) -> list[int]:
@@ -198,6 +222,25 @@ class Worker:
             self._next_heartbeat = loop.time() + self.settings.heartbeat_interval
         if self._tasks:
             await self._signal_cancels()
+        self._start_due_periodic(loop.time())
+
+    def _start_due_periodic(self, now: float) -> None:
+        """Start each registered periodic task that is due and not still running, each in a
+        thread of its own. The first run waits PERIODIC_FIRST_DELAY_S after the worker starts."""
+        for task in periodic_tasks():
+            interval = task.interval_s()
+            if interval <= 0 or task.name in self._periodic_running:
+                continue
+            due = self._periodic_due.setdefault(task.name, now + PERIODIC_FIRST_DELAY_S)
+            if now < due:
+                continue
+            self._periodic_due[task.name] = now + interval
+            future = asyncio.ensure_future(asyncio.to_thread(_run_periodic, task))
+            self._periodic_running[task.name] = future
+            future.add_done_callback(functools.partial(self._periodic_done, task.name))
+
+    def _periodic_done(self, name: str, _future: asyncio.Future[None]) -> None:
+        self._periodic_running.pop(name, None)
 
     async def _failed(self, exc: Exception) -> float:
         """Mark the worker unhealthy (in memory, and in the database when it still takes the

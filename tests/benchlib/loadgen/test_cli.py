@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchlib.loadgen.recordstore import iter_rows
 from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -181,7 +182,10 @@ def test_server_killed_mid_level_ends_the_run_failed_keeping_completed_levels(
     assert [lv["status"] for lv in result["levels"]] == ["completed", "failed"]
 
 
-def test_two_processes_from_the_cli_give_one_merged_level(stub_process, tmp_path):
+@pytest.mark.parametrize("suffix", [".jsonl", ".sdrec"])
+def test_two_processes_from_the_cli_give_one_merged_level(stub_process, tmp_path, suffix):
+    # The workers append their records to the file themselves, as requests complete; the
+    # summary is read back from it.
     _, port = stub_process
     out = tmp_path / "results.json"
     lg = Loadgen(
@@ -201,7 +205,7 @@ def test_two_processes_from_the_cli_give_one_merged_level(stub_process, tmp_path
             "--output",
             str(out),
             "--records",
-            str(tmp_path / "r.jsonl"),
+            str(tmp_path / f"r{suffix}"),
             "--api",
             "chat",
         ]
@@ -213,7 +217,7 @@ def test_two_processes_from_the_cli_give_one_merged_level(stub_process, tmp_path
     assert s["requests"]["ok"] == 20
     assert s["warmup_requests"] == 2
     assert len(s["client"]["processes"]) == 2
-    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    records = list(iter_rows(tmp_path / f"r{suffix}"))
     assert {r["proc"] for r in records} == {0, 1}
     assert len({r["id"] for r in records}) == 22
 

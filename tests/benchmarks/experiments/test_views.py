@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from benchmarks.experiments import services
+from benchmarks.experiments import selectors, services
 from benchmarks.models import Experiment, StepState
 from benchmarks.models.experiments import ExperimentState
 from core.models import Job, JobState
@@ -222,3 +222,17 @@ def test_the_history_page_lists_a_profiles_sweeps(
     assert body.count('<tr><td><a href="/sweeps/') == 2
     assert "93.0" in body and 'id="history-figure"' in body
     assert client.get("/compare/history/999999/").status_code == 404
+
+
+def test_the_history_page_and_the_picker_say_when_they_cut_the_list(
+    client: Client, viewer: Any, pair: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for tok_s in (90, 91, 92):
+        make_sweep(pair[0], {1: tok_s, 8: 400}, tmp=tmp_path, records=False)
+    client.force_login(viewer)
+    assert "list-cut" not in client.get(f"/compare/history/{pair[0].pk}/").content.decode()
+    monkeypatch.setattr(selectors, "LIST_LIMIT", 2)
+    body = client.get(f"/compare/history/{pair[0].pk}/").content.decode()
+    assert body.count('<tr><td><a href="/sweeps/') == 2
+    assert "The newest 2 of 3 sweeps with a completed level." in body
+    assert "The newest 2 of 3 finished sweeps" in client.get("/compare/").content.decode()
