@@ -199,6 +199,9 @@ class Placement:
     source: str  # "experiment 12" / "sweep 7"
     profile: ServerProfile
     categories: tuple[CategoryPlacement, ...]
+    load: dict[str, Any]  # the source's load settings: a check runs them on one category
+    experiment_id: int | None = None
+    sweep_id: int | None = None
 
 
 def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
@@ -213,7 +216,7 @@ def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[in
 
 def _source_rows(
     *, experiment: Experiment | None, sweep: Sweep | None
-) -> tuple[str, ServerProfile, list[dict[str, Any]]]:
+) -> tuple[str, ServerProfile, list[dict[str, Any]], dict[str, Any]]:
     if experiment is not None:
         for arm, series in experiment_arm_series(experiment=experiment):
             if arm.profile.speculative:
@@ -221,7 +224,7 @@ def _source_rows(
                     {"concurrency": c} | acceptance_row(runs)
                     for c, runs in _by_concurrency(series.runs).items()
                 ]
-                return f"experiment {experiment.pk}", arm.profile, rows
+                return f"experiment {experiment.pk}", arm.profile, rows, dict(experiment.load)
         raise ValidationError({"source": ["the experiment has no speculative arm"]})
     if sweep is None:
         raise ValidationError({"source": ["pick an experiment or a sweep"]})
@@ -230,7 +233,7 @@ def _source_rows(
         {"concurrency": c} | acceptance_row(runs)
         for c, runs in _by_concurrency(series.runs).items()
     ]
-    return f"sweep {sweep.pk}", sweep.profile, rows
+    return f"sweep {sweep.pk}", sweep.profile, rows, dict(sweep.load or {})
 
 
 def placement_for(
@@ -239,7 +242,7 @@ def placement_for(
     """The source's per-category acceptance (its speculative arm's, per level) placed on the
     map. ValidationError (keyed "source") when the source ran another server configuration or
     measured no per-category acceptance."""
-    source, profile, rows = _source_rows(experiment=experiment, sweep=sweep)
+    source, profile, rows, load = _source_rows(experiment=experiment, sweep=sweep)
     if configuration_key(profile.engine, profile.launch_argv) != data.key:
         raise ValidationError(
             {"source": [f"{source} ran {profile.name}, not the map's server configuration"]}
@@ -247,7 +250,30 @@ def placement_for(
     acceptance = _category_acceptance(rows)
     if not acceptance:
         raise ValidationError({"source": [f"{source} measured no per-category acceptance"]})
-    return Placement(source, profile, place(data.bmap, acceptance, candidate=profile.name))
+    return Placement(
+        source,
+        profile,
+        place(data.bmap, acceptance, candidate=profile.name),
+        load,
+        experiment.pk if experiment is not None else None,
+        sweep.pk if sweep is not None else None,
+    )
+
+
+def placement_source(
+    *, data: MapData, experiment_id: int | None = None, sweep_id: int | None = None
+) -> Placement:
+    """``placement_for`` on the experiment or sweep with that id (ValidationError keyed
+    "source" when there is none)."""
+    if experiment_id is not None:
+        experiment = Experiment.objects.filter(pk=experiment_id).first()
+        if experiment is None:
+            raise ValidationError({"source": [f"no experiment #{experiment_id}"]})
+        return placement_for(data=data, experiment=experiment)
+    sweep = Sweep.objects.filter(pk=sweep_id).select_related("profile").first()
+    if sweep is None:
+        raise ValidationError({"source": [f"no sweep #{sweep_id}"]})
+    return placement_for(data=data, sweep=sweep)
 
 
 def check_create(
@@ -255,12 +281,11 @@ def check_create(
     data: MapData,
     placement: Placement,
     category: str,
-    load: Mapping[str, Any],
     user: Any,
 ) -> BreakevenCheck:
     """ "Verify this prediction": the real A/B (the map's baseline against the placed source's
-    speculative profile) on one category's prompts, at the map's levels with the default
-    protocol, recorded with the prediction it checks."""
+    speculative profile) on one category's prompts, with the source's load settings at the
+    map's levels and the default protocol, recorded with the prediction it checks."""
     chosen = next((p for p in placement.categories if p.category == category), None)
     if chosen is None:
         raise ValidationError({"category": [f"{category!r} is not placed"]})
@@ -274,7 +299,7 @@ def check_create(
         verification = services.experiment_create(
             profiles=[baseline, placement.profile],
             levels=list(data.bmap.levels),
-            load=dict(load) | {"prompt_set": prompt_set},
+            load=placement.load | {"prompt_set": prompt_set},
             name=f"Check of map {data.experiment.pk}: {category}",
             tags=[CHECK_TAG],
             user=user,

@@ -30,7 +30,7 @@ def _arm_argv(experiment_id: int) -> list[list[str]]:
 
 
 def test_a_vllm_map_runs_off_first_then_each_forced_acceptance_by_synthetic_sampling(
-    make_profile: Callable[..., ServerProfile]
+    make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(engine=Engine.VLLM, launch_argv=VLLM, speculative=True, port=9242)
     experiment = breakeven.map_create(
@@ -54,7 +54,7 @@ def test_a_vllm_map_runs_off_first_then_each_forced_acceptance_by_synthetic_samp
 
 
 def test_a_simulator_map_forces_the_accept_length_flag(
-    make_profile: Callable[..., ServerProfile]
+    make_profile: Callable[..., ServerProfile],
 ) -> None:
     base = make_profile(launch_argv=SIM, speculative=True, port=9241)
     experiment = breakeven.map_create(
@@ -76,7 +76,11 @@ def test_a_simulator_map_forces_the_accept_length_flag(
 @pytest.mark.parametrize(
     ("engine", "argv", "said"),
     [
-        (Engine.SGLANG, ["python3", "-m", "sglang.launch_server", "--port", "9241"], "no option that forces"),
+        (
+            Engine.SGLANG,
+            ["python3", "-m", "sglang.launch_server", "--port", "9241"],
+            "no option that forces",
+        ),
         (Engine.LLAMACPP, ["llama-server", "--port", "9241"], "no option that forces"),
         (Engine.SIMULATOR, [*SIM, "--category-accept-length", "chat=2"], "--category-accept"),
     ],

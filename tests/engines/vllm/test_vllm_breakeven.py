@@ -22,8 +22,8 @@ from benchmarks.models import Experiment, StepState, SweepState
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import Host, ServerProfile
 from tests.engines.vllm.test_vllm import (
-    K,
     READY_TIMEOUT_S,
+    K,
     experiment_data,
     level_rows,
     until,
