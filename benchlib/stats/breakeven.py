@@ -18,7 +18,7 @@ a measured comparison's (docs/measurement.md, "The break-even map").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
@@ -129,7 +129,7 @@ class BreakevenMap:
         return out
 
 
-def _crossing(cells: Sequence[Cell], value: Any) -> float | None:
+def _crossing(cells: Sequence[Cell], value: Callable[[Ratio], float | None]) -> float | None:
     """The accept length where ``value(ratio)`` first reaches 1 going up in acceptance,
     interpolated linearly between the two tested cells around it."""
     for a, b in pairwise(cells):

@@ -228,6 +228,8 @@ def _source_rows(
         raise ValidationError({"source": ["the experiment has no speculative arm"]})
     if sweep is None:
         raise ValidationError({"source": ["pick an experiment or a sweep"]})
+    if sweep.profile is None:
+        raise ValidationError({"source": [f"sweep {sweep.pk} ran no registered profile"]})
     (series,) = sweep_series(sweeps=[sweep])
     rows = [
         {"concurrency": c} | acceptance_row(runs)
@@ -270,7 +272,11 @@ def placement_source(
         if experiment is None:
             raise ValidationError({"source": [f"no experiment #{experiment_id}"]})
         return placement_for(data=data, experiment=experiment)
-    sweep = Sweep.objects.filter(pk=sweep_id).select_related("profile").first()
+    sweep = (
+        Sweep.objects.filter(pk=sweep_id).select_related("profile").first()
+        if sweep_id is not None
+        else None
+    )
     if sweep is None:
         raise ValidationError({"source": [f"no sweep #{sweep_id}"]})
     return placement_for(data=data, sweep=sweep)

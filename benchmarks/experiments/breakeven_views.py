@@ -47,7 +47,7 @@ def breakeven_map(request: HttpRequest, experiment_id: int) -> HttpResponse:
     data = _map_or_404(experiment_id)
     placement, placement_error = _placement(request, data)
     checks = breakeven.map_checks(experiment=data.experiment)
-    query = urlencode({k: v for k, v in request.GET.items() if k in ("experiment", "sweep")})
+    query = urlencode({k: request.GET[k] for k in ("experiment", "sweep") if k in request.GET})
     context = {
         "experiment": data.experiment,
         "bmap": data.bmap,

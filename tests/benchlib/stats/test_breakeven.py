@@ -9,7 +9,7 @@ import pytest
 from benchlib.simulator.profiles import get_profile
 from benchlib.simulator.virtual import simulate_closed_loop
 from benchlib.stats.breakeven import breakeven_map, check_prediction, map_from_stored, place
-from benchlib.stats.decision import Arm, LevelEvidence, decide, decide_curves
+from benchlib.stats.decision import Arm, Decision, LevelEvidence, decide, decide_curves
 from benchlib.stats.types import Curve, LevelSample, Ratio
 
 LEVELS = (1, 2, 4, 8, 16)
@@ -20,7 +20,7 @@ def _ratio(point: float, half: float = 0.02) -> Ratio:
     return Ratio(point, point - half, point + half, "repeats-log-t", 0.95)
 
 
-def _column(accept: float, points: dict[int, float]) -> tuple[float, object]:
+def _column(accept: float, points: dict[int, float]) -> tuple[float, Decision]:
     decision = decide(
         reference=Arm("off"),
         candidate=Arm(f"L={accept}", speculative=True),
@@ -30,9 +30,7 @@ def _column(accept: float, points: dict[int, float]) -> tuple[float, object]:
 
 
 def test_prediction_interpolates_point_and_interval_linearly_and_never_extrapolates() -> None:
-    bmap = breakeven_map(
-        [_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})]  # type: ignore[list-item]
-    )
+    bmap = breakeven_map([_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})])
     r = bmap.predict(2.25, 1)
     assert r is not None
     assert (r.point, r.low, r.high) == pytest.approx((0.9, 0.88, 0.92))
@@ -42,24 +40,20 @@ def test_prediction_interpolates_point_and_interval_linearly_and_never_extrapola
 
 
 def test_contour_is_where_the_point_and_each_bound_cross_one() -> None:
-    bmap = breakeven_map(
-        [_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})]  # type: ignore[list-item]
-    )
+    bmap = breakeven_map([_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})])
     at1, at4 = bmap.contour()
     assert at1.at == pytest.approx(2.5)
     # The upper bound (point + 0.02) reaches 1 first, the lower bound last: the band.
     assert at1.low == pytest.approx(2.45) and at1.high == pytest.approx(2.55)
     assert (at4.at, at4.low, at4.high) == (None, None, None)  # behind at every acceptance
-    stored = map_from_stored("off", [(a, d.to_dict()) for a, d in [
-        _column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})]])  # type: ignore[attr-defined]  # fmt: skip
+    columns = [_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})]
+    stored = map_from_stored("off", [(a, d.to_dict()) for a, d in columns])
     assert stored.contour() == bmap.contour()
     assert [c.status for c in stored.cells] == [c.status for c in bmap.cells]
 
 
 def test_a_placed_category_is_decided_on_the_carried_intervals() -> None:
-    bmap = breakeven_map(
-        [_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})]  # type: ignore[list-item]
-    )
+    bmap = breakeven_map([_column(2.0, {1: 0.8, 4: 0.6}), _column(3.0, {1: 1.2, 4: 0.9})])
     (chat, code) = place(bmap, {"code": {1: 3.0, 4: 2.9}, "chat": {1: 1.5, 4: 2.0}})
     assert code.category == "code" and chat.category == "chat"
     assert code.decision.level(1).status == "ahead"  # type: ignore[union-attr]

@@ -17,8 +17,9 @@ from benchlib.stats.decision import Arm, LevelEvidence, decide
 from benchlib.stats.types import Ratio
 from benchmarks.experiments import breakeven
 from benchmarks.models import Experiment
+from core.tokens import api_token_create
 from hosts.models import ServerProfile
-from tests.specdash.api.conftest import ApiClient, token_for  # noqa: F401
+from tests.specdash.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
 
@@ -37,11 +38,19 @@ def _decision(points: dict[int, float]) -> dict[str, object]:
     ).to_dict()
 
 
+def _token(user: User) -> str:
+    return api_token_create(user=user, name="test")[1]
+
+
 @pytest.fixture
 def map_experiment(make_profile: Callable[..., ServerProfile]) -> Experiment:
     base = make_profile(launch_argv=SIM, speculative=True, port=9244)
     experiment = breakeven.map_create(
-        base=base, acceptances=list(POINTS), levels=[1, 4], load={"requests_per_level": 4, "max_tokens": 8}, user=None
+        base=base,
+        acceptances=list(POINTS),
+        levels=[1, 4],
+        load={"requests_per_level": 4, "max_tokens": 8},
+        user=None,
     )
     arms = list(experiment.arms.order_by("position").select_related("profile"))
     verdicts = []
@@ -77,7 +86,7 @@ def test_the_page_draws_the_heat_map_and_the_contour_from_the_stored_decisions(
 
 
 def test_the_csv_and_the_api_carry_every_cell_with_its_status(
-    client: Client, viewer: User, token_for: Callable[..., str], map_experiment: Experiment
+    client: Client, viewer: User, map_experiment: Experiment
 ) -> None:
     client.force_login(viewer)
     response = client.get(f"/experiments/{map_experiment.pk}/breakeven.csv")
@@ -87,7 +96,7 @@ def test_the_csv_and_the_api_carry_every_cell_with_its_status(
         ("2.0", "1", "behind"), ("2.0", "4", "behind"), ("3.0", "1", "ahead"),
         ("3.0", "4", "behind"),
     ]  # fmt: skip
-    api = ApiClient(token_for(viewer))
+    api = ApiClient(_token(viewer))
     body = api.get(f"/api/v1/experiments/{map_experiment.pk}/breakeven").json()
     assert body["map"]["acceptances"] == [2.0, 3.0]
     assert [c["status"] for c in body["map"]["cells"]] == [r["status"] for r in rows]
@@ -100,16 +109,13 @@ def test_maps_are_created_by_operators_and_read_by_viewers_only(
     make_profile: Callable[..., ServerProfile],
     operator: User,
     viewer: User,
-    token_for: Callable[..., str],
     map_experiment: Experiment,
 ) -> None:
     base = make_profile(launch_argv=[*SIM[:-1], "9245"], speculative=True, port=9245)
     body = {"profile": base.pk, "acceptances": [2.0, 3.0], "levels": [1, 2],
             "load": {"requests_per_level": 4}}  # fmt: skip
-    assert (
-        ApiClient(token_for(viewer)).post("/api/v1/experiments/breakeven", body).status_code == 403
-    )
-    created = ApiClient(token_for(operator)).post("/api/v1/experiments/breakeven", body)
+    assert ApiClient(_token(viewer)).post("/api/v1/experiments/breakeven", body).status_code == 403
+    created = ApiClient(_token(operator)).post("/api/v1/experiments/breakeven", body)
     assert created.status_code == 202, created.json()
     experiment = Experiment.objects.get(pk=created.json()["experiment"]["id"])
     assert breakeven.MAP_TAG in experiment.tags and experiment.arms.count() == 3
