@@ -9,7 +9,11 @@ forced-acceptance arm against the baseline, default protocol), so every status s
 the decision's own. Between two tested acceptances the ratio, its interval's low and its high
 are each interpolated linearly in accept length: at a fixed batch the verify step's cost does
 not depend on how many drafts are accepted, so throughput (tokens per step / step time) is
-linear in the accept length and so is B/A. Nothing is extrapolated: an acceptance outside the
+linear in the accept length and so is B/A. The axis is the accept length each forced arm
+measured at that level where it was reported (a forced length is not exactly what a server
+delivers: the last step of a request is cut short, so 2.5 forced reads about 2.48 at 128
+tokens), else the forced value: a workload's measured acceptance is placed on the same kind of
+figure it was measured as. Nothing is extrapolated: an acceptance outside the
 tested range gets no prediction. A placed prediction is then decided by ``decision.decide`` on
 the carried intervals, so its statuses, crossovers and "behind from" follow the same rules as
 a measured comparison's (docs/measurement.md, "The break-even map").
@@ -41,6 +45,14 @@ class Cell:
     concurrency: int
     ratio: Ratio  # B/A of output throughput, forced arm over the baseline
     status: Status
+    # The accept length the forced arm measured at this level (server counters, else the
+    # engine's per-request figures), None when not reported: the axis a workload's measured
+    # acceptance is placed on, so both are read the same way.
+    measured: float | None = None
+
+    @property
+    def axis(self) -> float:
+        return self.measured if self.measured is not None else self.accept_length
 
 
 @dataclass(frozen=True)
@@ -78,8 +90,7 @@ class BreakevenMap:
     def contour(self) -> tuple[ContourPoint, ...]:
         out = []
         for c in self.levels:
-            column = [self.cell(a, c) for a in self.acceptances]
-            cells = [x for x in column if x is not None]
+            cells = self._column(c)
             out.append(
                 ContourPoint(
                     c,
@@ -90,22 +101,22 @@ class BreakevenMap:
             )
         return tuple(out)
 
+    def _column(self, concurrency: int) -> list[Cell]:
+        """The level's cells in increasing accept length on the placing axis (measured, else
+        forced): the axis the contour and the interpolation run along."""
+        cells = [c for c in self.cells if c.concurrency == concurrency]
+        return sorted(cells, key=lambda c: c.axis)
+
     def predict(self, accept_length: float, concurrency: int) -> Ratio | None:
-        """B/A at ``accept_length`` and ``concurrency``, each of point, low and high
-        interpolated linearly between the two tested acceptances around it (module notes);
-        None outside the tested range or where a bracketing cell has no interval."""
-        if concurrency not in self.levels or not self.acceptances:
+        """B/A at a measured ``accept_length`` and ``concurrency``, each of point, low and
+        high interpolated linearly between the two tested cells around it on the placing axis
+        (module notes); None outside the tested range or where a bracketing cell has no
+        interval."""
+        column = self._column(concurrency)
+        if len(column) < 2 or not column[0].axis <= accept_length <= column[-1].axis:
             return None
-        if not self.acceptances[0] <= accept_length <= self.acceptances[-1]:
-            return None
-        for lo_a, hi_a in pairwise(self.acceptances):
-            if lo_a <= accept_length <= hi_a:
-                lo, hi = self.cell(lo_a, concurrency), self.cell(hi_a, concurrency)
-                break
-        else:  # pragma: no cover - the range check above makes the loop find a pair
-            return None
-        if lo is None or hi is None:
-            return None
+        lo, hi = next((a, b) for a, b in pairwise(column) if a.axis <= accept_length <= b.axis)
+        lo_a, hi_a = lo.axis, hi.axis
         if lo.ratio.low is None or lo.ratio.high is None:
             return None
         if hi.ratio.low is None or hi.ratio.high is None:
@@ -137,15 +148,17 @@ def _crossing(cells: Sequence[Cell], value: Callable[[Ratio], float | None]) -> 
         if va is None or vb is None:
             continue
         if va < 1.0 <= vb:
-            return a.accept_length + (1.0 - va) / (vb - va) * (b.accept_length - a.accept_length)
+            return a.axis + (1.0 - va) / (vb - va) * (b.axis - a.axis)
     return None
 
 
 def breakeven_map(
     columns: Sequence[tuple[float, Decision]],
+    measured: Mapping[tuple[float, int], float] | None = None,
 ) -> BreakevenMap:
     """The map from one decision per forced acceptance (each the forced arm against the same
-    baseline); levels are those every column decided."""
+    baseline); levels are those every column decided. ``measured``: (forced, C) -> the accept
+    length the forced arm measured there."""
     if len(columns) < 2:
         raise ValueError("a break-even map needs at least 2 forced acceptances")
     ordered = sorted(columns, key=lambda col: col[0])
@@ -163,7 +176,7 @@ def breakeven_map(
         for c in levels:
             level = decision.level(c)
             assert level is not None
-            cells.append(Cell(a, c, level.ratio, level.status))
+            cells.append(Cell(a, c, level.ratio, level.status, (measured or {}).get((a, c))))
     first = ordered[0][1]
     return BreakevenMap(
         reference=first.reference.name,
@@ -178,6 +191,7 @@ def breakeven_map(
 def map_from_stored(
     reference: str,
     columns: Sequence[tuple[float, Mapping[str, Any]]],
+    measured: Mapping[tuple[float, int], float] | None = None,
 ) -> BreakevenMap:
     """The map from stored decisions (``Decision.to_dict``), as a comparison keeps them."""
     if len(columns) < 2:
@@ -200,7 +214,7 @@ def map_from_stored(
                 float(r.get("confidence") or DEFAULT_CONFIDENCE),
                 r.get("refused") or "",
             )
-            cells.append(Cell(a, c, ratio, stored["status"]))
+            cells.append(Cell(a, c, ratio, stored["status"], (measured or {}).get((a, c))))
     first = ordered[0][1]
     return BreakevenMap(
         reference=reference,
@@ -288,14 +302,42 @@ class PredictionCheck:
 
     @property
     def crossover_found(self) -> bool:
+        """The predicted "behind from" level is the measured one."""
         return self.measured_crossover is not None and (
             self.predicted_crossover == self.measured_crossover
+        )
+
+    @property
+    def measured_bracket(self) -> tuple[int, int] | None:
+        """Where the measured A/B puts the crossover: after its last level *ahead* below its
+        "behind from" (0 when none) and at or before "behind from"; levels between them that
+        are inconclusive leave the crossover anywhere in there."""
+        if self.measured_crossover is None:
+            return None
+        ahead = [
+            lv.concurrency
+            for lv in self.levels
+            if lv.measured_status == "ahead" and lv.concurrency < self.measured_crossover
+        ]
+        return (max(ahead) if ahead else 0, self.measured_crossover)
+
+    @property
+    def crossover_in_bracket(self) -> bool:
+        """The predicted "behind from" lies in the measured bracket (after its last level
+        ahead, at or before its "behind from")."""
+        bracket = self.measured_bracket
+        return (
+            bracket is not None
+            and self.predicted_crossover is not None
+            and bracket[0] < self.predicted_crossover <= bracket[1]
         )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         out["share_within"] = self.share_within
         out["crossover_found"] = self.crossover_found
+        out["measured_bracket"] = self.measured_bracket
+        out["crossover_in_bracket"] = self.crossover_in_bracket
         return out
 
 

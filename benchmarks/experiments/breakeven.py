@@ -183,7 +183,7 @@ def experiment_map(*, experiment: Experiment) -> MapData | None:
         spec_ids.append(profile.pk)
     if len(columns) < 2 or len(keys) != 1:
         return None
-    bmap = map_from_stored(reference.profile.name, columns)
+    bmap = map_from_stored(reference.profile.name, columns, _measured(experiment, by_label))
     return MapData(
         experiment,
         bmap,
@@ -192,6 +192,24 @@ def experiment_map(*, experiment: Experiment) -> MapData | None:
         reference.profile_id,
         tuple(spec_ids),
     )
+
+
+def _measured(
+    experiment: Experiment, by_label: Mapping[str, Any]
+) -> dict[tuple[float, int], float]:
+    """(forced, C) -> the accept length the forced arm measured at C, as its comparison row
+    shows it (server counters over the level, else the engine's per-request figures)."""
+    out: dict[tuple[float, int], float] = {}
+    for series in experiment.comparison.get("series") or []:
+        arm = by_label.get(series.get("label"))
+        if arm is None:
+            continue
+        forced = forced_acceptance(arm.profile.engine, arm.profile.launch_argv)
+        for row in series.get("levels") or []:
+            length = row.get("accept_length")
+            if forced is not None and isinstance(length, int | float):
+                out[(forced, int(row["concurrency"]))] = float(length)
+    return out
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import ROOT, Dashboard, login
 
-pytestmark = pytest.mark.browser
+# The dashboard fixture (migrate, seed, serve) alone took over 120 s on a busy machine.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 SCREENSHOT = ROOT / "docs" / "screenshots" / "breakeven.png"
 

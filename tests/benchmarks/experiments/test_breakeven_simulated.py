@@ -3,7 +3,7 @@ job worker, each arm's server started and stopped, the sweeps, the stored compar
 workload experiment with two categories placed on it, and "Verify this prediction" queued,
 run and kept on the map's page beside the prediction it checks.
 
-Short levels keep it to about two minutes on 2 busy cores: the figures are not judged here
+Short levels: 3 to 20 minutes on 2 cores as busy as they come; the figures are not judged here
 (``make bench-breakeven`` does that); what is checked is that each surface shows what was
 measured and stored.
 """
@@ -24,7 +24,7 @@ from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
 
 EAGLE = ["--t0-ms", "12", "--k-ms", "2.9", "--spec-steps", "3"]
 CHAT_L, CODE_L = 3.0, 1.8
@@ -50,7 +50,7 @@ async def test_a_simulated_map_places_a_workload_and_keeps_the_check_of_its_pred
     mapped = await sync_to_async(breakeven.map_create)(
         base=base, acceptances=[1.5, 3.5], levels=LEVELS, load=LOAD, user=None, repeats=1
     )
-    mapped = await _finished(mapped.pk, timeout=180)
+    mapped = await _finished(mapped.pk, timeout=420)
     data = await sync_to_async(breakeven.experiment_map)(experiment=mapped)
     assert data is not None
     assert data.bmap.acceptances == (1.5, 3.5) and data.bmap.levels == tuple(LEVELS)
@@ -71,7 +71,7 @@ async def test_a_simulated_map_places_a_workload_and_keeps_the_check_of_its_pred
     run = await sync_to_async(services.experiment_create)(
         profiles=[off, workload], levels=LEVELS, load=LOAD | {"prompt_set": "mixed"}, repeats=1
     )
-    run = await _finished(run.pk, timeout=120)
+    run = await _finished(run.pk, timeout=300)
     placement = await sync_to_async(breakeven.placement_source)(data=data, experiment_id=run.pk)
     placed = {p.category: p for p in placement.categories}
     assert set(placed) == {"chat", "code"}
@@ -93,7 +93,7 @@ async def test_a_simulated_map_places_a_workload_and_keeps_the_check_of_its_pred
     check = await BreakevenCheck.objects.select_related("verification").aget(map_experiment=mapped)
     assert check.verification.load["prompt_set"] == "humaneval"
     assert check.verification.repeats == 2  # the default protocol
-    await _finished(check.verification_id, timeout=240)
+    await _finished(check.verification_id, timeout=420)
     check = await BreakevenCheck.objects.select_related("verification").aget(pk=check.pk)
     result = await sync_to_async(breakeven.check_result)(check)
     assert result is not None and [lv.concurrency for lv in result.levels] == LEVELS
