@@ -225,7 +225,7 @@ async def main_async(args: argparse.Namespace) -> int:
         columns = [(a, _decide(runs, "off", n, args.levels)) for a, n in pairs]
         # Each forced arm's accept length as the engine reported it, per level (the axis a
         # workload's measured acceptance is placed on).
-        measured = {
+        forced_seen = {
             (a, c): statistics.fmean(
                 x for r in runs if r.arm == n
                 if (x := r.acceptance[c]["synthetic"][0]) is not None
@@ -233,7 +233,7 @@ async def main_async(args: argparse.Namespace) -> int:
             for a, n in pairs
             for c in args.levels
         }  # fmt: skip
-        bmap = breakeven_map(columns, measured)
+        bmap = breakeven_map(columns, forced_seen)
         print("\n== map: B/A [95% interval] status, per forced accept length (rows) and C")
         for a in bmap.acceptances:
             cells = [bmap.cell(a, c) for c in bmap.levels]
