@@ -188,7 +188,9 @@ def _bracket(bracket: tuple[int, int] | None) -> str:
     if bracket is None:
         return "no crossover"
     low, high = bracket
-    return f"C={high}" if low == 0 else f"(C={low}, C={high}]"
+    if low == 0:
+        return f"C <= {high} (no level measured ahead)"
+    return f"(C={low}, C={high}]"
 
 
 def _fmt(x: float | None) -> str:
