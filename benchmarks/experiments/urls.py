@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from benchmarks.experiments import views
+from benchmarks.experiments import breakeven_views, views
 
 urlpatterns = [
     path("experiments/new/", views.experiment_new, name="experiment-new"),
@@ -39,6 +39,21 @@ urlpatterns = [
         "experiments/<int:experiment_id>/report.html",
         views.experiment_report,
         name="experiment-report",
+    ),
+    path(
+        "experiments/<int:experiment_id>/breakeven/",
+        breakeven_views.breakeven_map,
+        name="breakeven",
+    ),
+    path(
+        "experiments/<int:experiment_id>/breakeven.csv",
+        breakeven_views.breakeven_csv,
+        name="breakeven-csv",
+    ),
+    path(
+        "experiments/<int:experiment_id>/breakeven/verify/",
+        breakeven_views.breakeven_verify,
+        name="breakeven-verify",
     ),
     path("compare/", views.compare, name="compare"),
     path("compare/table.csv", views.compare_csv, name="compare-csv"),

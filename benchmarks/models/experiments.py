@@ -158,3 +158,27 @@ class ExperimentStep(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.state in FINISHED_STEP_STATES
+
+
+class BreakevenCheck(models.Model):
+    """A placed prediction on a break-even map and the real A/B run to check it: the map's
+    page keeps every one (benchmarks.experiments.breakeven)."""
+
+    map_experiment = models.ForeignKey(
+        Experiment, on_delete=models.CASCADE, related_name="breakeven_checks"
+    )
+    verification = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    category = models.CharField(max_length=64)
+    source = models.CharField(max_length=64, help_text="What was placed: experiment N, sweep N")
+    # The placement of that category as it stood when the check was asked (CategoryPlacement).
+    predicted = models.JSONField(default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"check of map {self.map_experiment_id}: {self.category}"

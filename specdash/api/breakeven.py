@@ -1,0 +1,132 @@
+"""Break-even maps (benchmarks.experiments.breakeven): create one, read it with a placed
+workload and its checks, and queue the check of a placed prediction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from benchmarks.experiments import breakeven, breakeven_report
+from hosts.models import ServerProfile
+from specdash.api import errors
+from specdash.api.auth import require_operator, require_sweeper, require_viewer
+from specdash.api.common import WRITE_ERRORS, path_id, responses
+from specdash.api.experiments import experiment_accepted, experiment_or_404
+from specdash.api.schemas import ExperimentAccepted, Id, In
+from specdash.api.schemas.experiments import ProtocolIn
+from specdash.api.tuning import _clear
+
+router = Router(tags=["experiments"])
+
+
+class MapIn(ProtocolIn):
+    profile: Id = Field(description="The speculative profile whose acceptance is forced")
+    acceptances: list[float] = Field(
+        min_length=2, max_length=12, description="Forced accept lengths (tokens per verify step)"
+    )
+
+
+class SourceQuery(Schema):
+    experiment: int | None = Field(None, ge=1, description="Place this experiment's workload")
+    sweep: int | None = Field(None, ge=1, description="Or this sweep's")
+
+
+class CheckIn(In):
+    category: str = Field(max_length=40, description="The placed category to run alone")
+    experiment: int | None = Field(None, ge=1, description="The placed experiment")
+    sweep: int | None = Field(None, ge=1, description="Or the placed sweep")
+
+
+class CheckAccepted(Schema):
+    check_id: int
+    verification_id: int
+
+
+def _map(experiment_id: int) -> breakeven.MapData:
+    data = breakeven.experiment_map(experiment=experiment_or_404(experiment_id))
+    if data is None:
+        raise errors.ApiError(
+            404, errors.NOT_FOUND, f"Experiment #{experiment_id} has no break-even map (yet)."
+        )
+    return data
+
+
+@router.post(
+    "/experiments/breakeven",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+    summary="Run a break-even map: forced acceptance x levels against speculation off",
+)
+def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
+    """One arm per forced accept length and one with speculation off (arm A), default
+    protocol; 422 for an engine without a way to force the acceptance."""
+    require_operator(request)
+    user = require_sweeper(request)
+    base = ServerProfile.objects.filter(pk=payload.profile).first()
+    if base is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{payload.profile}.")
+    try:
+        experiment = breakeven.map_create(
+            base=base,
+            acceptances=payload.acceptances,
+            levels=payload.levels,
+            load=payload.load.model_dump(exclude_none=True),
+            name=payload.name,
+            repeats=payload.repeats,
+            order=payload.order,
+            user=user,
+        )
+    except ValidationError as exc:
+        raise _clear(exc) from None
+    return experiment_accepted(experiment)
+
+
+@router.get(
+    "/experiments/{experiment_id}/breakeven",
+    summary="A break-even map, a placed workload and the map's checks",
+)
+def map_read(
+    request: HttpRequest,
+    query: Query[SourceQuery],
+    experiment_id: int = path_id("Map experiment id"),
+) -> dict[str, Any]:
+    """The map's cells (B/A, interval, the decision's status), its contour and band; with
+    ?experiment= or ?sweep=, that workload's categories placed on it; every check."""
+    require_viewer(request)
+    data = _map(experiment_id)
+    placement = None
+    if query.experiment is not None or query.sweep is not None:
+        try:
+            placement = breakeven.placement_source(
+                data=data, experiment_id=query.experiment, sweep_id=query.sweep
+            )
+        except ValidationError as exc:
+            raise _clear(exc) from None
+    checks = breakeven.map_checks(experiment=data.experiment)
+    return breakeven_report.map_payload(data.bmap, placement, checks)
+
+
+@router.post(
+    "/experiments/{experiment_id}/breakeven/checks",
+    response=responses({202: CheckAccepted}, WRITE_ERRORS),
+    summary="Verify a placed prediction: the real A/B of one category",
+)
+def check_create(
+    request: HttpRequest, payload: CheckIn, experiment_id: int = path_id("Map experiment id")
+) -> Status[dict[str, Any]]:
+    require_operator(request)
+    user = require_sweeper(request)
+    data = _map(experiment_id)
+    try:
+        placement = breakeven.placement_source(
+            data=data, experiment_id=payload.experiment, sweep_id=payload.sweep
+        )
+        check = breakeven.check_create(
+            data=data, placement=placement, category=payload.category, user=user
+        )
+    except ValidationError as exc:
+        raise _clear(exc) from None
+    return Status(202, {"check_id": check.pk, "verification_id": check.verification_id})
