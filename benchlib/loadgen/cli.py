@@ -43,6 +43,7 @@ from benchlib.loadgen.settings_args import (
     rate_list as rate_list,  # the specdash CLI parses with it
 )
 from benchlib.loadgen.summary import LevelSummary
+from benchlib.loadgen.traces import Trace, TracePrompts, load_trace
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -86,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
+    p.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=Path("."),
+        help="folder a relative --trace is read from (a sweep: the dashboard's trace folder)",
+    )
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
@@ -136,7 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _prompts(args: argparse.Namespace) -> PromptSource:
+def _trace(args: argparse.Namespace) -> Trace | None:
+    """The --trace file read, windowed and scaled as the flags say (None: no trace)."""
+    if not args.trace:
+        return None
+    trace = load_trace(args.trace_dir / args.trace, args.trace_format)
+    return trace.replayed(
+        speed=args.trace_speed, start=args.trace_start, duration=args.trace_duration
+    )
+
+
+def _prompts(args: argparse.Namespace, trace: Trace | None = None) -> PromptSource:
+    if trace is not None:
+        return TracePrompts(trace, seed=args.seed)
     if args.dataset is not None:
         return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
     return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
@@ -179,6 +198,23 @@ def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None
     return summary
 
 
+def _trace_event(args: argparse.Namespace, trace: Trace | None) -> dict[str, Any]:
+    """What a level replays, for its level_start event (empty without a trace)."""
+    if trace is None:
+        return {}
+    return {
+        "trace": {
+            "file": str(args.trace),
+            "format": args.trace_format,
+            "speed": args.trace_speed,
+            "start": args.trace_start,
+            "duration": args.trace_duration,
+            "requests": len(trace.requests),
+            "rate": trace.rate(),
+        }
+    }
+
+
 class _Stop:
     """The run's cancel event and why it was set (the first reason wins)."""
 
@@ -212,7 +248,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             log = None  # progress is optional: a closed stderr must not stop the run
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
-    prompts = _prompts(args)
+    trace = _trace(args)
+    prompts = _prompts(args, trace)
     # The run starts now: asking the server for its model below is part of it.
     started = time.time()
     discovery_error = None
@@ -301,6 +338,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 max_error_ratio=args.max_error_ratio,
                 sample_interval=args.sample_interval,
                 run_id=run_id,
+                trace=trace,
             )
             processes = max(1, min(args.processes, c))
             events.emit(
@@ -314,6 +352,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 request_rate=rate,
                 burstiness=args.burstiness,
                 processes=processes,
+                **_trace_event(args, trace),
             )
 
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
@@ -439,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error(str(exc))
     try:
         settings_from_args(args)  # the same rules as a sweep's settings, said per flag
-        _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
+        _prompts(
+            args, _trace(args)
+        )  # a missing dataset package or a bad file: a clear error, not a traceback
     except (ValueError, OSError) as exc:
         build_parser().error(str(exc))
     log: TextIO | None = None if args.quiet else sys.stderr

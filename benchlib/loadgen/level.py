@@ -20,6 +20,7 @@ from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
 from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.traces import Trace
 
 if TYPE_CHECKING:
     from benchlib.loadgen.settings import LoadSettings
@@ -63,10 +64,15 @@ class LevelConfig:
     process_index: int = 0
     process_count: int = 1
     slot_offset: int = 0
+    # A replayed trace (already windowed and scaled): request k arrives at the measured phase's
+    # start + trace.requests[k].offset and is built from the trace's prompt k (the prompt source
+    # is then a TracePrompts over the same trace); the concurrency caps in-flight as with a rate.
+    trace: Trace | None = None
 
     @property
     def mode(self) -> str:
-        return "rate" if self.request_rate else "closed"
+        # A trace is open-loop arrivals too: its steady window is the arrival window.
+        return "rate" if self.request_rate or self.trace is not None else "closed"
 
     @classmethod
     def from_settings(
@@ -144,13 +150,17 @@ class LevelRunner:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _next_request(self, warmup: bool, slot: int) -> tuple[RequestRecord, bytes]:
+    def _next_request(
+        self, warmup: bool, slot: int, *, prompt_index: int | None = None
+    ) -> tuple[RequestRecord, bytes]:
         cfg = self.cfg
         j = self._issued
         self._issued += 1
         k = cfg.process_index + cfg.process_count * j
         base = cfg.level_index * _LEVEL_STRIDE
-        prompt = self.prompts.get(base - 1 - k if warmup else base + k)
+        if prompt_index is None:
+            prompt_index = base - 1 - k if warmup else base + k
+        prompt = self.prompts.get(prompt_index)
         max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
         body = build_body(
             cfg.api,
@@ -289,6 +299,58 @@ class LevelRunner:
                 t.cancel()
             await asyncio.gather(*list(tasks), return_exceptions=True)
 
+    async def _trace_phase(self, limit: int | None, deadline: float | None) -> None:
+        """Arrivals at the trace's offsets from the phase's start; this process sends the
+        trace's requests p, p+P, p+2P... (P processes started together), each recording the
+        time it was due (`scheduled`) beside the time it went out (`start`)."""
+        cfg = self.cfg
+        trace = cfg.trace
+        assert trace is not None
+        sem = asyncio.Semaphore(cfg.concurrency)
+        free_slots = list(range(cfg.concurrency - 1, -1, -1))
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(slot: int, rec: RequestRecord, content: bytes) -> None:
+            try:
+                await self._one(slot, rec, content)
+            finally:
+                free_slots.append(slot)
+                sem.release()
+
+        try:
+            t0 = time.perf_counter()
+            while not self.stopping:
+                if limit is not None and self._issued >= limit:
+                    break
+                k = cfg.process_index + cfg.process_count * self._issued
+                if k >= len(trace.requests):
+                    break
+                due = t0 + trace.requests[k].offset
+                if deadline is not None and due >= deadline:
+                    break
+                # Built while waiting for its time: a burst of arrivals then costs each only
+                # its send (a prompt of a few thousand tokens takes a millisecond to build).
+                rec, content = self._next_request(False, 0, prompt_index=k)
+                rec.scheduled = due
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                if self.stopping:
+                    sem.release()
+                    break
+                slot = free_slots.pop()
+                rec.slot = cfg.slot_offset + slot
+                task = asyncio.create_task(one(slot, rec, content))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+        finally:
+            for t in list(tasks):
+                t.cancel()
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+
     async def _run_phase(self, phase: asyncio.Task[None]) -> str:
         """Wait for `phase`, a cancel or a failure; cut what is in flight when told to stop."""
         cancel_wait = asyncio.create_task(self.cancel.wait())
@@ -399,11 +461,12 @@ class LevelRunner:
             return "cancelled"
         deadline = time.perf_counter() + cfg.duration if cfg.duration else None
         limit = share(cfg.num_requests, cfg.process_index, cfg.process_count)
-        coro = (
-            self._rate_phase(limit, deadline)
-            if cfg.request_rate
-            else self._closed_phase(cfg.concurrency, limit, deadline)
-        )
+        if cfg.trace is not None:
+            coro = self._trace_phase(limit, deadline)
+        elif cfg.request_rate:
+            coro = self._rate_phase(limit, deadline)
+        else:
+            coro = self._closed_phase(cfg.concurrency, limit, deadline)
         return await self._run_phase(asyncio.create_task(coro))
 
 

@@ -89,6 +89,8 @@ class RequestRecord:
     spec_steps: int | None = None
     spec_drafted: int | None = None
     spec_accepted: int | None = None
+    # When a replayed trace had this request arrive (perf_counter), to compare with `start`.
+    scheduled: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -120,6 +122,7 @@ class RequestRecord:
             spec_steps=self.spec_steps,
             spec_drafted=self.spec_drafted,
             spec_accepted=self.spec_accepted,
+            scheduled=None if self.scheduled is None else self.scheduled + delta,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -165,6 +168,8 @@ class RequestRecord:
             d["spec_drafted"] = self.spec_drafted
         if self.spec_accepted is not None:
             d["spec_accepted"] = self.spec_accepted
+        if self.scheduled is not None:
+            d["scheduled"] = round(self.scheduled + w, 6)
         return d
 
     @classmethod
@@ -198,4 +203,5 @@ class RequestRecord:
             spec_steps=d.get("spec_steps"),
             spec_drafted=d.get("spec_drafted"),
             spec_accepted=d.get("spec_accepted"),
+            scheduled=None if d.get("scheduled") is None else d["scheduled"] + p,
         )

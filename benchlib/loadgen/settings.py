@@ -8,6 +8,7 @@ from __future__ import annotations
 #
 # Plain pydantic, no Django: the load generator runs as its own process and as a library.
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -26,11 +27,13 @@ from pydantic.fields import FieldInfo
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.datasets import PROMPT_SETS
 from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.traces import TRACE_FORMATS
 
 APIS = tuple(a.value for a in Api)
 MIN_RATE = 0.001  # req/s: one request in about 17 minutes
 MAX_RATE = 1_000_000.0
 UNSET: Any = object()
+TRACE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +180,41 @@ class LoadSettings(BaseModel):
         Field(description="Gamma shape of arrival gaps (1: Poisson)"),
         Option("--burstiness", low=0.01, high=100),
     ] = 1.0
+    trace: Annotated[
+        str,
+        Field(
+            description="Replay this trace file's arrivals and lengths (a sweep: a file name in "
+            "the dashboard's trace folder); empty: no trace"
+        ),
+        Option("--trace", label="Trace file"),
+    ] = ""
+    trace_format: Annotated[
+        str,
+        Field(description="mooncake (JSONL), burstgpt (CSV) or jsonl (ours)"),
+        Option(
+            "--trace-format",
+            choices=(
+                ("mooncake", "Mooncake JSONL (timestamp ms, lengths, hash_ids)"),
+                ("burstgpt", "BurstGPT CSV"),
+                ("jsonl", "specdash JSONL (t s, input_tokens, output_tokens)"),
+            ),
+        ),
+    ] = "mooncake"
+    trace_speed: Annotated[
+        float,
+        Field(description="Replay speed (2: arrivals twice as fast)"),
+        Option("--trace-speed", low=0.01, high=1000),
+    ] = 1.0
+    trace_start: Annotated[
+        float,
+        Field(description="Seconds into the trace where the replay starts"),
+        Option("--trace-start", label="Trace window start (s)", low=0, high=1e7),
+    ] = 0.0
+    trace_duration: Annotated[
+        float | None,
+        Field(description="Seconds of the trace replayed from its start (empty: to its end)"),
+        Option("--trace-duration", label="Trace window (s)", low=0.001, high=1e7),
+    ] = None
     slo: Annotated[
         SloSettings | None,
         Field(description="Latency targets: goodput per level"),
@@ -185,6 +223,9 @@ class LoadSettings(BaseModel):
 
     ONE_OF_MESSAGE: ClassVar[str] = (
         "Give either requests per level or a duration per level (one of the two)."
+    )
+    TRACE_RATE_MESSAGE: ClassVar[str] = (
+        "A trace gives the arrival times: leave the request rate empty when replaying one."
     )
 
     @field_validator("*", mode="before")
@@ -223,6 +264,27 @@ class LoadSettings(BaseModel):
             raise ValueError(f"Choose one of {', '.join(PROMPT_SETS)}.")
         return value
 
+    @field_validator("trace")
+    @classmethod
+    def _trace(cls, value: str, info: ValidationInfo) -> str:
+        if len(value) > 500 or value.startswith("-") or any(ord(c) < 32 for c in value):
+            raise ValueError("A file path of up to 500 characters, not starting with '-'.")
+        # A sweep names a file in the dashboard's trace folder, nothing else on its disk.
+        if (
+            value
+            and (info.context or {}).get("bounds", True)
+            and not TRACE_NAME_RE.fullmatch(value)
+        ):
+            raise ValueError("A file name in the trace folder (letters, digits, . _ -).")
+        return value
+
+    @field_validator("trace_format")
+    @classmethod
+    def _trace_format(cls, value: str) -> str:
+        if value not in TRACE_FORMATS:
+            raise ValueError(f"Choose one of {', '.join(TRACE_FORMATS)}.")
+        return value
+
     @field_validator("request_rate", mode="before")
     @classmethod
     def _rates(cls, value: Any) -> float | list[float] | None:
@@ -245,6 +307,8 @@ class LoadSettings(BaseModel):
     def _one_amount(self) -> LoadSettings:
         if (self.requests_per_level is None) == (self.duration is None):
             raise ValueError(self.ONE_OF_MESSAGE)
+        if self.trace and self.request_rate is not None:
+            raise ValueError(self.TRACE_RATE_MESSAGE)
         return self
 
     # -- the stored form (a sweep's ``load``) ---------------------------------------------
@@ -295,6 +359,8 @@ class LoadSettings(BaseModel):
             value = getattr(self, name)
             if name not in given or value is None:
                 continue
+            if name.startswith("trace_") and not self.trace:
+                continue  # a trace's options mean nothing without one
             if name == "slo":
                 argv += _slo_argv(value)
                 continue
@@ -393,9 +459,13 @@ def validation_messages(exc: ValidationError, raw: Mapping[str, Any]) -> dict[st
     errors: dict[str, list[str]] = {}
     for item in exc.errors():
         loc = item.get("loc") or ()
-        name = str(loc[0]) if loc else "requests_per_level"  # the one-of-two rule
         ctx = item.get("ctx") or {}
         message = str(ctx.get("error", item.get("msg", "invalid")))
+        # The model's own rules: the one-of-two amount, or a rate beside a trace.
+        whole = (
+            "request_rate" if message == LoadSettings.TRACE_RATE_MESSAGE else "requests_per_level"
+        )
+        name = str(loc[0]) if loc else whole
         errors.setdefault(name, []).append(message)
     # The amount rule runs only on valid fields: say it beside the other errors as well.
     amount = ("requests_per_level", "duration")

@@ -32,6 +32,11 @@ EVERY_FIELD = LoadSettings.clean(
                 "attainment": 0.9},
     }
 )  # fmt: skip
+# A trace gives the arrivals (no request rate beside it): its fields away from their defaults.
+EVERY_TRACE_FIELD = LoadSettings.clean(
+    {"requests_per_level": 9, "trace": "t.csv", "trace_format": "burstgpt", "trace_speed": 2.5,
+     "trace_start": 30.0, "trace_duration": 60.0}
+)  # fmt: skip
 
 
 class Extended(LoadSettings):
@@ -46,7 +51,12 @@ def _parse(argv: list[str], model: type[LoadSettings] = LoadSettings) -> LoadSet
 
 def test_every_field_differs_from_its_default() -> None:
     defaults = LoadSettings(requests_per_level=1)
-    same = [n for n in LoadSettings.model_fields if getattr(EVERY_FIELD, n) == getattr(defaults, n)]
+    same = [
+        n
+        for n in LoadSettings.model_fields
+        if getattr(EVERY_FIELD, n) == getattr(defaults, n)
+        and getattr(EVERY_TRACE_FIELD, n) == getattr(defaults, n)
+    ]
     assert same == []  # requests_per_level too: None here (duration is given), 1 there
 
 
@@ -54,6 +64,8 @@ def test_every_field_round_trips_through_the_load_generators_own_parser() -> Non
     argv = EVERY_FIELD.to_argv()
     args = cli.build_parser().parse_args(["--base-url", "http://x", *argv])
     assert settings_from_args(args) == EVERY_FIELD
+    args = cli.build_parser().parse_args(["--base-url", "http://x", *EVERY_TRACE_FIELD.to_argv()])
+    assert settings_from_args(args) == EVERY_TRACE_FIELD
     counted = LoadSettings.clean({"requests_per_level": 7, "api": "generate"})
     assert _parse(counted.to_argv()) == counted
 
@@ -64,6 +76,7 @@ def test_the_stored_form_round_trips() -> None:
                              "scope": "request", "attainment": 0.9}  # fmt: skip
     assert LoadSettings.from_stored(stored) == EVERY_FIELD
     assert LoadSettings.from_stored(stored).to_argv() == EVERY_FIELD.to_argv()
+    assert LoadSettings.from_stored(EVERY_TRACE_FIELD.to_stored()) == EVERY_TRACE_FIELD
 
 
 def test_a_field_added_to_the_model_gets_its_flag_and_round_trips() -> None:
