@@ -35,6 +35,7 @@ from benchlib.loadgen.level import LevelConfig, LevelResult, run_level
 from benchlib.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess
+from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
@@ -154,11 +155,18 @@ def _trace(args: argparse.Namespace) -> Trace | None:
 
 
 def _prompts(args: argparse.Namespace, trace: Trace | None = None) -> PromptSource:
+    base: PromptSource
     if trace is not None:
-        return TracePrompts(trace, seed=args.seed)
-    if args.dataset is not None:
-        return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
-    return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+        base = TracePrompts(trace, seed=args.seed)
+    elif args.dataset is not None:
+        base = load_dataset(args.dataset, args.dataset_format, seed=args.seed)
+    else:
+        base = builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+    if not args.prefix_count:
+        return base
+    return SharedPrefixPrompts(
+        base, args.prefix_count, args.prefix_tokens, args.prefix_share, seed=args.seed
+    )
 
 
 def slo_from_args(args: argparse.Namespace) -> Slo | None:

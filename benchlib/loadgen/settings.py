@@ -180,6 +180,21 @@ class LoadSettings(BaseModel):
         Field(description="Gamma shape of arrival gaps (1: Poisson)"),
         Option("--burstiness", low=0.01, high=100),
     ] = 1.0
+    prefix_count: Annotated[
+        int,
+        Field(description="Shared prefixes (system prompts) ahead of the prompts; 0: none"),
+        Option("--prefix-count", label="Shared prefixes", low=0, high=10_000),
+    ] = 0
+    prefix_tokens: Annotated[
+        int,
+        Field(description="Length of each shared prefix (tokens)"),
+        Option("--prefix-tokens", label="Shared prefix length", low=1, high=131_072),
+    ] = 512
+    prefix_share: Annotated[
+        float,
+        Field(description="Share of requests that carry a shared prefix"),
+        Option("--prefix-share", label="Share with a prefix", low=0, high=1),
+    ] = 1.0
     trace: Annotated[
         str,
         Field(
@@ -361,6 +376,8 @@ class LoadSettings(BaseModel):
                 continue
             if name.startswith("trace_") and not self.trace:
                 continue  # a trace's options mean nothing without one
+            if name.startswith("prefix_") and not self.prefix_count:
+                continue  # no shared prefixes: their length and share mean nothing
             if name == "slo":
                 argv += _slo_argv(value)
                 continue

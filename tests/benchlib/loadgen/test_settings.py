@@ -28,6 +28,9 @@ EVERY_FIELD = LoadSettings.clean(
         "prompt_set": "humaneval",
         "request_rate": [0.5, 2.0],
         "burstiness": 0.5,
+        "prefix_count": 4,
+        "prefix_tokens": 256,
+        "prefix_share": 0.5,
         "slo": {"ttft_ms": 800, "tpot_ms": 40, "itl_ms": 30, "e2e_ms": 4000, "scope": "request",
                 "attainment": 0.9},
     }
