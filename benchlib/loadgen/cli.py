@@ -37,6 +37,7 @@ from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
+from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
@@ -426,6 +427,19 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             summary = level_summary(result, processes=processes, slo=slo)
             summary["target_rate"] = rate
             summary["burstiness"] = args.burstiness if rate else None
+            if cfg.ramp and rate and cfg.ramp_start_rate is not None:
+                summary["ramp"] = {
+                    "strategy": cfg.ramp,
+                    "start_rate": cfg.ramp_start_rate,
+                    "end_rate": rate,
+                    "slices": slice_figures(
+                        result.records,
+                        slices=args.ramp_slices,
+                        start_rate=cfg.ramp_start_rate,
+                        end_rate=rate,
+                        strategy=cfg.ramp,
+                    ),
+                }
             levels.append(summary)
             if records_f is not None:
                 lines = []

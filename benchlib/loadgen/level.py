@@ -19,6 +19,7 @@ from benchlib.loadgen.client import StreamClient, make_client, send_request
 from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
 from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
+from benchlib.loadgen.ramp import ramp_rate
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.traces import Trace
 
@@ -68,6 +69,10 @@ class LevelConfig:
     # start + trace.requests[k].offset and is built from the trace's prompt k (the prompt source
     # is then a TracePrompts over the same trace); the concurrency caps in-flight as with a rate.
     trace: Trace | None = None
+    # A ramp within the level (benchlib.loadgen.ramp): the rate rises from ramp_start_rate to
+    # request_rate over the level's requests (or its duration).
+    ramp: str = ""
+    ramp_start_rate: float | None = None
 
     @property
     def mode(self) -> str:
@@ -101,6 +106,8 @@ class LevelConfig:
             ignore_eos=settings.ignore_eos,
             temperature=settings.temperature,
             request_timeout=settings.request_timeout,
+            ramp=settings.ramp,
+            ramp_start_rate=settings.ramp_start_rate,
             **run,
         )
 
@@ -272,12 +279,27 @@ class LevelRunner:
                 free_slots.append(slot)
                 sem.release()
 
+        t0 = time.perf_counter()
+
+        def rate_now() -> float:
+            if not cfg.ramp or cfg.ramp_start_rate is None:
+                return rate
+            # This process's share of the start rate, as split_level shares the end rate.
+            start = cfg.ramp_start_rate / cfg.process_count
+            if limit:
+                progress = self._issued / max(1, limit - 1)
+            elif cfg.duration:
+                progress = (time.perf_counter() - t0) / cfg.duration
+            else:
+                progress = 1.0
+            return ramp_rate(cfg.ramp, start, rate, progress)
+
         try:
-            next_t = time.perf_counter()
+            next_t = t0
             while not self.stopping:
                 if limit is not None and self._issued >= limit:
                     break
-                next_t += next_gap(rng, rate, cfg.burstiness)
+                next_t += next_gap(rng, rate_now(), cfg.burstiness)
                 if deadline is not None and next_t >= deadline:
                     break
                 delay = next_t - time.perf_counter()

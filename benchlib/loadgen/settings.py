@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.datasets import PROMPT_SETS
 from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.ramp import RAMPS
 from benchlib.loadgen.traces import TRACE_FORMATS
 
 APIS = tuple(a.value for a in Api)
@@ -180,6 +181,32 @@ class LoadSettings(BaseModel):
         Field(description="Gamma shape of arrival gaps (1: Poisson)"),
         Option("--burstiness", low=0.01, high=100),
     ] = 1.0
+    ramp: Annotated[
+        str,
+        Field(
+            description="Within each level, the arrival rate rises from ramp_start_rate to the "
+            "request rate: linear or exponential (empty: a steady rate)"
+        ),
+        Option(
+            "--ramp",
+            label="Rate ramp within a level",
+            choices=(
+                ("", "none (a steady rate)"),
+                ("linear", "linear"),
+                ("exponential", "exponential"),
+            ),
+        ),
+    ] = ""
+    ramp_start_rate: Annotated[
+        float | None,
+        Field(description="The ramp's first rate in req/s (it ends at the request rate)"),
+        Option("--ramp-start-rate", label="Ramp start rate (req/s)", low=MIN_RATE, high=MAX_RATE),
+    ] = None
+    ramp_slices: Annotated[
+        int,
+        Field(description="Time slices a ramped level's figures are given for"),
+        Option("--ramp-slices", label="Ramp slices", low=1, high=1000),
+    ] = 10
     prefix_count: Annotated[
         int,
         Field(description="Shared prefixes (system prompts) ahead of the prompts; 0: none"),
@@ -239,6 +266,7 @@ class LoadSettings(BaseModel):
     ONE_OF_MESSAGE: ClassVar[str] = (
         "Give either requests per level or a duration per level (one of the two)."
     )
+    RAMP_MESSAGE: ClassVar[str] = "A ramp rises from its start rate to the request rate: give both."
     TRACE_RATE_MESSAGE: ClassVar[str] = (
         "A trace gives the arrival times: leave the request rate empty when replaying one."
     )
@@ -293,6 +321,13 @@ class LoadSettings(BaseModel):
             raise ValueError("A file name in the trace folder (letters, digits, . _ -).")
         return value
 
+    @field_validator("ramp")
+    @classmethod
+    def _ramp(cls, value: str) -> str:
+        if value and value not in RAMPS:
+            raise ValueError(f"Choose one of {', '.join(RAMPS)}, or none.")
+        return value
+
     @field_validator("trace_format")
     @classmethod
     def _trace_format(cls, value: str) -> str:
@@ -324,6 +359,8 @@ class LoadSettings(BaseModel):
             raise ValueError(self.ONE_OF_MESSAGE)
         if self.trace and self.request_rate is not None:
             raise ValueError(self.TRACE_RATE_MESSAGE)
+        if self.ramp and (self.request_rate is None or self.ramp_start_rate is None):
+            raise ValueError(self.RAMP_MESSAGE)
         return self
 
     # -- the stored form (a sweep's ``load``) ---------------------------------------------
@@ -376,6 +413,8 @@ class LoadSettings(BaseModel):
                 continue
             if name.startswith("trace_") and not self.trace:
                 continue  # a trace's options mean nothing without one
+            if name in ("ramp_start_rate", "ramp_slices") and not self.ramp:
+                continue  # a steady rate: the ramp's options mean nothing
             if name.startswith("prefix_") and not self.prefix_count:
                 continue  # no shared prefixes: their length and share mean nothing
             if name == "slo":
@@ -478,10 +517,12 @@ def validation_messages(exc: ValidationError, raw: Mapping[str, Any]) -> dict[st
         loc = item.get("loc") or ()
         ctx = item.get("ctx") or {}
         message = str(ctx.get("error", item.get("msg", "invalid")))
-        # The model's own rules: the one-of-two amount, or a rate beside a trace.
-        whole = (
-            "request_rate" if message == LoadSettings.TRACE_RATE_MESSAGE else "requests_per_level"
-        )
+        # The model's own rules: the one-of-two amount, a rate beside a trace, a ramp's rates.
+        whole = "requests_per_level"
+        if message == LoadSettings.TRACE_RATE_MESSAGE:
+            whole = "request_rate"
+        elif message == LoadSettings.RAMP_MESSAGE:
+            whole = "ramp_start_rate"
         name = str(loc[0]) if loc else whole
         errors.setdefault(name, []).append(message)
     # The amount rule runs only on valid fields: say it beside the other errors as well.

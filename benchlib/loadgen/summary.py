@@ -93,3 +93,5 @@ class LevelSummary(_Figures, total=False):
     split: dict[str, Any]  # per-shard rows of a level split over processes
     target_rate: float | None  # an open-loop level's request rate (req/s)
     burstiness: float | None  # its gamma shape (1: Poisson)
+    # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
+    ramp: dict[str, Any]
