@@ -22,7 +22,7 @@ def ramp_rate(strategy: str, start: float, end: float, progress: float) -> float
     if strategy == "linear":
         return start + (end - start) * p
     if strategy == "exponential":
-        return start * (end / start) ** p
+        return float(start * (end / start) ** p)
     raise ValueError(f"unknown ramp {strategy!r} (known: {', '.join(RAMPS)})")
 
 
