@@ -400,6 +400,37 @@ class LoadSettings(BaseModel):
     def slo_target(self) -> Slo | None:
         return self.slo.slo() if self.slo is not None else None
 
+    def workload(self) -> str:
+        """The workload in words, for the pages that put runs side by side: the prompts, the
+        arrivals (steady, ramped or a trace's) and the shared prefixes, with their parameters."""
+        parts = []
+        if self.trace:
+            window = f", from {self.trace_start:g} s"
+            if self.trace_duration is not None:
+                window += f" for {self.trace_duration:g} s"
+            parts.append(
+                f"trace {self.trace} ({self.trace_format}) at {self.trace_speed:g}x{window}"
+            )
+        else:
+            parts.append(f"{self.prompt_set} prompts")
+            rates = self.rates()
+            if rates and self.ramp and self.ramp_start_rate is not None:
+                ends = ", ".join(f"{r:g}" for r in rates)
+                parts.append(
+                    f"{self.ramp} ramp from {self.ramp_start_rate:g} to {ends} req/s "
+                    f"({self.ramp_slices} slices)"
+                )
+            elif rates:
+                parts.append(f"{', '.join(f'{r:g}' for r in rates)} req/s")
+            else:
+                parts.append("closed loop")
+        if self.prefix_count:
+            parts.append(
+                f"{self.prefix_count} shared prefix{'es' if self.prefix_count > 1 else ''} of "
+                f"{self.prefix_tokens} tokens on {self.prefix_share:.0%} of requests"
+            )
+        return " · ".join(parts)
+
     # -- the command line -------------------------------------------------------------------
 
     def to_argv(self) -> list[str]:
