@@ -38,6 +38,7 @@ from benchlib.loadgen.multiproc import run_level_multiprocess
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
 from benchlib.loadgen.ramp import slice_figures
+from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
@@ -204,6 +205,9 @@ def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None
     summary["warmup_requests"] = len(result.warmup_records)
     summary["client"] = result.client
     summary["anchor"] = result.anchor.to_dict()
+    reasoning = reasoning_figures(as_stored)
+    if reasoning is not None:
+        summary["reasoning"] = reasoning
     return summary
 
 

@@ -91,6 +91,10 @@ class RequestRecord:
     spec_accepted: int | None = None
     # When a replayed trace had this request arrive (perf_counter), to compare with `start`.
     scheduled: float | None = None
+    # A reasoning stream (reasoning deltas before the answer): the arrival of the first chunk
+    # carrying answer text, and the output tokens before it (None: no reasoning was streamed).
+    first_answer: float | None = None
+    reasoning_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,6 +127,8 @@ class RequestRecord:
             spec_drafted=self.spec_drafted,
             spec_accepted=self.spec_accepted,
             scheduled=None if self.scheduled is None else self.scheduled + delta,
+            first_answer=None if self.first_answer is None else self.first_answer + delta,
+            reasoning_tokens=self.reasoning_tokens,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -170,6 +176,10 @@ class RequestRecord:
             d["spec_accepted"] = self.spec_accepted
         if self.scheduled is not None:
             d["scheduled"] = round(self.scheduled + w, 6)
+        if self.reasoning_tokens is not None:
+            d["reasoning"] = self.reasoning_tokens
+            if self.first_answer is not None:
+                d["first_answer"] = round(self.first_answer + w, 6)
         return d
 
     @classmethod
@@ -204,4 +214,6 @@ class RequestRecord:
             spec_drafted=d.get("spec_drafted"),
             spec_accepted=d.get("spec_accepted"),
             scheduled=None if d.get("scheduled") is None else d["scheduled"] + p,
+            first_answer=None if d.get("first_answer") is None else d["first_answer"] + p,
+            reasoning_tokens=d.get("reasoning"),
         )

@@ -95,3 +95,6 @@ class LevelSummary(_Figures, total=False):
     burstiness: float | None  # its gamma shape (1: Poisson)
     # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
     ramp: dict[str, Any]
+    # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times and token
+    # gaps per phase.
+    reasoning: dict[str, Any]

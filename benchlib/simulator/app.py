@@ -260,7 +260,12 @@ class SimApp:
         return info
 
     def request_finished(
-        self, sim: SimRequest, chunks: list[list[float]], error: str | None
+        self,
+        sim: SimRequest,
+        chunks: list[list[float]],
+        error: str | None,
+        *,
+        reasoning_tokens: int = 0,
     ) -> None:
         finish = time.time()
         reason = sim.finish_reason or "abort"
@@ -276,6 +281,12 @@ class SimApp:
                 "completion_tokens": sim.generated,
                 "finish_reason": reason,
                 "error": error,
+                # Reasoning mode: how many of its first tokens were reasoning (chat streams).
+                **(
+                    {"reasoning_tokens": min(reasoning_tokens, sim.generated)}
+                    if reasoning_tokens
+                    else {}
+                ),
                 # Under a schedule: which draft length each of its verify steps used, and
                 # the running batch it was chosen from.
                 **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),
