@@ -41,6 +41,7 @@ from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
+from benchlib.loadgen.sessions import turn_figures
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
 from benchlib.loadgen.settings_args import (
     rate_list as rate_list,  # the specdash CLI parses with it
@@ -208,6 +209,9 @@ def level_summary(result: LevelResult, *, processes: int, slo: Slo | None = None
     reasoning = reasoning_figures(as_stored)
     if reasoning is not None:
         summary["reasoning"] = reasoning
+    turns = turn_figures(as_stored)
+    if turns:
+        summary["turns"] = turns
     return summary
 
 

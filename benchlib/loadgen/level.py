@@ -21,6 +21,7 @@ from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.ramp import ramp_rate
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.sessions import Session
 from benchlib.loadgen.traces import Trace
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ class LevelConfig:
     # request_rate over the level's requests (or its duration).
     ramp: str = ""
     ramp_start_rate: float | None = None
+    # Multi-turn sessions (benchlib.loadgen.sessions): each closed-loop worker runs sessions of
+    # this many turns, one after another, history carried, `think_time` between turns.
+    session_turns: int = 0
+    turn_tokens: int = 32
+    think_time: float = 0.0
 
     @property
     def mode(self) -> str:
@@ -108,6 +114,9 @@ class LevelConfig:
             request_timeout=settings.request_timeout,
             ramp=settings.ramp,
             ramp_start_rate=settings.ramp_start_rate,
+            session_turns=settings.session_turns,
+            turn_tokens=settings.turn_tokens,
+            think_time=settings.think_time,
             **run,
         )
 
@@ -154,11 +163,17 @@ class LevelRunner:
         self._consecutive_connect = 0
         self._issued = 0
         self._records: list[RequestRecord] = []
+        self._sessions = 0
 
     # -- requests ---------------------------------------------------------------------------
 
     def _next_request(
-        self, warmup: bool, slot: int, *, prompt_index: int | None = None
+        self,
+        warmup: bool,
+        slot: int,
+        *,
+        prompt_index: int | None = None,
+        session: Session | None = None,
     ) -> tuple[RequestRecord, bytes]:
         cfg = self.cfg
         j = self._issued
@@ -168,6 +183,8 @@ class LevelRunner:
         if prompt_index is None:
             prompt_index = base - 1 - k if warmup else base + k
         prompt = self.prompts.get(prompt_index)
+        if session is not None and session.turn > 0:
+            prompt = session.follow_up(cfg.turn_tokens)
         max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
         body = build_body(
             cfg.api,
@@ -178,6 +195,8 @@ class LevelRunner:
             temperature=cfg.temperature,
             extra=cfg.extra_body,
         )
+        if session is not None:
+            body["messages"] = session.ask(prompt.text)
         rid = f"{cfg.run_id}-{cfg.level_index}-{'w' if warmup else ''}{k}"
         rec = RequestRecord(
             request_id=rid,
@@ -186,6 +205,8 @@ class LevelRunner:
             warmup=warmup,
             category=prompt.category,
         )
+        if session is not None:
+            rec.session, rec.turn = session.number, session.turn
         return rec, json.dumps(body).encode()
 
     async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
@@ -251,6 +272,40 @@ class LevelRunner:
             await self._one(slot, rec, content)
             if rec.error_kind == "connect" and self.cfg.on_server_error != "stop":
                 await asyncio.sleep(0.05)  # a dead server must not become a busy loop
+
+    async def _session_worker(self, slot: int, limit: int | None, deadline: float | None) -> None:
+        """Sessions one after another on this slot: every turn of a session goes out from here
+        (one connection pool, one server), carrying the history, after the think time."""
+        cfg = self.cfg
+        while not self.stopping:
+            number = cfg.process_index + cfg.process_count * self._sessions
+            self._sessions += 1
+            session = Session(number, seed=cfg.seed)
+            for turn in range(cfg.session_turns):
+                if self.stopping or (limit is not None and self._issued >= limit):
+                    return
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
+                session.turn = turn
+                rec, content = self._next_request(False, slot, session=session)
+                await self._one(slot, rec, content)
+                if not rec.ok:
+                    break  # a failed turn ends its session: its history has no answer
+                session.answered(rec.request_id, rec.output_tokens)
+                if cfg.think_time > 0 and turn + 1 < cfg.session_turns:
+                    await asyncio.sleep(cfg.think_time)
+
+    async def _sessions_phase(self, limit: int | None, deadline: float | None) -> None:
+        workers = self.cfg.concurrency
+        tasks = [
+            asyncio.create_task(self._session_worker(i, limit, deadline)) for i in range(workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _closed_phase(self, workers: int, limit: int | None, deadline: float | None) -> None:
         tasks = [
@@ -485,6 +540,8 @@ class LevelRunner:
         limit = share(cfg.num_requests, cfg.process_index, cfg.process_count)
         if cfg.trace is not None:
             coro = self._trace_phase(limit, deadline)
+        elif cfg.session_turns > 1:
+            coro = self._sessions_phase(limit, deadline)
         elif cfg.request_rate:
             coro = self._rate_phase(limit, deadline)
         else:

@@ -95,6 +95,9 @@ class RequestRecord:
     # carrying answer text, and the output tokens before it (None: no reasoning was streamed).
     first_answer: float | None = None
     reasoning_tokens: int | None = None
+    # A multi-turn session's request: the session (unique in its level) and the turn (0: first).
+    session: int | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -129,6 +132,8 @@ class RequestRecord:
             scheduled=None if self.scheduled is None else self.scheduled + delta,
             first_answer=None if self.first_answer is None else self.first_answer + delta,
             reasoning_tokens=self.reasoning_tokens,
+            session=self.session,
+            turn=self.turn,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -180,6 +185,9 @@ class RequestRecord:
             d["reasoning"] = self.reasoning_tokens
             if self.first_answer is not None:
                 d["first_answer"] = round(self.first_answer + w, 6)
+        if self.session is not None:
+            d["session"] = self.session
+            d["turn"] = self.turn
         return d
 
     @classmethod
@@ -216,4 +224,6 @@ class RequestRecord:
             scheduled=None if d.get("scheduled") is None else d["scheduled"] + p,
             first_answer=None if d.get("first_answer") is None else d["first_answer"] + p,
             reasoning_tokens=d.get("reasoning"),
+            session=d.get("session"),
+            turn=d.get("turn"),
         )

@@ -207,6 +207,24 @@ class LoadSettings(BaseModel):
         Field(description="Time slices a ramped level's figures are given for"),
         Option("--ramp-slices", label="Ramp slices", low=1, high=1000),
     ] = 10
+    session_turns: Annotated[
+        int,
+        Field(
+            description="Multi-turn sessions (chat, closed loop): turns per session, each "
+            "carrying the history so far (0: single requests)"
+        ),
+        Option("--session-turns", label="Turns per session", low=0, high=1000),
+    ] = 0
+    turn_tokens: Annotated[
+        int,
+        Field(description="Length of a session's follow-up messages (its first is the prompt)"),
+        Option("--turn-tokens", label="Follow-up message length", low=1, high=131_072),
+    ] = 32
+    think_time: Annotated[
+        float,
+        Field(description="Seconds between a session's answer and its next turn"),
+        Option("--think-time", label="Think time (s)", low=0, high=3_600),
+    ] = 0.0
     prefix_count: Annotated[
         int,
         Field(description="Shared prefixes (system prompts) ahead of the prompts; 0: none"),
@@ -265,6 +283,10 @@ class LoadSettings(BaseModel):
 
     ONE_OF_MESSAGE: ClassVar[str] = (
         "Give either requests per level or a duration per level (one of the two)."
+    )
+    SESSIONS_MESSAGE: ClassVar[str] = (
+        "Sessions carry their history as chat messages in a closed loop: use the chat API, and "
+        "no request rate or trace."
     )
     RAMP_MESSAGE: ClassVar[str] = "A ramp rises from its start rate to the request rate: give both."
     TRACE_RATE_MESSAGE: ClassVar[str] = (
@@ -361,6 +383,9 @@ class LoadSettings(BaseModel):
             raise ValueError(self.TRACE_RATE_MESSAGE)
         if self.ramp and (self.request_rate is None or self.ramp_start_rate is None):
             raise ValueError(self.RAMP_MESSAGE)
+        open_loop = self.request_rate is not None or bool(self.trace)
+        if self.session_turns > 1 and (self.api != "chat" or open_loop):
+            raise ValueError(self.SESSIONS_MESSAGE)
         return self
 
     # -- the stored form (a sweep's ``load``) ---------------------------------------------
@@ -424,6 +449,11 @@ class LoadSettings(BaseModel):
                 parts.append(f"{', '.join(f'{r:g}' for r in rates)} req/s")
             else:
                 parts.append("closed loop")
+        if self.session_turns > 1:
+            parts.append(
+                f"sessions of {self.session_turns} turns ({self.turn_tokens}-token follow-ups, "
+                f"{self.think_time:g} s think time)"
+            )
         if self.prefix_count:
             parts.append(
                 f"{self.prefix_count} shared prefix{'es' if self.prefix_count > 1 else ''} of "
@@ -446,6 +476,8 @@ class LoadSettings(BaseModel):
                 continue  # a trace's options mean nothing without one
             if name in ("ramp_start_rate", "ramp_slices") and not self.ramp:
                 continue  # a steady rate: the ramp's options mean nothing
+            if name.startswith(("session_", "turn_", "think_")) and self.session_turns < 2:
+                continue  # single requests: a session's options mean nothing
             if name.startswith("prefix_") and not self.prefix_count:
                 continue  # no shared prefixes: their length and share mean nothing
             if name == "slo":
@@ -554,6 +586,8 @@ def validation_messages(exc: ValidationError, raw: Mapping[str, Any]) -> dict[st
             whole = "request_rate"
         elif message == LoadSettings.RAMP_MESSAGE:
             whole = "ramp_start_rate"
+        elif message == LoadSettings.SESSIONS_MESSAGE:
+            whole = "session_turns"
         name = str(loc[0]) if loc else whole
         errors.setdefault(name, []).append(message)
     # The amount rule runs only on valid fields: say it beside the other errors as well.

@@ -61,6 +61,7 @@ async def serve_generation(
         arrival=arrival,
         loop=asyncio.get_running_loop(),
         category=category_from(scope),
+        cached_tokens=app.cached_tokens(req.prefixes),
     )
     app.scheduler.submit(sim)
     app.live.add(sim)

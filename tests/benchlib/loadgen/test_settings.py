@@ -45,6 +45,13 @@ EVERY_TRACE_FIELD = LoadSettings.clean(
 )  # fmt: skip
 
 
+# Sessions: chat in a closed loop (no rate, no trace).
+EVERY_SESSION_FIELD = LoadSettings.clean(
+    {"requests_per_level": 6, "api": "chat", "session_turns": 3, "turn_tokens": 8,
+     "think_time": 0.5}
+)  # fmt: skip
+
+
 class Extended(LoadSettings):
     top_k: Annotated[int | None, Option("--top-k", low=1, high=100)] = None
 
@@ -62,6 +69,7 @@ def test_every_field_differs_from_its_default() -> None:
         for n in LoadSettings.model_fields
         if getattr(EVERY_FIELD, n) == getattr(defaults, n)
         and getattr(EVERY_TRACE_FIELD, n) == getattr(defaults, n)
+        and getattr(EVERY_SESSION_FIELD, n) == getattr(defaults, n)
     ]
     assert same == []  # requests_per_level too: None here (duration is given), 1 there
 
@@ -72,6 +80,9 @@ def test_every_field_round_trips_through_the_load_generators_own_parser() -> Non
     assert settings_from_args(args) == EVERY_FIELD
     args = cli.build_parser().parse_args(["--base-url", "http://x", *EVERY_TRACE_FIELD.to_argv()])
     assert settings_from_args(args) == EVERY_TRACE_FIELD
+    argv = EVERY_SESSION_FIELD.to_argv()
+    parsed = settings_from_args(cli.build_parser().parse_args(["--base-url", "x", *argv]))
+    assert parsed == EVERY_SESSION_FIELD
     counted = LoadSettings.clean({"requests_per_level": 7, "api": "generate"})
     assert _parse(counted.to_argv()) == counted
 
@@ -83,6 +94,7 @@ def test_the_stored_form_round_trips() -> None:
     assert LoadSettings.from_stored(stored) == EVERY_FIELD
     assert LoadSettings.from_stored(stored).to_argv() == EVERY_FIELD.to_argv()
     assert LoadSettings.from_stored(EVERY_TRACE_FIELD.to_stored()) == EVERY_TRACE_FIELD
+    assert LoadSettings.from_stored(EVERY_SESSION_FIELD.to_stored()) == EVERY_SESSION_FIELD
 
 
 def test_a_field_added_to_the_model_gets_its_flag_and_round_trips() -> None:

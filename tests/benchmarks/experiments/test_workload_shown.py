@@ -30,6 +30,11 @@ def test_each_workload_is_said_in_words_with_its_parameters() -> None:
         "4 shared prefixes of 256 tokens on 50% of requests"
     )
     assert LoadSettings(duration=3.0).workload() == "synthetic prompts · closed loop"
+    chat = LoadSettings(duration=3.0, api="chat", session_turns=4, think_time=2.0)
+    assert chat.workload() == (
+        "synthetic prompts · closed loop · sessions of 4 turns (32-token follow-ups, "
+        "2 s think time)"
+    )
 
 
 def test_the_comparison_shows_each_sweeps_workload(
