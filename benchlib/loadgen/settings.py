@@ -490,6 +490,15 @@ class LoadSettings(BaseModel):
         return argv
 
 
+def stored_workload(load: Mapping[str, Any] | None) -> str:
+    """A stored ``load``'s workload in words (``LoadSettings.workload``); "" for one the model
+    no longer reads (written by an older release)."""
+    try:
+        return LoadSettings.from_stored(load or {}).workload()
+    except ValidationError:
+        return ""
+
+
 class LoadSettingsError(ValueError):
     """Settings refused: ``errors`` per field name, or one ``message`` for the whole."""
 

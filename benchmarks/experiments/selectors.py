@@ -12,9 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
-from pydantic import ValidationError
 
-from benchlib.loadgen.settings import LoadSettings
+from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.history import HistoryRun
 from benchmarks.models import (
@@ -208,16 +207,8 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
         "notes": sweep.notes,
         "tags": list(sweep.tags),
         "created_at": sweep.created_at.isoformat(),
-        "workload": _workload(sweep.load),
+        "workload": stored_workload(sweep.load),
     }
-
-
-def _workload(load: Any) -> str:
-    # A stored load that the model no longer reads (written by an older release) has no words.
-    try:
-        return LoadSettings.from_stored(load or {}).workload()
-    except ValidationError:
-        return ""
 
 
 def _series(

@@ -79,6 +79,20 @@ def test_the_sweep_page_shows_goodput_and_acceptance_per_category(
     assert len(_rows(partial, "goodput-row")) == 2 and len(_rows(partial, "category-row")) == 2
 
 
+def test_the_sweep_page_says_its_workload_with_its_parameters(
+    client: Client, viewer: Any, ready_instance: ServerInstance
+) -> None:
+    sweep = services.sweep_create(
+        instance=ready_instance, levels=[4], load=load(api="chat", session_turns=3)
+    )
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert (
+        'data-testid="sweep-workload-description">synthetic prompts · closed loop · sessions '
+        "of 3 turns (32-token follow-ups, 0 s think time)<"
+    ) in page
+
+
 def test_a_sweep_without_slos_or_categories_shows_neither_table(
     client: Client, viewer: Any, ready_instance: ServerInstance
 ) -> None:
