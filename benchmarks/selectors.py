@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from benchlib.loadgen.settings import stored_workload
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
@@ -155,6 +156,7 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
         "goodput": goodput,
         "categories": categories,
         "acceptance": acceptance,
+        "description": stored_workload(sweep.load),
     }
 
 

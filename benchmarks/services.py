@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
@@ -81,6 +82,10 @@ def sweep_clean_load(load: Mapping[str, Any] | LoadSettings) -> dict[str, Any]:
         if exc.message:
             raise ValidationError(exc.message) from None
         raise ValidationError(exc.errors) from None
+    if settings.trace and not (django_settings.SPECDASH_TRACE_DIR / settings.trace).is_file():
+        raise ValidationError(
+            {"trace": [f"No file {settings.trace!r} in the trace folder (SPECDASH_TRACE_DIR)."]}
+        )
     return settings.to_stored()
 
 

@@ -248,6 +248,9 @@ SPECDASH_SWEEP_BASE_URLS = _env_list("SPECDASH_SWEEP_BASE_URLS", "")
 SPECDASH_STOP_GRACE_S = int(os.environ.get("SPECDASH_STOP_GRACE_S", "10"))
 # Where sweep records and other bulky artefacts are kept on the dashboard machine.
 SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
+# The trace files a sweep may replay (LoadSettings.trace names one of them): the operator puts
+# them here; nothing is fetched.
+SPECDASH_TRACE_DIR = Path(os.environ.get("SPECDASH_TRACE_DIR", SPECDASH_DATA_DIR / "traces"))
 
 # Job workers (core/jobs/worker.py ``WorkerSettings``), every worker of a deployment, the one
 # ``serve`` embeds included; ``manage.py jobworker`` flags override them per process.

@@ -192,6 +192,7 @@ class ChunkHandler:
 _USAGE_KEY = b'"usage":{'
 _OPEN_NULL = b'"finish_reason":null'
 _ONE_CHOICE = b'"choices":[{'
+_REASONING_KEY = b'"reasoning'  # vLLM's `reasoning`, SGLang's and older vLLM's `reasoning_content`
 
 
 def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
@@ -232,17 +233,45 @@ def usage_counts(payload: bytes) -> tuple[int, int | None] | None:
 class OpenAIHandler(ChunkHandler):
     """/v1/completions and /v1/chat/completions, with or without per-chunk usage."""
 
-    __slots__ = ("chat",)
+    __slots__ = ("answered", "chat")
 
     def __init__(self, rec: RequestRecord, live: TokenCounter | None, *, chat: bool) -> None:
         super().__init__(rec, live)
         self.chat = chat
+        # Chat: until the answer starts, a chunk with a reasoning delta (vLLM `reasoning`, older
+        # vLLM and SGLang `reasoning_content`) and the one after it are decoded to find it.
+        self.answered = not chat
+
+    def _phase(self, delta: Any, now: float) -> None:
+        """Note the reasoning phase and where the answer starts, before this chunk's tokens
+        are added: the tokens counted so far are the reasoning's."""
+        rec = self.rec
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            if rec.reasoning_tokens is None:
+                rec.reasoning_tokens = 0
+        elif (delta.get("content") or delta.get("tool_calls")) and not self.answered:
+            self.answered = True
+            if rec.reasoning_tokens is not None:
+                rec.first_answer = now
+                rec.reasoning_tokens = self.counted
+
+    def finish(self) -> None:
+        super().finish()
+        rec = self.rec
+        if rec.reasoning_tokens is not None and not self.answered:
+            rec.reasoning_tokens = self.counted  # it ended while still reasoning
 
     def handle_fast(self, payload: bytes, now: float) -> bool:
         # A mid-stream chunk with per-chunk usage: exactly one choice, finish_reason null, and the
         # usage last. `handle` would take the token count from usage and nothing else from it, so
         # reading the counts is the whole job. The last chunk (finish_reason set), usage-only tails,
         # errors and every other shape go through the JSON decode.
+        # A reasoning delta, or the chunk after one (the answer may start there): decoded. The key
+        # with its unescaped quote cannot occur inside generated text.
+        if not self.answered and (
+            _REASONING_KEY in payload or self.rec.reasoning_tokens is not None
+        ):
+            return False
         if payload.count(_OPEN_NULL) != 1 or payload.count(_ONE_CHOICE) != 1:
             return False
         counts = usage_counts(payload)
@@ -251,6 +280,7 @@ class OpenAIHandler(ChunkHandler):
         completion, prompt = counts
         n = completion - self.counted
         if n > 0:
+            self.answered = True  # tokens before any reasoning: a stream without that phase
             self._add(now, n)
         rec = self.rec
         rec.output_tokens = completion
@@ -270,6 +300,8 @@ class OpenAIHandler(ChunkHandler):
             read_vllm_spec_metrics(metrics, rec)
         if choices:
             choice = choices[0]
+            if self.chat and not self.answered:
+                self._phase(choice.get("delta") or {}, now)
             if usage:
                 n = usage["completion_tokens"] - self.counted
             else:

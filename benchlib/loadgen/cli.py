@@ -35,14 +35,19 @@ from benchlib.loadgen.level import LevelConfig, LevelResult, RecordSink, run_lev
 from benchlib.loadgen.level import level_plan as level_plan  # where it was first defined
 from benchlib.loadgen.metrics import RecordSource, summarize_level, summarize_level_passes
 from benchlib.loadgen.multiproc import run_level_multiprocess
+from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
+from benchlib.loadgen.ramp import slice_figures
+from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
+from benchlib.loadgen.sessions import turn_figures
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
 from benchlib.loadgen.settings_args import (
     rate_list as rate_list,  # the specdash CLI parses with it
 )
 from benchlib.loadgen.summary import LevelSummary
+from benchlib.loadgen.traces import Trace, TracePrompts, load_trace
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -86,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
     p.add_argument("--dataset", type=Path, default=None)
     p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
+    p.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=Path("."),
+        help="folder a relative --trace is read from (a sweep: the dashboard's trace folder)",
+    )
     p.add_argument("--processes", type=int, default=1, help="worker processes per level")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
@@ -142,10 +153,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _prompts(args: argparse.Namespace) -> PromptSource:
-    if args.dataset is not None:
-        return load_dataset(args.dataset, args.dataset_format, seed=args.seed)
-    return builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+def _trace(args: argparse.Namespace) -> Trace | None:
+    """The --trace file read, windowed and scaled as the flags say (None: no trace)."""
+    if not args.trace:
+        return None
+    trace = load_trace(args.trace_dir / args.trace, args.trace_format)
+    return trace.replayed(
+        speed=args.trace_speed, start=args.trace_start, duration=args.trace_duration
+    )
+
+
+def _prompts(args: argparse.Namespace, trace: Trace | None = None) -> PromptSource:
+    base: PromptSource
+    if trace is not None:
+        base = TracePrompts(trace, seed=args.seed)
+    elif args.dataset is not None:
+        base = load_dataset(args.dataset, args.dataset_format, seed=args.seed)
+    else:
+        base = builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
+    if not args.prefix_count:
+        return base
+    return SharedPrefixPrompts(
+        base, args.prefix_count, args.prefix_tokens, args.prefix_share, seed=args.seed
+    )
 
 
 def slo_from_args(args: argparse.Namespace) -> Slo | None:
@@ -200,7 +230,30 @@ def level_summary(
     summary["warmup_requests"] = len(result.warmup_records) or result.warmup_count
     summary["client"] = result.client
     summary["anchor"] = result.anchor.to_dict()
+    reasoning = reasoning_figures(as_stored)
+    if reasoning is not None:
+        summary["reasoning"] = reasoning
+    turns = turn_figures(as_stored)
+    if turns:
+        summary["turns"] = turns
     return summary
+
+
+def _trace_event(args: argparse.Namespace, trace: Trace | None) -> dict[str, Any]:
+    """What a level replays, for its level_start event (empty without a trace)."""
+    if trace is None:
+        return {}
+    return {
+        "trace": {
+            "file": str(args.trace),
+            "format": args.trace_format,
+            "speed": args.trace_speed,
+            "start": args.trace_start,
+            "duration": args.trace_duration,
+            "requests": len(trace.requests),
+            "rate": trace.rate(),
+        }
+    }
 
 
 class _Stop:
@@ -236,7 +289,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             log = None  # progress is optional: a closed stderr must not stop the run
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
-    prompts = _prompts(args)
+    trace = _trace(args)
+    prompts = _prompts(args, trace)
     # The run starts now: asking the server for its model below is part of it.
     started = time.time()
     discovery_error = None
@@ -326,6 +380,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 max_error_ratio=args.max_error_ratio,
                 sample_interval=args.sample_interval,
                 run_id=run_id,
+                trace=trace,
             )
             processes = max(1, min(args.processes, c))
             events.emit(
@@ -339,6 +394,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 request_rate=rate,
                 burstiness=args.burstiness,
                 processes=processes,
+                **_trace_event(args, trace),
             )
 
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
@@ -414,6 +470,19 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             )
             summary["target_rate"] = rate
             summary["burstiness"] = args.burstiness if rate else None
+            if cfg.ramp and rate and cfg.ramp_start_rate is not None:
+                summary["ramp"] = {
+                    "strategy": cfg.ramp,
+                    "start_rate": cfg.ramp_start_rate,
+                    "end_rate": rate,
+                    "slices": slice_figures(
+                        result.records,
+                        slices=args.ramp_slices,
+                        start_rate=cfg.ramp_start_rate,
+                        end_rate=rate,
+                        strategy=cfg.ramp,
+                    ),
+                }
             levels.append(summary)
             # The level's closing scrape, before the next level can send anything.
             boundary = (
@@ -463,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error(str(exc))
     try:
         settings_from_args(args)  # the same rules as a sweep's settings, said per flag
-        _prompts(args)  # a missing dataset package or a bad file: a clear error, not a traceback
+        _prompts(
+            args, _trace(args)
+        )  # a missing dataset package or a bad file: a clear error, not a traceback
     except (ValueError, OSError) as exc:
         build_parser().error(str(exc))
     log: TextIO | None = None if args.quiet else sys.stderr

@@ -19,7 +19,10 @@ from benchlib.loadgen.client import StreamClient, make_client, send_request
 from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
 from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
+from benchlib.loadgen.ramp import ramp_rate
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.sessions import Session
+from benchlib.loadgen.traces import Trace
 
 if TYPE_CHECKING:
     from benchlib.loadgen.settings import LoadSettings
@@ -66,10 +69,24 @@ class LevelConfig:
     process_index: int = 0
     process_count: int = 1
     slot_offset: int = 0
+    # A replayed trace (already windowed and scaled): request k arrives at the measured phase's
+    # start + trace.requests[k].offset and is built from the trace's prompt k (the prompt source
+    # is then a TracePrompts over the same trace); the concurrency caps in-flight as with a rate.
+    trace: Trace | None = None
+    # A ramp within the level (benchlib.loadgen.ramp): the rate rises from ramp_start_rate to
+    # request_rate over the level's requests (or its duration).
+    ramp: str = ""
+    ramp_start_rate: float | None = None
+    # Multi-turn sessions (benchlib.loadgen.sessions): each closed-loop worker runs sessions of
+    # this many turns, one after another, history carried, `think_time` between turns.
+    session_turns: int = 0
+    turn_tokens: int = 32
+    think_time: float = 0.0
 
     @property
     def mode(self) -> str:
-        return "rate" if self.request_rate else "closed"
+        # A trace is open-loop arrivals too: its steady window is the arrival window.
+        return "rate" if self.request_rate or self.trace is not None else "closed"
 
     @classmethod
     def from_settings(
@@ -98,6 +115,11 @@ class LevelConfig:
             ignore_eos=settings.ignore_eos,
             temperature=settings.temperature,
             request_timeout=settings.request_timeout,
+            ramp=settings.ramp,
+            ramp_start_rate=settings.ramp_start_rate,
+            session_turns=settings.session_turns,
+            turn_tokens=settings.turn_tokens,
+            think_time=settings.think_time,
             **run,
         )
 
@@ -153,16 +175,28 @@ class LevelRunner:
         self._consecutive_connect = 0
         self._issued = 0
         self._records: list[RequestRecord] = []
+        self._sessions = 0
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _next_request(self, warmup: bool, slot: int) -> tuple[RequestRecord, bytes]:
+    def _next_request(
+        self,
+        warmup: bool,
+        slot: int,
+        *,
+        prompt_index: int | None = None,
+        session: Session | None = None,
+    ) -> tuple[RequestRecord, bytes]:
         cfg = self.cfg
         j = self._issued
         self._issued += 1
         k = cfg.process_index + cfg.process_count * j
         base = cfg.level_index * _LEVEL_STRIDE
-        prompt = self.prompts.get(base - 1 - k if warmup else base + k)
+        if prompt_index is None:
+            prompt_index = base - 1 - k if warmup else base + k
+        prompt = self.prompts.get(prompt_index)
+        if session is not None and session.turn > 0:
+            prompt = session.follow_up(cfg.turn_tokens)
         max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
         body = build_body(
             cfg.api,
@@ -173,6 +207,8 @@ class LevelRunner:
             temperature=cfg.temperature,
             extra=cfg.extra_body,
         )
+        if session is not None:
+            body["messages"] = session.ask(prompt.text)
         rid = f"{cfg.run_id}-{cfg.level_index}-{'w' if warmup else ''}{k}"
         rec = RequestRecord(
             request_id=rid,
@@ -181,6 +217,8 @@ class LevelRunner:
             warmup=warmup,
             category=prompt.category,
         )
+        if session is not None:
+            rec.session, rec.turn = session.number, session.turn
         return rec, json.dumps(body).encode()
 
     async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
@@ -254,6 +292,40 @@ class LevelRunner:
             if rec.error_kind == "connect" and self.cfg.on_server_error != "stop":
                 await asyncio.sleep(0.05)  # a dead server must not become a busy loop
 
+    async def _session_worker(self, slot: int, limit: int | None, deadline: float | None) -> None:
+        """Sessions one after another on this slot: every turn of a session goes out from here
+        (one connection pool, one server), carrying the history, after the think time."""
+        cfg = self.cfg
+        while not self.stopping:
+            number = cfg.process_index + cfg.process_count * self._sessions
+            self._sessions += 1
+            session = Session(number, seed=cfg.seed)
+            for turn in range(cfg.session_turns):
+                if self.stopping or (limit is not None and self._issued >= limit):
+                    return
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
+                session.turn = turn
+                rec, content = self._next_request(False, slot, session=session)
+                await self._one(slot, rec, content)
+                if not rec.ok:
+                    break  # a failed turn ends its session: its history has no answer
+                session.answered(rec.request_id, rec.output_tokens)
+                if cfg.think_time > 0 and turn + 1 < cfg.session_turns:
+                    await asyncio.sleep(cfg.think_time)
+
+    async def _sessions_phase(self, limit: int | None, deadline: float | None) -> None:
+        workers = self.cfg.concurrency
+        tasks = [
+            asyncio.create_task(self._session_worker(i, limit, deadline)) for i in range(workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _closed_phase(self, workers: int, limit: int | None, deadline: float | None) -> None:
         tasks = [
             asyncio.create_task(self._closed_worker(i, limit, deadline)) for i in range(workers)
@@ -281,12 +353,27 @@ class LevelRunner:
                 free_slots.append(slot)
                 sem.release()
 
+        t0 = time.perf_counter()
+
+        def rate_now() -> float:
+            if not cfg.ramp or cfg.ramp_start_rate is None:
+                return rate
+            # This process's share of the start rate, as split_level shares the end rate.
+            start = cfg.ramp_start_rate / cfg.process_count
+            if limit:
+                progress = self._issued / max(1, limit - 1)
+            elif cfg.duration:
+                progress = (time.perf_counter() - t0) / cfg.duration
+            else:
+                progress = 1.0
+            return ramp_rate(cfg.ramp, start, rate, progress)
+
         try:
-            next_t = time.perf_counter()
+            next_t = t0
             while not self.stopping:
                 if limit is not None and self._issued >= limit:
                     break
-                next_t += next_gap(rng, rate, cfg.burstiness)
+                next_t += next_gap(rng, rate_now(), cfg.burstiness)
                 if deadline is not None and next_t >= deadline:
                     break
                 delay = next_t - time.perf_counter()
@@ -298,6 +385,58 @@ class LevelRunner:
                     break
                 slot = free_slots.pop()
                 rec, content = self._next_request(False, slot)
+                task = asyncio.create_task(one(slot, rec, content))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+        finally:
+            for t in list(tasks):
+                t.cancel()
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+
+    async def _trace_phase(self, limit: int | None, deadline: float | None) -> None:
+        """Arrivals at the trace's offsets from the phase's start; this process sends the
+        trace's requests p, p+P, p+2P... (P processes started together), each recording the
+        time it was due (`scheduled`) beside the time it went out (`start`)."""
+        cfg = self.cfg
+        trace = cfg.trace
+        assert trace is not None
+        sem = asyncio.Semaphore(cfg.concurrency)
+        free_slots = list(range(cfg.concurrency - 1, -1, -1))
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(slot: int, rec: RequestRecord, content: bytes) -> None:
+            try:
+                await self._one(slot, rec, content)
+            finally:
+                free_slots.append(slot)
+                sem.release()
+
+        try:
+            t0 = time.perf_counter()
+            while not self.stopping:
+                if limit is not None and self._issued >= limit:
+                    break
+                k = cfg.process_index + cfg.process_count * self._issued
+                if k >= len(trace.requests):
+                    break
+                due = t0 + trace.requests[k].offset
+                if deadline is not None and due >= deadline:
+                    break
+                # Built while waiting for its time: a burst of arrivals then costs each only
+                # its send (a prompt of a few thousand tokens takes a millisecond to build).
+                rec, content = self._next_request(False, 0, prompt_index=k)
+                rec.scheduled = due
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                if self.stopping:
+                    sem.release()
+                    break
+                slot = free_slots.pop()
+                rec.slot = cfg.slot_offset + slot
                 task = asyncio.create_task(one(slot, rec, content))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -420,11 +559,14 @@ class LevelRunner:
             return "cancelled"
         deadline = time.perf_counter() + cfg.duration if cfg.duration else None
         limit = share(cfg.num_requests, cfg.process_index, cfg.process_count)
-        coro = (
-            self._rate_phase(limit, deadline)
-            if cfg.request_rate
-            else self._closed_phase(cfg.concurrency, limit, deadline)
-        )
+        if cfg.trace is not None:
+            coro = self._trace_phase(limit, deadline)
+        elif cfg.session_turns > 1:
+            coro = self._sessions_phase(limit, deadline)
+        elif cfg.request_rate:
+            coro = self._rate_phase(limit, deadline)
+        else:
+            coro = self._closed_phase(cfg.concurrency, limit, deadline)
         return await self._run_phase(asyncio.create_task(coro))
 
 

@@ -89,6 +89,15 @@ class RequestRecord:
     spec_steps: int | None = None
     spec_drafted: int | None = None
     spec_accepted: int | None = None
+    # When a replayed trace had this request arrive (perf_counter), to compare with `start`.
+    scheduled: float | None = None
+    # A reasoning stream (reasoning deltas before the answer): the arrival of the first chunk
+    # carrying answer text, and the output tokens before it (None: no reasoning was streamed).
+    first_answer: float | None = None
+    reasoning_tokens: int | None = None
+    # A multi-turn session's request: the session (unique in its level) and the turn (0: first).
+    session: int | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -120,6 +129,11 @@ class RequestRecord:
             spec_steps=self.spec_steps,
             spec_drafted=self.spec_drafted,
             spec_accepted=self.spec_accepted,
+            scheduled=None if self.scheduled is None else self.scheduled + delta,
+            first_answer=None if self.first_answer is None else self.first_answer + delta,
+            reasoning_tokens=self.reasoning_tokens,
+            session=self.session,
+            turn=self.turn,
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
@@ -165,6 +179,15 @@ class RequestRecord:
             d["spec_drafted"] = self.spec_drafted
         if self.spec_accepted is not None:
             d["spec_accepted"] = self.spec_accepted
+        if self.scheduled is not None:
+            d["scheduled"] = round(self.scheduled + w, 6)
+        if self.reasoning_tokens is not None:
+            d["reasoning"] = self.reasoning_tokens
+            if self.first_answer is not None:
+                d["first_answer"] = round(self.first_answer + w, 6)
+        if self.session is not None:
+            d["session"] = self.session
+            d["turn"] = self.turn
         return d
 
     @classmethod
@@ -198,4 +221,9 @@ class RequestRecord:
             spec_steps=d.get("spec_steps"),
             spec_drafted=d.get("spec_drafted"),
             spec_accepted=d.get("spec_accepted"),
+            scheduled=None if d.get("scheduled") is None else d["scheduled"] + p,
+            first_answer=None if d.get("first_answer") is None else d["first_answer"] + p,
+            reasoning_tokens=d.get("reasoning"),
+            session=d.get("session"),
+            turn=d.get("turn"),
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 #
 # Plain pydantic, no Django: the load generator runs as its own process and as a library.
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -26,11 +27,14 @@ from pydantic.fields import FieldInfo
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.datasets import PROMPT_SETS
 from benchlib.loadgen.goodput import Slo
+from benchlib.loadgen.ramp import RAMPS
+from benchlib.loadgen.traces import TRACE_FORMATS
 
 APIS = tuple(a.value for a in Api)
 MIN_RATE = 0.001  # req/s: one request in about 17 minutes
 MAX_RATE = 1_000_000.0
 UNSET: Any = object()
+TRACE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,100 @@ class LoadSettings(BaseModel):
         Field(description="Gamma shape of arrival gaps (1: Poisson)"),
         Option("--burstiness", low=0.01, high=100),
     ] = 1.0
+    ramp: Annotated[
+        str,
+        Field(
+            description="Within each level, the arrival rate rises from ramp_start_rate to the "
+            "request rate: linear or exponential (empty: a steady rate)"
+        ),
+        Option(
+            "--ramp",
+            label="Rate ramp within a level",
+            choices=(
+                ("", "none (a steady rate)"),
+                ("linear", "linear"),
+                ("exponential", "exponential"),
+            ),
+        ),
+    ] = ""
+    ramp_start_rate: Annotated[
+        float | None,
+        Field(description="The ramp's first rate in req/s (it ends at the request rate)"),
+        Option("--ramp-start-rate", label="Ramp start rate (req/s)", low=MIN_RATE, high=MAX_RATE),
+    ] = None
+    ramp_slices: Annotated[
+        int,
+        Field(description="Time slices a ramped level's figures are given for"),
+        Option("--ramp-slices", label="Ramp slices", low=1, high=1000),
+    ] = 10
+    session_turns: Annotated[
+        int,
+        Field(
+            description="Multi-turn sessions (chat, closed loop): turns per session, each "
+            "carrying the history so far (0: single requests)"
+        ),
+        Option("--session-turns", label="Turns per session", low=0, high=1000),
+    ] = 0
+    turn_tokens: Annotated[
+        int,
+        Field(description="Length of a session's follow-up messages (its first is the prompt)"),
+        Option("--turn-tokens", label="Follow-up message length", low=1, high=131_072),
+    ] = 32
+    think_time: Annotated[
+        float,
+        Field(description="Seconds between a session's answer and its next turn"),
+        Option("--think-time", label="Think time (s)", low=0, high=3_600),
+    ] = 0.0
+    prefix_count: Annotated[
+        int,
+        Field(description="Shared prefixes (system prompts) ahead of the prompts; 0: none"),
+        Option("--prefix-count", label="Shared prefixes", low=0, high=10_000),
+    ] = 0
+    prefix_tokens: Annotated[
+        int,
+        Field(description="Length of each shared prefix (tokens)"),
+        Option("--prefix-tokens", label="Shared prefix length", low=1, high=131_072),
+    ] = 512
+    prefix_share: Annotated[
+        float,
+        Field(description="Share of requests that carry a shared prefix"),
+        Option("--prefix-share", label="Share with a prefix", low=0, high=1),
+    ] = 1.0
+    trace: Annotated[
+        str,
+        Field(
+            description="Replay this trace file's arrivals and lengths (a sweep: a file name in "
+            "the dashboard's trace folder); empty: no trace"
+        ),
+        Option("--trace", label="Trace file"),
+    ] = ""
+    trace_format: Annotated[
+        str,
+        Field(description="mooncake (JSONL), burstgpt (CSV) or jsonl (ours)"),
+        Option(
+            "--trace-format",
+            choices=(
+                ("mooncake", "Mooncake JSONL (timestamp ms, lengths, hash_ids)"),
+                ("burstgpt", "BurstGPT CSV"),
+                ("jsonl", "specdash JSONL (t s, input_tokens, output_tokens)"),
+            ),
+        ),
+    ] = "mooncake"
+    trace_speed: Annotated[
+        float,
+        Field(description="Replay speed (2: arrivals twice as fast)"),
+        Option("--trace-speed", low=0.01, high=1000),
+    ] = 1.0
+    trace_start: Annotated[
+        float,
+        Field(description="Seconds into the trace where the replay starts"),
+        Option("--trace-start", label="Trace window start (s)", low=0, high=1e7),
+    ] = 0.0
+    trace_duration: Annotated[
+        float | None,
+        Field(description="Seconds of the trace replayed from its start (empty: to its end)"),
+        Option("--trace-duration", label="Trace window (s)", low=0.001, high=1e7),
+    ] = None
     slo: Annotated[
         SloSettings | None,
         Field(description="Latency targets: goodput per level"),
@@ -185,6 +283,14 @@ class LoadSettings(BaseModel):
 
     ONE_OF_MESSAGE: ClassVar[str] = (
         "Give either requests per level or a duration per level (one of the two)."
+    )
+    SESSIONS_MESSAGE: ClassVar[str] = (
+        "Sessions carry their history as chat messages in a closed loop: use the chat API, and "
+        "no request rate or trace."
+    )
+    RAMP_MESSAGE: ClassVar[str] = "A ramp rises from its start rate to the request rate: give both."
+    TRACE_RATE_MESSAGE: ClassVar[str] = (
+        "A trace gives the arrival times: leave the request rate empty when replaying one."
     )
 
     @field_validator("*", mode="before")
@@ -223,6 +329,34 @@ class LoadSettings(BaseModel):
             raise ValueError(f"Choose one of {', '.join(PROMPT_SETS)}.")
         return value
 
+    @field_validator("trace")
+    @classmethod
+    def _trace(cls, value: str, info: ValidationInfo) -> str:
+        if len(value) > 500 or value.startswith("-") or any(ord(c) < 32 for c in value):
+            raise ValueError("A file path of up to 500 characters, not starting with '-'.")
+        # A sweep names a file in the dashboard's trace folder, nothing else on its disk.
+        if (
+            value
+            and (info.context or {}).get("bounds", True)
+            and not TRACE_NAME_RE.fullmatch(value)
+        ):
+            raise ValueError("A file name in the trace folder (letters, digits, . _ -).")
+        return value
+
+    @field_validator("ramp")
+    @classmethod
+    def _ramp(cls, value: str) -> str:
+        if value and value not in RAMPS:
+            raise ValueError(f"Choose one of {', '.join(RAMPS)}, or none.")
+        return value
+
+    @field_validator("trace_format")
+    @classmethod
+    def _trace_format(cls, value: str) -> str:
+        if value not in TRACE_FORMATS:
+            raise ValueError(f"Choose one of {', '.join(TRACE_FORMATS)}.")
+        return value
+
     @field_validator("request_rate", mode="before")
     @classmethod
     def _rates(cls, value: Any) -> float | list[float] | None:
@@ -245,6 +379,13 @@ class LoadSettings(BaseModel):
     def _one_amount(self) -> LoadSettings:
         if (self.requests_per_level is None) == (self.duration is None):
             raise ValueError(self.ONE_OF_MESSAGE)
+        if self.trace and self.request_rate is not None:
+            raise ValueError(self.TRACE_RATE_MESSAGE)
+        if self.ramp and (self.request_rate is None or self.ramp_start_rate is None):
+            raise ValueError(self.RAMP_MESSAGE)
+        open_loop = self.request_rate is not None or bool(self.trace)
+        if self.session_turns > 1 and (self.api != "chat" or open_loop):
+            raise ValueError(self.SESSIONS_MESSAGE)
         return self
 
     # -- the stored form (a sweep's ``load``) ---------------------------------------------
@@ -284,6 +425,42 @@ class LoadSettings(BaseModel):
     def slo_target(self) -> Slo | None:
         return self.slo.slo() if self.slo is not None else None
 
+    def workload(self) -> str:
+        """The workload in words, for the pages that put runs side by side: the prompts, the
+        arrivals (steady, ramped or a trace's) and the shared prefixes, with their parameters."""
+        parts = []
+        if self.trace:
+            window = f", from {self.trace_start:g} s"
+            if self.trace_duration is not None:
+                window += f" for {self.trace_duration:g} s"
+            parts.append(
+                f"trace {self.trace} ({self.trace_format}) at {self.trace_speed:g}x{window}"
+            )
+        else:
+            parts.append(f"{self.prompt_set} prompts")
+            rates = self.rates()
+            if rates and self.ramp and self.ramp_start_rate is not None:
+                ends = ", ".join(f"{r:g}" for r in rates)
+                parts.append(
+                    f"{self.ramp} ramp from {self.ramp_start_rate:g} to {ends} req/s "
+                    f"({self.ramp_slices} slices)"
+                )
+            elif rates:
+                parts.append(f"{', '.join(f'{r:g}' for r in rates)} req/s")
+            else:
+                parts.append("closed loop")
+        if self.session_turns > 1:
+            parts.append(
+                f"sessions of {self.session_turns} turns ({self.turn_tokens}-token follow-ups, "
+                f"{self.think_time:g} s think time)"
+            )
+        if self.prefix_count:
+            parts.append(
+                f"{self.prefix_count} shared prefix{'es' if self.prefix_count > 1 else ''} of "
+                f"{self.prefix_tokens} tokens on {self.prefix_share:.0%} of requests"
+            )
+        return " · ".join(parts)
+
     # -- the command line -------------------------------------------------------------------
 
     def to_argv(self) -> list[str]:
@@ -295,6 +472,14 @@ class LoadSettings(BaseModel):
             value = getattr(self, name)
             if name not in given or value is None:
                 continue
+            if name.startswith("trace_") and not self.trace:
+                continue  # a trace's options mean nothing without one
+            if name in ("ramp_start_rate", "ramp_slices") and not self.ramp:
+                continue  # a steady rate: the ramp's options mean nothing
+            if name.startswith(("session_", "turn_", "think_")) and self.session_turns < 2:
+                continue  # single requests: a session's options mean nothing
+            if name.startswith("prefix_") and not self.prefix_count:
+                continue  # no shared prefixes: their length and share mean nothing
             if name == "slo":
                 argv += _slo_argv(value)
                 continue
@@ -303,6 +488,15 @@ class LoadSettings(BaseModel):
                 continue
             argv += _flag_argv(option(field).flag, value, field)
         return argv
+
+
+def stored_workload(load: Mapping[str, Any] | None) -> str:
+    """A stored ``load``'s workload in words (``LoadSettings.workload``); "" for one the model
+    no longer reads (written by an older release)."""
+    try:
+        return LoadSettings.from_stored(load or {}).workload()
+    except ValidationError:
+        return ""
 
 
 class LoadSettingsError(ValueError):
@@ -393,9 +587,17 @@ def validation_messages(exc: ValidationError, raw: Mapping[str, Any]) -> dict[st
     errors: dict[str, list[str]] = {}
     for item in exc.errors():
         loc = item.get("loc") or ()
-        name = str(loc[0]) if loc else "requests_per_level"  # the one-of-two rule
         ctx = item.get("ctx") or {}
         message = str(ctx.get("error", item.get("msg", "invalid")))
+        # The model's own rules: the one-of-two amount, a rate beside a trace, a ramp's rates.
+        whole = "requests_per_level"
+        if message == LoadSettings.TRACE_RATE_MESSAGE:
+            whole = "request_rate"
+        elif message == LoadSettings.RAMP_MESSAGE:
+            whole = "ramp_start_rate"
+        elif message == LoadSettings.SESSIONS_MESSAGE:
+            whole = "session_turns"
+        name = str(loc[0]) if loc else whole
         errors.setdefault(name, []).append(message)
     # The amount rule runs only on valid fields: say it beside the other errors as well.
     amount = ("requests_per_level", "duration")

@@ -93,3 +93,10 @@ class LevelSummary(_Figures, total=False):
     split: dict[str, Any]  # per-shard rows of a level split over processes
     target_rate: float | None  # an open-loop level's request rate (req/s)
     burstiness: float | None  # its gamma shape (1: Poisson)
+    # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
+    ramp: dict[str, Any]
+    # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times and token
+    # gaps per phase.
+    reasoning: dict[str, Any]
+    # Multi-turn sessions (benchlib.loadgen.sessions): figures per turn index.
+    turns: list[dict[str, Any]]

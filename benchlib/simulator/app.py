@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ log = logging.getLogger("specdash.sim")
 
 VERSION = "0.0.0-specdash-sim"
 MAX_BODY = 64 * 1024 * 1024
+PREFIX_CACHE_ENTRIES = 100_000  # message prefixes kept (--prefix-cache), least recent dropped
 
 _GET, _POST = ("GET", "HEAD"), ("POST",)
 ROUTES: dict[str, tuple[str, ...]] = {
@@ -51,6 +53,8 @@ class SimApp:
         self.scheduler = AsyncScheduler(self.core)
         self.metrics = EngineMetrics(config.model, config.metrics_style, config.ranks)
         self.truth = TruthLog(config.truth_log)
+        # Chat message-prefix digests seen (--prefix-cache), oldest first, bounded.
+        self.prefix_cache: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self.limits = Limits(config.model, config.max_model_len, config.default_max_tokens)
         self.ready = True
         # SGLang answers /health 503 until its warm-up generation has succeeded (`warm_up`);
@@ -259,8 +263,30 @@ class SimApp:
         info["internal_states"] = [state]
         return info
 
+    def cached_tokens(self, prefixes: tuple[tuple[bytes, int], ...]) -> int:
+        """The prompt tokens a prefix cache holds for these message prefixes (the longest one
+        seen before), and remember them all; 0 with the cache off."""
+        if not self.config.prefix_cache:
+            return 0
+        cache = self.prefix_cache
+        cached = 0
+        for digest, tokens in prefixes:
+            if digest in cache:
+                cached = tokens
+                cache.move_to_end(digest)
+            else:
+                cache[digest] = tokens
+        while len(cache) > PREFIX_CACHE_ENTRIES:
+            cache.popitem(last=False)
+        return cached
+
     def request_finished(
-        self, sim: SimRequest, chunks: list[list[float]], error: str | None
+        self,
+        sim: SimRequest,
+        chunks: list[list[float]],
+        error: str | None,
+        *,
+        reasoning_tokens: int = 0,
     ) -> None:
         finish = time.time()
         reason = sim.finish_reason or "abort"
@@ -276,6 +302,13 @@ class SimApp:
                 "completion_tokens": sim.generated,
                 "finish_reason": reason,
                 "error": error,
+                # Reasoning mode: how many of its first tokens were reasoning (chat streams).
+                **(
+                    {"reasoning_tokens": min(reasoning_tokens, sim.generated)}
+                    if reasoning_tokens
+                    else {}
+                ),
+                **({"cached_tokens": sim.cached_tokens} if self.config.prefix_cache else {}),
                 # Under a schedule: which draft length each of its verify steps used, and
                 # the running batch it was chosen from.
                 **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),

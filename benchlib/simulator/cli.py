@@ -132,6 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculative: k of a step that drafts nothing (a schedule's K=0; eagle3: baseline's)",
     )
     m.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="cache chat message prefixes: a later turn prefills only what is new",
+    )
+    m.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=0,
+        help="reasoning mode: the first N output tokens of a chat request stream as reasoning "
+        "(vLLM 0.32: delta.reasoning; SGLang: delta.reasoning_content), then the answer",
+    )
+    m.add_argument(
         "--eos-prob",
         type=float,
         default=0.0,
@@ -306,6 +318,8 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         max_model_len=min(args.max_model_len, profile.kv_tokens),
         default_max_tokens=args.default_max_tokens,
         eos_prob=args.eos_prob,
+        reasoning_tokens=max(0, args.reasoning_tokens),
+        prefix_cache=args.prefix_cache,
         request_overhead_ms=args.request_overhead_ms,
         seed=args.seed,
         metrics_style=args.metrics_style,

@@ -27,6 +27,13 @@ class SimConfig:
     max_model_len: int = 65536
     default_max_tokens: int = 256
     eos_prob: float = 0.0
+    # Reasoning mode: a chat request's first N output tokens stream as reasoning, the rest as
+    # the answer (encode.StreamEncoder: vLLM's and SGLang's delta fields).
+    reasoning_tokens: int = 0
+    # A prefix cache for chat: a request whose leading messages an earlier request sent has
+    # their tokens cached, and prefill costs only the rest (as vLLM's and SGLang's caches do
+    # for whole blocks). Off: every prompt token is prefilled.
+    prefix_cache: bool = False
     request_overhead_ms: float = 0.0
     seed: int = 0
     metrics_style: str = "sglang"

@@ -53,11 +53,18 @@ class StreamEncoder:
     """Pre-encoded SSE templates for one OpenAI-style streaming response."""
 
     def __init__(
-        self, req: GenRequest, request_id: str, created: int, *, sglang: bool = False
+        self,
+        req: GenRequest,
+        request_id: str,
+        created: int,
+        *,
+        sglang: bool = False,
+        reasoning_tokens: int = 0,
     ) -> None:
         self.req = req
         self.sglang = sglang
         chat = req.kind == "chat"
+        self.reasoning_tokens = reasoning_tokens if chat else 0
         obj = "chat.completion.chunk" if chat else "text_completion"
         ident = json.dumps(("chatcmpl-" if chat else "cmpl-") + request_id)
         model = json.dumps(req.model)
@@ -71,15 +78,36 @@ class StreamEncoder:
                 + b',"choices":[{"index":0,"delta":{"role":"assistant","content":"'
             )
             self._tail = b'"},"logprobs":null,"finish_reason":'
+            # Reasoning deltas. vLLM 0.32 (entrypoints/generate/base/protocol.py DeltaMessage,
+            # chunks dumped with exclude_unset): `"reasoning"` alone. SGLang (entrypoints/openai/
+            # protocol.py DeltaMessage, sgl-project/sglang at 004c82e0): `"reasoning_content"`
+            # beside a null `content`.
+            field = b'"content":null,"reasoning_content":"' if sglang else b'"reasoning":"'
+            start = b',"choices":[{"index":0,"delta":{'
+            self._reason_head = b"data: " + self._envelope + start + field
+            self._reason_first = b"data: " + self._envelope + start + b'"role":"assistant",' + field
         else:
             self._head = b"data: " + self._envelope + b',"choices":[{"index":0,"text":"'
             self._first = self._head
             self._tail = b'","logprobs":null,"finish_reason":'
 
     def chunk(self, pos: int, n: int, finish_reason: str | None) -> bytes:
-        """One SSE event carrying tokens pos .. pos+n-1 (finish_reason set on the last one)."""
+        """The SSE event(s) carrying tokens pos .. pos+n-1 (finish_reason set on the last one):
+        in reasoning mode, tokens before `reasoning_tokens` go out as reasoning, and a step
+        that crosses the boundary as two events, the reasoning first (as a reasoning parser
+        splits one engine output)."""
+        r = min(n, self.reasoning_tokens - pos)
+        if r <= 0:
+            return self._event(self._first if pos == 0 else self._head, pos, n, finish_reason)
+        head = self._reason_first if pos == 0 else self._reason_head
+        out = self._event(head, pos, r, finish_reason if r == n else None)
+        if n > r:
+            out += self._event(self._head, pos + r, n - r, finish_reason)
+        return out
+
+    def _event(self, head: bytes, pos: int, n: int, finish_reason: str | None) -> bytes:
         req = self.req
-        parts = [self._first if pos == 0 else self._head, token_text(pos, n), self._tail]
+        parts = [head, token_text(pos, n), self._tail]
         parts.append(_reason(finish_reason))
         if req.continuous_usage:
             parts.append(b"}]," + _usage(req.prompt_tokens, pos + n, sglang=self.sglang) + b"}\n\n")

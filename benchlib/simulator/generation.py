@@ -61,6 +61,7 @@ async def serve_generation(
         arrival=arrival,
         loop=asyncio.get_running_loop(),
         category=category_from(scope),
+        cached_tokens=app.cached_tokens(req.prefixes),
     )
     app.scheduler.submit(sim)
     app.live.add(sim)
@@ -75,7 +76,13 @@ async def serve_generation(
             await _stream_generate(send, req, sim, chunks, headers)
         else:
             await _stream_openai(
-                send, req, sim, chunks, headers, sglang=app.config.metrics_style != "vllm"
+                send,
+                req,
+                sim,
+                chunks,
+                headers,
+                sglang=app.config.metrics_style != "vllm",
+                reasoning_tokens=app.config.reasoning_tokens,
             )
     except asyncio.CancelledError:
         error = "server shutdown" if app.stopping else "cancelled"
@@ -87,7 +94,9 @@ async def serve_generation(
         if sim.finish_reason == "abort" and error is None:
             error = app.abort_reason
         app.live.discard(sim)
-        app.request_finished(sim, chunks, error)
+        # Reasoning mode applies to streamed chat (encode.StreamEncoder).
+        reasoning = app.config.reasoning_tokens if req.kind == "chat" and req.stream else 0
+        app.request_finished(sim, chunks, error, reasoning_tokens=reasoning)
 
 
 def spec_meta(sim: SimRequest) -> dict[str, Any]:
@@ -139,9 +148,12 @@ async def _stream_openai(
     headers: list[tuple[bytes, bytes]],
     *,
     sglang: bool,
+    reasoning_tokens: int = 0,
 ) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
-    encoder = StreamEncoder(req, sim.request_id, int(sim.arrival), sglang=sglang)
+    encoder = StreamEncoder(
+        req, sim.request_id, int(sim.arrival), sglang=sglang, reasoning_tokens=reasoning_tokens
+    )
     pos = 0
     take = sim.take
 

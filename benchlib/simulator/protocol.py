@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,6 +49,9 @@ class GenRequest:
     # SGLang's `return_spec_tokens_details` (OpenAI endpoints): the finished request's
     # speculative figures in an extra `choices: []` chunk under `sglext.spec_tokens_details`.
     spec_details: bool = False
+    # Chat: each message prefix as (digest of the messages so far, their tokens), for the
+    # prefix cache (--prefix-cache): a later turn that repeats the history finds it cached.
+    prefixes: tuple[tuple[bytes, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,7 +236,19 @@ def parse_openai(kind: Kind, data: dict[str, Any], limits: Limits) -> GenRequest
         include_usage=include_usage,
         continuous_usage=continuous,
         spec_details=_opt_bool(data, "return_spec_tokens_details"),
+        prefixes=_message_prefixes(data["messages"]) if kind == "chat" else (),
     )
+
+
+def _message_prefixes(messages: list[Any]) -> tuple[tuple[bytes, int], ...]:
+    out: list[tuple[bytes, int]] = []
+    digest = hashlib.blake2b(digest_size=16)
+    tokens = 0
+    for message in messages:
+        digest.update(json.dumps(message, sort_keys=True).encode())
+        tokens += _chat_prompt_tokens([message])
+        out.append((digest.copy().digest(), tokens))
+    return tuple(out)
 
 
 def parse_generate(data: dict[str, Any], limits: Limits) -> GenRequest:

@@ -25,6 +25,7 @@ class SimRequest:
     __slots__ = (
         "admitted",
         "arrival",
+        "cached_tokens",
         "category",
         "decode_steps",
         "done",
@@ -56,8 +57,11 @@ class SimRequest:
         arrival: float,
         loop: asyncio.AbstractEventLoop | None = None,
         category: str | None = None,
+        cached_tokens: int = 0,
     ) -> None:
         self.request_id = request_id
+        # Prompt tokens the prefix cache held (--prefix-cache): not prefilled again.
+        self.cached_tokens = cached_tokens
         self.category = category
         # Under a load-adaptive schedule: this request's verify steps as runs of
         # [running batch, draft length, steps] (the truth log's `decode_steps`).
@@ -224,7 +228,7 @@ class SchedulerCore:
         profile = self._tier.profile
         seconds = profile.step_seconds(batch)
         for req in admitted:
-            seconds += profile.prefill_seconds(req.prompt_tokens)
+            seconds += profile.prefill_seconds(req.prompt_tokens - req.cached_tokens)
         return seconds
 
     def advance(self) -> list[SimRequest]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
+from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.history import HistoryRun
 from benchmarks.models import (
@@ -206,6 +207,7 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
         "notes": sweep.notes,
         "tags": list(sweep.tags),
         "created_at": sweep.created_at.isoformat(),
+        "workload": stored_workload(sweep.load),
     }
 
 

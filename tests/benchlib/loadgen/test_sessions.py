@@ -1,0 +1,121 @@
+"""Multi-turn sessions: each turn carries the conversation so far, every turn of a session goes
+out from one slot, think time sits between turns, and on a server with a prefix cache (the
+simulator's) the later turns, whose history is cached, have a lower TTFT than the first."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchlib.loadgen import cli
+from benchlib.loadgen.events import EventWriter
+from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
+from tests.benchlib.loadgen.stub_server import StubServer
+from tests.fixtures.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def caching_simulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The simulator with its chat prefix cache, prefill at 300 us a prompt token."""
+    tmp = tmp_path_factory.mktemp("sessions")
+    truth = tmp / "truth.jsonl"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
+         "--t0-ms", "2", "--k-ms", "0", "--prefill-per-token-us", "300", "--prefix-cache",
+         "--metrics-style", "vllm", "--truth-log", str(truth), "--workers", "0",
+         "--state-dir", str(tmp / "state")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, "simulator exited"
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "simulator not up"
+        time.sleep(0.1)
+    yield url, truth
+    proc.terminate()
+    proc.wait(10)
+
+
+async def test_later_turns_find_their_history_cached_and_answer_sooner(
+    caching_simulator: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, truth_path = caching_simulator
+    out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
+    args = cli.build_parser().parse_args(
+        ["--base-url", url, "--model", "specdash-sim", "--api", "chat", "--concurrency", "2",
+         "--requests-per-level", "8", "--input-tokens", "400", "--max-tokens", "16",
+         "--ignore-eos", "--session-turns", "4", "--turn-tokens", "16", "--think-time", "0.05",
+         "--output", str(out), "--records", str(records), "--quiet"]
+    )  # fmt: skip
+    assert await cli.run(args, EventWriter(None), None) == cli.EXIT_OK
+    turns = json.loads(out.read_text())["levels"][0]["turns"]
+    assert [t["turn"] for t in turns] == [0, 1, 2, 3]
+    assert all(t["ok"] == 2 for t in turns)
+    # The history is carried: each turn's prompt is longer than the one before.
+    prompts = [t["prompt_tokens_mean"] for t in turns]
+    assert prompts == sorted(prompts) and prompts[3] > prompts[0] + 3 * 16
+    # ~530 prompt tokens prefilled at turn 0 (160 ms); later turns prefill only what is new.
+    assert all(t["ttft_p50_ms"] < turns[0]["ttft_p50_ms"] for t in turns[1:])
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    truth = {}
+    for line in truth_path.read_text().splitlines():
+        row = json.loads(line)
+        truth[row["request_id"]] = row
+    # (start, end, turn, slot) of each session's requests
+    by_session: dict[int, list[tuple[float, float, int, int]]] = {}
+    for r in rows:
+        turn_row = (float(r["start"]), float(r["end"]), int(r["turn"]), int(r["slot"]))
+        by_session.setdefault(int(r["session"]), []).append(turn_row)
+        cached = truth[r["id"]]["cached_tokens"]
+        assert (cached == 0) if r["turn"] == 0 else (cached > 0)
+    assert len(by_session) == 2
+    for turns_of in by_session.values():
+        assert len({slot for *_, slot in turns_of}) == 1  # sticky: one slot for the session
+        ordered = sorted(turns_of)
+        assert [turn for _, _, turn, _ in ordered] == [0, 1, 2, 3]
+        gaps = [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
+        assert min(gaps) >= 0.05  # the think time
+
+
+async def test_each_turn_sends_the_whole_conversation(stub: StubServer) -> None:
+    args = cli.build_parser().parse_args(
+        ["--base-url", stub.base_url, "--model", "m", "--api", "chat", "--concurrency", "1",
+         "--requests-per-level", "3", "--input-tokens", "5", "--max-tokens", "4",
+         "--session-turns", "3", "--turn-tokens", "2", "--quiet"]
+    )  # fmt: skip
+    assert await cli.run(args, EventWriter(None), None) == cli.EXIT_OK
+    roles = [[m["role"] for m in body["messages"]] for body in stub.state.bodies]
+    assert roles == [["user"], ["user", "assistant", "user"],
+                     ["user", "assistant", "user", "assistant", "user"]]  # fmt: skip
+    first, last = stub.state.bodies[0]["messages"], stub.state.bodies[2]["messages"]
+    assert last[0] == first[0]  # the same first question, turn after turn
+    assert len(last[1]["content"].split(" ")) == 4  # the answer's stand-in: its length
+    assert len(last[2]["content"].split(" ")) == 2
+
+
+def test_sessions_need_the_chat_api_and_a_closed_loop() -> None:
+    with pytest.raises(LoadSettingsError) as info:
+        LoadSettings.clean({"requests_per_level": 4, "session_turns": 3})
+    assert "chat" in " ".join(info.value.errors["session_turns"])
+    with pytest.raises(LoadSettingsError):
+        LoadSettings.clean(
+            {"requests_per_level": 4, "session_turns": 3, "api": "chat", "request_rate": 2}
+        )
