@@ -206,6 +206,7 @@ def level_summary(
             RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
             for r in result.records
         ]
+        stored = lambda: as_stored  # noqa: E731 - the same reading for the figures below
         summary = summarize_level(
             as_stored,
             concurrency=result.concurrency,
@@ -230,10 +231,11 @@ def level_summary(
     summary["warmup_requests"] = len(result.warmup_records) or result.warmup_count
     summary["client"] = result.client
     summary["anchor"] = result.anchor.to_dict()
-    reasoning = reasoning_figures(as_stored)
+    # One more pass each over the level's records (read back from the file when streamed).
+    reasoning = reasoning_figures(stored())
     if reasoning is not None:
         summary["reasoning"] = reasoning
-    turns = turn_figures(as_stored)
+    turns = turn_figures(stored())
     if turns:
         summary["turns"] = turns
     return summary
@@ -465,9 +467,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             for rec in (*result.warmup_records, *result.records):
                 sink(rec, result.anchor)
             records.flush()
-            summary = level_summary(
-                result, processes=processes, slo=slo, stored=records.level_source(result.anchor)
-            )
+            stored = records.level_source(result.anchor)
+            summary = level_summary(result, processes=processes, slo=slo, stored=stored)
             summary["target_rate"] = rate
             summary["burstiness"] = args.burstiness if rate else None
             if cfg.ramp and rate and cfg.ramp_start_rate is not None:
@@ -476,7 +477,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     "start_rate": cfg.ramp_start_rate,
                     "end_rate": rate,
                     "slices": slice_figures(
-                        result.records,
+                        # The records as written: a streamed level keeps none in memory.
+                        stored(),
                         slices=args.ramp_slices,
                         start_rate=cfg.ramp_start_rate,
                         end_rate=rate,
