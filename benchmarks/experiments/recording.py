@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import comparison, schedule, selectors
 from benchmarks.experiments.environment import (
     experiment_environment_differences,
     run_environment_record,
@@ -24,6 +24,7 @@ from benchmarks.experiments.events import close_steps as _close_steps
 from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.sweeps.recordfile import records_read_once
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile
 
@@ -173,7 +174,13 @@ def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) ->
 
 
 def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
-    """Build the comparison from the experiment's sweeps and keep it on the experiment."""
+    """Build the comparison (and the schedule) from the experiment's sweeps and keep them on
+    the experiment, each records file parsed once for both."""
+    with records_read_once():
+        return _store_comparison(experiment_id=experiment_id)
+
+
+def _store_comparison(*, experiment_id: int) -> dict[str, Any]:
     experiment = Experiment.objects.get(pk=experiment_id)
     # How it was measured: the interval's scope, drift and order effect per level; a level
     # whose drift exceeds the margin is inconclusive in the decision.
@@ -189,6 +196,8 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
     result["environment_differences"] = experiment_environment_differences(
         experiment_id=experiment_id
     )
+    # Built now with the comparison so that no GET derives it from the records.
+    result["schedule"] = schedule.experiment_schedule(experiment=experiment)
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
     return result
 

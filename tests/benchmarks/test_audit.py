@@ -149,9 +149,17 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
             row["ratios"][0]["point"] *= 1.5
     Experiment.objects.filter(pk=experiment.pk).update(comparison=stored)
 
-    problems = audit.audit_experiment(experiment=experiment).problems
+    report = audit.audit_experiment(experiment=experiment)
+    problems = report.problems
     assert any("C=8: ratio point" in p and "is not the row's" in p for p in problems), problems
     assert any("stored comparison's rows differs" in p for p in problems), problems
+    # A GET runs no audit (it rebuilds the comparison from every record): the page shows the
+    # outcome stored with the experiment, here kept beside the tampered comparison.
+    page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
+    assert 'data-testid="audit-warning"' not in page
+    Experiment.objects.filter(pk=experiment.pk).update(
+        comparison={**stored, "audit": report.as_dict()}
+    )
     page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
     assert 'data-testid="audit-warning"' in page and "is not the row&#x27;s" in page
     body = client.get("/api/v1/audit", {"experiment": experiment.pk}).json()
