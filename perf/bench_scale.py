@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -134,7 +135,7 @@ def _level_records(
                 output_tokens=TOKENS,
                 prompt_tokens=200,
                 finish_reason="length",
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -265,7 +266,7 @@ async def _offload_gaps(experiment_id: int, sweep_id: int, off_worker: bool) -> 
     build_s = time.perf_counter() - t0
     done.set()
     await ticker
-    gaps = [b - a for a, b in zip(stored, stored[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stored)]
     return {
         "build_s": build_s,
         "max_gap_s": max(gaps) if gaps else math.inf,
@@ -309,7 +310,7 @@ def child(args: argparse.Namespace) -> None:
     services.experiment_finish(experiment_id=experiment.pk, state="completed")
     out["build"] = {"s": build_s, "peak_mb": build_mb}
     if args.mode == "full":
-        user = User.objects.create_user("viewer", password="viewer-pass-123")
+        user = User.objects.create_user("viewer")
         group, _ = Group.objects.get_or_create(name=VIEWERS)
         user.groups.add(group)
         client = Client()
@@ -358,7 +359,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results = [_run_child(n, args.levels, "full", args.repeats) for n in sizes]
     head = (
-        "| operation (s, p95 of %d; peak RSS MB) | " % args.repeats
+        f"| operation (s, p95 of {args.repeats}; peak RSS MB) | "
         + " | ".join(f"{n:,}" for n in sizes)
         + " |"
     )
@@ -391,9 +392,10 @@ def main() -> None:
     if args.linearity:
         eight = _run_child(args.linearity, 8, "build", args.repeats)
         sixteen = _run_child(args.linearity, 16, "build", args.repeats)
+        e, s16 = eight["build"]["s"], sixteen["build"]["s"]
         print(
-            f"levels at {args.linearity:,} requests per arm: build 8 levels {eight['build']['s']:.2f} s, "
-            f"16 levels {sixteen['build']['s']:.2f} s (ratio {sixteen['build']['s'] / eight['build']['s']:.2f})"
+            f"levels at {args.linearity:,} requests per arm: build 8 levels {e:.2f} s, "
+            f"16 levels {s16:.2f} s (ratio {s16 / e:.2f})"
         )
     if args.offload:
         o = _run_child(args.offload, args.levels, "offload", args.repeats)
@@ -403,8 +405,9 @@ def main() -> None:
         ):
             v = o[key]
             print(
-                f"build of {args.offload:,} requests per arm {label}: {v['build_s']:.1f} s; a concurrent "
-                f"sweep's samples every 0.25 s: {v['samples']} stored, largest gap {v['max_gap_s']:.2f} s"
+                f"build of {args.offload:,} requests per arm {label}: {v['build_s']:.1f} s; "
+                f"a concurrent sweep's samples every 0.25 s: {v['samples']} stored, "
+                f"largest gap {v['max_gap_s']:.2f} s"
             )
 
 
