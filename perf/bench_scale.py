@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import math
@@ -168,7 +169,9 @@ def _sweep(
                 handle.write(json.dumps(line) + "\n")
             # As the load generator summarises a level: from the records as stored (rounded).
             as_stored = [RequestRecord.from_json(line, anchor) for line in lines]
-            summary = summarize_level(as_stored, concurrency=concurrency, anchor=anchor)
+            summary: dict[str, Any] = dict(
+                summarize_level(as_stored, concurrency=concurrency, anchor=anchor)
+            )
             summary.update(level_index=index, status="completed", anchor=anchor.to_dict())
             sweep_level_finished(sweep_id=sweep.pk, summary=summary)
     sweep.records_path = str(path)
@@ -226,11 +229,11 @@ def _answers(experiment: Any, client: Any, repeats: int) -> list[dict[str, Any]]
     for name, url in urls:
         # The first answer pays the process's warm-up (imports, templates) and, for the
         # compare-sweeps answers, the build that is then cached: printed apart, not in the p95.
-        first, _, response = _timed(lambda url=url: client.get(url))
+        first, _, response = _timed(functools.partial(client.get, url))
         assert response.status_code == 200, (url, response.status_code)
         times, peaks = [], []
         for _ in range(repeats):
-            elapsed, peak, response = _timed(lambda url=url: client.get(url))
+            elapsed, peak, response = _timed(functools.partial(client.get, url))
             assert response.status_code == 200, (url, response.status_code)
             times.append(elapsed)
             peaks.append(peak)
