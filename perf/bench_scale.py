@@ -360,7 +360,11 @@ def main() -> None:
         return
     print(f"cores: {os.cpu_count()}; sizes are requests per arm, two arms, {args.levels} levels")
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    results = [_run_child(n, args.levels, "full", args.repeats) for n in sizes]
+    results = []
+    for n in sizes:
+        # Each size's figures as soon as they exist: the larger sizes take many minutes.
+        results.append(_run_child(n, args.levels, "full", args.repeats))
+        print(json.dumps(results[-1]), flush=True)
     head = (
         f"| operation (s, p95 of {args.repeats}; peak RSS MB) | "
         + " | ".join(f"{n:,}" for n in sizes)
