@@ -37,10 +37,13 @@ def python_stream(seed: int) -> np.random.MT19937:
 
 def uniforms(generator: np.random.MT19937, count: int) -> npt.NDArray[np.float64]:
     """The next ``count`` values of ``random.Random.random()`` (53 bits from two words)."""
-    words = generator.random_raw(2 * count).reshape(count, 2)
-    high = (words[:, 0] >> 5).astype(np.float64)
-    low = (words[:, 1] >> 6).astype(np.float64)
-    return (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+    words = generator.random_raw(2 * count)
+    # CPython's (a * 2**26 + b) * 2**-53 in floats, done in integers (exact: below 2**53) and
+    # converted once: the same doubles, one conversion pass instead of two.
+    mantissa = (words[0::2] >> np.uint64(5)) << np.uint64(26)
+    mantissa |= words[1::2] >> np.uint64(6)
+    result: npt.NDArray[np.float64] = mantissa.astype(np.float64) * (1.0 / 9007199254740992.0)
+    return result
 
 
 class _Columns:
