@@ -18,8 +18,8 @@ memory of the process while each runs (sampled every 10 ms):
   p95 is over the cached ones, and the first is printed too);
 - ``audit --experiment`` (which rebuilds the comparison from the records by design).
 
-``--linearity N`` repeats the build at N requests per arm over 8 and 16 levels (cost should
-stay the same per request). ``--offload N`` builds an N-request experiment the way the job
+``--linearity N`` repeats the build at N requests per arm over 8 levels and 2N over 16 (the
+same requests per level: the cost should double, not quadruple). ``--offload N`` builds an N-request experiment the way the job
 worker does (``builds.experiment_store_comparison_off_worker``) while another sweep's live
 samples are stored every 0.25 s through the same shared sync thread, and prints the largest
 gap between stored samples; then the same with the build on that thread (the old way).
@@ -192,7 +192,9 @@ def _experiment(requests: int, n_levels: int, tmp: Path) -> Any:
         name="eagle", engine="simulator", host=host, speculative=True,
         launch_argv=[*argv, "--speculative-num-steps", "3"], gpu_ids=[], port=9201,
     )  # fmt: skip
-    levels = [2**i for i in range(n_levels)]
+    # Doubling up to 128, then (for the 16-level run of the linearity check) on by 64 a
+    # level: the engine's concurrency limit (4096) is never reached.
+    levels = [2**i if i < 8 else 128 + 64 * (i - 7) for i in range(n_levels)]
     experiment = services.experiment_create(
         profiles=[base, spec], levels=levels, load={"requests_per_level": 5}, repeats=1
     )
@@ -269,7 +271,8 @@ async def _offload_gaps(experiment_id: int, sweep_id: int, off_worker: bool) -> 
     build_s = time.perf_counter() - t0
     done.set()
     await ticker
-    gaps = [b - a for a, b in itertools.pairwise(stored)]
+    # From the build's start to its end: a build that stored no sample is one gap as long.
+    gaps = [b - a for a, b in itertools.pairwise([t0, *stored, t0 + build_s])]
     return {
         "build_s": build_s,
         "max_gap_s": max(gaps) if gaps else math.inf,
@@ -397,12 +400,13 @@ def main() -> None:
         ],
     )
     if args.linearity:
+        # The same requests per level: twice the levels should cost twice, not four times.
         eight = _run_child(args.linearity, 8, "build", args.repeats)
-        sixteen = _run_child(args.linearity, 16, "build", args.repeats)
+        sixteen = _run_child(2 * args.linearity, 16, "build", args.repeats)
         e, s16 = eight["build"]["s"], sixteen["build"]["s"]
         print(
-            f"levels at {args.linearity:,} requests per arm: build 8 levels {e:.2f} s, "
-            f"16 levels {s16:.2f} s (ratio {s16 / e:.2f})"
+            f"levels at {args.linearity // 8:,} requests per level and arm: build of 8 levels "
+            f"{e:.2f} s, of 16 levels {s16:.2f} s (ratio {s16 / e:.2f}; linear is 2)"
         )
     if args.offload:
         o = _run_child(args.offload, args.levels, "offload", args.repeats)
