@@ -19,10 +19,11 @@ memory of the process while each runs (sampled every 10 ms):
 - ``audit --experiment`` (which rebuilds the comparison from the records by design).
 
 ``--linearity N`` repeats the build at N requests per arm over 8 levels and 2N over 16 (the
-same requests per level: the cost should double, not quadruple). ``--offload N`` builds an N-request experiment the way the job
-worker does (``builds.experiment_store_comparison_off_worker``) while another sweep's live
-samples are stored every 0.25 s through the same shared sync thread, and prints the largest
-gap between stored samples; then the same with the build on that thread (the old way).
+same requests per level: the cost should double, not quadruple). ``--offload N`` builds an
+N-request experiment the way the job worker does
+(``builds.experiment_store_comparison_off_worker``) while another sweep's live samples are
+stored every 0.25 s through the same shared sync thread, and prints the largest gap between
+stored samples; then the same with the build on that thread (the old way).
 """
 
 from __future__ import annotations
