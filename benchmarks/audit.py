@@ -36,7 +36,11 @@ from benchmarks.experiments.environment import experiment_environment_difference
 from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
-from benchmarks.sweeps.recordfile import RecordFile, read_record_file
+from benchmarks.sweeps.recordfile import (
+    RecordFile,
+    read_record_file_once,
+    records_read_once,
+)
 from benchmarks.sweeps.recording import undrafted_steps
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from hosts.telemetry.levels import level_server_metrics
@@ -223,7 +227,7 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
     levels = list(SweepLevel.objects.filter(sweep=sweep).order_by("index"))
     records: RecordFile | None = None
     if sweep.records_path:
-        records = read_record_file(Path(sweep.records_path))
+        records = read_record_file_once(Path(sweep.records_path))
         if not records.exists and any(lv.requests_ok for lv in levels):
             report.problems.append(f"sweep #{sweep.pk}: its records file {records.path} is gone")
         for number in records.bad_lines:
@@ -406,9 +410,11 @@ def audit_comparison(*, experiment: Experiment) -> AuditReport:
 
 def audit_experiment(*, experiment: Experiment) -> AuditReport:
     report = AuditReport(target=f"experiment #{experiment.pk}")
-    for sweep in Sweep.objects.filter(experiment_step__experiment=experiment).order_by("pk"):
-        report.extend(audit_sweep(sweep=sweep))
-    report.extend(audit_comparison(experiment=experiment))
+    # The sweeps' files are parsed once, then the comparison's rebuild reads them again.
+    with records_read_once():
+        for sweep in Sweep.objects.filter(experiment_step__experiment=experiment).order_by("pk"):
+            report.extend(audit_sweep(sweep=sweep))
+        report.extend(audit_comparison(experiment=experiment))
     return report
 
 

@@ -122,7 +122,7 @@ def ratio_from_repeats(
     )
 
 
-class _SlotRate:
+class SlotRate:
     """Precomputed columns for the slot-rate throughput of index resamples (see module notes)."""
 
     def __init__(self, requests: Sequence[RequestPoint]) -> None:
@@ -144,6 +144,35 @@ class _SlotRate:
         return tokens / durations * self.concurrency
 
 
+SlotRateReplicates = Callable[[SlotRate, SlotRate, int, int], list[float]]
+
+
+def slot_rate_replicates(a: SlotRate, b: SlotRate, n_boot: int, seed: int) -> list[float]:
+    """``n_boot`` bootstrap ratios B/A from ``random.Random(seed)``, each replicate drawing
+    B's requests then A's. The reference loop: ``benchlib.arrays.bootstrap`` draws the same
+    stream as arrays (the same figures, a fraction of the time)."""
+    rng = random.Random(seed)
+    replicates: list[float] = []
+    for _ in range(n_boot):
+        num = b.resampled(rng)
+        den = a.resampled(rng)
+        replicates.append(num / den if den > 0 else math.inf)
+    return replicates
+
+
+# The statistics stay standard-library only (the simulator's GPU stand-in imports them under a
+# host's plain python3), so the array version is installed by the process that has numpy
+# (the dashboard and its worker: ``benchmarks.apps``); both give the same replicates.
+_replicates: SlotRateReplicates = slot_rate_replicates
+
+
+def use_slot_rate_replicates(replicates: SlotRateReplicates) -> SlotRateReplicates:
+    """Make ``replicates`` compute every request bootstrap; returns the one it replaces."""
+    global _replicates
+    previous, _replicates = _replicates, replicates
+    return previous
+
+
 def ratio_from_requests(
     a: Sequence[RequestPoint],
     b: Sequence[RequestPoint],
@@ -161,18 +190,15 @@ def ratio_from_requests(
     _check_confidence(confidence)
     if n_boot < 1:
         raise ValueError("n_boot must be >= 1")
-    rng = random.Random(seed)
     replicates: list[float] = []
     if statistic is None:
-        sa, sb = _SlotRate(a), _SlotRate(b)
+        sa, sb = SlotRate(a), SlotRate(b)
         point = sb.point / sa.point
-        for _ in range(n_boot):
-            num = sb.resampled(rng)
-            den = sa.resampled(rng)
-            replicates.append(num / den if den > 0 else math.inf)
+        replicates = _replicates(sa, sb, n_boot, seed)
     else:
         if not a or not b:
             raise ValueError("no requests")
+        rng = random.Random(seed)
         point = statistic(b) / statistic(a)
         for _ in range(n_boot):
             den = statistic(rng.choices(a, k=len(a)))

@@ -56,6 +56,7 @@ from benchmarks.experiments.equivalence import equivalence_summary
 from benchmarks.experiments.records import read_request_points as read_request_points
 from benchmarks.experiments.records import request_points as request_points
 from benchmarks.sweeps.health import RequestCounts, health_of
+from benchmarks.sweeps.recordfile import records_read_once
 
 logger = logging.getLogger(__name__)
 
@@ -483,6 +484,28 @@ def comparison_build(
     seed: int = 0,
     slo: dict[str, Any] | None = None,
     drift: Mapping[str, Mapping[int, float]] | None = None,
+) -> dict[str, Any]:
+    """The comparison of ``series`` (``_comparison_build``), each records file parsed once
+    however many levels, curves and verdicts read it."""
+    with records_read_once():
+        return _comparison_build(
+            series=series,
+            equivalence_runs=equivalence_runs,
+            n_boot=n_boot,
+            seed=seed,
+            slo=slo,
+            drift=drift,
+        )
+
+
+def _comparison_build(
+    *,
+    series: Sequence[SeriesData],
+    equivalence_runs: dict[str, list[dict[str, Any]]] | None,
+    n_boot: int,
+    seed: int,
+    slo: dict[str, Any] | None,
+    drift: Mapping[str, Mapping[int, float]] | None,
 ) -> dict[str, Any]:
     """The comparison of ``series`` against the first one that has data (see module notes).
 

@@ -13,15 +13,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import builds
 from benchmarks.experiments.environment import (
-    experiment_environment_differences,
     run_environment_record,
 )
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
-from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
@@ -173,23 +171,11 @@ def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) ->
 
 
 def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
-    """Build the comparison from the experiment's sweeps and keep it on the experiment."""
-    experiment = Experiment.objects.get(pk=experiment_id)
-    # How it was measured: the interval's scope, drift and order effect per level; a level
-    # whose drift exceeds the margin is inconclusive in the decision.
-    protocol = experiment_protocol(experiment=experiment)
-    result = comparison.comparison_build(
-        series=selectors.experiment_series(experiment=experiment),
-        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
-        slo=(experiment.load or {}).get("slo"),
-        drift=protocol_drift(protocol),
-    )
-    result["protocol"] = protocol
-    # What else than their declared launch differs between the arms' runs.
-    result["environment_differences"] = experiment_environment_differences(
-        experiment_id=experiment_id
-    )
-    Experiment.objects.filter(pk=experiment_id).update(comparison=result)
+    """Build the comparison (and the schedule) from the experiment's sweeps and keep them on
+    the experiment, here on the caller's thread (the worker builds it in a child process:
+    ``builds.experiment_store_comparison_off_worker``)."""
+    result = builds.comparison_from_inputs(builds.comparison_inputs(experiment_id=experiment_id))
+    builds.experiment_save_comparison(experiment_id=experiment_id, result=result)
     return result
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.stats import RequestPoint
-from benchmarks.sweeps.recordfile import read_record_file
+from benchmarks.sweeps.recordfile import read_record_file_once
 
 
 def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
@@ -37,4 +37,4 @@ def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
 
 def read_request_points(path: Path, index: int, attempt: int) -> list[RequestPoint]:
     """The requests of one level attempt from a sweep's records file (see recordfile)."""
-    return request_points(read_record_file(path).level(index, attempt))
+    return request_points(read_record_file_once(path).level(index, attempt))

@@ -27,7 +27,7 @@ from django.core.exceptions import ValidationError
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks import audit
 from benchmarks import services as sweep_services
-from benchmarks.experiments import equivalence, services
+from benchmarks.experiments import builds, equivalence, services
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
 from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
 from benchmarks.experiments.stops import StopOutcome as StopOutcome
@@ -140,7 +140,7 @@ class ExperimentRun:
                     await stop_verified(self.last_instance_id, settings=self.cfg)
             raise
         try:
-            await sync_to_async(services.experiment_store_comparison)(
+            await builds.experiment_store_comparison_off_worker(
                 experiment_id=self.plan.experiment_id
             )
         except Exception as exc:  # the runs are recorded; a comparison bug must not hide them

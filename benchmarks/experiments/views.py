@@ -14,7 +14,6 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from benchmarks import audit
-from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import (
     figures,
     forms,
@@ -22,9 +21,9 @@ from benchmarks.experiments import (
     report,
     selectors,
     services,
+    stored,
     tuning,
 )
-from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.history import history_build
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
@@ -48,15 +47,7 @@ def _experiment_or_404(experiment_id: int) -> Experiment:
 
 
 def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
-    # A finished experiment keeps the comparison built when it ended; a running one is
-    # compared on what it has so far.
-    if experiment.is_finished and experiment.comparison:
-        return dict(experiment.comparison)
-    return comparisons.comparison_build(
-        series=selectors.experiment_series(experiment=experiment),
-        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
-        slo=(experiment.load or {}).get("slo"),
-    )
+    return stored.experiment_comparison_read(experiment=experiment)
 
 
 _RATE_SWEEPS = (
@@ -81,10 +72,7 @@ def _picked_sweeps(request: HttpRequest) -> list[Any]:
 
 def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
     sweeps = _picked_sweeps(request)
-    series = selectors.sweep_series(sweeps=sweeps)
-    # Picked sweeps are judged by the reference sweep's SLO, if it had one.
-    slo = (sweeps[0].load or {}).get("slo")
-    return comparisons.comparison_build(series=series, slo=slo), [s.pk for s in sweeps]
+    return stored.sweeps_comparison_read(sweeps=sweeps), [s.pk for s in sweeps]
 
 
 @experiment_operator_required
@@ -202,7 +190,7 @@ def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, A
 def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment_or_404(experiment_id)
     comparison = _experiment_comparison(experiment)
-    schedule = speculation_schedule.experiment_schedule(experiment=experiment)
+    schedule = stored.experiment_schedule_read(experiment=experiment)
     context = _comparison_context(
         comparison,
         experiment=experiment,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from benchlib.loadgen.goodput import Slo, request_meets
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.stats import Curve, LevelSample, RequestPoint
-from benchmarks.sweeps.recordfile import read_record_file
+from benchmarks.sweeps.recordfile import read_record_file_once
 
 if TYPE_CHECKING:
     from benchmarks.experiments.comparison import LevelRun
@@ -159,7 +159,7 @@ def read_goodput_points(path: Path, level: int, attempt: int, slo: Slo) -> list[
     """One level attempt's measured successful requests (benchmarks.sweeps.recordfile), those
     that missed the SLO with no tokens."""
     points: list[RequestPoint] = []
-    for data in read_record_file(path).level(level, attempt):
+    for data in read_record_file_once(path).level(level, attempt):
         if data.get("warmup") or data.get("error_kind"):
             continue
         try:

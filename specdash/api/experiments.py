@@ -10,8 +10,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from benchmarks.experiments import comparison, protocol, services
-from benchmarks.experiments import schedule as speculation_schedule
+from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
@@ -153,16 +152,7 @@ def experiment_comparison(
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
     require_viewer(request)
-    experiment = experiment_or_404(experiment_id)
-    # As on the comparison page: a finished experiment keeps the comparison built when it
-    # ended; a running one is compared on what it has so far.
-    if experiment.is_finished and experiment.comparison:
-        return dict(experiment.comparison)
-    return comparison.comparison_build(
-        series=exp_selectors.experiment_series(experiment=experiment),
-        equivalence_runs=exp_selectors.experiment_equivalence_runs(experiment=experiment),
-        slo=(experiment.load or {}).get("slo"),
-    )
+    return stored.experiment_comparison_read(experiment=experiment_or_404(experiment_id))
 
 
 class ProtocolOut(Schema):
@@ -206,7 +196,7 @@ def experiment_schedule(
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
     read from their profiles' launch argv."""
     require_viewer(request)
-    return speculation_schedule.experiment_schedule(experiment=experiment_or_404(experiment_id))
+    return stored.experiment_schedule_read(experiment=experiment_or_404(experiment_id))
 
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")
@@ -224,5 +214,4 @@ def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dic
         message = "Rate sweeps cannot be compared: comparisons pair levels by concurrency."
         fields = {"query.sweep": [f"Sweep #{pk} is a rate sweep." for pk in rate]}
         raise errors.ApiError(422, errors.VALIDATION, message, fields)
-    slo = (sweeps[0].load or {}).get("slo") if sweeps else None
-    return comparison.comparison_build(series=exp_selectors.sweep_series(sweeps=sweeps), slo=slo)
+    return stored.sweeps_comparison_read(sweeps=sweeps)

@@ -176,7 +176,8 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
             row["ratios"][0]["point"] *= 1.5
     Experiment.objects.filter(pk=experiment.pk).update(comparison=stored)
 
-    problems = audit.audit_experiment(experiment=experiment).problems
+    report = audit.audit_experiment(experiment=experiment)
+    problems = report.problems
     assert any("C=8: ratio point" in p and "is not the row's" in p for p in problems), problems
     assert any("stored comparison's rows[C=8].ratios[B/A].point" in p for p in problems)
     # The page shows the outcome of the last audit run, kept by the command.

@@ -1,0 +1,101 @@
+"""An experiment's comparison and schedule, built away from the job worker.
+
+The build reads every record of every arm and runs thousands of bootstrap resamples: minutes
+at 100k requests. On the worker's shared sync thread it held up every other job's database
+writes (a concurrent sweep's samples froze, its lease-fenced writes waited) for that long. So
+it runs in three steps: the inputs are read from the database (``comparison_inputs``, quick),
+the build runs in a child process on those inputs alone (``comparison_from_inputs``: records
+files and arithmetic, no database), and the result is written back
+(``experiment_save_comparison``). A process, not a thread: the build is pure Python between
+numpy calls and would hold the GIL the event loop and the lease thread need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import django
+from asgiref.sync import sync_to_async
+
+from benchmarks.experiments import comparison, schedule, selectors
+from benchmarks.experiments.comparison import SeriesData
+from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
+from benchmarks.models import Experiment
+from benchmarks.sweeps.recordfile import records_read_once
+
+
+@dataclass(frozen=True)
+class ComparisonInputs:
+    """Everything the build needs from the database, as plain data a child process takes."""
+
+    series: Sequence[SeriesData]
+    equivalence_runs: dict[str, list[dict[str, Any]]]
+    slo: dict[str, Any] | None
+    protocol: dict[str, Any]
+    environment_differences: Any
+    # Each arm's series (its levels) and its profile's launch argv, for the schedule.
+    schedule_arms: Sequence[tuple[SeriesData, list[str]]]
+
+
+def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
+    """The experiment's levels, output checks, SLO, protocol and environments (queries only)."""
+    experiment = Experiment.objects.get(pk=experiment_id)
+    arms = selectors.experiment_arm_series(experiment=experiment)
+    return ComparisonInputs(
+        series=selectors.experiment_series(experiment=experiment),
+        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
+        protocol=experiment_protocol(experiment=experiment),
+        environment_differences=experiment_environment_differences(experiment_id=experiment_id),
+        schedule_arms=[(series, list(arm.profile.launch_argv)) for arm, series in arms],
+    )
+
+
+def comparison_from_inputs(inputs: ComparisonInputs) -> dict[str, Any]:
+    """The comparison with its protocol, environment differences and schedule (no queries;
+    each records file parsed once for all of them)."""
+    with records_read_once():
+        # How it was measured: the interval's scope, drift and order effect per level; a level
+        # whose drift exceeds the margin is inconclusive in the decision.
+        result = comparison.comparison_build(
+            series=inputs.series,
+            equivalence_runs=inputs.equivalence_runs,
+            slo=inputs.slo,
+            drift=protocol_drift(inputs.protocol),
+        )
+        result["protocol"] = inputs.protocol
+        # What else than their declared launch differs between the arms' runs.
+        result["environment_differences"] = inputs.environment_differences
+        # Built now with the comparison so that no GET derives it from the records.
+        result["schedule"] = schedule.schedule_build(inputs.schedule_arms)
+    return result
+
+
+def experiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+    Experiment.objects.filter(pk=experiment_id).update(comparison=result)
+
+
+async def experiment_store_comparison_off_worker(*, experiment_id: int) -> dict[str, Any]:
+    """``recording.experiment_store_comparison`` with the build in a child process, so no
+    build length holds up the worker's other jobs, its event loop or its lease renewals."""
+    inputs = await sync_to_async(comparison_inputs)(experiment_id=experiment_id)
+    loop = asyncio.get_running_loop()
+    context = multiprocessing.get_context("spawn")
+    # A fresh interpreter (spawn: no copy of the worker's threads, locks or connections) that
+    # sets Django up before this module is imported there (the app registry is needed for the
+    # modules' imports, never the database).
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=django.setup)
+    try:
+        result = await loop.run_in_executor(pool, comparison_from_inputs, inputs)
+    finally:
+        # Never wait here: a worker shutting down mid-build must not block its event loop
+        # (the child, which holds no database connection or lease, ends with its build).
+        pool.shutdown(wait=False, cancel_futures=True)
+    await sync_to_async(experiment_save_comparison)(experiment_id=experiment_id, result=result)
+    return result

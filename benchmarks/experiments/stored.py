@@ -1,0 +1,146 @@
+"""What a page, report, CSV or API answer shows of a comparison: read, never rebuilt per GET.
+
+A finished experiment's comparison and schedule are built once when it ends (or resumes and
+ends again) and kept on the experiment (``recording.experiment_store_comparison``); a GET
+reads them. What has no stored row (the compare-sweeps page, a running experiment's so-far
+comparison) is kept in the cache under a hash of its content: the levels' figures and
+summaries, the records files' sizes and modification times, the SLO and the build's
+parameters. A new level, a resume or a rewritten records file changes the hash, so the next
+GET builds again, once; every other GET reads. The audit (which rebuilds the comparison from
+the records by design) is not run by a GET: a page shows the stored outcome, or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+
+from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import schedule as speculation_schedule
+from benchmarks.experiments.comparison import SeriesData
+from benchmarks.models import Experiment, Sweep
+
+# Bumped when what is cached changes shape, so an old entry is never read as a new one.
+CACHE_VERSION = 1
+
+
+def _file_state(path: str) -> tuple[int, int] | None:
+    if not path:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def series_fingerprint(series: Sequence[SeriesData]) -> list[Any]:
+    """Everything a comparison of ``series`` is computed from, as plain JSON-able data."""
+    out = []
+    for s in series:
+        runs = [
+            [
+                run.sweep_id,
+                run.index,
+                run.attempt,
+                run.concurrency,
+                run.figures,
+                dict(run.summary),
+                run.server,
+                run.records_path,
+                _file_state(run.records_path),
+            ]
+            for run in s.runs
+        ]
+        out.append([s.name, s.label, s.speculative, s.profile_id, s.engine, s.environment, runs])
+    return out
+
+
+def content_key(kind: str, content: Any) -> str:
+    """The cache key of a result of ``kind`` built from ``content`` (its SHA-256)."""
+    text = json.dumps([CACHE_VERSION, kind, content], sort_keys=True, default=str)
+    return f"specdash:{kind}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _cached(key: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    found = cache.get(key)
+    if found is None:
+        found = build()
+        # No expiry: the key changes with the content, and the cache's own size limit evicts.
+        cache.set(key, found, timeout=None)
+    return dict(found)
+
+
+def comparison_cached(
+    *,
+    series: Sequence[SeriesData],
+    slo: dict[str, Any] | None,
+    equivalence_runs: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """``comparison.comparison_build`` of ``series``, built once per content."""
+    runs = dict(equivalence_runs) if equivalence_runs is not None else None
+    key = content_key("comparison", [series_fingerprint(series), slo, runs])
+    return _cached(
+        key,
+        lambda: comparison.comparison_build(series=series, slo=slo, equivalence_runs=runs),
+    )
+
+
+def experiment_comparison_read(*, experiment: Experiment) -> dict[str, Any]:
+    """A finished experiment's stored comparison; a running one's so far, built once per
+    completed level."""
+    if experiment.is_finished and experiment.comparison:
+        return dict(experiment.comparison)
+    return comparison_cached(
+        series=selectors.experiment_series(experiment=experiment),
+        slo=(experiment.load or {}).get("slo"),
+        equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
+    )
+
+
+def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
+    """The schedule kept with a finished experiment's comparison. One that ended before
+    schedules were kept gets it built now and stored, once; a running one's is built once
+    per completed level."""
+    stored = experiment.comparison or {}
+    if experiment.is_finished and isinstance(stored.get("schedule"), dict):
+        return dict(stored["schedule"])
+    if experiment.is_finished and stored:
+        built = speculation_schedule.experiment_schedule(experiment=experiment)
+        experiment_store_schedule(experiment_id=experiment.pk, schedule=built)
+        return built
+    arms = selectors.experiment_arm_series(experiment=experiment)
+    content = [
+        series_fingerprint([series for _, series in arms]),
+        [list(arm.profile.launch_argv) for arm, _ in arms],
+    ]
+    return _cached(
+        content_key("schedule", content),
+        lambda: speculation_schedule.schedule_build(
+            [(series, list(arm.profile.launch_argv)) for arm, series in arms]
+        ),
+    )
+
+
+def experiment_store_schedule(*, experiment_id: int, schedule: dict[str, Any]) -> None:
+    """Keep ``schedule`` in the experiment's stored comparison (a row lock: the end of run
+    may write the comparison at the same moment)."""
+    with transaction.atomic():
+        row = Experiment.objects.select_for_update().filter(pk=experiment_id).first()
+        if row is None or not row.comparison:
+            return
+        Experiment.objects.filter(pk=experiment_id).update(
+            comparison={**row.comparison, "schedule": schedule}
+        )
+
+
+def sweeps_comparison_read(*, sweeps: Sequence[Sweep]) -> dict[str, Any]:
+    """Picked sweeps compared against the first (judged by its SLO), built once per content."""
+    slo = (sweeps[0].load or {}).get("slo") if sweeps else None
+    return comparison_cached(series=selectors.sweep_series(sweeps=sweeps), slo=slo)
