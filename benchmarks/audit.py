@@ -31,6 +31,7 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.experiments import comparison as comparisons
+from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import selectors as experiment_selectors
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
@@ -368,9 +369,10 @@ def _mismatches(stored: Any, fresh: Any, path: str) -> list[str]:
     return [f"{path}: stored {stored!r}, rebuilt gives {fresh!r}"]
 
 
-def comparison_rebuilt(*, experiment: Experiment) -> dict[str, Any]:
+def comparison_rebuilt(*, experiment: Experiment, with_schedule: bool = False) -> dict[str, Any]:
     """The experiment's comparison built afresh from its levels and records, exactly as
-    ``experiment_store_comparison`` builds it (same drift record, seed and bootstrap size)."""
+    ``experiment_store_comparison`` builds it (same drift record, seed and bootstrap size);
+    ``with_schedule``: with the speculation schedule kept beside it when the experiment ended."""
     protocol = experiment_protocol(experiment=experiment)
     fresh = comparisons.comparison_build(
         series=experiment_selectors.experiment_series(experiment=experiment),
@@ -382,6 +384,8 @@ def comparison_rebuilt(*, experiment: Experiment) -> dict[str, Any]:
     fresh["environment_differences"] = experiment_environment_differences(
         experiment_id=experiment.pk
     )
+    if with_schedule:
+        fresh["schedule"] = speculation_schedule.experiment_schedule(experiment=experiment)
     return fresh
 
 
@@ -393,7 +397,7 @@ def audit_comparison(*, experiment: Experiment) -> AuditReport:
     # As stored now (the caller's object may predate the experiment's end).
     rows = Experiment.objects.filter(pk=experiment.pk).values_list("comparison", flat=True)
     stored: dict[str, Any] = rows.first() or {}
-    fresh = comparison_rebuilt(experiment=experiment)
+    fresh = comparison_rebuilt(experiment=experiment, with_schedule="schedule" in stored)
     where = f"experiment #{experiment.pk}"
     report.problems += _ratio_rule(fresh, where)
     if stored:
