@@ -26,7 +26,7 @@ from benchmarks.models import (
 )
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.masking import masked_tree
-from hosts.models import ServerProfile
+from hosts.models import ServerProfile, TelemetryKind, TelemetrySample
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
 LEVEL_FIGURES = (
@@ -365,3 +365,44 @@ def experiment_arm_series(*, experiment: Experiment) -> list[tuple[ExperimentArm
         )  # fmt: skip
         out.append((arm, series))
     return out
+
+
+def _level_window(run: LevelRun) -> tuple[float, float] | None:
+    """The level's steady window (all C in flight, wall clock), else its measured window."""
+    steady = run.summary.get("steady")
+    for source in (steady if isinstance(steady, dict) else {}, run.summary):
+        window = source.get("window_wall")
+        if isinstance(window, list | tuple) and len(window) == 2:
+            a, b = window
+            if isinstance(a, int | float) and isinstance(b, int | float) and b > a:
+                return float(a), float(b)
+    return None
+
+
+def running_batches(*, series: Sequence[SeriesData]) -> dict[int, dict[int, int]]:
+    """Per concurrency level, how often the server's running-requests gauge read each batch
+    size during the level's steady window, pooled over every series' runs (the readings the
+    telemetry kept with each sweep, about one a second): what the server ran at that level,
+    from which a schedule's switches are placed (``benchlib.stats.batch_thresholds``). One
+    query whatever the number of runs."""
+    runs = [run for s in series for run in s.runs]
+    windows = {(run.sweep_id, run.index): _level_window(run) for run in runs}
+    sweep_ids = sorted({run.sweep_id for run in runs})
+    readings: dict[int, list[tuple[float, int]]] = {}
+    samples = TelemetrySample.objects.filter(
+        sweep_id__in=sweep_ids, kind=TelemetryKind.SERVER
+    ).values_list("sweep_id", "t", "data")
+    for sweep_id, t, data in samples:
+        running = data.get("running") if isinstance(data, dict) else None
+        if isinstance(running, int | float) and running >= 0 and sweep_id is not None:
+            readings.setdefault(int(sweep_id), []).append((float(t), round(running)))
+    out: dict[int, dict[int, int]] = {}
+    for run in runs:
+        window = windows[(run.sweep_id, run.index)]
+        if window is None:
+            continue
+        counts = out.setdefault(run.concurrency, {})
+        for t, batch in readings.get(run.sweep_id, []):
+            if window[0] <= t <= window[1]:
+                counts[batch] = counts.get(batch, 0) + 1
+    return {c: dict(sorted(counts.items())) for c, counts in sorted(out.items())}
