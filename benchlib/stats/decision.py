@@ -113,7 +113,10 @@ class ArmHealth:
     achieved_concurrency: float | None = None  # the lowest over the arm's runs
     client_limited: bool = False
     client_warning: str = ""  # what the load generator said about itself, e.g. a loop stall
-    load_source_starved: bool = False  # a simulator that fell behind its own step model
+    # The load source could not keep up: a simulator that fell behind its own step model, or
+    # the load generator's arrivals late against their schedule (``starved_reason`` says).
+    load_source_starved: bool = False
+    starved_reason: str = ""
     workload: str = ""  # a fingerprint of the prompts and load settings; "" when unknown
 
 
@@ -234,7 +237,8 @@ def _health_reason(
         said = f": {health.client_warning}" if health.client_warning else ""
         return f"{arm.title}'s load generator was the bottleneck (client-limited{said})"
     if health.load_source_starved:
-        return f"{arm.title}'s load source fell behind (starved)"
+        why = f": {health.starved_reason}" if health.starved_reason else ""
+        return f"{arm.title}'s load source fell behind (starved{why})"
     achieved = health.achieved_concurrency
     if not rate_mode and achieved is not None and achieved < ACHIEVED_SHARE * c:
         return (
@@ -249,6 +253,20 @@ def _health_reason(
     return ""
 
 
+def _workload_reason(ref_w: str, cand_w: str, reference: Arm, candidate: Arm) -> str:
+    """Different workloads, naming the settings that differ where the fingerprints are
+    "key=value; ..." items (as ``benchmarks.experiments.decisions`` writes them)."""
+    ref_items, cand_items = set(ref_w.split("; ")), set(cand_w.split("; "))
+    keys = sorted({item.split("=", 1)[0] for item in ref_items ^ cand_items if "=" in item})
+    if not keys or "|" in ref_w or "|" in cand_w:
+        return "the two arms ran different workloads"
+    shown = ", ".join(keys)
+    return (
+        f"the two arms ran different workloads ({shown} differ between {reference.title} and "
+        f"{candidate.title})"
+    )
+
+
 def _status(
     ev: LevelEvidence,
     ratio: Ratio,
@@ -261,7 +279,7 @@ def _status(
 ) -> tuple[Status, str]:
     ref_w, cand_w = ev.reference.workload, ev.candidate.workload
     if ref_w and cand_w and ref_w != cand_w:
-        return "not_comparable", "the two arms ran different workloads"
+        return "not_comparable", _workload_reason(ref_w, cand_w, reference, candidate)
     for arm, health in ((reference, ev.reference), (candidate, ev.candidate)):
         reason = _health_reason(ev.concurrency, arm, health, rate_mode, failed_share)
         if reason:

@@ -91,6 +91,8 @@ class LevelRun:
     # The level's summary (acceptance, goodput) and its server-side figures (server_metrics).
     summary: Mapping[str, Any] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
+    # The sweep's workload settings as one string (``decisions.workload_fingerprint``).
+    workload: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ def _health_row(concurrency: int, runs: Sequence[LevelRun]) -> dict[str, Any]:
         client_limited=arm.client_limited,
         client_warning=arm.client_warning,
         rate_mode=is_rate_mode(runs),
+        starved=arm.load_source_starved,
+        starved_reason=arm.starved_reason,
     )
     return {
         "asked": health.asked,

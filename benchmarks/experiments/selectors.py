@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from benchmarks.experiments.comparison import LevelRun, SeriesData
+from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.history import HistoryRun
 from benchmarks.models import (
     Experiment,
@@ -142,7 +143,9 @@ def experiment_profiles() -> QuerySet[ServerProfile]:
 # -- comparison inputs --
 
 
-def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> list[LevelRun]:
+def _level_runs(
+    levels: Iterable[SweepLevel], records_paths: dict[int, str], workloads: dict[int, str]
+) -> list[LevelRun]:
     runs = []
     for level in levels:
         runs.append(
@@ -155,9 +158,14 @@ def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> 
                 attempt=level.attempt,
                 summary=dict(level.summary or {}),
                 server=dict(level.server_metrics or {}),
+                workload=workloads.get(level.sweep_id, ""),
             )
         )
     return runs
+
+
+def _workloads(sweeps: Iterable[Sweep]) -> dict[int, str]:
+    return {s.pk: workload_fingerprint(s.load) for s in sweeps}
 
 
 def _completed_levels(sweep_ids: Sequence[int]) -> list[SweepLevel]:
@@ -226,7 +234,7 @@ def _series(
         speculative=speculative,
         profile_id=profile_id,
         sweep_ids=tuple(ids),
-        runs=tuple(_level_runs(_completed_levels(ids), paths)),
+        runs=tuple(_level_runs(_completed_levels(ids), paths, _workloads(sweeps))),
         environment=[_environment_summary(s) for s in sweeps],
         engine=engine,
     )
@@ -354,10 +362,11 @@ def experiment_arm_series(*, experiment: Experiment) -> list[tuple[ExperimentArm
     )
     levels = _completed_levels([s.pk for s in sweeps])
     paths = {s.pk: s.records_path for s in sweeps}
+    workloads = _workloads(sweeps)
     out = []
     for arm in arms:
         ids = [s.pk for s in sweeps if s.experiment_step and s.experiment_step.arm_id == arm.pk]
-        runs = _level_runs([lv for lv in levels if lv.sweep_id in ids], paths)
+        runs = _level_runs([lv for lv in levels if lv.sweep_id in ids], paths, workloads)
         series = SeriesData(
             label=arm.label, name=arm.profile.name, speculative=arm.profile.speculative,
             profile_id=arm.profile_id, sweep_ids=tuple(ids), runs=tuple(runs),
