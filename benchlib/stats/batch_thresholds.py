@@ -8,8 +8,11 @@ output lengths, several requests end on the same step), so a level at C=4 also r
 the C=2 and C=4 levels draft during their dips, a mix that neither fixed variant ran and that
 can be behind both.
 
-Input per tested level: the variants *not conclusively beaten there* (``admissible``, as
-indices into the variants ordered simplest first: the matrix decision's statuses) and how
+Input per tested level: the variants the schedule may run there (``admissible``, as indices
+into the variants ordered simplest first): the level's own choice (the simplest variant no
+other is conclusively ahead of, the matrix decision's statuses) and any other that nothing is
+conclusively ahead of *and* whose point figure is no more than the margin below the own
+choice's (so holding it costs nothing shown, nor anything the points suggest), and how
 often the server's running-requests gauge read each batch size during the level
 (``observed``, pooled over the variants' runs). A level's *range* is the batch sizes it ran
 for at least ``min_share`` of its readings (a lone reading at the edge of a window is not a

@@ -143,13 +143,28 @@ def decide_matrix(
         return level is not None and level.status == "behind"
 
     cond = conditions(margin, confidence)
-    # Per level the variants no other is ahead of; the plan holds one of them across levels
-    # that run the same batch sizes and places the switches between their ranges.
+
+    def unbeaten(i: int, c: int) -> bool:
+        return not any(beats(j, i, c) for j in range(len(ordered)) if j != i)
+
+    def relative(i: int, own: int, c: int) -> float:
+        """Variant ``i`` over ``own`` at C by the points, oriented (above 1: better)."""
+        if i == own:
+            return 1.0
+        pair = pairs[(min(i, own), max(i, own))].level(c)
+        assert pair is not None
+        return pair.ratio.point if i > own else 1.0 / pair.ratio.point
+
+    # Per level what the schedule may run (``batch_thresholds``): the level's own choice (the
+    # simplest variant no other is ahead of), or a variant no other is ahead of whose point is
+    # within the margin of the own choice's. The plan holds one of them across levels that
+    # run the same batch sizes and places the switches between their ranges.
+    own = {c: next(i for i in range(len(ordered)) if unbeaten(i, c)) for c in common}
     admissible = {
         c: [
             i
             for i in range(len(ordered))
-            if not any(beats(j, i, c) for j in range(len(ordered)) if j != i)
+            if i == own[c] or (unbeaten(i, c) and relative(i, own[c], c) >= 1.0 - margin)
         ]
         for c in common
     }

@@ -253,11 +253,18 @@ def derive_schedule(
     pairs = _Pairs(variants, confidence, n_boot, seed)
     choices: list[LevelChoice] = []
     groups: list[tuple[int, list[int]]] = []  # (variant index, levels)
+    own = {c: _choose(variants, pairs, c, margin)[0] for c in common}
+    # What the schedule may run at a level (``batch_thresholds``): its own choice, or a
+    # variant nothing beats there whose point is within the margin of the own choice's.
     admissible = {
         c: [
             i
             for i in range(len(variants))
-            if not any(_beats(pairs.of(j, i, c), margin) for j in range(len(variants)) if j != i)
+            if i == own[c]
+            or (
+                not any(_beats(pairs.of(j, i, c), margin) for j in range(len(variants)) if j != i)
+                and pairs.of(i, own[c], c).point >= 1.0 - margin
+            )
         ]
         for c in common
     }

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from benchlib.stats.batch_thresholds import level_batches, plan_batches
 from benchlib.stats.decision import Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
@@ -100,20 +98,17 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("margin", [0.0, 0.02])
-def test_the_schedule_and_the_matrix_decision_switch_where_the_batch_sizes_say(
-    margin: float,
-) -> None:
+def test_the_schedule_and_the_matrix_decision_switch_where_the_batch_sizes_say() -> None:
     variants = [Variant(v.curve, v.draft_length) for v in MATRIX]
-    on_c = derive_schedule(variants, margin=margin)
+    on_c = derive_schedule(variants, margin=0.02)
     assert [(s.start, s.end, s.draft_length) for s in on_c.steps()] == [(1, 1, 1), (2, None, 0)]
-    schedule = derive_schedule(variants, margin=margin, observed=OBSERVED)
+    schedule = derive_schedule(variants, margin=0.02, observed=OBSERVED)
     assert [(s.start, s.end, s.draft_length) for s in schedule.steps()] == [
         (1, 2, 1),
         (3, None, 0),
     ]
     assert "ran batch sizes 1-2 here, overlapping C=1" in schedule.choices[1].reason
-    d = decide_matrix(MATRIX, margin=margin, observed=OBSERVED)
+    d = decide_matrix(MATRIX, observed=OBSERVED)
     assert d.steps == schedule.steps()
     assert d.recommendation.startswith("Schedule: C=1-2 K=1; C=3 and above off")
     assert d.thresholds.startswith(
@@ -124,6 +119,42 @@ def test_the_schedule_and_the_matrix_decision_switch_where_the_batch_sizes_say(
     band = next(b for b in d.bands if 2 in b.levels)
     assert (band.start, band.end, band.draft_length) == (1, 2, 1)
     assert "C=2 runs batch sizes 1-2, overlapping C=1" in band.sentence
+
+
+def test_without_a_margin_a_variant_below_by_the_points_is_not_held() -> None:
+    # At margin 0, K=1's 158.5 at C=2 is below off's 158.8: C=2 keeps off, the switch goes
+    # where fewer of the two levels' readings fall on the wrong side, and C=2 is named.
+    variants = [Variant(v.curve, v.draft_length) for v in MATRIX]
+    schedule = derive_schedule(variants, margin=0.0, observed=OBSERVED)
+    assert [(s.start, s.end, s.draft_length) for s in schedule.steps()] == [(1, 1, 1), (2, None, 0)]
+    d = decide_matrix(MATRIX, margin=0.0, observed=OBSERVED)
+    assert d.steps == schedule.steps()
+    assert "C=2 runs batch sizes 1-2 across the switch at 2" in d.thresholds
+
+
+def test_an_unbeaten_variant_well_below_by_the_points_is_not_held() -> None:
+    # At C=4 the repeats spread so widely that nothing is conclusive, but K=1's point is 9%
+    # below off's: holding K=1 from C=1-2 through C=4 would run C=4 on it. The switch stays
+    # between the ranges (C=4 dips to batch 2, which C=2 runs more): C=4 is named instead.
+    wide = [
+        MATRIX[0],
+        MatrixVariant(
+            MATRIX[1].arm,
+            Curve(
+                "K=1",
+                [
+                    *(lv for lv in MATRIX[1].curve.levels if lv.concurrency != 4),
+                    LevelSample.from_repeats(4, [246.0 * 0.8, 246.0, 246.0 * 1.2]),
+                ],
+            ),
+            1,
+        ),
+        MATRIX[2],
+    ]
+    observed = {**OBSERVED, 4: readings(4, {2: 0.2, 3: 0.2, 4: 0.6})}
+    d = decide_matrix(wide, observed=observed)
+    assert [(s.start, s.end, s.draft_length) for s in d.steps] == [(1, 2, 1), (3, None, 0)]
+    assert "C=4 runs batch sizes 2-4 across the switch at 3" in d.thresholds
 
 
 def test_the_matrix_decision_says_when_the_switches_are_on_concurrency() -> None:
