@@ -400,6 +400,9 @@ def _decided_ratio(verdict: dict[str, Any], concurrency: int) -> dict[str, Any]:
     return cell
 
 
+_WHY_FIGURES = ("itl_p50_ms", "ttft_p50_ms")
+
+
 def _grouped(series: SeriesData) -> dict[int, list[LevelRun]]:
     return _by_concurrency(series.runs)
 
@@ -415,10 +418,16 @@ def _decision(
     ref_runs, cand_runs = _grouped(reference), _grouped(candidate)
     health: dict[int, tuple[ArmHealth, ArmHealth]] = {}
     runs: dict[int, int] = {}
+    latency: dict[int, tuple[dict[str, float | None], dict[str, float | None]]] = {}
     for lr in ratios.levels:
         a, b = ref_runs.get(lr.concurrency, []), cand_runs.get(lr.concurrency, [])
         health[lr.concurrency] = (arm_health(a), arm_health(b))
         runs[lr.concurrency] = max(min(len(a), len(b)), 1)
+        # The runs' mean medians, as the level rows show them: what the "why" line reads.
+        latency[lr.concurrency] = (
+            {key: _mean([r.figures.get(key) for r in a]) for key in _WHY_FIGURES},
+            {key: _mean([r.figures.get(key) for r in b]) for key in _WHY_FIGURES},
+        )
     return decision_from(
         reference=_arm(reference),
         candidate=_arm(candidate),
@@ -429,6 +438,7 @@ def _decision(
         runs_per_arm=runs,
         confidence=CONFIDENCE,
         drift=(drift or {}).get(candidate.label),
+        latency=latency,
     )
 
 

@@ -129,6 +129,8 @@ def decision_from(
     runs_per_arm: Mapping[int, int],
     confidence: float,
     drift: Mapping[int, float] | None = None,
+    latency: Mapping[int, tuple[Mapping[str, float | None], Mapping[str, float | None]]]
+    | None = None,
 ) -> Decision:
     """The decision of one candidate from the ratios its verdict computed; ``drift`` maps C
     to the largest first-to-last change of an arm's own runs (``benchlib.stats.drift``), which
@@ -141,6 +143,7 @@ def decision_from(
             reference=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[0],
             candidate=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[1],
             drift=(drift or {}).get(lr.concurrency),
+            latency=(latency or {}).get(lr.concurrency),
         )
         for lr in ratios.levels
     ]

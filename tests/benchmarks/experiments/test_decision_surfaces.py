@@ -96,6 +96,15 @@ def test_every_surface_prints_the_decision(
     assert [lv["status"] for lv in decision["levels"]] == statuses
     statements = normalized(decision["statements"])
     assert verdict["text"] == " ".join(decision["statements"])
+    # The one line on why, from the level rows' latency medians (the constructed sweeps give
+    # B an ITL of C/tok_s and both arms the same TTFT), is a statement like every other.
+    assert decision["why"] in decision["statements"]
+    if scenario == "ahead-then-behind":
+        assert decision["why"] == (
+            "Why: at C=1 against A (baseline), B (eagle)'s ITL p50 is 23% lower and its TTFT "
+            "p50 is equal (within 0.5%); on output throughput it is ahead up to C=2 and behind "
+            "from C=8."
+        )
 
     page = client.get(f"/compare/?{query}").content.decode()
     assert html_statements(page) == statements
