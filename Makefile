@@ -116,7 +116,8 @@ bench-telemetry: $(VENV)/.dev-installed
 bench-jobs: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_jobs
 
-# Not part of `bench`: a matrix and its verification, about 15 minutes on 2 cores.
+# Not part of `bench`: a matrix and its verification, about 42 minutes on a shared 2-core
+# machine (README.md gives the measured run).
 bench-tuning: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_tuning $(ARGS)
 

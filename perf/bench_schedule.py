@@ -10,8 +10,9 @@ schedule against every fixed variant, three sweeps each) judged at margin 0.
 Printed: the matrix, the schedule with the decision's statements, and per level the schedule
 against each fixed variant (tok/s, schedule / fixed with its interval, the pair's status),
 then PASS when no level has a fixed variant conclusively ahead of the schedule (the pair's
-status *behind*: schedule / fixed wholly below 1), else FAIL naming the levels. Exits 1 on
-FAIL as on anything that did not complete.
+status *behind*: schedule / fixed wholly below 1), else FAIL naming the levels; NO VERDICT
+when a pair was not comparable (a client-limited level, say: nothing was measured there).
+Exits 1 on FAIL or NO VERDICT, as on anything that did not complete.
 
     python -m perf.bench_schedule                  # the check (about 15 min on 2 cores)
     python -m perf.bench_schedule --duration 2     # shorter levels, wider intervals
@@ -57,9 +58,10 @@ def short(name: str) -> str:
     return name.rsplit("[", 1)[-1].rstrip("]") if name.endswith("]") else name
 
 
-def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> list[str]:
+def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Per level the schedule against each fixed variant; returns the failures
-    ("C=2: off ahead, 0.972 (0.969-0.976)")."""
+    ("C=2: off ahead, 0.972 (0.969-0.976)") and the pairs not judged (not comparable: the
+    check did not measure them)."""
     by_name = figures(comparison)
     tuned = by_name[report["tuned"]]
     pairs = report["decision"]["pairwise"]
@@ -68,7 +70,7 @@ def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> list[str]
         f"Schedule against each fixed variant: schedule / fixed output tok/s, "
         f"{report['confidence']:.0%} interval over the repeats, margin {report['margin']:.0%}"
     )
-    rows, failures = [], []
+    rows, failures, unjudged = [], [], []
     for c in levels:
         for pair in pairs:
             fixed = pair["reference"]["name"]
@@ -85,8 +87,10 @@ def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> list[str]
             ])  # fmt: skip
             if status == "behind":
                 failures.append(f"C={c}: {short(fixed)} ahead, {_ratio(level)}")
+            if status == "not_comparable":
+                unjudged.append(f"C={c} vs {short(fixed)}: {level['reason']}")
     table(["C", "schedule", "fixed", "its tok/s", "ratio (interval)", "runs", "status"], rows)
-    return failures
+    return failures, unjudged
 
 
 def check(api: Api, args: argparse.Namespace, load: dict[str, Any], active: list[int]) -> int:
@@ -135,11 +139,15 @@ def check(api: Api, args: argparse.Namespace, load: dict[str, Any], active: list
     say()
     print_matrix(comparison)
     say()
-    failures = print_check(report, comparison)
+    failures, unjudged = print_check(report, comparison)
     say(f"  verdict: {report['verdict']}")
     say(f"\nBoth experiments: {time.monotonic() - started:.0f}s")
     if failures:
         say("FAIL: a fixed variant is conclusively ahead of the schedule at " + "; ".join(failures))
+        return 1
+    if unjudged:
+        # A client-limited (or otherwise unhealthy) level says nothing either way.
+        say("NO VERDICT: not measured at " + "; ".join(unjudged))
         return 1
     say("PASS: no level has a fixed variant conclusively ahead of the schedule.")
     return 0
