@@ -11,7 +11,8 @@ Printed: the matrix, the schedule with the decision's statements, and per level 
 against each fixed variant (tok/s, schedule / fixed with its interval, the pair's status),
 then PASS when no level has a fixed variant conclusively ahead of the schedule (the pair's
 status *behind*: schedule / fixed wholly below 1), else FAIL naming the levels; NO VERDICT
-when a pair was not comparable (a client-limited level, say: nothing was measured there).
+when a pair was not comparable (a client-limited level, say: nothing was measured there) or
+the schedule is one fixed variant (the verification then runs nothing).
 Exits 1 on FAIL or NO VERDICT, as on anything that did not complete.
 
     python -m perf.bench_schedule                  # the check (about 15 min on 2 cores)
@@ -125,8 +126,17 @@ def check(api: Api, args: argparse.Namespace, load: dict[str, Any], active: list
     for statement in schedule["decision"]["statements"]:
         say(f"  {statement}")
     if len(schedule["decision"]["steps"]) == 1:
-        say("\nThe schedule is one fixed variant at every load: nothing to verify. PASS")
-        return 0
+        # The verification runs nothing for it, and the matrix's pairs are judged with the
+        # decision's margin, not 0: this run shows nothing about the strict question.
+        say("\nThe schedule is one fixed variant at every load; the matrix's pairs against it:")
+        for pair in schedule["decision"]["pairwise"]:
+            for level in pair["levels"]:
+                say(
+                    f"  C={level['concurrency']}: {short(pair['candidate']['name'])} / "
+                    f"{short(pair['reference']['name'])} {_ratio(level)} {level['status']}"
+                )
+        say("NO VERDICT: nothing to verify (no variant was shown ahead of the simplest).")
+        return 1
     verify = api.call(
         "POST", f"/experiments/{matrix['id']}/verify", json={"repeats": args.repeats}
     )["experiment"]
