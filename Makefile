@@ -122,7 +122,7 @@ bench-tuning: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_tuning $(ARGS)
 
 # Not part of `bench`: the strict schedule check (margin 0, 3 repeats; off / K=1 / K=3 over
-# C=1, 2, 4, 16 on the simulated EAGLE-3, through the API), about 15 minutes on 2 cores.
+# C=1, 2, 4, 16 on the simulated EAGLE-3, through the API), about 17 minutes on 2 cores.
 bench-schedule: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_schedule $(ARGS)
 
