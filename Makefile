@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -125,9 +125,15 @@ bench-jobs: $(VENV)/.dev-installed
 bench-records: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_records $(ARGS)
 
-# Not part of `bench`: a matrix and its verification, about 15 minutes on 2 cores.
+# Not part of `bench`: a matrix and its verification, about 42 minutes on a shared 2-core
+# machine (README.md gives the measured run).
 bench-tuning: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_tuning $(ARGS)
+
+# Not part of `bench`: the strict schedule check (margin 0, 3 repeats; off / K=1 / K=3 over
+# C=1, 2, 4, 16 on the simulated EAGLE-3, through the API), about 17 minutes on 2 cores.
+bench-schedule: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_schedule $(ARGS)
 
 # Not part of `bench`: A/A calibration of the comparison's statuses and a known 5% difference,
 # about 10 minutes on 2 cores (docs/measurement.md, "Protocols").

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,12 @@ def parse_ints(text: str) -> list[int]:
     return values
 
 
-def run(args: argparse.Namespace, var: Path) -> int:
+Loop = Callable[["Api", argparse.Namespace, dict[str, Any], list[int]], int]
+
+
+def run(args: argparse.Namespace, var: Path, loop: Loop | None = None) -> int:
+    """A throwaway dashboard with the demo's simulated profiles, then ``loop`` (this script's
+    matrix and verification by default; ``bench_schedule`` passes its own) through the API."""
     env = {
         **os.environ,
         "SPECDASH_VAR_DIR": str(var),
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace, var: Path) -> int:
         api = Api(url, token)
         active: list[int] = []
         try:
-            return _loop(api, args, load, active)
+            return (loop or _loop)(api, args, load, active)
         finally:
             for experiment_id in active:  # a failure or ^C mid-run: stop its servers verifiably
                 body = api.call("GET", f"/experiments/{experiment_id}")

@@ -19,6 +19,12 @@ LAG_WARN_MS = 20.0  # p99 event-loop lag above this: the client delays what it t
 # level's mean TTFT by 60 %) while leaving the p99 of hundreds of 20 ms ticks untouched.
 STALL_WARN_MS = 100.0
 CPU_WARN_PCT = 90.0  # one core busy: the client cannot keep up
+# At a fixed request rate every arrival has a scheduled send time. One sent this much later
+# was late (a sleep overshoots by about a millisecond on an idle loop); when more than
+# STARVED_SHARE of a level's arrivals are late the load source could not keep its schedule
+# (a saturated loop, or the concurrency cap reached), so the level did not get the asked load.
+ARRIVAL_LATE_MS = 10.0
+STARVED_SHARE = 0.05
 
 
 class LiveStats:
@@ -50,6 +56,11 @@ class HealthMonitor:
         self._last_cpu = _cpu_seconds()
         self._last_wall = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
+        self._late: list[float] = []  # seconds each arrival was sent after its schedule
+
+    def arrival(self, late_s: float) -> None:
+        """One arrival of a fixed-rate level sent ``late_s`` after its scheduled time."""
+        self._late.append(late_s if late_s > 0 else 0.0)
 
     def start(self) -> None:
         self._last_cpu = _cpu_seconds()
@@ -105,7 +116,30 @@ class HealthMonitor:
             "cpu_pct": {"mean": cpu_mean, "max": max(cpu) if cpu else 0.0},
             "client_limited": bool(reasons),
             "warnings": reasons,
+            **arrival_health(self._late),
         }
+
+
+def arrival_health(late: list[float]) -> dict[str, Any]:
+    """How late a fixed-rate level's arrivals were sent, and whether the load source was
+    starved (``STARVED_SHARE`` of them later than ``ARRIVAL_LATE_MS``); closed loops have no
+    schedule to be late against."""
+    ordered = sorted(late)
+    count = len(ordered)
+    late_count = sum(1 for x in ordered if x * 1e3 > ARRIVAL_LATE_MS)
+    share = late_count / count if count else 0.0
+    p99 = quantile(ordered, 0.99) * 1e3 if ordered else 0.0
+    reason = ""
+    if count and share > STARVED_SHARE:
+        reason = (
+            f"{late_count} of {count} arrivals sent over {ARRIVAL_LATE_MS:g} ms after their "
+            f"schedule (p99 {p99:.0f} ms)"
+        )
+    return {
+        "arrivals": {"count": count, "late": late_count, "late_p99_ms": p99},
+        "load_source_starved": bool(reason),
+        "starved_reason": reason,
+    }
 
 
 def client_limited(loop_lag_ms: float, cpu_pct: float) -> bool:

@@ -384,6 +384,8 @@ class LevelRunner:
                     sem.release()
                     break
                 slot = free_slots.pop()
+                # Late against the schedule: the loop overslept, or the cap held the arrival.
+                self.health.arrival(time.perf_counter() - next_t)
                 rec, content = self._next_request(False, slot)
                 task = asyncio.create_task(one(slot, rec, content))
                 tasks.add(task)

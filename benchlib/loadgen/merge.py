@@ -47,6 +47,17 @@ def merge_client_health(healths: Sequence[dict[str, Any]]) -> dict[str, Any]:
         },
         "client_limited": any(h["client_limited"] for h in healths),
         "warnings": [f"process {i}: {w}" for i, h in enumerate(healths) for w in h["warnings"]],
+        "arrivals": {
+            "count": sum(h.get("arrivals", {}).get("count", 0) for h in healths),
+            "late": sum(h.get("arrivals", {}).get("late", 0) for h in healths),
+            "late_p99_ms": max(h.get("arrivals", {}).get("late_p99_ms", 0.0) for h in healths),
+        },
+        "load_source_starved": any(h.get("load_source_starved") for h in healths),
+        "starved_reason": "; ".join(
+            f"process {i}: {h['starved_reason']}"
+            for i, h in enumerate(healths)
+            if h.get("starved_reason")
+        ),
         "processes": list(healths),
     }
 

@@ -43,7 +43,7 @@ configuration change) and the 95% confidence of ``intervals``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
@@ -113,7 +113,10 @@ class ArmHealth:
     achieved_concurrency: float | None = None  # the lowest over the arm's runs
     client_limited: bool = False
     client_warning: str = ""  # what the load generator said about itself, e.g. a loop stall
-    load_source_starved: bool = False  # a simulator that fell behind its own step model
+    # The load source could not keep up: a simulator that fell behind its own step model, or
+    # the load generator's arrivals late against their schedule (``starved_reason`` says).
+    load_source_starved: bool = False
+    starved_reason: str = ""
     workload: str = ""  # a fingerprint of the prompts and load settings; "" when unknown
 
 
@@ -129,6 +132,9 @@ class LevelEvidence:
     reference: ArmHealth = field(default_factory=ArmHealth)
     candidate: ArmHealth = field(default_factory=ArmHealth)
     drift: float | None = None
+    # The level's latency medians (ms) of (reference, candidate) where measured: what the
+    # decision's "why" line reads (``itl_p50_ms``, ``ttft_p50_ms``).
+    latency: tuple[Mapping[str, float | None], Mapping[str, float | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,9 @@ class Decision:
     engine_options: tuple[EngineOption, ...]
     summary: str
     recommendation: str
+    # One line on the trade-off behind the statuses: ITL and TTFT at the lowest level, and
+    # where the deciding figure turns ("" without latency figures).
+    why: str = ""
 
     @property
     def within_run(self) -> bool:
@@ -206,6 +215,7 @@ class Decision:
         """Every sentence, in the order the surfaces print them."""
         return (
             self.summary,
+            *((self.why,) if self.why else ()),
             *(level.sentence for level in self.levels),
             *(c.sentence for c in self.crossovers),
             *(band.sentence for band in self.bands),
@@ -234,7 +244,8 @@ def _health_reason(
         said = f": {health.client_warning}" if health.client_warning else ""
         return f"{arm.title}'s load generator was the bottleneck (client-limited{said})"
     if health.load_source_starved:
-        return f"{arm.title}'s load source fell behind (starved)"
+        why = f": {health.starved_reason}" if health.starved_reason else ""
+        return f"{arm.title}'s load source fell behind (starved{why})"
     achieved = health.achieved_concurrency
     if not rate_mode and achieved is not None and achieved < ACHIEVED_SHARE * c:
         return (
@@ -249,6 +260,20 @@ def _health_reason(
     return ""
 
 
+def _workload_reason(ref_w: str, cand_w: str, reference: Arm, candidate: Arm) -> str:
+    """Different workloads, naming the settings that differ where the fingerprints are
+    "key=value; ..." items (as ``benchmarks.experiments.decisions`` writes them)."""
+    ref_items, cand_items = set(ref_w.split("; ")), set(cand_w.split("; "))
+    keys = sorted({item.split("=", 1)[0] for item in ref_items ^ cand_items if "=" in item})
+    if not keys or "|" in ref_w or "|" in cand_w:
+        return "the two arms ran different workloads"
+    shown = ", ".join(keys)
+    return (
+        f"the two arms ran different workloads ({shown} differ between {reference.title} and "
+        f"{candidate.title})"
+    )
+
+
 def _status(
     ev: LevelEvidence,
     ratio: Ratio,
@@ -261,7 +286,7 @@ def _status(
 ) -> tuple[Status, str]:
     ref_w, cand_w = ev.reference.workload, ev.candidate.workload
     if ref_w and cand_w and ref_w != cand_w:
-        return "not_comparable", "the two arms ran different workloads"
+        return "not_comparable", _workload_reason(ref_w, cand_w, reference, candidate)
     for arm, health in ((reference, ev.reference), (candidate, ev.candidate)):
         reason = _health_reason(ev.concurrency, arm, health, rate_mode, failed_share)
         if reason:
@@ -491,6 +516,7 @@ def decide(
     bands = _bands(decided, spec, spec is candidate, cond) if spec is not None else []
     recommendation, options = _recommendation(bands, spec, cond)
     summary = _summary(decided, reference, candidate, fig, rate_mode, cond)
+    why = _why(levels, decided, reference, candidate, fig)
     return Decision(
         reference=reference,
         candidate=candidate,
@@ -504,7 +530,73 @@ def decide(
         engine_options=options,
         summary=summary,
         recommendation=recommendation,
+        why=why,
     )
+
+
+def _change(cand: float, ref: float, what: str) -> str:
+    """How the candidate's latency compares with the reference's, in words."""
+    ratio = cand / ref
+    if ratio >= 1.5:
+        return f"{what} is {ratio:.1f}x higher"
+    if round(ratio, 2) > 1.0:
+        return f"{what} is {ratio - 1:.0%} higher"
+    if round(ratio, 2) < 1.0:
+        return f"{what} is {1 - ratio:.0%} lower"
+    return f"{what} is equal (within 0.5%)"
+
+
+def _why(
+    evidence: Sequence[LevelEvidence],
+    decided: Sequence[LevelDecision],
+    reference: Arm,
+    candidate: Arm,
+    figure: Figure,
+) -> str:
+    """The trade-off in one line: at the lowest level with both arms' latencies, the
+    candidate's ITL and TTFT p50 against the reference's, then where the deciding figure turns
+    (the last *ahead* level before the first *behind* one, by the statuses)."""
+    found = next(
+        (
+            ev
+            for ev in sorted(evidence, key=lambda e: e.concurrency)
+            if ev.latency is not None
+            and all(
+                isinstance(side.get(key), int | float) and (side.get(key) or 0) > 0
+                for side in ev.latency
+                for key in ("itl_p50_ms", "ttft_p50_ms")
+            )
+        ),
+        None,
+    )
+    if found is None or found.latency is None:
+        return ""
+    ref, cand = found.latency
+    parts = [
+        _change(float(cand[key] or 0), float(ref[key] or 0), label)
+        for key, label in (("itl_p50_ms", "ITL p50"), ("ttft_p50_ms", "TTFT p50"))
+    ]
+    text = (
+        f"Why: at C={found.concurrency} against {reference.title}, {candidate.title}'s "
+        f"{parts[0]} and its {parts[1]}"
+    )
+    ahead = [lv.concurrency for lv in decided if lv.status == "ahead"]
+    behind = [lv.concurrency for lv in decided if lv.status == "behind"]
+
+    def at(levels: Sequence[int]) -> str:
+        return ", ".join(f"C={c}" for c in levels)
+
+    if ahead and behind and max(ahead) < min(behind):
+        text += (
+            f"; on {figure.label} it is ahead up to C={max(ahead)} and behind from C={min(behind)}"
+        )
+    elif ahead or behind:
+        shown = [f"ahead at {at(ahead)}"] if ahead else []
+        shown += [f"behind at {at(behind)}"] if behind else []
+        text += f"; on {figure.label} it is {' and '.join(shown)}"
+    else:
+        text += f"; on {figure.label} no level is shown ahead or behind"
+    return text + "."
 
 
 def _summary(

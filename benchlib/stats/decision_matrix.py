@@ -20,6 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchlib.stats.batch_thresholds import (
+    DEFAULT_MIN_SHARE,
+    BatchPlan,
+    LevelBatches,
+    plan_batches,
+)
 from benchlib.stats.decision import (
     DEFAULT_MARGIN,
     Action,
@@ -56,9 +62,14 @@ class MatrixDecision:
     configs: tuple[EngineSchedule, ...]
     untested: tuple[int, ...]
     recommendation: str
+    # How the switches were placed: from the running batch sizes each level's server reported
+    # (``batch_thresholds``), or on C where there were no readings; the ranges behind it.
+    thresholds: str = ""
+    batch_ranges: tuple[LevelBatches, ...] = ()
 
     def statements(self) -> tuple[str, ...]:
-        return (*(band.sentence for band in self.bands), self.recommendation)
+        out = (*(band.sentence for band in self.bands), self.recommendation)
+        return (*out, self.thresholds) if self.thresholds else out
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
@@ -80,9 +91,13 @@ def decide_matrix(
     engine: str = "",
     vllm_base: Mapping[str, Any] | None = None,
     max_num_seqs: int | None = None,
+    observed: Mapping[int, Mapping[int, int]] | None = None,
+    min_share: float = DEFAULT_MIN_SHARE,
 ) -> MatrixDecision:
     """The matrix's decision (module notes); ``variants`` in any order (sorted simplest
-    first by draft length), ``health`` by variant name then C."""
+    first by draft length), ``health`` by variant name then C, ``observed`` the running-batch
+    gauge readings per level (C -> batch size -> readings, pooled over the variants) from
+    which the switches are placed (``batch_thresholds``)."""
     if len(variants) < 2:
         raise ValueError("a matrix needs at least 2 variants")
     ordered = sorted(variants, key=lambda v: v.draft_length)
@@ -128,13 +143,35 @@ def decide_matrix(
         return level is not None and level.status == "behind"
 
     cond = conditions(margin, confidence)
-    choices: list[tuple[int, Action, int | None, str]] = []
-    for c in common:
-        chosen = next(
+
+    def unbeaten(i: int, c: int) -> bool:
+        return not any(beats(j, i, c) for j in range(len(ordered)) if j != i)
+
+    def relative(i: int, own: int, c: int) -> float:
+        """Variant ``i`` over ``own`` at C by the points, oriented (above 1: better)."""
+        if i == own:
+            return 1.0
+        pair = pairs[(min(i, own), max(i, own))].level(c)
+        assert pair is not None
+        return pair.ratio.point if i > own else 1.0 / pair.ratio.point
+
+    # Per level what the schedule may run (``batch_thresholds``): the level's own choice (the
+    # simplest variant no other is ahead of), or a variant no other is ahead of whose point is
+    # within the margin of the own choice's. The plan holds one of them across levels that
+    # run the same batch sizes and places the switches between their ranges.
+    own = {c: next(i for i in range(len(ordered)) if unbeaten(i, c)) for c in common}
+    admissible = {
+        c: [
             i
             for i in range(len(ordered))
-            if not any(beats(j, i, c) for j in range(len(ordered)) if j != i)
-        )
+            if i == own[c] or (unbeaten(i, c) and relative(i, own[c], c) >= 1.0 - margin)
+        ]
+        for c in common
+    }
+    plan = plan_batches(common, admissible, observed, min_share=min_share)
+    choices: list[tuple[int, Action, int | None, str]] = []
+    for c in common:
+        chosen = plan.choices[c]
         action: Action = "on" if ordered[chosen].draft_length > 0 else "off"
         if chosen == 0:
             against = [pairs[(0, j)].level(c) for j in range(1, len(ordered))]
@@ -142,7 +179,7 @@ def decide_matrix(
                 action = "none"
         choices.append((c, action, ordered[chosen].draft_length, ordered[chosen].arm.name))
     bands = []
-    for start, end, levels, action, k, variant in group_bands(choices):
+    for start, end, levels, action, k, variant in _place(group_bands(choices), plan):
         arm = next(v.arm for v in ordered if v.arm.name == variant)
         what = {
             "on": f"{arm.title}, K={k}",
@@ -150,7 +187,14 @@ def decide_matrix(
             "none": f"no recommendation yet; {arm.title} until a variant is shown ahead",
         }[action]
         tested_levels = ", ".join(f"C={lv}" for lv in levels)
-        sentence = f"{span(start, end)}: {what} (tested at {tested_levels}; {cond})."
+        held = "".join(
+            f"; C={lv} runs batch sizes {_range(plan.range_of(lv))}, overlapping "
+            + ", ".join(f"C={o}" for o in plan.held[lv])
+            + ": one variant for them, the simplest behind at none"
+            for lv in levels
+            if lv in plan.held
+        )
+        sentence = f"{span(start, end)}: {what} (tested at {tested_levels}{held}; {cond})."
         bands.append(Band(start, end, levels, action, k, variant, sentence))
     steps: list[Step] = []
     for band in bands:
@@ -170,7 +214,70 @@ def decide_matrix(
         configs=configs,
         untested=untested,
         recommendation=_recommendation(bands, steps, cond),
+        thresholds=_thresholds(plan, min_share),
+        batch_ranges=plan.ranges,
     )
+
+
+def _place(
+    groups: Sequence[tuple[int, int | None, tuple[int, ...], Action, int | None, str]],
+    plan: BatchPlan,
+) -> list[tuple[int, int | None, tuple[int, ...], Action, int | None, str]]:
+    """``group_bands``' bands with each change of draft length moved to the plan's switch
+    (the running batch sizes, not C); a change of action alone keeps its place, within the
+    switches around it."""
+    switches = iter(plan.switches)
+    out: list[tuple[int, int | None, tuple[int, ...], Action, int | None, str]] = []
+    start = 1
+    for i, (_, end, levels, action, k, variant) in enumerate(groups):
+        if end is None or i + 1 == len(groups):
+            out.append((start, None, levels, action, k, variant))
+            break
+        if groups[i + 1][4] != k:
+            at = next(switches).at
+        else:
+            later = [s.at for s in plan.switches if s.at > start]
+            ceiling = later[0] - 1 if later else end + 1
+            at = min(max(end + 1, start + 1), max(ceiling, start + 1))
+        out.append((start, at - 1, levels, action, k, variant))
+        start = at
+    return out
+
+
+def _range(batches: LevelBatches) -> str:
+    if batches.low == batches.high:
+        return str(batches.low)
+    return f"{batches.low}-{batches.high}"
+
+
+def _thresholds(plan: BatchPlan, min_share: float) -> str:
+    """The one sentence on where the switches come from."""
+    if not plan.observed:
+        return (
+            "Switches placed on C: no running-batch readings of the server were recorded "
+            "during these levels, so each level is taken to run batch size C."
+        )
+    ranges = "; ".join(
+        f"C={r.concurrency}: {_range(r)}" + ("" if r.readings else " (no readings)")
+        for r in plan.ranges
+    )
+    text = (
+        "Switches placed on the running batch sizes the server reported at each level "
+        f"(each batch size read for at least {min_share:.0%} of the level's readings: "
+        f"{ranges})"
+    )
+    straddling = [
+        f"C={c} runs batch sizes {_range(plan.range_of(c))} across the switch at {s.at}"
+        for s in plan.switches
+        for c in s.straddling
+    ]
+    if straddling:
+        text += (
+            "; no per-batch switch runs every level on its own choice: "
+            + ", ".join(straddling)
+            + " (a mix of two variants there, which the verification measures)"
+        )
+    return text + "."
 
 
 def _recommendation(bands: Sequence[Band], steps: Sequence[Step], cond: str) -> str:

@@ -36,9 +36,10 @@ sweep at steady state the two are close (see ``engines``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from benchlib.stats.batch_thresholds import DEFAULT_MIN_SHARE, plan_batches
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
 from benchlib.stats.types import Curve, Ratio, inside_margin
 
@@ -231,10 +232,14 @@ def derive_schedule(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     margin: float = 0.0,
+    observed: Mapping[int, Mapping[int, int]] | None = None,
+    min_share: float = DEFAULT_MIN_SHARE,
 ) -> Schedule:
     """The schedule over the levels every variant tested (see the module notes);
     ``variants`` simplest first. With a ``margin``, a variant beats another only outside
-    1 +/- margin (``decision.DEFAULT_MARGIN`` is what the dashboard uses)."""
+    1 +/- margin (``decision.DEFAULT_MARGIN`` is what the dashboard uses). ``observed``: the
+    running batch sizes the server reported per level (C -> batch size -> readings), from
+    which the band edges are placed (``batch_thresholds``); without it, on C."""
     if len(variants) < 2:
         raise ValueError("a schedule needs at least 2 variants")
     names = [v.name for v in variants]
@@ -248,8 +253,31 @@ def derive_schedule(
     pairs = _Pairs(variants, confidence, n_boot, seed)
     choices: list[LevelChoice] = []
     groups: list[tuple[int, list[int]]] = []  # (variant index, levels)
+    own = {c: _choose(variants, pairs, c, margin)[0] for c in common}
+    # What the schedule may run at a level (``batch_thresholds``): its own choice, or a
+    # variant nothing beats there whose point is within the margin of the own choice's.
+    admissible = {
+        c: [
+            i
+            for i in range(len(variants))
+            if i == own[c]
+            or (
+                not any(_beats(pairs.of(j, i, c), margin) for j in range(len(variants)) if j != i)
+                and pairs.of(i, own[c], c).point >= 1.0 - margin
+            )
+        ]
+        for c in common
+    }
+    plan = plan_batches(common, admissible, observed, min_share=min_share)
     for c in common:
         i, reason = _choose(variants, pairs, c, margin)
+        if c in plan.held:
+            i, ran = plan.choices[c], plan.range_of(c)
+            overlapping = ", ".join(f"C={o}" for o in plan.held[c])
+            reason = (
+                f"the server ran batch sizes {ran.low}-{ran.high} here, overlapping {overlapping}: "
+                f"one variant for them, {variants[i].name}, the simplest beaten at none"
+            )
         choices.append(LevelChoice(c, variants[i].name, variants[i].draft_length, reason))
         if groups and groups[-1][0] == i:
             groups[-1][1].append(c)
@@ -257,12 +285,12 @@ def derive_schedule(
             groups.append((i, [c]))
     bands: list[Band] = []
     start = 1
+    # One switch per change of variant, placed on the running batch sizes (or on C).
+    switches = iter(plan.switches)
     for g, (i, levels) in enumerate(groups):
         end: int | None = None
         if g + 1 < len(groups):
-            nxt, nxt_levels = groups[g + 1]
-            # The untested batch sizes between the two bands go to the simpler variant.
-            end = nxt_levels[0] - 1 if i < nxt else levels[-1]
+            end = next(switches).at - 1
         runner_ups = []
         for c in levels:
             others = [k for k in range(len(variants)) if k != i]

@@ -41,6 +41,8 @@ class ComparisonInputs:
     environment_differences: Any
     # Each arm's series (its levels) and its profile's launch argv, for the schedule.
     schedule_arms: Sequence[tuple[SeriesData, list[str]]]
+    # The running-batch readings per level the schedule's switches are placed from.
+    observed: dict[int, dict[int, int]]
 
 
 def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
@@ -54,6 +56,12 @@ def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
         protocol=experiment_protocol(experiment=experiment),
         environment_differences=experiment_environment_differences(experiment_id=experiment_id),
         schedule_arms=[(series, list(arm.profile.launch_argv)) for arm, series in arms],
+        observed={
+            level: dict(counts)
+            for level, counts in selectors.running_batches(
+                series=[series for _, series in arms]
+            ).items()
+        },
     )
 
 
@@ -73,7 +81,7 @@ def comparison_from_inputs(inputs: ComparisonInputs) -> dict[str, Any]:
         # What else than their declared launch differs between the arms' runs.
         result["environment_differences"] = inputs.environment_differences
         # Built now with the comparison so that no GET derives it from the records.
-        result["schedule"] = schedule.schedule_build(inputs.schedule_arms)
+        result["schedule"] = schedule.schedule_build(inputs.schedule_arms, inputs.observed)
     return result
 
 

@@ -92,6 +92,8 @@ class LevelRun:
     # The level's summary (acceptance, goodput) and its server-side figures (server_metrics).
     summary: Mapping[str, Any] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
+    # The sweep's workload settings as one string (``decisions.workload_fingerprint``).
+    workload: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ def _health_row(concurrency: int, runs: Sequence[LevelRun]) -> dict[str, Any]:
         client_limited=arm.client_limited,
         client_warning=arm.client_warning,
         rate_mode=is_rate_mode(runs),
+        starved=arm.load_source_starved,
+        starved_reason=arm.starved_reason,
     )
     return {
         "asked": health.asked,
@@ -397,6 +401,9 @@ def _decided_ratio(verdict: dict[str, Any], concurrency: int) -> dict[str, Any]:
     return cell
 
 
+_WHY_FIGURES = ("itl_p50_ms", "ttft_p50_ms")
+
+
 def _grouped(series: SeriesData) -> dict[int, list[LevelRun]]:
     return _by_concurrency(series.runs)
 
@@ -412,10 +419,16 @@ def _decision(
     ref_runs, cand_runs = _grouped(reference), _grouped(candidate)
     health: dict[int, tuple[ArmHealth, ArmHealth]] = {}
     runs: dict[int, int] = {}
+    latency: dict[int, tuple[dict[str, float | None], dict[str, float | None]]] = {}
     for lr in ratios.levels:
         a, b = ref_runs.get(lr.concurrency, []), cand_runs.get(lr.concurrency, [])
         health[lr.concurrency] = (arm_health(a), arm_health(b))
         runs[lr.concurrency] = max(min(len(a), len(b)), 1)
+        # The runs' mean medians, as the level rows show them: what the "why" line reads.
+        latency[lr.concurrency] = (
+            {key: _mean([r.figures.get(key) for r in a]) for key in _WHY_FIGURES},
+            {key: _mean([r.figures.get(key) for r in b]) for key in _WHY_FIGURES},
+        )
     return decision_from(
         reference=_arm(reference),
         candidate=_arm(candidate),
@@ -426,6 +439,7 @@ def _decision(
         runs_per_arm=runs,
         confidence=CONFIDENCE,
         drift=(drift or {}).get(candidate.label),
+        latency=latency,
     )
 
 

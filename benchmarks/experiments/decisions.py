@@ -7,16 +7,38 @@ stored ``decision`` of a verdict; none writes a conclusion of its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
 from benchlib.stats.intervals import quantile
 from benchlib.stats.types import Curve, LevelSample, RatioCurve, RequestPoint
-from benchmarks.sweeps.health import client_state, request_counts
+from benchmarks.sweeps.health import client_state, request_counts, starved_state
 
 # At a fixed request rate, the figure that decides (lower is better).
 RATE_FIGURE = "tpot_p50_ms"
+
+# A sweep's load settings that size or guard a level but do not change what is asked of the
+# server, and the model name (each server's own, often discovered from it: which model ran is
+# the environment record's to compare); every other setting (prompts, lengths, sampling, API,
+# rate, ...) is the workload.
+_NOT_WORKLOAD = frozenset(
+    {"requests_per_level", "duration", "warmup_requests", "request_timeout", "slo", "model"}
+)
+
+
+def workload_fingerprint(load: Mapping[str, Any] | None) -> str:
+    """The workload settings of a sweep's load as "key=value" items joined by "; ", sorted:
+    equal strings for the same workload, and readable where two differ (``decision`` names the
+    differing items). "" when the load is unknown."""
+    if not load:
+        return ""
+    return "; ".join(
+        f"{key}={json.dumps(value, sort_keys=True)}"
+        for key, value in sorted(load.items())
+        if key not in _NOT_WORKLOAD
+    )
 
 
 def arm_health(runs: Sequence[Any]) -> ArmHealth:
@@ -25,7 +47,8 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
     requests = failed = cancelled = 0
     achieved: list[float] = []
     limited = starved = False
-    warning = ""
+    warning = starved_reason = ""
+    workloads: list[str] = []
     for run in runs:
         counts = request_counts(run.summary)
         requests += counts.total
@@ -39,6 +62,13 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
             limited = True
             warning = warning or said
         starved = starved or bool((run.server or {}).get("load_source_starved"))
+        run_starved, why = starved_state(run.summary)
+        if run_starved:
+            starved = True
+            starved_reason = starved_reason or why
+        workload = getattr(run, "workload", "")
+        if workload and workload not in workloads:
+            workloads.append(workload)
     return ArmHealth(
         requests=requests,
         failed=failed,
@@ -47,6 +77,9 @@ def arm_health(runs: Sequence[Any]) -> ArmHealth:
         client_limited=limited,
         client_warning=warning,
         load_source_starved=starved,
+        starved_reason=starved_reason,
+        # An arm whose own runs differ in workload carries them all: it matches no other arm.
+        workload=" | ".join(workloads),
     )
 
 
@@ -96,6 +129,8 @@ def decision_from(
     runs_per_arm: Mapping[int, int],
     confidence: float,
     drift: Mapping[int, float] | None = None,
+    latency: Mapping[int, tuple[Mapping[str, float | None], Mapping[str, float | None]]]
+    | None = None,
 ) -> Decision:
     """The decision of one candidate from the ratios its verdict computed; ``drift`` maps C
     to the largest first-to-last change of an arm's own runs (``benchlib.stats.drift``), which
@@ -108,6 +143,7 @@ def decision_from(
             reference=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[0],
             candidate=health.get(lr.concurrency, (ArmHealth(), ArmHealth()))[1],
             drift=(drift or {}).get(lr.concurrency),
+            latency=(latency or {}).get(lr.concurrency),
         )
         for lr in ratios.levels
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchlib.stats.decision import DEFAULT_MARGIN, Arm
@@ -85,9 +85,13 @@ def _schedule_dict(
     }
 
 
-def schedule_build(arms: Sequence[tuple[SeriesData, Sequence[str]]]) -> dict[str, Any]:
+def schedule_build(
+    arms: Sequence[tuple[SeriesData, Sequence[str]]],
+    observed: Mapping[int, Mapping[int, int]] | None = None,
+) -> dict[str, Any]:
     """The schedule of arms given as (series, profile launch argv); ``available`` false with
-    a ``message`` saying why when there is none."""
+    a ``message`` saying why when there is none. ``observed``: the running-batch readings per
+    level (``selectors.running_batches``) the switches are placed from."""
     if len(arms) < 2:
         return _unavailable("A schedule needs at least two arms (variants of one server).")
     engines = sorted({series.engine for series, _ in arms})
@@ -121,7 +125,7 @@ def schedule_build(arms: Sequence[tuple[SeriesData, Sequence[str]]]) -> dict[str
     curves = [(series, series_curve(series), k) for series, k in variants]
     try:
         schedule = derive_schedule(
-            [Variant(curve, k) for _, curve, k in curves], margin=DEFAULT_MARGIN
+            [Variant(curve, k) for _, curve, k in curves], margin=DEFAULT_MARGIN, observed=observed
         )
     except ValueError as exc:
         return _unavailable(f"No schedule: {exc}.")
@@ -139,6 +143,7 @@ def schedule_build(arms: Sequence[tuple[SeriesData, Sequence[str]]]) -> dict[str
         engine=engine_key,
         vllm_base=vllm_base,
         max_num_seqs=max_num_seqs,
+        observed=observed,
     )
     out["decision"] = decision.to_dict()
     out["configs"] = [dataclasses.asdict(config) for config in decision.configs]
@@ -149,4 +154,7 @@ def experiment_schedule(*, experiment: Experiment) -> dict[str, Any]:
     """The schedule of an experiment's arms from their stored levels (a fixed number of
     queries whatever the number of arms)."""
     arms = selectors.experiment_arm_series(experiment=experiment)
-    return schedule_build([(series, list(arm.profile.launch_argv)) for arm, series in arms])
+    observed = selectors.running_batches(series=[series for _, series in arms])
+    return schedule_build(
+        [(series, list(arm.profile.launch_argv)) for arm, series in arms], observed
+    )

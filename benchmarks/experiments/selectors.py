@@ -15,6 +15,7 @@ from django.db.models import Prefetch, QuerySet
 
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.comparison import LevelRun, SeriesData
+from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.history import HistoryRun
 from benchmarks.models import (
     Experiment,
@@ -27,7 +28,7 @@ from benchmarks.models import (
 )
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.masking import masked_tree
-from hosts.models import ServerProfile
+from hosts.models import ServerProfile, TelemetryKind, TelemetrySample
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
 LEVEL_FIGURES = (
@@ -143,7 +144,9 @@ def experiment_profiles() -> QuerySet[ServerProfile]:
 # -- comparison inputs --
 
 
-def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> list[LevelRun]:
+def _level_runs(
+    levels: Iterable[SweepLevel], records_paths: dict[int, str], workloads: dict[int, str]
+) -> list[LevelRun]:
     runs = []
     for level in levels:
         runs.append(
@@ -156,9 +159,14 @@ def _level_runs(levels: Iterable[SweepLevel], records_paths: dict[int, str]) -> 
                 attempt=level.attempt,
                 summary=dict(level.summary or {}),
                 server=dict(level.server_metrics or {}),
+                workload=workloads.get(level.sweep_id, ""),
             )
         )
     return runs
+
+
+def _workloads(sweeps: Iterable[Sweep]) -> dict[int, str]:
+    return {s.pk: workload_fingerprint(s.load) for s in sweeps}
 
 
 def _completed_levels(sweep_ids: Sequence[int]) -> list[SweepLevel]:
@@ -228,7 +236,7 @@ def _series(
         speculative=speculative,
         profile_id=profile_id,
         sweep_ids=tuple(ids),
-        runs=tuple(_level_runs(_completed_levels(ids), paths)),
+        runs=tuple(_level_runs(_completed_levels(ids), paths, _workloads(sweeps))),
         environment=[_environment_summary(s) for s in sweeps],
         engine=engine,
     )
@@ -378,10 +386,11 @@ def experiment_arm_series(*, experiment: Experiment) -> list[tuple[ExperimentArm
     )
     levels = _completed_levels([s.pk for s in sweeps])
     paths = {s.pk: s.records_path for s in sweeps}
+    workloads = _workloads(sweeps)
     out = []
     for arm in arms:
         ids = [s.pk for s in sweeps if s.experiment_step and s.experiment_step.arm_id == arm.pk]
-        runs = _level_runs([lv for lv in levels if lv.sweep_id in ids], paths)
+        runs = _level_runs([lv for lv in levels if lv.sweep_id in ids], paths, workloads)
         series = SeriesData(
             label=arm.label, name=arm.profile.name, speculative=arm.profile.speculative,
             profile_id=arm.profile_id, sweep_ids=tuple(ids), runs=tuple(runs),
@@ -389,3 +398,44 @@ def experiment_arm_series(*, experiment: Experiment) -> list[tuple[ExperimentArm
         )  # fmt: skip
         out.append((arm, series))
     return out
+
+
+def _level_window(run: LevelRun) -> tuple[float, float] | None:
+    """The level's steady window (all C in flight, wall clock), else its measured window."""
+    steady = run.summary.get("steady")
+    for source in (steady if isinstance(steady, dict) else {}, run.summary):
+        window = source.get("window_wall")
+        if isinstance(window, list | tuple) and len(window) == 2:
+            a, b = window
+            if isinstance(a, int | float) and isinstance(b, int | float) and b > a:
+                return float(a), float(b)
+    return None
+
+
+def running_batches(*, series: Sequence[SeriesData]) -> dict[int, dict[int, int]]:
+    """Per concurrency level, how often the server's running-requests gauge read each batch
+    size during the level's steady window, pooled over every series' runs (the readings the
+    telemetry kept with each sweep, about one a second): what the server ran at that level,
+    from which a schedule's switches are placed (``benchlib.stats.batch_thresholds``). One
+    query whatever the number of runs."""
+    runs = [run for s in series for run in s.runs]
+    windows = {(run.sweep_id, run.index): _level_window(run) for run in runs}
+    sweep_ids = sorted({run.sweep_id for run in runs})
+    readings: dict[int, list[tuple[float, int]]] = {}
+    samples = TelemetrySample.objects.filter(
+        sweep_id__in=sweep_ids, kind=TelemetryKind.SERVER
+    ).values_list("sweep_id", "t", "data")
+    for sweep_id, t, data in samples:
+        running = data.get("running") if isinstance(data, dict) else None
+        if isinstance(running, int | float) and running >= 0 and sweep_id is not None:
+            readings.setdefault(int(sweep_id), []).append((float(t), round(running)))
+    out: dict[int, dict[int, int]] = {}
+    for run in runs:
+        window = windows[(run.sweep_id, run.index)]
+        if window is None:
+            continue
+        counts = out.setdefault(run.concurrency, {})
+        for t, batch in readings.get(run.sweep_id, []):
+            if window[0] <= t <= window[1]:
+                counts[batch] = counts.get(batch, 0) + 1
+    return {c: dict(sorted(counts.items())) for c, counts in sorted(out.items())}

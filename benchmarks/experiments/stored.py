@@ -12,6 +12,7 @@ the records by design) is not run by a GET: a page shows the stored outcome, or 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,25 +42,16 @@ def _file_state(path: str) -> tuple[int, int] | None:
 
 
 def series_fingerprint(series: Sequence[SeriesData]) -> list[Any]:
-    """Everything a comparison of ``series`` is computed from, as plain JSON-able data."""
-    out = []
-    for s in series:
-        runs = [
-            [
-                run.sweep_id,
-                run.index,
-                run.attempt,
-                run.concurrency,
-                run.figures,
-                dict(run.summary),
-                run.server,
-                run.records_path,
-                _file_state(run.records_path),
-            ]
-            for run in s.runs
+    """Everything a comparison of ``series`` is computed from, as plain JSON-able data: every
+    field of every series and run (a field added later counts without being listed here),
+    and the state of each run's records file."""
+    return [
+        [
+            dataclasses.asdict(s),
+            [_file_state(run.records_path) for run in s.runs],
         ]
-        out.append([s.name, s.label, s.speculative, s.profile_id, s.engine, s.environment, runs])
-    return out
+        for s in series
+    ]
 
 
 def content_key(kind: str, content: Any) -> str:
@@ -116,14 +108,16 @@ def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
         experiment_store_schedule(experiment_id=experiment.pk, schedule=built)
         return built
     arms = selectors.experiment_arm_series(experiment=experiment)
+    observed = selectors.running_batches(series=[series for _, series in arms])
     content = [
         series_fingerprint([series for _, series in arms]),
         [list(arm.profile.launch_argv) for arm, _ in arms],
+        sorted((level, sorted(counts.items())) for level, counts in observed.items()),
     ]
     return _cached(
         content_key("schedule", content),
         lambda: speculation_schedule.schedule_build(
-            [(series, list(arm.profile.launch_argv)) for arm, series in arms]
+            [(series, list(arm.profile.launch_argv)) for arm, series in arms], observed
         ),
     )
 

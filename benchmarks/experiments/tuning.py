@@ -108,8 +108,10 @@ def derive(experiment: Experiment) -> Derived:
         raise _invalid(RATE_MODE_MESSAGE)
     curves = {s.profile_id: series_curve(s) for s in series}
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
+    # The switches go where the server's running batch sizes say, as on the comparison page.
+    observed = selectors.running_batches(series=series)
     try:
-        schedule = derive_schedule(variants, margin=DECISION_MARGIN)
+        schedule = derive_schedule(variants, margin=DECISION_MARGIN, observed=observed)
     except ValueError as exc:
         raise _invalid(f"No schedule: {exc}") from None
     return Derived(schedule, profiles, by_k)

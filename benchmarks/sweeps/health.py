@@ -31,6 +31,15 @@ def request_counts(summary: Mapping[str, Any] | None) -> RequestCounts:
     return RequestCounts(int(counts.get("total") or 0), failed, cancelled)
 
 
+def starved_state(summary: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """(load_source_starved, why): the load generator's own arrivals ran late against their
+    schedule (``benchlib.loadgen.health.arrival_health``)."""
+    client = (summary or {}).get("client") or {}
+    if not client.get("load_source_starved"):
+        return False, ""
+    return True, str(client.get("starved_reason") or "")
+
+
 def client_state(summary: Mapping[str, Any] | None) -> tuple[bool, str]:
     """(client_limited, what the load generator said about itself: its warnings joined)."""
     client = (summary or {}).get("client") or {}
@@ -48,6 +57,7 @@ class LevelHealth:
     client_limited: bool
     client_warning: str
     warnings: tuple[str, ...]  # one line each, in the order the decision checks them
+    load_source_starved: bool = False
 
 
 def level_health(
@@ -61,6 +71,7 @@ def level_health(
     not a target, so "C not reached" is not said there."""
     counts = request_counts(summary)
     limited, said = client_state(summary)
+    starved, why = starved_state(summary)
     return health_of(
         concurrency=concurrency,
         achieved=achieved,
@@ -68,6 +79,8 @@ def level_health(
         client_limited=limited,
         client_warning=said,
         rate_mode=rate_mode,
+        starved=starved,
+        starved_reason=why,
     )
 
 
@@ -79,6 +92,8 @@ def health_of(
     client_limited: bool,
     client_warning: str,
     rate_mode: bool,
+    starved: bool = False,
+    starved_reason: str = "",
 ) -> LevelHealth:
     """The health and its warning lines from figures already read (one run, or an arm's runs
     summed with the lowest achieved C, as the comparison holds them)."""
@@ -86,6 +101,8 @@ def health_of(
     warnings: list[str] = []
     if client_limited:
         warnings.append(f"client-limited{': ' + client_warning if client_warning else ''}")
+    if starved:
+        warnings.append(f"load source starved{': ' + starved_reason if starved_reason else ''}")
     if not reached:
         assert achieved is not None
         warnings.append(
@@ -102,4 +119,5 @@ def health_of(
         client_limited=client_limited,
         client_warning=client_warning,
         warnings=tuple(warnings),
+        load_source_starved=starved,
     )

@@ -86,6 +86,12 @@ class VerificationOut(Schema):
     levels: list[VerificationLevelOut]
     ok: bool
     verdict: str = Field(description="The verification decision's sentence, margin stated")
+    decision: dict[str, Any] | None = Field(
+        None,
+        description="The verification decision: `pairwise` (the schedule against each fixed "
+        "variant, each a decision with per-level status, ratio and interval), `levels`, "
+        "`statements`",
+    )
 
 
 def _clear(exc: ValidationError) -> ValidationError:

@@ -88,6 +88,11 @@ class DecisionOut(Schema):
     engine_options: list[EngineOptionOut]
     summary: str
     recommendation: str
+    why: str = Field(
+        "",
+        description="One line on the trade-off: ITL and TTFT p50 at the lowest level against "
+        'the reference, and where the deciding figure turns ("" without latency figures)',
+    )
     within_run: bool
     behind_from: int | None = Field(
         None, description="Smallest tested C from which every level is behind (by status)"

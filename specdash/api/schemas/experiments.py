@@ -238,6 +238,12 @@ class ScheduleOut(Schema):
     )
     untested: list[int] = Field(default_factory=list, description="Levels some arm did not test")
     description: str = ""
+    decision: dict[str, Any] | None = Field(
+        None,
+        description="The matrix decision the page renders: its bands, steps (batch-size "
+        "switches placed on the running batch sizes each level's server reported), "
+        "thresholds (where the switches come from), batch_ranges and statements",
+    )
     configs: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The engine configuration to paste: engine, option, exact, value (argv), "

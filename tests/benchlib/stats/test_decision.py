@@ -327,3 +327,30 @@ def test_regression_compare_sweeps_does_not_keep_it_on_at_051x() -> None:
     )
     assert "keep" not in d.recommendation
     assert d.bands[-1].action == "off" and d.bands[-1].end is None
+
+
+def test_the_why_line_says_the_latency_trade_off_and_where_throughput_turns() -> None:
+    # EAGLE-3 as the walkthrough shows it: ITL lower, TTFT higher (the drafter's prefill),
+    # ahead at C=1-2 and behind from C=4.
+    latency = {
+        1: ({"itl_p50_ms": 10.8, "ttft_p50_ms": 14.0}, {"itl_p50_ms": 7.0, "ttft_p50_ms": 29.5}),
+        2: ({"itl_p50_ms": 11.0, "ttft_p50_ms": 15.0}, {"itl_p50_ms": 9.0, "ttft_p50_ms": 30.0}),
+    }
+    evidence = [
+        LevelEvidence(c, ratio, repeats=3, latency=latency.get(c))
+        for c, ratio in (
+            (1, r(1.30, 1.25, 1.35)),
+            (2, r(1.10, 1.05, 1.15)),
+            (4, r(0.90, 0.86, 0.94)),
+        )
+    ]
+    d = decide(reference=BASE, candidate=SPEC, levels=evidence)
+    assert d.why == (
+        "Why: at C=1 against A (baseline), B (eagle3)'s ITL p50 is 35% lower and its TTFT p50 "
+        "is 2.1x higher; on output throughput it is ahead up to C=2 and behind from C=4."
+    )
+    assert d.statements()[1] == d.why
+    assert d.to_dict()["why"] == d.why
+    # Without latency figures there is no line, and no empty statement.
+    plain = decide(reference=BASE, candidate=SPEC, levels=levels((1, r(1.30, 1.25, 1.35))))
+    assert plain.why == "" and "" not in plain.statements()

@@ -96,6 +96,15 @@ def test_every_surface_prints_the_decision(
     assert [lv["status"] for lv in decision["levels"]] == statuses
     statements = normalized(decision["statements"])
     assert verdict["text"] == " ".join(decision["statements"])
+    # The one line on why, from the level rows' latency medians (the constructed sweeps give
+    # B an ITL of C/tok_s and both arms the same TTFT), is a statement like every other.
+    assert decision["why"] in decision["statements"]
+    if scenario == "ahead-then-behind":
+        assert decision["why"] == (
+            "Why: at C=1 against A (baseline), B (eagle)'s ITL p50 is 23% lower and its TTFT "
+            "p50 is equal (within 0.5%); on output throughput it is ahead up to C=2 and behind "
+            "from C=8."
+        )
 
     page = client.get(f"/compare/?{query}").content.decode()
     assert html_statements(page) == statements
@@ -281,3 +290,72 @@ def test_level_health_from_the_summaries_makes_levels_not_comparable(
     for warning in ("client-limited: client CPU 97% &gt; 90%", "2 of 40 requests failed",
                     "C not reached: achieved 7.75 of the asked 64 (below 80%)"):  # fmt: skip
         assert f'data-testid="cell-health-warning">{warning}</span>' in report
+
+
+def _every_surface(client: Client, a: Any, b: Any) -> dict[str, Any]:
+    """The decision from the API, after checking the page, the HTML report, the CSV and the
+    CLI print exactly its statements."""
+    query = f"sweeps={a.pk}&sweeps={b.pk}"
+    decision: dict[str, Any] = client.get(f"/api/v1/comparisons?sweep={a.pk}&sweep={b.pk}").json()[
+        "verdicts"
+    ][0]["decision"]
+    statements = normalized(decision["statements"])
+    assert html_statements(client.get(f"/compare/?{query}").content.decode()) == statements
+    report = client.get(f"/compare/report.html?{query}").content.decode()
+    assert html_statements(report) == statements
+    csv_text = client.get(f"/compare/table.csv?{query}").content.decode()
+    assert csv_statements(csv_text, "B/A") == [
+        (lv["concurrency"], lv["status"], lv["sentence"]) for lv in decision["levels"]
+    ]
+    lines = _cli_lines(client, (a.pk, b.pk))
+    assert lines[1 : 1 + len(statements)] == decision["statements"]
+    return decision
+
+
+def test_sweeps_of_different_workloads_are_not_comparable_on_every_surface(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a = make_sweep(pair[0], {1: 100, 8: 100}, tmp=tmp_path, jitter=0.05)
+    b = make_sweep(pair[1], {1: 130, 8: 60}, tmp=tmp_path, jitter=0.05, seed=5)
+    load = {"api": "completions", "input_tokens": 128, "max_tokens": 32, "duration": 4.0}
+    a.load = {**load, "model": "base.gguf"}
+    b.load = {**load, "max_tokens": 256, "duration": 8.0, "model": "eagle.gguf"}
+    a.save(update_fields=["load"])
+    b.save(update_fields=["load"])
+    client.force_login(viewer)
+    decision = _every_surface(client, a, b)
+    # The length asked differs; the duration (sizing) and the model name (each server's) do not
+    # count as the workload.
+    reason = (
+        "the two arms ran different workloads (max_tokens differ between A (baseline) and "
+        "B (eagle))"
+    )
+    assert [(lv["status"], lv["reason"]) for lv in decision["levels"]] == [
+        ("not_comparable", reason)
+    ] * 2
+    b.load = {**load, "duration": 8.0, "model": "eagle.gguf"}
+    b.save(update_fields=["load"])
+    decision = _every_surface(client, a, b)
+    assert [lv["status"] for lv in decision["levels"]] == ["ahead", "behind"]
+
+
+def test_a_starved_load_source_makes_its_level_not_comparable_on_every_surface(
+    pair: Any, tmp_path: Path, client: Client, viewer: Any
+) -> None:
+    a = make_sweep(pair[0], {1: 100, 8: 100}, tmp=tmp_path, jitter=0.05)
+    b = make_sweep(pair[1], {1: 130, 8: 130}, tmp=tmp_path, jitter=0.05, seed=5)
+    why = "37 of 240 arrivals sent over 10 ms after their schedule (p99 48 ms)"
+    SweepLevel.objects.filter(sweep=b, concurrency=8).update(
+        summary={"client": {"client_limited": False, "warnings": [], "load_source_starved": True,
+                            "starved_reason": why}}
+    )  # fmt: skip
+    client.force_login(viewer)
+    decision = _every_surface(client, a, b)
+    assert [(lv["concurrency"], lv["status"], lv["reason"]) for lv in decision["levels"]] == [
+        (1, "ahead", "the interval lies above 1"),
+        (8, "not_comparable", f"B (eagle)'s load source fell behind (starved: {why})"),
+    ]
+    # The page and the report show it beside the level's figures, as the other health lines.
+    for path in ("/compare/", "/compare/report.html"):
+        html = client.get(f"{path}?sweeps={a.pk}&sweeps={b.pk}").content.decode()
+        assert f'data-testid="cell-health-warning">load source starved: {why}</span>' in html

@@ -15,13 +15,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchlib.stats.engines import ENGINE_NAMES
-from benchmarks.experiments import services, tuning
+from benchmarks.experiments import selectors, services, tuning
 from benchmarks.experiments.drafts import draft_length
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
 from benchmarks.models import Experiment, SweepLevel
 from benchmarks.models.experiments import ExperimentState
-from hosts.models import ServerProfile
+from hosts.models import ServerProfile, TelemetrySample
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.experiments.schedule_data import (
     BASELINE,
@@ -256,3 +256,60 @@ def test_no_schedule_is_ranked_on_throughput_at_a_fixed_request_rate(
     experiment.refresh_from_db()
     with pytest.raises(ValidationError, match="fixed request rate"):
         tuning.derive(experiment)
+
+
+def _record_running(experiment: Experiment, running: dict[int, list[int]]) -> None:
+    """Give every completed level a steady window and the running-requests gauge readings the
+    telemetry keeps with its sweep: ``running`` per C, read one a second inside the window,
+    plus a reading before it and one of another kind, which must not count."""
+    for level in SweepLevel.objects.filter(sweep__experiment_step__arm__experiment=experiment):
+        start = 5000.0 + 100.0 * level.pk
+        values = running[level.concurrency]
+        level.summary = {"steady": {"window_wall": [start, start + len(values)]}}
+        level.save(update_fields=["summary"])
+        host = level.sweep.profile.host  # type: ignore[union-attr]
+        rows = [
+            TelemetrySample(host=host, sweep=level.sweep, t=start + 0.5 + i, kind="server",
+                            data={"running": n})
+            for i, n in enumerate(values)
+        ]  # fmt: skip
+        rows.append(
+            TelemetrySample(host=host, sweep=level.sweep, t=start - 1, kind="server",
+                            data={"running": 1})
+        )  # fmt: skip
+        rows.append(
+            TelemetrySample(host=host, sweep=level.sweep, t=start + 1, kind="host",
+                            data={"running": 1})
+        )  # fmt: skip
+        TelemetrySample.objects.bulk_create(rows)
+
+
+def test_the_schedule_switches_on_the_batch_sizes_the_servers_reported(
+    make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    experiment = constructed_experiment(
+        make_profile,
+        [("eagle3", "vllm", vllm_argv(VLLM_EAGLE3), EAGLE3),
+         ("baseline", "vllm", vllm_argv(None), BASELINE)],
+        tmp_path,
+    )  # fmt: skip
+    # At C=8 the server ran 6 or 7 requests (8 in one reading of 21 per level: under the 5%
+    # a batch size needs), at C=64 never below 40.
+    eight = [7] * 11 + [6] * 9 + [8]
+    _record_running(experiment, {1: [1] * 10, 8: eight, 64: [64] * 8 + [40, 48]})
+    arms = selectors.experiment_arm_series(experiment=experiment)
+    observed = selectors.running_batches(series=[series for _, series in arms])
+    # Both arms' readings pooled per level; the reading before the window and the host
+    # sample are left out.
+    assert observed == {1: {1: 20}, 8: {6: 18, 7: 22, 8: 2}, 64: {40: 2, 48: 2, 64: 16}}
+    schedule = experiment_schedule(experiment=experiment)
+    bands = [(b["start"], b["end"], b["draft_length"]) for b in schedule["bands"]]
+    # On C the switch is at 9 (test_a_clean_crossover_gives_two_bands_and_the_vllm_schedule);
+    # here the batch sizes no level ran (8-39) go to the simpler variant: off from 8.
+    assert bands == [(1, 7, 3), (8, None, 0)]
+    statements = schedule["decision"]["statements"]
+    assert statements[-1] == (
+        "Switches placed on the running batch sizes the server reported at each level (each "
+        "batch size read for at least 5% of the level's readings: C=1: 1; C=8: 6-7; "
+        "C=64: 40-64)."
+    )

@@ -44,6 +44,14 @@ def test_a_viewer_reads_the_schedule_and_its_vllm_configuration(
     assert all(b["gain_low"] > 1.0 for b in body["bands"])
     config = json.loads(shlex.split(body["configs"][0]["value"])[1])
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 256, 0]]
+    # The decision the page renders, with where its switches come from (no running-batch
+    # readings were recorded for these levels: on C).
+    decision = body["decision"]
+    assert [(s["start"], s["end"], s["draft_length"]) for s in decision["steps"]] == [
+        (1, 8, 3), (9, None, 0),
+    ]  # fmt: skip
+    assert decision["statements"][-1] == decision["thresholds"]
+    assert decision["thresholds"].startswith("Switches placed on C: no running-batch readings")
 
 
 def test_an_unreadable_draft_length_is_a_200_with_its_message_and_a_missing_one_404(

@@ -121,6 +121,13 @@ def test_verify_queues_the_tuned_arm_with_every_fixed_variant_and_reports_per_le
     assert body["ok"] is True and body["tuned"] == "Sim [schedule]"
     assert [row["best_fixed"] for row in body["levels"]] == ["Sim [K=3]", "Sim [K=3]", "Sim [off]"]
     assert body["verdict"].startswith("The schedule is at least as good as every fixed choice")
+    # The decision behind it: the schedule against each fixed variant, per level, with its
+    # status (what bench_schedule prints).
+    pairs = body["decision"]["pairwise"]
+    assert [p["reference"]["name"] for p in pairs] == body["fixed"]
+    assert all(p["candidate"]["name"] == "Sim [schedule]" for p in pairs)
+    assert all(lv["status"] != "behind" for p in pairs for lv in p["levels"])
+    assert body["decision"]["statements"][0] == body["verdict"]
     # Margin 0 by default (the verification's repeats hold the run-to-run spread), stated in
     # the verdict; a margin asked for is stated instead.
     assert body["margin"] == 0.0 and "margin ±0%" in body["verdict"]
