@@ -123,7 +123,7 @@ async def test_baseline_against_eagle3_reproduces_the_simulators_truth(
     (verdict,) = comparison["verdicts"]
     ratios = {r["concurrency"]: r for r in verdict["ratios"]}
     assert sorted(ratios) == LEVELS
-    assert all(r["method"] == "bootstrap-requests" for r in ratios.values())
+    assert all(r["method"] == "batch-means-log-t" for r in ratios.values())
     served = {
         label: await sync_to_async(truth_tok_s)(experiment.pk, label, path)
         for label, path in truth_logs.items()
