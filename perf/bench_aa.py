@@ -8,14 +8,21 @@ from __future__ import annotations
 # process per run, closed-loop levels from the load generator library, the level's output tok/s
 # per run), judged by the decision object (benchlib.stats.decision) exactly as a comparison is:
 #
-# * A/A, default protocol (2 repeats per arm, A B B A; interval from the repeats, drift from
-#   each arm's first and last run): the share of levels *ahead* or *behind* (target <= 5%).
-# * A/A, single-run mode (A then B, one run each; interval from a bootstrap over the level's
-#   requests, which leaves out run-to-run variance): the same share. Its runs are the first two
-#   runs of each default-protocol experiment, which is exactly what the single-run mode runs.
+# * A/A, default protocol (2 repeats per arm, A B B A; interval from the repeats with the
+#   run-to-run variance pooled over the levels, drift from each arm's first and last run over
+#   the levels): the share of levels *ahead* or *behind* (target <= 5%).
+# * A/A, single-run mode (A then B, one run each; interval from batch means over time windows
+#   of each run, which leaves out run-to-run variance): the same share. Its runs are the first
+#   two runs of each default-protocol experiment, which is exactly what the single-run mode runs.
 # * Known difference: B's step costs divided by 1.05 (5% faster per token, checked against the
-#   simulator's truth log), default protocol: the share of levels *ahead* (target >= 90%).
+#   simulator's truth log per experiment), default protocol: the share of levels *ahead*
+#   (target >= 90%).
+# * Rate mode: A at twice B's step costs at a fixed 3 req/s, A B B A: decided on TPOT p50, never
+#   on throughput (which is the offered rate), about the truth log's 2x (within 10%).
+# * 3 A/A experiments on the real llama.cpp build (`make engines`; the tiny target model as
+#   both arms, a fresh llama-server per run): at most one level flagged. 0 skips them.
 #
+# --dump PATH writes every run's level figures and requests as JSON, to read them again.
 # Nothing here is tuned to pass: the figures are printed as they come, with their spread. Runs
 # Django-free; each run is a new simulator process (as each step of an experiment is a fresh
 # server start). Exit status 0 when every target holds, 1 otherwise.

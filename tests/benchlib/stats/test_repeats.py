@@ -39,7 +39,7 @@ def _experiment(
 
 def _statuses(experiments: int, *, shift: float, run_sd: float, seed: int) -> list[str]:
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
     for _ in range(experiments):
         a, b = _experiment(rng, shift=shift, run_sd=run_sd)
         out.extend(level.status for level in decide_curves(a, b, arms=ARMS).levels)
