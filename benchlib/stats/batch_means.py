@@ -67,7 +67,8 @@ def time_blocks(requests: Sequence[RequestPoint]) -> list[list[RequestPoint]]:
     if not requests:
         return []
     ordered = sorted(requests, key=lambda r: (r.start, r.end))
-    size = max(2, math.ceil(BLOCK_TURNOVERS * achieved_concurrency(ordered)))
+    # At C=1 one request is a whole batch turnover: a block of one is enough.
+    size = max(1, math.ceil(BLOCK_TURNOVERS * achieved_concurrency(ordered)))
     k = min(MAX_BLOCKS, len(ordered) // size)
     if k < MIN_BLOCKS:
         return []

@@ -134,8 +134,8 @@ def test_level_ratio_prefers_repeats_then_requests_then_no_interval():
     bare = LevelSample(2, 100.0)
     assert level_ratio(with_repeats, with_repeats).method == "repeats-log-t"
     assert level_ratio(with_one_repeat, with_repeats).method == "batch-means-log-t"
-    # Too few requests for three blocks of C: no interval, and the reason.
-    few = LevelSample.from_requests(2, reqs[:5])
+    # Too few requests for three time blocks: no interval, and the reason.
+    few = LevelSample.from_requests(2, reqs[:2])
     refused = level_ratio(few, few)
     assert refused.method == "none" and "too few" in refused.refused
     r = level_ratio(bare, LevelSample(2, 80.0))
