@@ -122,7 +122,7 @@ bench-tuning: $(VENV)/.dev-installed
 
 # Not part of `bench`: A/A calibration of the comparison's statuses, a known 5% difference, the
 # rate-mode 2x-TPOT pair and 3 A/A experiments on the real llama.cpp build (needs `make
-# engines`), about 15-20 minutes on 2 cores (docs/measurement.md, "A/A calibration").
+# engines`), 15-30 minutes on 2 cores (docs/measurement.md, "A/A calibration").
 bench-aa: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_aa $(ARGS)
 
