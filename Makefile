@@ -135,8 +135,9 @@ bench-tuning: $(VENV)/.dev-installed
 bench-schedule: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_schedule $(ARGS)
 
-# Not part of `bench`: A/A calibration of the comparison's statuses and a known 5% difference,
-# about 10 minutes on 2 cores (docs/measurement.md, "Protocols").
+# Not part of `bench`: A/A calibration of the comparison's statuses, a known 5% difference, the
+# rate-mode 2x-TPOT pair and 3 A/A experiments on the real llama.cpp build (needs `make
+# engines`), 15-30 minutes on 2 cores (docs/measurement.md, "A/A calibration").
 bench-aa: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_aa $(ARGS)
 

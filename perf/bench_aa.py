@@ -8,19 +8,27 @@ from __future__ import annotations
 # process per run, closed-loop levels from the load generator library, the level's output tok/s
 # per run), judged by the decision object (benchlib.stats.decision) exactly as a comparison is:
 #
-# * A/A, default protocol (2 repeats per arm, A B B A; interval from the repeats, drift from
-#   each arm's first and last run): the share of levels *ahead* or *behind* (target <= 5%).
-# * A/A, single-run mode (A then B, one run each; interval from a bootstrap over the level's
-#   requests, which leaves out run-to-run variance): the same share. Its runs are the first two
-#   runs of each default-protocol experiment, which is exactly what the single-run mode runs.
+# * A/A, default protocol (2 repeats per arm, A B B A; interval from the repeats with the
+#   run-to-run variance pooled over the levels, drift from each arm's first and last run over
+#   the levels): the share of levels *ahead* or *behind* (target <= 5%).
+# * A/A, single-run mode (A then B, one run each; interval from batch means over time windows
+#   of each run, which leaves out run-to-run variance): the same share. Its runs are the first
+#   two runs of each default-protocol experiment, which is exactly what the single-run mode runs.
 # * Known difference: B's step costs divided by 1.05 (5% faster per token, checked against the
-#   simulator's truth log), default protocol: the share of levels *ahead* (target >= 90%).
+#   simulator's truth log per experiment), default protocol: the share of levels *ahead*
+#   (target >= 90%).
+# * Rate mode: A at twice B's step costs at a fixed 3 req/s, A B B A: decided on TPOT p50, never
+#   on throughput (which is the offered rate), about the truth log's 2x (within 10%).
+# * 3 A/A experiments on the real llama.cpp build (`make engines`; the tiny target model as
+#   both arms, a fresh llama-server per run): at most one level flagged. 0 skips them.
 #
+# --dump PATH writes every run's level figures and requests as JSON, to read them again.
 # Nothing here is tuned to pass: the figures are printed as they come, with their spread. Runs
 # Django-free; each run is a new simulator process (as each step of an experiment is a fresh
 # server start). Exit status 0 when every target holds, 1 otherwise.
 import argparse
 import asyncio
+import json
 import math
 import statistics
 import sys
@@ -35,14 +43,21 @@ from benchlib.loadgen.level import run_level
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.prompts import SyntheticPrompts
 from benchlib.simulator.profiles import get_profile
-from benchlib.stats.decision import DEFAULT_MARGIN, Arm, decide_curves
-from benchlib.stats.drift import Run, level_drift
+from benchlib.stats.decision import DEFAULT_MARGIN, Arm, Decision, decide_curves
+from benchlib.stats.drift import Run, experiment_drift, level_drift
 from benchlib.stats.types import Curve, LevelSample, RequestPoint
 from perf.bench_loadgen import _level_cfg, read_truth, simulator
+from perf.llamacpp_server import llama_server, tiny_target
 
 AA_TARGET = 0.05  # at most this share of A/A levels ahead or behind
 KNOWN_TARGET = 0.90  # at least this share of the 5%-faster arm's levels ahead
 SPEEDUP = 1.05
+LLAMACPP_FLAGGED = 1  # at most this many levels of the llama.cpp A/A experiments flagged
+RATE = 3.0  # req/s: well below the simulator's saturation, so throughput is the offered rate
+RATE_CAP = 16  # the rate level's concurrency cap (never reached at this rate)
+RATE_FIGURE = "tpot_p50_ms"
+# "About 2x": the decision's TPOT ratio within this of the truth log's decode-speed ratio.
+RATE_AGREEMENT = 0.10
 
 
 @dataclass(frozen=True)
@@ -82,45 +97,121 @@ def _truth_decode(path: Path) -> float:
     return statistics.median(rates) if rates else math.nan
 
 
+async def _levels_of(
+    args: argparse.Namespace, url: str, label: str, **level_kw: object
+) -> dict[int, LevelRun]:
+    """One run's closed-loop levels against the server at ``url``."""
+    levels: dict[int, LevelRun] = {}
+    for c in args.levels:
+        cfg = _level_cfg(
+            url, c, num_requests=args.requests_per_c * c + args.requests_min,
+            max_tokens=args.max_tokens, warmup_requests=c, **level_kw,
+        )  # fmt: skip
+        result = await run_level(cfg, SyntheticPrompts(args.input_tokens, seed=c))
+        summary = summarize_level(result.records, concurrency=c, anchor=result.anchor)
+        points = tuple(
+            RequestPoint(r.start, r.end, r.output_tokens)
+            for r in result.records
+            if r.ok and not r.warmup and r.end > r.start
+        )
+        value = summary.get("output_tok_s")
+        if value is None or not points:
+            raise RuntimeError(f"{label} C={c}: no completed requests")
+        levels[c] = LevelRun(c, float(value), points)
+    return levels
+
+
 async def _run(
     args: argparse.Namespace, tmp: Path, *, arm: str, repeat: int, position: int, faster: float,
     seed: int,
 ) -> RunResult:  # fmt: skip
-    levels: dict[int, LevelRun] = {}
     extra = _profile_args(args.profile, faster)[2:]
     with simulator(args.profile, tmp, None, "--http", "lean", *extra, seed=seed) as (url, truth, _):
-        for c in args.levels:
-            cfg = _level_cfg(
-                url, c, num_requests=args.requests_per_c * c + args.requests_min,
-                max_tokens=args.max_tokens, warmup_requests=c,
-            )  # fmt: skip
-            result = await run_level(cfg, SyntheticPrompts(args.input_tokens, seed=c))
-            summary = summarize_level(result.records, concurrency=c, anchor=result.anchor)
-            points = tuple(
-                RequestPoint(r.start, r.end, r.output_tokens)
-                for r in result.records
-                if r.ok and not r.warmup and r.end > r.start
-            )
-            value = summary.get("output_tok_s")
-            if value is None or not points:
-                raise RuntimeError(f"{arm} run {repeat} C={c}: no completed requests")
-            levels[c] = LevelRun(c, float(value), points)
+        levels = await _levels_of(args, url, f"{arm} run {repeat}")
     return RunResult(arm, repeat, position, levels, _truth_decode(truth))
 
 
+async def _llamacpp_run(
+    args: argparse.Namespace, tmp: Path, model: Path, *, arm: str, repeat: int, position: int
+) -> RunResult:
+    # Both arms are the same server on the same model: a fresh start per run, as an experiment's.
+    with llama_server(model, tmp) as url:
+        levels = await _levels_of(args, url, f"llama.cpp {arm} run {repeat}", model="target")
+    return RunResult(arm, repeat, position, levels, math.nan)
+
+
+@dataclass(frozen=True)
+class RateRun:
+    arm: str
+    tpot_p50_ms: float
+    output_tok_s: float
+    decode_tok_s: float  # the truth log's median per-request decode speed
+
+
+async def _rate_run(
+    args: argparse.Namespace, tmp: Path, *, arm: str, slower: float, seed: int
+) -> RateRun:
+    extra = _profile_args(args.profile, 1.0 / slower)[2:]
+    with simulator(args.profile, tmp, None, "--http", "lean", *extra, seed=seed) as (url, truth, _):
+        cfg = _level_cfg(
+            url, RATE_CAP, num_requests=args.rate_requests, max_tokens=args.max_tokens,
+            request_rate=RATE, warmup_requests=2, seed=seed,
+        )  # fmt: skip
+        result = await run_level(cfg, SyntheticPrompts(args.input_tokens, seed=seed))
+        summary = summarize_level(result.records, concurrency=RATE_CAP, anchor=result.anchor)
+    tpot, tok_s = summary["tpot_ms"]["p50"], summary.get("output_tok_s")
+    if tpot is None or tok_s is None:
+        raise RuntimeError(f"rate run {arm}: no completed requests")
+    return RateRun(arm, float(tpot), float(tok_s), _truth_decode(truth))
+
+
 async def _experiment(
-    args: argparse.Namespace, tmp: Path, index: int, faster_b: float
+    args: argparse.Namespace, tmp: Path, index: int, faster_b: float, model: Path | None
 ) -> list[RunResult]:
-    order = [("A", 0), ("B", 0), ("B", 1), ("A", 1)]  # the default protocol
     runs = []
-    for position, (arm, repeat) in enumerate(order):
-        runs.append(
-            await _run(
+    for position, (arm, repeat) in enumerate(interleaved_order(args.repeats)):
+        if model is not None:
+            run = await _llamacpp_run(args, tmp, model, arm=arm, repeat=repeat, position=position)
+        else:
+            run = await _run(
                 args, tmp, arm=arm, repeat=repeat, position=position,
                 faster=faster_b if arm == "B" else 1.0, seed=1000 * index + position,
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+        runs.append(run)
     return runs
+
+
+def interleaved_order(repeats: int) -> list[tuple[str, int]]:
+    """(arm, repeat) per run of the interleaved protocol: A B, B A, A B, ... (2: A B B A)."""
+    order: list[tuple[str, int]] = []
+    for repeat in range(repeats):
+        pair = ("A", "B") if repeat % 2 == 0 else ("B", "A")
+        order.extend((arm, repeat) for arm in pair)
+    return order
+
+
+def _dump(path: Path, scenarios: dict[str, list[list[RunResult]]]) -> None:
+    """Every run's level figures and requests, for reading the statistics again offline."""
+    out = {
+        name: [
+            [
+                {
+                    "arm": r.arm, "repeat": r.repeat, "position": r.position,
+                    "decode_tok_s": r.decode_tok_s,
+                    "levels": {
+                        str(c): {"value": lv.value,
+                                 "requests": [[p.start, p.end, p.output_tokens]
+                                              for p in lv.requests]}
+                        for c, lv in r.levels.items()
+                    },
+                }
+                for r in runs
+            ]
+            for runs in experiments
+        ]
+        for name, experiments in scenarios.items()
+    }  # fmt: skip
+    path.write_text(json.dumps(out))
 
 
 def _statuses(
@@ -142,13 +233,21 @@ def _statuses(
         curves.append(Curve(a, tuple(samples)))
     drift: dict[int, float] = {}
     if not single:
-        for c in levels:
-            size = level_drift(
-                c, [Run(r.position, r.arm, r.repeat, r.levels[c].value) for r in runs],
-                reference="A", candidate="B",
-            ).size  # fmt: skip
-            if size is not None:
-                drift[c] = size
+        # As an experiment's stored comparison does (protocol.protocol_drift): the arms' drift
+        # over the experiment's levels, compared with the margin at every level.
+        size = experiment_drift(
+            [
+                level_drift(
+                    c,
+                    [Run(r.position, r.arm, r.repeat, r.levels[c].value) for r in runs],
+                    reference="A",
+                    candidate="B",
+                )
+                for c in levels
+            ]
+        )
+        if size is not None:
+            drift = dict.fromkeys(levels, size)
     decision = decide_curves(curves[0], curves[1], drift=drift, arms=(Arm("A", "A"), Arm("B", "B")))
     return [(level.status, level.reason) for level in decision.levels]
 
@@ -203,45 +302,80 @@ def _spread(name: str, experiments: list[list[RunResult]], levels: Sequence[int]
 
 
 async def _scenario(
-    args: argparse.Namespace, tmp: Path, name: str, faster_b: float
-) -> list[list[RunResult]]:
-    experiments = []
-    for i in range(args.experiments):
+    args: argparse.Namespace, tmp: Path, name: str, faster_b: float, *, experiments: int,
+    model: Path | None = None,
+) -> list[list[RunResult]]:  # fmt: skip
+    out = []
+    for i in range(experiments):
         started = time.monotonic()
-        experiments.append(await _experiment(args, tmp, i, faster_b))
-        print(f"  {name} experiment {i + 1}/{args.experiments}: {time.monotonic() - started:.1f} s",
+        out.append(await _experiment(args, tmp, i, faster_b, model))
+        print(f"  {name} experiment {i + 1}/{experiments}: {time.monotonic() - started:.1f} s",
               flush=True)  # fmt: skip
-    return experiments
+    return out
+
+
+async def _rate_pair(args: argparse.Namespace, tmp: Path) -> tuple[Decision, list[RateRun]]:
+    """A at twice B's step costs (B twice as fast per token), a fixed request rate, A B B A."""
+    runs = []
+    for position, (arm, _) in enumerate(interleaved_order(args.repeats)):
+        slower = 2.0 if arm == "A" else 1.0
+        runs.append(await _rate_run(args, tmp, arm=arm, slower=slower, seed=7000 + position))
+    curves = [
+        Curve(a, (LevelSample.from_repeats(RATE_CAP, [r.tpot_p50_ms for r in runs if r.arm == a]),))
+        for a in ("A", "B")
+    ]
+    decision = decide_curves(
+        curves[0], curves[1], figure=RATE_FIGURE, rate_mode=True,
+        arms=(Arm("A", "A"), Arm("B", "B")),
+    )  # fmt: skip
+    return decision, runs
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
 
 
 async def main_async(args: argparse.Namespace) -> int:
     print(
         f"profile {args.profile}, levels {args.levels}, {args.requests_min} + "
         f"{args.requests_per_c}*C requests of {args.max_tokens} tokens per level, "
-        f"{args.experiments} experiments per scenario, margin {DEFAULT_MARGIN:.0%} "
-        "(the decision's default), 95% confidence"
+        f"{args.experiments} experiments per scenario, {args.repeats} repeats per arm "
+        f"({' '.join(a for a, _ in interleaved_order(args.repeats))}), margin "
+        f"{DEFAULT_MARGIN:.0%} (the decision's default), 95% confidence"
     )
-    ok = True
+    verdicts: list[tuple[str, bool]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-aa-") as tmp_name:
         tmp = Path(tmp_name)
-        aa = await _scenario(args, tmp, "A/A", 1.0)
-        known = await _scenario(args, tmp, "5% faster B", SPEEDUP)
+        aa = await _scenario(args, tmp, "A/A", 1.0, experiments=args.experiments)
+        known = await _scenario(args, tmp, "5% faster B", SPEEDUP, experiments=args.experiments)
+        rate_decision, rate_runs = await _rate_pair(args, tmp)
+        llama: list[list[RunResult]] = []
+        if args.llamacpp_experiments:
+            model = tiny_target(tmp)
+            llama = await _scenario(
+                args, tmp, "llama.cpp A/A", 1.0, experiments=args.llamacpp_experiments,
+                model=model,
+            )  # fmt: skip
+    if args.dump:
+        _dump(args.dump, {"aa": aa, "known": known, "llamacpp": llama})
     elapsed = time.monotonic() - started
     print(f"\n== A/A, same profile as both arms ({elapsed:.0f} s for everything)")
     both = {"ahead", "behind"}
-    share = _share_line(
-        "default protocol (2 repeats, A B B A)",
-        [_statuses(r, args.levels, single=False) for r in aa], both,
-    )  # fmt: skip
-    ok &= share <= AA_TARGET
-    print(f"  target <= {AA_TARGET:.0%}: {'PASS' if share <= AA_TARGET else 'FAIL'}")
+    default_name = f"default protocol ({args.repeats} repeats, interleaved)"
+    share = _share_line(default_name, [_statuses(r, args.levels, single=False) for r in aa], both)
+    verdicts.append(
+        (f"A/A default protocol: ahead or behind <= {AA_TARGET:.0%}", share <= AA_TARGET)
+    )
+    print(f"  target <= {AA_TARGET:.0%}: {_verdict(share <= AA_TARGET)}")
     share = _share_line(
         "single-run mode (A, B; within-run interval)",
         [_statuses(r, args.levels, single=True) for r in aa], both,
     )  # fmt: skip
-    ok &= share <= AA_TARGET
-    print(f"  target <= {AA_TARGET:.0%}: {'PASS' if share <= AA_TARGET else 'FAIL'}")
+    verdicts.append(
+        (f"A/A single-run mode: ahead or behind <= {AA_TARGET:.0%}", share <= AA_TARGET)
+    )
+    print(f"  target <= {AA_TARGET:.0%}: {_verdict(share <= AA_TARGET)}")
     _spread("A/A", aa, args.levels)
 
     print(f"\n== known difference: B's step costs / {SPEEDUP} (default protocol)")
@@ -251,17 +385,54 @@ async def main_async(args: argparse.Namespace) -> int:
         for runs in known
     ]
     print(
-        f"  truth log: B/A per-request decode speed {statistics.fmean(truth):.4f} "
-        f"(min {min(truth):.4f}, max {max(truth):.4f} over the experiments)"
+        "  truth log: B/A per-request decode speed per experiment "
+        + " ".join(f"{t:.3f}" for t in truth)
+        + f"; mean {statistics.fmean(truth):.4f}"
     )
     share = _share_line(
         "default protocol, ahead", [_statuses(r, args.levels, single=False) for r in known],
         {"ahead"},
     )  # fmt: skip
-    ok &= share >= KNOWN_TARGET
-    print(f"  target >= {KNOWN_TARGET:.0%}: {'PASS' if share >= KNOWN_TARGET else 'FAIL'}")
+    verdicts.append((f"5% faster B: ahead >= {KNOWN_TARGET:.0%}", share >= KNOWN_TARGET))
+    print(f"  target >= {KNOWN_TARGET:.0%}: {_verdict(share >= KNOWN_TARGET)}")
     _spread("5% faster B", known, args.levels)
-    return 0 if ok else 1
+
+    print(f"\n== rate mode: A twice B's step costs, {RATE:g} req/s, {args.rate_requests} requests")
+    level = rate_decision.levels[0]
+    tok_s = {a: statistics.fmean(r.output_tok_s for r in rate_runs if r.arm == a) for a in "AB"}
+    truth_rate = statistics.fmean(
+        r.decode_tok_s for r in rate_runs if r.arm == "B"
+    ) / statistics.fmean(r.decode_tok_s for r in rate_runs if r.arm == "A")
+    print(
+        "  TPOT p50 ms per run: "
+        + " ".join(f"{r.arm} {r.tpot_p50_ms:.2f}" for r in rate_runs)
+        + f"; output tok/s B/A {tok_s['B'] / tok_s['A']:.3f} (the offered rate);"
+        f" truth log decode speed B/A {truth_rate:.3f}"
+    )
+    print(f"  {rate_decision.summary}\n  {level.sentence}")
+    on_latency = rate_decision.figure.key == RATE_FIGURE and not rate_decision.figure.throughput
+    close = abs(level.ratio.point / truth_rate - 1.0) <= RATE_AGREEMENT
+    ok = on_latency and level.status == "ahead" and close
+    verdicts.append(
+        (f"rate mode: decided on TPOT, ahead, within {RATE_AGREEMENT:.0%} of the truth log", ok)
+    )
+    print(f"  decided on {rate_decision.figure.label}, {level.status}, point/truth "
+          f"{level.ratio.point / truth_rate:.3f}: {_verdict(ok)}")  # fmt: skip
+
+    if llama:
+        print(f"\n== A/A on the real llama.cpp build ({len(llama)} experiments, default protocol)")
+        per = [_statuses(r, args.levels, single=False) for r in llama]
+        _share_line(default_name, per, both)
+        flagged = sum(s in both for statuses in per for s, _ in statuses)
+        ok = flagged <= LLAMACPP_FLAGGED
+        verdicts.append((f"llama.cpp A/A: at most {LLAMACPP_FLAGGED} level flagged", ok))
+        print(f"  {flagged} levels flagged (target <= {LLAMACPP_FLAGGED}): {_verdict(ok)}")
+        _spread("llama.cpp A/A", llama, args.levels)
+
+    print("\n== criteria (the issue's thresholds)")
+    for name, ok in verdicts:
+        print(f"  {_verdict(ok)}  {name}")
+    return 0 if all(ok for _, ok in verdicts) else 1
 
 
 def _levels(text: str) -> list[int]:
@@ -273,10 +444,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiments", type=int, default=10)
     parser.add_argument("--levels", type=_levels, default=[1, 2, 4, 8])
     parser.add_argument("--profile", default="baseline")
-    parser.add_argument("--requests-min", type=int, default=6)
-    parser.add_argument("--requests-per-c", type=int, default=2)
+    # 8 + 3C: the single-run mode's batch means need 3 blocks of C requests at every level.
+    parser.add_argument("--requests-min", type=int, default=8)
+    parser.add_argument("--requests-per-c", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--input-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--dump", type=Path, default=None)
+    parser.add_argument("--rate-requests", type=int, default=30)
+    parser.add_argument("--llamacpp-experiments", type=int, default=3)
     args = parser.parse_args(argv)
     if args.experiments < 2 or len(args.levels) < 1:
         parser.error("at least 2 experiments and 1 level")

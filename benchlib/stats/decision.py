@@ -50,7 +50,12 @@ from typing import Any, Literal
 
 from benchlib.stats.crossover import interpolate_crossing
 from benchlib.stats.engines import EngineOption, option_names, speculation_switches
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
+from benchlib.stats.intervals import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    is_within_run,
+    ratio_curve,
+)
 from benchlib.stats.schedule import inverse
 from benchlib.stats.types import Curve, Ratio, inside_margin
 
@@ -292,7 +297,10 @@ def _status(
         if reason:
             return "not_comparable", reason
     if ev.drift is not None and ev.drift > margin:
-        return "inconclusive", f"drift of {ev.drift:.1%} between an arm's runs exceeds the margin"
+        return "inconclusive", (
+            f"drift of {ev.drift:.1%} between an arm's first and last runs (over the "
+            "experiment's levels) exceeds the margin"
+        )
     if ratio.refused:
         return "inconclusive", f"interval refused: {ratio.refused}"
     if ratio.low is None or ratio.high is None:
@@ -336,7 +344,7 @@ def _level_sentence(
     runs = f"{repeats} run{'s' if repeats != 1 else ''} per arm"
     body = f"C={c}: {candidate.title} {_STATUS_WORDS[status]} ({reason}): "
     body += f"{_ratio_text(ratio, figure)}; {runs}; {conditions(margin, ratio.confidence)}"
-    if ratio.method == "bootstrap-requests":
+    if is_within_run(ratio.method):
         body += f"; {WITHIN_RUN}"
     return body + "."
 
@@ -505,7 +513,7 @@ def decide(
         sentence = _level_sentence(
             ev.concurrency, status, reason, ratio, ev.repeats, candidate, fig, margin
         )
-        within = ratio.method == "bootstrap-requests"
+        within = is_within_run(ratio.method)
         decided.append(
             LevelDecision(ev.concurrency, ratio, ev.repeats, status, reason, within, sentence)
         )

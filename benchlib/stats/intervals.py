@@ -44,6 +44,12 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 
+from benchlib.stats.batch_means import BLOCK_TURNOVERS, MIN_BLOCKS, ratio_from_batch_means
+from benchlib.stats.repeats import (
+    PooledVariance,
+    curves_pooled_variance,
+    ratio_from_pooled_repeats,
+)
 from benchlib.stats.tdist import t_ppf
 from benchlib.stats.types import (
     Curve,
@@ -52,6 +58,7 @@ from benchlib.stats.types import (
     Ratio,
     RatioCurve,
     RequestPoint,
+    level_throughput,
 )
 
 RequestStatistic = Callable[[Sequence[RequestPoint]], float]
@@ -68,9 +75,22 @@ AGREEMENT = 0.01
 # bootstrap of a single run cannot see how the next server start would have measured.
 INTERVAL_SCOPE = {
     "repeats-log-t": "between-run interval: includes run-to-run variance",
+    "repeats-pooled-log-t": "between-run interval: includes run-to-run variance",
     "bootstrap-requests": "within-run interval: leaves out run-to-run variance",
+    "batch-means-log-t": "within-run interval: leaves out run-to-run variance",
     "none": "no interval",
 }
+# The methods whose interval comes from one run per arm: every statement built on them says so.
+WITHIN_RUN_METHODS = frozenset({"bootstrap-requests", "batch-means-log-t"})
+TOO_FEW_BLOCKS = (
+    f"one run per arm with fewer than {MIN_BLOCKS} time blocks of {BLOCK_TURNOVERS:g}x the "
+    "achieved concurrency in requests: too few to bound the run's own variability"
+)
+
+
+def is_within_run(method: str) -> bool:
+    """Whether an interval by ``method`` leaves out run-to-run variance (one run per arm)."""
+    return method in WITHIN_RUN_METHODS
 
 
 def interval_scope(method: str) -> str:
@@ -218,23 +238,38 @@ def level_ratio(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     statistic: RequestStatistic | None = None,
+    pooled: PooledVariance | None = None,
 ) -> Ratio:
     """B/A at one level: the point is always ``b.value / a.value`` (see the module notes);
-    the interval from repeats when both have >= 2, else a request bootstrap, else none."""
+    the interval from repeats when both have >= 2 (with ``pooled``, the experiment's pooled
+    run-to-run variance: ``repeats``), else batch means over each run's requests
+    (``batch_means``), else none."""
     if a.value <= 0 or b.value <= 0:
         raise ValueError(f"C={a.concurrency}: values must be > 0 for a ratio")
     point = b.value / a.value
     if len(a.repeats) >= 2 and len(b.repeats) >= 2:
-        interval = ratio_from_repeats(a.repeats, b.repeats, confidence=confidence)
+        if pooled is not None:
+            interval = ratio_from_pooled_repeats(
+                a.repeats, b.repeats, pooled, confidence=confidence
+            )
+        else:
+            interval = ratio_from_repeats(a.repeats, b.repeats, confidence=confidence)
     elif a.requests and b.requests:
-        interval = ratio_from_requests(
+        # One run per arm: batch means over time blocks of the run's requests (their own
+        # module's notes say why not a bootstrap over single requests).
+        request_point = (statistic or level_throughput)(b.requests) / (
+            statistic or level_throughput
+        )(a.requests)
+        found = ratio_from_batch_means(
             a.requests,
             b.requests,
+            point=request_point,
             confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
             statistic=statistic,
         )
+        if found is None:
+            return Ratio(point, None, None, "none", confidence, refused=TOO_FEW_BLOCKS)
+        interval = found
     else:
         return Ratio(point, None, None, "none", confidence)
     return publishable(point, interval)
@@ -276,6 +311,7 @@ def ratio_curve(
     """candidate/reference at every concurrency both curves tested, in increasing C."""
     levels: list[LevelRatio] = []
     unmatched: list[int] = []
+    pooled = curves_pooled_variance(reference, candidate)
     for a in reference.levels:
         b = candidate.level(a.concurrency)
         if b is None:
@@ -288,6 +324,7 @@ def ratio_curve(
             n_boot=n_boot,
             seed=level_seed(seed, a.concurrency),
             statistic=statistic,
+            pooled=pooled,
         )
         levels.append(LevelRatio(a.concurrency, ratio))
     unmatched.extend(c for c in candidate.concurrencies if reference.level(c) is None)

@@ -23,7 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-RatioMethod = Literal["repeats-log-t", "bootstrap-requests", "none"]
+RatioMethod = Literal[
+    "repeats-log-t", "repeats-pooled-log-t", "bootstrap-requests", "batch-means-log-t", "none"
+]
 
 
 @dataclass(frozen=True)

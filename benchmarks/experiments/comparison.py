@@ -8,8 +8,8 @@ load than it claims. Per level:
 
 * with two or more repeats on both sides, the ratio's interval comes from the repeats
   (``LevelSample.from_repeats``);
-* with one sweep per side, from a bootstrap over that level's requests, read from the
-  sweep's records file (``LevelSample`` with ``requests``);
+* with one sweep per side, from batch means over time windows of that level's requests, read
+  from the sweep's records file (``LevelSample`` with ``requests``);
 * otherwise there is a point ratio and no interval.
 
 The result is a plain JSON-able dict, stored on a finished experiment and rendered by the

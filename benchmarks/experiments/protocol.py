@@ -2,8 +2,8 @@
 
 ``experiment_protocol`` (a selector) reads how the experiment was run (repeats, order, the
 run order it planned), which interval its levels get (``benchlib.stats.intervals``: from the
-repeats, which hold run-to-run variance, or the single-run mode's request bootstrap, which does
-not) and, per candidate arm and level, the drift and the order effect
+repeats, which hold run-to-run variance, or the single-run mode's batch means over one run's
+requests, which do not) and, per candidate arm and level, the drift and the order effect
 (``benchlib.stats.drift``). It is stored under ``"protocol"`` beside the comparison when the
 experiment ends, so that the decision can hold a level whose drift exceeds the margin
 *inconclusive*, and every surface can say what its interval includes.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchlib.stats.drift import Run, level_drift
+from benchlib.stats.drift import ArmDrift, LevelDrift, Run, experiment_drift, level_drift
 from benchlib.stats.intervals import interval_scope
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, SweepLevel
@@ -22,10 +22,15 @@ from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, Swe
 DRIFT_METRIC = "output_tok_s"
 
 
-def protocol_interval_method(repeats: int) -> str:
-    """The interval method a level of an experiment with ``repeats`` runs per arm gets when
-    every run completed it (``benchlib.stats.intervals.level_ratio``'s choice)."""
-    return "repeats-log-t" if repeats >= 2 else "bootstrap-requests"
+def protocol_interval_method(repeats: int, levels: int = 2) -> str:
+    """The interval method a level of an experiment with ``repeats`` runs per arm and
+    ``levels`` completed levels gets when every run completed it
+    (``benchlib.stats.intervals.ratio_curve``'s choice: the run-to-run variance pooled over
+    the levels when there are two or more, batch means over one run's requests without
+    repeats)."""
+    if repeats >= 2:
+        return "repeats-pooled-log-t" if levels >= 2 else "repeats-log-t"
+    return "batch-means-log-t"
 
 
 def _runs(experiment: Experiment, metric: str) -> dict[int, list[Run]]:
@@ -54,8 +59,8 @@ def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -
         ExperimentStep.objects.filter(experiment=experiment).select_related("arm").order_by("index")
     )
     labels = sorted({s.arm.label for s in steps})
-    method = protocol_interval_method(experiment.repeats)
     by_level = _runs(experiment, metric)
+    method = protocol_interval_method(experiment.repeats, len(by_level))
     drift: dict[str, list[dict[str, Any]]] = {}
     if labels:
         reference = labels[0]
@@ -80,16 +85,39 @@ def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -
 
 
 def protocol_drift(protocol: dict[str, Any]) -> dict[str, dict[int, float]]:
-    """Candidate label -> C -> the largest drift of an arm's own runs, from a protocol record
-    (what ``comparison_build`` hands the decision; levels without two runs of an arm left out)."""
-    return {
-        label: {
-            int(level["concurrency"]): float(level["drift"])
-            for level in levels
-            if level.get("drift") is not None
-        }
-        for label, levels in (protocol.get("drift") or {}).items()
-    }
+    """Candidate label -> C -> the drift the decision compares with the margin, from a protocol
+    record (what ``comparison_build`` hands the decision): the experiment's drift over its
+    levels (``benchlib.stats.drift.experiment_drift``), the same at every level whose arms ran
+    twice; levels without two runs of an arm left out."""
+    out: dict[str, dict[int, float]] = {}
+    for label, levels in (protocol.get("drift") or {}).items():
+        measured = [level for level in levels if level.get("drift") is not None]
+        drifts = [
+            LevelDrift(
+                concurrency=int(level["concurrency"]),
+                reference=str(level["reference"]),
+                candidate=str(level["candidate"]),
+                arms=tuple(
+                    ArmDrift(
+                        arm=str(arm["arm"]),
+                        runs=int(arm["runs"]),
+                        first=float(arm["first"]),
+                        last=float(arm["last"]),
+                        first_position=int(arm["first_position"]),
+                        last_position=int(arm["last_position"]),
+                    )
+                    for arm in level["arms"]
+                ),
+                order_effect=level.get("order_effect"),
+                reference_first_pairs=int(level["reference_first_pairs"]),
+                candidate_first_pairs=int(level["candidate_first_pairs"]),
+            )
+            for level in measured
+        ]
+        size = experiment_drift(drifts)
+        if size is not None:
+            out[label] = {drift.concurrency: size for drift in drifts}
+    return out
 
 
 def experiment_protocol_report(*, experiment: Experiment) -> dict[str, Any]:

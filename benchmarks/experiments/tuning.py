@@ -59,8 +59,8 @@ from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"
-# Sweeps per arm in a verification: with one, a level's interval is a bootstrap over one run's
-# requests, blind to the few percent arms drift between runs on a shared machine.
+# Sweeps per arm in a verification: with one, a level's interval comes from one run's requests
+# (batch means), blind to the few percent arms drift between runs on a shared machine.
 VERIFY_REPEATS = 3
 _SGLANG_ADAPTIVE = ("--speculative-adaptive", "--speculative-adaptive-config")
 

@@ -9,8 +9,8 @@ gauge, whose window is not the level; per category always from the requests.
 
 Goodput: each level's ``goodput_tok_s`` (load-generator summary) is the figure shown and the
 point estimate of the ratio, so the ratio is the row's two figures divided. Its interval comes
-from the repeats when both sides have two or more, else from a bootstrap over that level's
-requests (benchlib.stats), where a request that missed the SLO delivers no tokens.
+from the repeats when both sides have two or more, else from batch means over time windows of
+that level's requests (benchlib.stats), where a request that missed the SLO delivers no tokens.
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ class DecisionRatioOut(Schema):
     point: float
     low: float | None
     high: float | None
-    method: str = Field(description="repeats-*, bootstrap-requests (within-run) or none")
+    method: str = Field(
+        description="repeats-* (between-run), batch-means-log-t or bootstrap-requests "
+        "(within-run) or none"
+    )
     confidence: float
     refused: str = Field(description="Why an interval was computed but not published")
 

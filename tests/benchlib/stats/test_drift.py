@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.stats.drift import Run, level_drift
+from benchlib.stats.drift import Run, experiment_drift, level_drift
 
 
 def _abba(a: tuple[float, float], b: tuple[float, float]) -> list[Run]:
@@ -82,3 +82,25 @@ def test_runs_are_taken_in_their_experiment_order_whatever_order_they_come_in() 
 def test_a_run_without_a_positive_figure_is_refused() -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         Run(0, "A", 0, 0.0)
+
+
+def test_the_experiments_drift_is_the_arms_change_over_all_levels_not_one_levels_noise() -> None:
+    # One level whose two A runs differ by 2.5% (run-to-run noise) among three calm ones: that
+    # level's own drift exceeds a 2% margin, the machine's does not.
+    noisy = {1: {"A": (100.0, 102.5), "B": (100.0, 100.2)}}
+    calm = {c: {"A": (100.0, 100.1), "B": (100.0, 99.9)} for c in (2, 4, 8)}
+    levels = [
+        level_drift(c, _abba(v["A"], v["B"]), reference="A", candidate="B")
+        for c, v in (noisy | calm).items()
+    ]
+    assert levels[0].exceeds(0.02)
+    size = experiment_drift(levels)
+    assert size is not None and size < 0.02
+    # A machine that slows 3% between the first and last run slows every level.
+    slowing = [
+        level_drift(c, _abba((100.0, 97.0), (100.0, 99.0)), reference="A", candidate="B")
+        for c in (1, 2, 4, 8)
+    ]
+    assert experiment_drift(slowing) == pytest.approx(0.03)
+    assert experiment_drift([level_drift(1, [Run(0, "A", 0, 1.0)], reference="A",
+                                         candidate="B")]) is None  # fmt: skip

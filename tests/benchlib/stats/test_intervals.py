@@ -133,7 +133,11 @@ def test_level_ratio_prefers_repeats_then_requests_then_no_interval():
     with_one_repeat = LevelSample(2, 100.0, repeats=[99.0], requests=reqs)
     bare = LevelSample(2, 100.0)
     assert level_ratio(with_repeats, with_repeats).method == "repeats-log-t"
-    assert level_ratio(with_one_repeat, with_repeats, n_boot=50).method == "bootstrap-requests"
+    assert level_ratio(with_one_repeat, with_repeats).method == "batch-means-log-t"
+    # Too few requests for three time blocks: no interval, and the reason.
+    few = LevelSample.from_requests(2, reqs[:2])
+    refused = level_ratio(few, few)
+    assert refused.method == "none" and "too few" in refused.refused
     r = level_ratio(bare, LevelSample(2, 80.0))
     assert (r.method, r.point, r.low, r.high) == ("none", 0.8, None, None)
     assert r.sign == 0  # a point without an interval has no sign
@@ -161,7 +165,7 @@ def test_the_point_is_always_the_ratio_of_the_level_figures_and_the_interval_con
     a = LevelSample.from_requests(2, reqs_a)
     b = LevelSample.from_requests(2, reqs_b)
     r = level_ratio(a, b, n_boot=300)
-    assert r.method == "bootstrap-requests" and not r.refused
+    assert r.method == "batch-means-log-t" and not r.refused
     assert r.point == b.value / a.value
     low, high = bounds(r)
     assert low <= r.point <= high

@@ -114,7 +114,7 @@ def test_request_bootstraps_decide_where_there_are_no_repeats():
     k3 = variant("k3", 3, {1: 120.0, 8: 40.0})
     schedule = derive_schedule([off, k3], n_boot=300)
     assert schedule.steps() == (Step(1, 1, 3), Step(2, None, 0))
-    assert schedule.bands[0].over_runner_up[0].ratio.method == "bootstrap-requests"
+    assert schedule.bands[0].over_runner_up[0].ratio.method == "batch-means-log-t"
 
 
 def test_levels_not_tested_by_every_variant_are_left_out_and_named():

@@ -143,7 +143,7 @@ def test_verdict_from_request_data_has_intervals_and_is_deterministic_given_a_se
     first = compare(base, spec, n_boot=200, seed=9)
     again = compare(base, spec, n_boot=200, seed=9)
     assert first == again
-    assert all(lvl.ratio.method == "bootstrap-requests" for lvl in first.ratios.levels)
+    assert all(lvl.ratio.method == "batch-means-log-t" for lvl in first.ratios.levels)
     last = first.crossover.last
     assert last is not None
     assert last.has_interval

@@ -32,10 +32,17 @@ def constructed_experiment(
         make_profile(name=name, engine=engine, launch_argv=argv) for name, engine, argv, _ in arms
     ]
     levels = sorted({c for *_, values in arms for c in values})
+    # Ten requests per slot at the top level: the single-run interval (batch means over time
+    # windows) needs at least three windows of C requests, and the drain of a few requests per
+    # slot moves a level's figure by several per cent.
+    requests = max(40, 10 * max(levels))
     experiment = services.experiment_create(
-        profiles=profiles, levels=levels, load={"requests_per_level": 40}, repeats=1
+        profiles=profiles, levels=levels, load={"requests_per_level": requests}, repeats=1
     )
     figures = {name: values for name, _, _, values in arms}
     for i, step in enumerate(experiment.steps.select_related("arm__profile")):
-        make_sweep(step.arm.profile, figures[step.arm.profile.name], tmp=tmp, step=step, seed=i)
+        make_sweep(
+            step.arm.profile, figures[step.arm.profile.name], tmp=tmp, step=step, seed=i,
+            requests=requests,
+        )  # fmt: skip
     return experiment

@@ -15,6 +15,7 @@ import pytest
 from django.core.management.base import OutputWrapper
 from django.test import Client
 
+from benchlib.stats.decision import WITHIN_RUN
 from benchmarks.experiments import services
 from benchmarks.models import Experiment, SweepLevel
 from benchmarks.models.experiments import ExperimentState
@@ -122,6 +123,14 @@ def test_every_surface_prints_the_decision(
     assert lines[0].startswith("B vs A: C=")
     assert lines[1 : 1 + len(statements)] == decision["statements"]
 
+    # One run per arm with its requests: batch-means intervals, and every surface says that
+    # they leave out run-to-run variance (the statements above are the decision's).
+    assert decision["within_run"] == records
+    if records:
+        assert all(WITHIN_RUN in lv["sentence"] for lv in decision["levels"])
+        assert WITHIN_RUN in decision["summary"] and WITHIN_RUN in lines[1]
+        assert all(WITHIN_RUN in sentence for _, _, sentence in csv_statements(csv_text, "B/A"))
+
     # The ratio chart plots the decision's ratios, with their statuses and the margin band.
     figures = json.loads(
         page.split('id="comparison-figures" type="application/json">', 1)[1].split("</script>")[0]
@@ -184,7 +193,7 @@ def test_a_fixed_request_rate_is_decided_on_latency(
 def test_a_finished_experiment_says_its_stored_decision_everywhere(
     pair: Any, tmp_path: Path, client: Client, viewer: Any
 ) -> None:
-    # Three repeats per arm, interleaved: Welch intervals over the runs (no within-run caveat).
+    # Three repeats per arm, interleaved: intervals over the runs (no within-run caveat).
     experiment = services.experiment_create(
         profiles=list(pair), levels=[1, 8], load={"requests_per_level": 40}, repeats=3,
         order="interleaved",
@@ -209,7 +218,11 @@ def test_a_finished_experiment_says_its_stored_decision_everywhere(
     statements = normalized(decision["statements"])
 
     assert html_statements(client.get(f"{base}/").content.decode()) == statements
-    assert html_statements(client.get(f"{base}/comparison/").content.decode()) == statements
+    comparison_page = client.get(f"{base}/comparison/").content.decode()
+    assert html_statements(comparison_page) == statements
+    # The pooled between-run interval is labelled as repeats, never as within-run.
+    assert 'title="repeats-pooled-log-t">(repeats)' in comparison_page
+    assert "within-run" not in " ".join(html_statements(comparison_page))
     assert html_statements(client.get(f"{base}/report.html").content.decode()) == statements
     csv_text = client.get(f"{base}/comparison.csv").content.decode()
     assert csv_statements(csv_text, "B/A") == [

@@ -82,8 +82,8 @@ def test_the_command_line_creates_with_the_default_protocol(
 
 
 def test_the_interval_says_whether_it_holds_run_to_run_variance() -> None:
-    a = [RequestPoint(0.1 * i, 0.1 * i + 1.0 + 0.1 * (i % 3), 10 + i % 4) for i in range(20)]
-    b = [RequestPoint(0.1 * i, 0.1 * i + 1.1 + 0.1 * (i % 2), 10 + i % 3) for i in range(20)]
+    a = [RequestPoint(0.1 * i, 0.1 * i + 1.0 + 0.1 * (i % 3), 10 + i % 4) for i in range(60)]
+    b = [RequestPoint(0.1 * i, 0.1 * i + 1.1 + 0.1 * (i % 2), 10 + i % 3) for i in range(60)]
     single = level_ratio(LevelSample.from_requests(1, a), LevelSample.from_requests(1, b))
     repeated = level_ratio(
         LevelSample.from_repeats(1, [80.0, 82.0]), LevelSample.from_repeats(1, [81.0, 79.0])
@@ -111,7 +111,7 @@ def test_the_stored_comparison_carries_the_protocol_its_drift_and_order_effect(
     result = services.experiment_store_comparison(experiment_id=experiment.pk)
     protocol = result["protocol"]
     assert protocol["run_order"] == ["A", "B", "B", "A"]
-    assert (protocol["mode"], protocol["interval_method"]) == ("repeats", "repeats-log-t")
+    assert (protocol["mode"], protocol["interval_method"]) == ("repeats", "repeats-pooled-log-t")
     assert protocol["interval_scope"] == "between-run interval: includes run-to-run variance"
     c1, c8 = protocol["drift"]["B"]
     assert (c1["concurrency"], c1["largest_drift"], c1["order_effect"]) == (1, 0.0, 0.0)

@@ -175,7 +175,7 @@ def test_the_csv_has_one_row_per_level_with_the_ratio_and_its_interval(
     assert [r["concurrency"] for r in rows] == ["1", "2", "8"]
     assert float(rows[2]["A_output_tok_s"]) == 400 and float(rows[2]["B_output_tok_s"]) == 260
     assert float(rows[2]["B/A_low"]) < float(rows[2]["B/A_ratio"]) < float(rows[2]["B/A_high"])
-    assert rows[0]["B/A_method"] == "bootstrap-requests"
+    assert rows[0]["B/A_method"] == "batch-means-log-t"
 
 
 def test_the_html_report_is_self_contained(
