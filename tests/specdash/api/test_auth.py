@@ -137,6 +137,8 @@ VALID_BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
         "profile": 1, "axes": {"--speculative-num-steps": [1, 3]}, "levels": [1],
     },
     ("POST", "/api/v1/experiments/1/verify"): {},
+    ("POST", "/api/v1/experiments/breakeven"): {"profile": 1, "acceptances": [2.0, 3.0], "levels": [1]},
+    ("POST", "/api/v1/experiments/1/breakeven/checks"): {"category": "chat", "experiment": 2},
     ("POST", "/api/v1/experiments"): {"profiles": [1, 2], "levels": [1]},
     ("POST", "/api/v1/experiments/1/cancel"): None,
     ("POST", "/api/v1/experiments/1/resume"): None,
