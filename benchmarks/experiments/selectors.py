@@ -26,7 +26,8 @@ from benchmarks.models import (
 )
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.masking import masked_tree
-from hosts.models import ServerProfile
+from hosts.models import ServerInstance, ServerProfile
+from hosts.models.instances import HOLDING_STATES
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
 LEVEL_FIGURES = (
@@ -86,6 +87,8 @@ def step_as_dict(step: ExperimentStep) -> dict[str, Any]:
         "index": step.index,
         "label": step.arm.label,
         "profile": step.arm.profile.name,
+        # A server running outside specdash: its step starts and stops nothing.
+        "endpoint": step.arm.profile.is_endpoint,
         "repeat": step.repeat,
         "state": step.state,
         "state_label": step.get_state_display(),
@@ -113,6 +116,19 @@ def experiment_as_dict(experiment: Experiment) -> dict[str, Any]:
         "finished_at": _epoch(experiment.finished_at),
         "has_comparison": bool(experiment.comparison),
     }
+
+
+def experiment_port_holder(*, experiment: Experiment) -> ServerInstance | None:
+    """The server whose port a step could not start on (the runner notes it in the history),
+    while it still holds it: the page offers to stop it, then Retry."""
+    for entry in reversed(experiment.history or []):
+        if entry.get("event") == "port_held" and entry.get("instance"):
+            return (
+                ServerInstance.objects.select_related("profile")
+                .filter(pk=entry["instance"], state__in=sorted(HOLDING_STATES))
+                .first()
+            )
+    return None
 
 
 def experiment_current_step(*, steps: Sequence[ExperimentStep]) -> ExperimentStep | None:

@@ -154,6 +154,10 @@ def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, A
         "current": selectors.step_as_dict(current) if current is not None else None,
         "verdicts": verdicts,
         "can_run_experiments": can_run_experiments(request.user),
+        "can_operate": roles.can_operate(request.user),
+        "port_holder": selectors.experiment_port_holder(experiment=experiment)
+        if experiment.is_finished
+        else None,
         "is_verification": tuning.VERIFY_TAG in (experiment.tags or []),
         "live_config": {
             "experimentId": experiment.pk,
@@ -187,6 +191,19 @@ def experiment_resume(request: HtmxHttpRequest, experiment_id: int) -> HttpRespo
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
     return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+
+
+@require_POST
+@experiment_operator_required
+def experiment_rerun(request: HtmxHttpRequest, experiment_id: int) -> HttpResponse:
+    try:
+        again = services.experiment_rerun(
+            experiment=_experiment_or_404(experiment_id), user=request.user
+        )
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+    return redirect("benchmarks:experiment-detail", experiment_id=again.pk)
 
 
 def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:

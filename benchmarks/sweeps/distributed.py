@@ -317,7 +317,10 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
     server = LevelServerMetrics.for_sweep(
-        plan.sweep_id, plan.base_url, keep=scrapes_keeper(plan.records_path, attempt=plan.attempt)
+        plan.sweep_id,
+        plan.base_url,
+        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
+        metrics_url=plan.metrics_url,
     )
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""

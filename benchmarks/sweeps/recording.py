@@ -22,6 +22,7 @@ from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps.endpoints import EndpointCheck
 from core import realtime
 from hosts.models import InstanceState
 
@@ -49,6 +50,10 @@ class SweepPlan:
     # The profile's engine ("" for a server specdash did not start): decides which body
     # fields ask the server for each request's speculative figures.
     engine: str = ""
+    # A server specdash did not start (an endpoint profile's): where its metrics are read and
+    # the readiness check the job makes before the first level and while levels run.
+    metrics_url: str = ""
+    endpoint_check: EndpointCheck | None = None
 
 
 def broadcast_sweep_state(sweep_id: int) -> None:
@@ -113,7 +118,17 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         level_offset=resume_from,
         attempt=sweep.attempts,
         engine=_sweep_engine(sweep),
+        metrics_url=str(target.get("metrics_url") or ""),
+        endpoint_check=_endpoint_check(sweep),
     )
+
+
+def _endpoint_check(sweep: Sweep) -> EndpointCheck | None:
+    profile = sweep.profile
+    if sweep.instance is not None or profile is None or not profile.is_endpoint:
+        return None
+    path = "/" + profile.readiness_path.lstrip("/") if profile.readiness_path else ""
+    return EndpointCheck(url=sweep.base_url.rstrip("/") + path, status=profile.readiness_status)
 
 
 def sweep_model_discovered(*, sweep_id: int, model: str) -> None:

@@ -158,9 +158,9 @@ class LevelServerMetrics:
 
     @classmethod
     def for_sweep(
-        cls, sweep_id: int, base_url: str, *, keep: Keep | None = None
+        cls, sweep_id: int, base_url: str, *, keep: Keep | None = None, metrics_url: str = ""
     ) -> LevelServerMetrics:
-        url = cls.metrics_url(base_url)
+        url = metrics_url or cls.metrics_url(base_url)
         last: dict[str, Any] = {}
 
         async def scrape() -> EngineMetrics:
