@@ -219,6 +219,9 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
         "driver_version": probe.get("driver_version"),
         "cuda_version": probe.get("cuda_version"),
         "host": instance.get("host"),
+        # A server specdash did not start: its URL stands where the launch would.
+        "endpoint": profile.get("kind") == "endpoint",
+        "base_url": (env.get("target") or {}).get("base_url"),
         "notes": sweep.notes,
         "tags": list(sweep.tags),
         "created_at": sweep.created_at.isoformat(),

@@ -253,8 +253,13 @@ def _csv_response(comparison: dict[str, Any], filename: str) -> HttpResponse:
     return response
 
 
-def _report_response(comparison: dict[str, Any], title: str, filename: str) -> HttpResponse:
-    html = report.comparison_report_html(comparison, title=title)
+def _report_response(
+    comparison: dict[str, Any],
+    title: str,
+    filename: str,
+    context: dict[str, Any] | None = None,
+) -> HttpResponse:
+    html = report.comparison_report_html(comparison, title=title, context=context)
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
@@ -272,10 +277,13 @@ def experiment_comparison_csv(request: HttpRequest, experiment_id: int) -> HttpR
 def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment_or_404(experiment_id)
     name = slugify(experiment.name)[:60] or "experiment"
+    # The schedule with each engine's configuration: what a shared report should carry.
+    schedule = speculation_schedule.experiment_schedule(experiment=experiment)
     return _report_response(
         _experiment_comparison(experiment),
         f"{experiment.name}: comparison",
         f"experiment-{experiment.pk}-{name}.html",
+        {"schedule": schedule},
     )
 
 

@@ -1,0 +1,121 @@
+"""The comparison page (2 and 4 arms) and its HTML report as screenshots at 1400 px and 1000 px,
+into docs/screenshots/: a fresh dashboard on a temporary database (the demo's simulated
+servers), a two-arm experiment of the demo profiles and a four-arm parameter matrix of the
+EAGLE-3 profile (off and draft lengths 1, 3, 5: the report then carries a schedule), driven
+through the REST API, then photographed in Debian's Chromium through Playwright.
+
+    .venv/bin/python -m perf.screenshots     # about 4 minutes on 2 cores
+
+Look at the pictures after a change to the charts or the report: no legend over an axis
+title, nothing clipped, the report in the dashboard's colours.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+from perf.dashboard import ROOT, serving
+from perf.ports import free_port
+from specdash.api.client import SpecdashClient
+
+CHROMIUM = "/usr/bin/chromium"
+# The throw-away demo login of a temporary database that is deleted with its directory.
+PASSWORD = "screenshots-pass-123"  # noqa: S105
+OUT = ROOT / "docs" / "screenshots"
+WIDTHS = (1400, 1000)
+LOAD = {"requests_per_level": 8, "input_tokens": 32, "max_tokens": 32}
+LEVELS = [1, 2, 4, 8]
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+
+
+def _experiments(client: SpecdashClient) -> tuple[int, int]:
+    baseline = client.profile_id("Simulated SGLang baseline")
+    eagle = client.profile_id("Simulated SGLang EAGLE-3")
+    two = client.post(
+        "/experiments",
+        {"profiles": [baseline, eagle], "levels": LEVELS, "load": LOAD, "repeats": 1,
+         "name": "EAGLE-3 vs baseline"},
+    )["experiment"]["id"]  # fmt: skip
+    client.wait_finished(f"/experiments/{two}", timeout=600)
+    four = client.post(
+        "/experiments/matrix",
+        {"profile": eagle, "axes": {"--speculative-num-steps": [1, 3, 5]}, "include_off": True,
+         "levels": LEVELS, "load": LOAD, "repeats": 1, "name": "EAGLE-3 draft lengths"},
+    )["experiment"]["id"]  # fmt: skip
+    client.wait_finished(f"/experiments/{four}", timeout=900)
+    return int(two), int(four)
+
+
+def _shoot(page: Page, url: str, path: Path, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1500)  # Plotly lays out after load
+    page.screenshot(path=str(path), full_page=True)
+    print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size // 1024} KiB)")
+
+
+def main() -> None:
+    var = Path(tempfile.mkdtemp(prefix="specdash-screenshots-"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "SPECDASH_VAR_DIR": str(var),
+        "SPECDASH_DEMO_PASSWORD": PASSWORD,
+        "SPECDASH_ENGINE_CACHE": str(var / "engines"),
+        "SPECDASH_RUN_ROOT": str(var / "runs"),
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    _manage(env, "migrate", "--no-input", "-v", "0")
+    _manage(env, "seed_demo")
+    token = _manage(env, "specdash", "token", "--user", "operator").strip().splitlines()[-1]
+    with serving(env=env, port=port, log_path=var / "serve.log") as url:
+        client = SpecdashClient(url, token)
+        try:
+            two, four = _experiments(client)
+        finally:
+            client.close()
+        OUT.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(url + "/accounts/login/")
+            page.fill("input[name=username]", "operator")
+            page.fill("input[name=password]", PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_url(url + "/")
+            for arms, experiment in ((2, two), (4, four)):
+                for width in WIDTHS:
+                    _shoot(
+                        page,
+                        f"{url}/experiments/{experiment}/comparison/",
+                        OUT / f"comparison-{arms}-arms-{width}.png",
+                        width,
+                    )
+                # The report is a download: saved, then opened from the file.
+                with page.expect_download() as download:
+                    page.get_by_test_id("download-report").click()
+                report = var / f"report-{arms}.html"
+                download.value.save_as(report)
+                for width in WIDTHS:
+                    _shoot(page, report.as_uri(), OUT / f"report-{arms}-arms-{width}.png", width)
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()
