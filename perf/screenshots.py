@@ -16,13 +16,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 from playwright.sync_api import Page, sync_playwright
 
 from perf.dashboard import ROOT, serving
 from perf.ports import free_port
-from specdash.api.client import SpecdashClient
 
 CHROMIUM = "/usr/bin/chromium"
 # The throw-away demo login of a temporary database that is deleted with its directory.
@@ -40,22 +42,28 @@ def _manage(env: dict[str, str], *args: str) -> str:
     ).stdout  # fmt: skip
 
 
-def _experiments(client: SpecdashClient) -> tuple[int, int]:
-    baseline = client.profile_id("Simulated SGLang baseline")
-    eagle = client.profile_id("Simulated SGLang EAGLE-3")
-    two = client.post(
-        "/experiments",
-        {"profiles": [baseline, eagle], "levels": LEVELS, "load": LOAD, "repeats": 1,
-         "name": "EAGLE-3 vs baseline"},
-    )["experiment"]["id"]  # fmt: skip
-    client.wait_finished(f"/experiments/{two}", timeout=600)
-    four = client.post(
-        "/experiments/matrix",
-        {"profile": eagle, "axes": {"--speculative-num-steps": [1, 3, 5]}, "include_off": True,
-         "levels": LEVELS, "load": LOAD, "repeats": 1, "name": "EAGLE-3 draft lengths"},
-    )["experiment"]["id"]  # fmt: skip
-    client.wait_finished(f"/experiments/{four}", timeout=900)
-    return int(two), int(four)
+def _finished(client: httpx.Client, experiment: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not client.get(f"/experiments/{experiment}").json()["finished"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"experiment {experiment} did not finish in {timeout:g} s")
+        time.sleep(2)
+
+
+def _experiments(client: httpx.Client) -> tuple[int, int]:
+    profiles = {p["name"]: p["id"] for p in client.get("/profiles").json()["items"]}
+    baseline = profiles["Simulated SGLang baseline"]
+    eagle = profiles["Simulated SGLang EAGLE-3"]
+    body: dict[str, Any] = {"profiles": [baseline, eagle], "levels": LEVELS, "load": LOAD,
+                            "repeats": 1, "name": "EAGLE-3 vs baseline"}  # fmt: skip
+    two = int(client.post("/experiments", json=body).json()["experiment"]["id"])
+    _finished(client, two, 600)
+    body = {"profile": eagle, "axes": {"--speculative-num-steps": [1, 3, 5]},
+            "include_off": True, "levels": LEVELS, "load": LOAD, "repeats": 1,
+            "name": "EAGLE-3 draft lengths"}  # fmt: skip
+    four = int(client.post("/experiments/matrix", json=body).json()["experiment"]["id"])
+    _finished(client, four, 900)
+    return two, four
 
 
 def _shoot(page: Page, url: str, path: Path, width: int) -> None:
@@ -82,11 +90,11 @@ def main() -> None:
     _manage(env, "seed_demo")
     token = _manage(env, "specdash", "token", "--user", "operator").strip().splitlines()[-1]
     with serving(env=env, port=port, log_path=var / "serve.log") as url:
-        client = SpecdashClient(url, token)
-        try:
-            two, four = _experiments(client)
-        finally:
-            client.close()
+        api = httpx.Client(
+            base_url=url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        with api:
+            two, four = _experiments(api)
         OUT.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(

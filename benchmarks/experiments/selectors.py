@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from benchmarks.experiments.comparison import LevelRun, SeriesData
-from benchmarks.experiments.history import HistoryRun
+from benchmarks.experiments.history import HistoryRun, history_load
 from benchmarks.models import (
     Experiment,
     ExperimentArm,
@@ -345,17 +345,23 @@ def profile_history_runs(*, profile_id: int, limit: int = 200) -> list[HistoryRu
     )
     sweeps.reverse()
     rate = set(rate_sweep_ids(sweeps=sweeps))  # levels keyed by C: a rate sweep has one C
-    return [
-        HistoryRun(
-            sweep_id=s.pk,
-            name=str(s),
-            created_at=s.created_at,
-            levels={lv.concurrency: lv.output_tok_s for lv in s.completed if lv.output_tok_s},
-            tags=tuple(s.tags),
+    runs = []
+    for s in sweeps:
+        if s.pk in rate:
+            continue
+        key, label = history_load(levels=s.levels, load=s.load or {})
+        runs.append(
+            HistoryRun(
+                sweep_id=s.pk,
+                name=str(s),
+                created_at=s.created_at,
+                levels={lv.concurrency: lv.output_tok_s for lv in s.completed if lv.output_tok_s},
+                tags=tuple(s.tags),
+                load_key=key,
+                load_label=label,
+            )
         )
-        for s in sweeps
-        if s.pk not in rate
-    ]
+    return runs
 
 
 def profile_detail(*, profile_id: int) -> ServerProfile | None:

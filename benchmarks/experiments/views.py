@@ -25,7 +25,7 @@ from benchmarks.experiments import (
     tuning,
 )
 from benchmarks.experiments import schedule as speculation_schedule
-from benchmarks.experiments.history import history_build
+from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from core import roles
@@ -333,10 +333,20 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = selectors.profile_detail(profile_id=profile_id)
     if profile is None:
         raise Http404("No such profile")
-    history = history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
+    runs = selectors.profile_history_runs(profile_id=profile_id)
+    # Like with like: one load at a time, the latest run's unless ?load= names another.
+    groups = history_groups(runs=runs)
+    chosen = next((g for g in groups if g["key"] == request.GET.get("load")), None)
+    chosen = chosen or (groups[0] if groups else None)
+    history = history_build(
+        runs=[r for r in runs if chosen is not None and r.load_key == chosen["key"]]
+    )
     context = {
         "profile": profile,
         "history": history,
+        "load_groups": groups,
+        "load_group": chosen,
+        "runs_total": len(runs),
         "figure": figures.history_figure(history, profile.name),
         "nav": "experiments",
     }
