@@ -180,7 +180,7 @@ class ExperimentRun:
             return await self._run_endpoint_step(step, profile)
         await self.update(step_id=step.step_id, state=StepState.STARTING)
         if self.last_instance_id is None:
-            ready = await self._ready_server_of(profile)
+            ready = await self._ready_server_of(profile.pk)
             if ready is not None:
                 return await self._reuse(step, ready)
         instance = await self._start(step)
@@ -430,10 +430,12 @@ class ExperimentRun:
         await self.update(step_id=step.step_id, state=StepState.SWEEPING, instance_id=instance.pk)
         return await self._sweep_outcome(step, sweep.pk)
 
-    async def _ready_server_of(self, profile: ServerProfile) -> ServerInstance | None:
-        """A READY server of ``profile`` launched as the profile says now, with no stop asked
+    async def _ready_server_of(self, profile_id: int) -> ServerInstance | None:
+        """A READY server of the profile launched as the profile says now, with no stop asked
         and no sweep running on it: started before the experiment (the README's sweep step
         leaves one), it would otherwise hold the port this step's start needs."""
+        # With its host: the launch it would run names the address it is reached at.
+        profile = await ServerProfile.objects.select_related("host").aget(pk=profile_id)
         candidates = ServerInstance.objects.select_related("profile", "host").filter(
             profile=profile, state=InstanceState.READY, stop_requested=False
         )

@@ -152,12 +152,12 @@ def test_an_experiment_re_uses_a_ready_server_launched_as_its_profile_says(
         profile=profile, host=profile.managed_host, port=profile.port, state="ready",
         run_id="sd-reuse", launch_argv=presets.expand_argv(profile.launch_argv, profile),
     )  # fmt: skip
-    assert async_to_sync(run._ready_server_of)(profile) == ready
+    assert async_to_sync(run._ready_server_of)(profile.pk) == ready
     # Busy with a sweep of someone's: not taken from under it.
     sweep = services.sweep_create(instance=ready, levels=[1], load=LOAD)
-    assert async_to_sync(run._ready_server_of)(profile) is None
+    assert async_to_sync(run._ready_server_of)(profile.pk) is None
     _finished(sweep)
-    assert async_to_sync(run._ready_server_of)(profile) == ready
+    assert async_to_sync(run._ready_server_of)(profile.pk) == ready
     # Launched otherwise than the profile says now: a start (and its port conflict) instead.
     ServerInstance.objects.filter(pk=ready.pk).update(launch_argv=["python3", "-m", "other"])
-    assert async_to_sync(run._ready_server_of)(profile) is None
+    assert async_to_sync(run._ready_server_of)(profile.pk) is None
