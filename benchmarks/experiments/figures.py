@@ -43,9 +43,14 @@ def _layout(title: str, x: dict[str, Any], y_title: str, **extra: Any) -> dict[s
 # container), sized for the rows its entries need in a half-width card (about 440 px at a
 # 1000 px page): a legend placed in plot-height units (y = -0.22) lands on the axis title
 # at some heights. Widths are estimates of Plotly's 12 px text (symbol + 6.5 px a char).
+# The figure states its height (plot + margins), so more rows make the chart taller, never
+# its plot smaller (charts.js sizes the box; the report passes it to Plotly).
 _LEGEND_WIDTH_PX = 440
 _AXIS_BELOW_PX = 56  # tick labels and the x axis's title
 _LEGEND_ROW_PX = 20
+PLOT_HEIGHT_PX = 240
+_TITLE_CHARS = 58  # a title longer than this wraps (a half-width card clips it otherwise)
+_TITLE_LINE_PX = 18
 
 
 def legend_rows(names: list[str], width_px: int = _LEGEND_WIDTH_PX) -> int:
@@ -58,6 +63,16 @@ def legend_rows(names: list[str], width_px: int = _LEGEND_WIDTH_PX) -> int:
     return rows
 
 
+def _wrapped(text: str) -> list[str]:
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= _TITLE_CHARS:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
 def legend_below(figure: dict[str, Any]) -> dict[str, Any]:
     """``figure`` with its legend under the x axis title and the bottom margin that holds it."""
     names = [
@@ -68,7 +83,13 @@ def legend_below(figure: dict[str, Any]) -> dict[str, Any]:
     layout = dict(figure["layout"])
     margin = dict(layout.get("margin") or _MARGIN)
     margin["b"] = _AXIS_BELOW_PX + _LEGEND_ROW_PX * legend_rows(names) + 8
+    title = dict(layout.get("title") or {})
+    lines = _wrapped(str(title.get("text") or ""))
+    if len(lines) > 1:
+        layout["title"] = {**title, "text": "<br>".join(lines)}
+    margin["t"] = int(margin.get("t", 40)) + _TITLE_LINE_PX * (len(lines) - 1)
     layout["margin"] = margin
+    layout["height"] = PLOT_HEIGHT_PX + margin["t"] + margin["b"]
     layout["legend"] = {
         "orientation": "h", "x": 0, "xanchor": "left",
         "y": 0, "yanchor": "bottom", "yref": "container",

@@ -90,7 +90,7 @@ def _chart_html(figures: dict[str, dict[str, Any]], names: tuple[str, ...]) -> l
                 include_plotlyjs=(i == 0),
                 full_html=False,
                 config=PLOTLY_CONFIG,
-                default_height="380px",
+                default_height=f"{figure['layout'].get('height', 380)}px",
                 div_id=f"chart-{name}",
             )
         )

@@ -82,5 +82,8 @@ def test_every_comparison_legend_sits_under_the_axis_title_with_room_for_its_row
         assert (legend["yref"], legend["y"], legend["yanchor"]) == ("container", 0, "bottom")
         names = [t["name"] for t in figure["data"] if t.get("name")]
         rows = legend_rows(names)
-        assert figure["layout"]["margin"]["b"] >= 56 + 20 * rows, name
+        layout = figure["layout"]
+        assert layout["margin"]["b"] >= 56 + 20 * rows, name
+        # The chart grows with its legend: the plot keeps its height.
+        assert layout["height"] - layout["margin"]["t"] - layout["margin"]["b"] == 240, name
     assert legend_rows(["a" * 60] * 4) == 4  # one long entry a row at a half-width card
