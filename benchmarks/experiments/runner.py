@@ -447,7 +447,9 @@ class ExperimentRun:
             busy = await Sweep.objects.filter(
                 instance=instance, state__in=[SweepState.QUEUED, SweepState.RUNNING]
             ).aexists()
-            if same_launch and not busy and not await _lifecycle_busy(instance.pk):
+            # Its lifecycle job runs for as long as the server does (it watches it): that is
+            # no reason not to re-use it, only a sweep on it is.
+            if same_launch and not busy:
                 return instance
         return None
 

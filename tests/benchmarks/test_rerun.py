@@ -17,7 +17,9 @@ from benchmarks.experiments.runner import ExperimentRun
 from benchmarks.models import Experiment, Sweep, SweepState
 from benchmarks.models.experiments import ExperimentState
 from core.jobs import JobContext
+from core.models import Job, JobState
 from hosts import presets
+from hosts import services as host_services
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from tests.benchmarks.test_endpoint_profiles import endpoint_profile
 
@@ -152,6 +154,10 @@ def test_an_experiment_re_uses_a_ready_server_launched_as_its_profile_says(
         profile=profile, host=profile.managed_host, port=profile.port, state="ready",
         run_id="sd-reuse", launch_argv=presets.expand_argv(profile.launch_argv, profile),
     )  # fmt: skip
+    assert async_to_sync(run._ready_server_of)(profile.pk) == ready
+    # Its lifecycle job runs while the server does (it watches it): still re-used.
+    Job.objects.create(kind="server.run", state=JobState.RUNNING,
+                       lock_key=host_services.instance_lock_key(ready.pk))  # fmt: skip
     assert async_to_sync(run._ready_server_of)(profile.pk) == ready
     # Busy with a sweep of someone's: not taken from under it.
     sweep = services.sweep_create(instance=ready, levels=[1], load=LOAD)
