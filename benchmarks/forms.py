@@ -12,7 +12,7 @@ from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
 from benchmarks import selectors, services
 from benchmarks.models.sweeps import DEFAULT_LEVELS
-from hosts.models import ServerInstance
+from hosts.models import ServerInstance, ServerProfile
 
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
@@ -121,17 +121,40 @@ class SweepForm(LoadPlanForm):
         queryset=ServerInstance.objects.none(),
         label="Target server",
         empty_label="Choose a ready server",
+        required=False,
+    )
+    endpoint = forms.ModelChoiceField(
+        queryset=ServerProfile.objects.none(),
+        required=False,
+        label="Or an endpoint",
+        empty_label="None (sweep the server chosen above)",
+        help_text="A server running outside specdash, registered as an endpoint profile: "
+        "swept by its URL, never started or stopped",
     )
     name = forms.CharField(max_length=200, required=False)
 
-    field_order = ["instance", "name", "levels"]
+    field_order = ["instance", "endpoint", "name", "levels"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["instance"]
         assert isinstance(field, InstanceChoiceField)
         field.queryset = selectors.sweep_target_instances()
+        endpoint = self.fields["endpoint"]
+        assert isinstance(endpoint, forms.ModelChoiceField)
+        endpoint.queryset = selectors.sweep_target_endpoints()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if (data.get("instance") is None) == (data.get("endpoint") is None):
+            self.add_error("instance", "Choose a ready server or an endpoint (one of them).")
+        return data
 
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
-        return {"instance": data["instance"], "name": data["name"], **self.plan_kwargs()}
+        return {
+            "instance": data["instance"],
+            "endpoint": data["endpoint"],
+            "name": data["name"],
+            **self.plan_kwargs(),
+        }

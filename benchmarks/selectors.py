@@ -16,7 +16,7 @@ from benchlib.loadgen.settings import stored_workload
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
-from hosts.models import InstanceState, ServerInstance
+from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import SweepSpan
 
 
@@ -167,6 +167,11 @@ def sweep_target_instances() -> QuerySet[ServerInstance]:
         .select_related("profile", "host")
         .order_by("profile__name", "pk")
     )
+
+
+def sweep_target_endpoints() -> QuerySet[ServerProfile]:
+    """The endpoint profiles a new sweep can target (servers specdash did not start)."""
+    return ServerProfile.objects.filter(kind=ProfileKind.ENDPOINT).order_by("name")
 
 
 def instance_state(*, instance_id: int) -> tuple[str, str] | None:

@@ -41,7 +41,7 @@ from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState
 from hosts.masking import masked_argv, masked_env, masked_tree
-from hosts.models import InstanceState, ServerInstance
+from hosts.models import InstanceState, ServerInstance, ServerProfile
 
 SWEEP_JOB_KIND = "sweep.run"
 MAX_CONCURRENCY = 4096
@@ -123,7 +123,11 @@ def sweep_clean_plan(
 
 
 def sweep_environment(
-    *, instance: ServerInstance | None, base_url: str, model: str
+    *,
+    instance: ServerInstance | None,
+    base_url: str,
+    model: str,
+    endpoint: ServerProfile | None = None,
 ) -> dict[str, Any]:
     """What makes a run comparable, frozen at creation: the server's launch and the client."""
     env: dict[str, Any] = {
@@ -152,6 +156,19 @@ def sweep_environment(
             "speculative": profile.speculative,
             "served_model_name": profile.served_model_name,
             "tags": list(profile.tags),
+        }
+    if endpoint is not None:
+        # Nothing of its launch is known: the profile (whose process is not specdash's) and
+        # where its metrics are read.
+        env["target"]["metrics_url"] = endpoint.endpoint_metrics_url
+        env["profile"] = {
+            "id": endpoint.pk,
+            "name": endpoint.name,
+            "kind": endpoint.kind,
+            "engine": endpoint.engine,
+            "speculative": endpoint.speculative,
+            "served_model_name": endpoint.served_model_name,
+            "tags": list(endpoint.tags),
         }
     return env
 
@@ -183,6 +200,7 @@ def sweep_create(
     *,
     instance: ServerInstance | None = None,
     base_url: str = "",
+    endpoint: ServerProfile | None = None,
     levels: Sequence[int],
     load: Mapping[str, Any] | LoadSettings,
     name: str = "",
@@ -193,14 +211,28 @@ def sweep_create(
 ) -> Sweep:
     """Validate, snapshot the environment, create the sweep and queue its ``sweep.run`` job.
 
-    The target is a READY server instance or, for servers specdash did not start, a base URL.
+    The target is a READY server instance or, for servers specdash did not start, an endpoint
+    profile or a base URL. An endpoint profile was registered by staff, so its URL is not
+    checked against the deployment's list of sweep targets (it is normalised as any URL is);
+    its API kind is the load's default.
     Raises ValidationError with errors keyed by field name, WorkerUnavailable (a
     ValidationError) while no healthy job worker is alive (``require_worker=False``: a running
     job's own step, whose worker is alive by definition).
     """
-    if (instance is None) == (not base_url):
+    if endpoint is not None:
+        if instance is not None or base_url:
+            raise ValidationError({"instance": "Choose a server or an endpoint profile, not both."})
+        if not endpoint.is_endpoint:
+            raise ValidationError(
+                {"endpoint": f"{endpoint.name} is a managed profile: start it, sweep its server."}
+            )
+        if endpoint.api_kind and isinstance(load, Mapping) and not load.get("api"):
+            load = {**load, "api": endpoint.api_kind}
+    elif (instance is None) == (not base_url):
         raise ValidationError({"instance": "Choose a ready server (or give a base URL)."})
-    if instance is not None:
+    if endpoint is not None:
+        target_url = targets.normalised_base_url(endpoint.base_url)
+    elif instance is not None:
         instance = ServerInstance.objects.select_related("profile", "host").get(pk=instance.pk)
         if instance.state != InstanceState.READY:
             raise ValidationError(
@@ -215,18 +247,22 @@ def sweep_create(
         except ValidationError:
             raise ValidationError({"base_url": "Enter an http(s) URL."}) from None
     cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
-    model = _target_model(instance, cleaned_load)
+    model = _target_model(instance, cleaned_load) or (
+        endpoint.served_model_name if endpoint is not None else ""
+    )
     if require_worker:
         worker_require(kind=SWEEP_JOB_KIND)
     with transaction.atomic():
         sweep = Sweep.objects.create(
             name=name.strip()[:200],
             instance=instance,
-            profile=instance.profile if instance is not None else None,
+            profile=instance.profile if instance is not None else endpoint,
             base_url="" if instance is not None else target_url,
             levels=cleaned_levels,
             load=cleaned_load,
-            environment=sweep_environment(instance=instance, base_url=target_url, model=model),
+            environment=sweep_environment(
+                instance=instance, base_url=target_url, model=model, endpoint=endpoint
+            ),
             notes=notes,
             tags=_clean_tags(tags),
             created_by=user if user is not None and user.is_authenticated else None,
@@ -314,7 +350,8 @@ def sweep_resume(
         raise ValidationError(
             {"instance": f"server #{sweep.instance.pk} is {sweep.instance.state}, not ready"}
         )
-    if sweep.instance is None and sweep.base_url:
+    endpoint = sweep.profile if sweep.profile is not None and sweep.profile.is_endpoint else None
+    if sweep.instance is None and sweep.base_url and endpoint is None:
         # A base-URL sweep is held to today's rule on every run, not the one it was created
         # under: rows made before targets were closed, or a host since removed, stop here.
         targets.base_url_check(sweep.base_url, user=user)
@@ -339,6 +376,46 @@ def sweep_resume(
         transaction.on_commit(lambda: broadcast_sweep_state(sweep.pk))
     sweep.refresh_from_db()
     return sweep
+
+
+def sweep_rerun(*, sweep: Sweep, user: Any = None) -> Sweep:
+    """A new sweep with a finished sweep's settings (levels, load, name, notes, tags) against
+    the same target: its server if still ready, else a ready server of the same profile (an
+    experiment's sweep included: its server was stopped when the step ended); the same
+    endpoint profile or base URL. ValidationError when the sweep has not finished or no
+    server of its profile is ready (start one first)."""
+    sweep.refresh_from_db()
+    if not sweep.is_finished:
+        raise ValidationError(
+            {"state": f"this sweep is {sweep.state}: re-run it once it has finished"}
+        )
+    profile = sweep.profile
+    target: dict[str, Any] = {}
+    if profile is not None and profile.is_endpoint:
+        target["endpoint"] = profile
+    elif sweep.instance is not None or profile is not None:
+        ready = ServerInstance.objects.filter(state=InstanceState.READY, stop_requested=False)
+        own = ready.filter(pk=sweep.instance_id).first() if sweep.instance_id else None
+        instance = own or ready.filter(profile=profile).order_by("-ready_at").first()
+        if instance is None:
+            name = profile.name if profile is not None else "its profile"
+            raise ValidationError(
+                {"instance": f"No server of {name} is ready: start it, then re-run this sweep."}
+            )
+        target["instance"] = instance
+    else:
+        target["base_url"] = sweep.base_url
+    # An experiment's own tags name its experiment and arm: a sweep run by hand is neither.
+    tags = [t for t in sweep.tags if not t.startswith(("experiment:", "arm:"))]
+    return sweep_create(
+        **target,
+        levels=list(sweep.levels),
+        load=dict(sweep.load),
+        name=sweep.name,
+        notes=sweep.notes,
+        tags=tags,
+        user=user,
+    )
 
 
 def _level_label(sweep: Sweep, plan: level_plans.LevelPlan, index: int) -> str:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep-cancel"),
     path("sweeps/<int:sweep_id>/resume/", views.sweep_resume, name="sweep-resume"),
     path("sweeps/<int:sweep_id>/abandon/", views.sweep_abandon, name="sweep-abandon"),
+    path("sweeps/<int:sweep_id>/rerun/", views.sweep_rerun, name="sweep-rerun"),
     path("sweeps/<int:sweep_id>/levels.csv", views.sweep_export_csv, name="sweep-export-csv"),
     path("sweeps/<int:sweep_id>/levels.json", views.sweep_export_json, name="sweep-export-json"),
     path(

@@ -43,7 +43,8 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
 
 @roles.sweep_operator_required
 def sweep_new(request: HttpRequest) -> HttpResponse:
-    form = forms.SweepForm(request.POST or None)
+    # ?endpoint=<id>: the servers page's Sweep button on an endpoint profile.
+    form = forms.SweepForm(request.POST or None, initial={"endpoint": request.GET.get("endpoint")})
     if request.method == "POST" and form.is_valid():
         try:
             sweep = services.sweep_create(**form.service_kwargs(), user=request.user)
@@ -97,6 +98,17 @@ def sweep_resume(request: HttpRequest, sweep_id: int) -> HttpResponse:
 @roles.sweep_operator_required
 def sweep_abandon(request: HttpRequest, sweep_id: int) -> HttpResponse:
     return _interrupted_action(request, sweep_id, services.sweep_abandon)
+
+
+@require_POST
+@roles.sweep_operator_required
+def sweep_rerun(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    try:
+        again = services.sweep_rerun(sweep=_sweep_or_404(sweep_id), user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("benchmarks:sweep-detail", sweep_id=sweep_id)
+    return redirect("benchmarks:sweep-detail", sweep_id=again.pk)
 
 
 def _interrupted_action(request: HttpRequest, sweep_id: int, action: Any) -> HttpResponse:

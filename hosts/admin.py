@@ -121,6 +121,7 @@ PROFILE_FIELDSETS: _FieldsetSpec = [
         {
             "fields": [
                 "name",
+                "kind",
                 "engine",
                 "host",
                 "container",
@@ -131,7 +132,14 @@ PROFILE_FIELDSETS: _FieldsetSpec = [
             ]
         },
     ),
-    ("Launch", {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]}),
+    (
+        "Endpoint: a server specdash did not start (endpoint profiles only)",
+        {"fields": ["base_url", "metrics_url", "api_kind"]},
+    ),
+    (
+        "Launch (managed profiles only)",
+        {"fields": ["launch_argv", "env", "workdir", "port", "gpu_ids", "stop_grace_s"]},
+    ),
     (
         "Readiness and endpoints",
         {
@@ -164,6 +172,9 @@ class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
             "gpu_ids": "GPU indices as nvidia-smi numbers them on this host, as a JSON list "
             "(e.g. [0, 1]; [] for a CPU server). The server gets CUDA_VISIBLE_DEVICES=0,1 unless "
             "Env sets it, and a start is refused while another instance holds one of them.",
+            "kind": "Managed: specdash starts, watches and stops the server. Endpoint: the server "
+            "runs outside specdash (by hand, systemd, a container, a Kubernetes service); "
+            "specdash sweeps it by its base URL and never starts or stops it.",
             "api_host": "The address the dashboard connects to, and what {api_host} in the launch "
             "command binds to. Blank: the SSH host's address (127.0.0.1 for a local host). A "
             "remote server bound to 127.0.0.1 cannot be reached from the dashboard; a container "
@@ -206,9 +217,10 @@ class VariantFilter(admin.SimpleListFilter):
 class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ServerProfileForm
     list_display = [
-        "name", "engine", "host", "container", "port", "speculative", "variant_of", "updated_at"
+        "name", "kind", "engine", "host", "container", "port", "speculative", "variant_of",
+        "updated_at",
     ]  # fmt: skip
-    list_filter = [VariantFilter, "engine", "speculative", "host"]
+    list_filter = [VariantFilter, "kind", "engine", "speculative", "host"]
     search_fields = ["name", "served_model_name", "notes"]
     fieldsets = PROFILE_FIELDSETS
 
@@ -216,6 +228,9 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # ?engine=vllm on the add page pre-fills that engine's preset.
         initial: dict[str, Any] = dict(super().get_changeform_initial_data(request))
         initial.update(presets.initial_data(str(request.GET.get("engine", "sglang"))))
+        if request.GET.get("kind") == "endpoint":
+            # ?kind=endpoint: a server already running; no launch command or port to fill.
+            initial.update(kind="endpoint", launch_argv=[], port=None, env={})
         return initial
 
     def get_form(
@@ -228,7 +243,7 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {
                     "hx-get": reverse("admin:hosts_serverprofile_preset"),
                     "hx-trigger": "change",
-                    "hx-include": "[name=launch_argv]",
+                    "hx-include": "[name=launch_argv],[name=kind]",
                     "hx-swap": "none",
                 }
             )
@@ -256,7 +271,10 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except ValueError:
             current = None
         fields: list[str] = []
-        if isinstance(current, list) and presets.is_preset_argv(current):
+        if request.GET.get("kind") == "endpoint":
+            # A server already running: no launch command or port to load from a preset.
+            note = f"{label} endpoint: its server runs outside specdash; no launch command."
+        elif isinstance(current, list) and presets.is_preset_argv(current):
             form = self.get_form(request)(initial=presets.initial_data(engine))
             fields = [form[name].as_widget(attrs={"hx-swap-oob": "true"}) for name in PRESET_FIELDS]
             placeholders = presets.placeholders_in(presets.preset_for(engine).argv_template)

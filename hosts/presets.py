@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from hosts.models import ServerProfile
@@ -225,6 +226,10 @@ def initial_data(engine: str) -> dict[str, object]:
 
 def apply_defaults(profile: ServerProfile) -> None:
     preset = preset_for(profile.engine)
+    if profile.is_endpoint:
+        # Its port is its URL's and it has no launch command: only the paths apply.
+        profile.readiness_path = profile.readiness_path or preset.readiness_path
+        return
     if not profile.port:
         profile.port = preset.port
     if not profile.readiness_path:
@@ -238,6 +243,8 @@ def apply_defaults(profile: ServerProfile) -> None:
 def connect_address(profile: ServerProfile) -> str:
     """The address the dashboard connects to for this profile's server (no brackets)."""
     host = profile.host
+    if profile.is_endpoint or host is None:
+        return urlsplit(profile.base_url).hostname or ""
     return profile.api_host or (host.address if host.kind == "ssh" else "127.0.0.1")
 
 

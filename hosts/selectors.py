@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Count, Prefetch, QuerySet
 
 from hosts.masking import masked_text, masked_tree
-from hosts.models import Host, InstanceEvent, ServerInstance, ServerProfile
+from hosts.models import Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 
 
@@ -41,12 +41,17 @@ def profiles_with_active_instance() -> list[ServerProfile]:
         with_active
     )
     return list(
-        ServerProfile.objects.filter(variant_of__isnull=True)
+        ServerProfile.objects.filter(variant_of__isnull=True, kind=ProfileKind.MANAGED)
         .select_related("host", "container")
         .prefetch_related(
             with_active, Prefetch("variants", queryset=variants, to_attr="variant_list")
         )
     )
+
+
+def endpoint_profiles() -> QuerySet[ServerProfile]:
+    """Servers running outside specdash, registered by URL (listed apart: no instances)."""
+    return ServerProfile.objects.filter(kind=ProfileKind.ENDPOINT).select_related("host")
 
 
 def instance_detail(*, instance_id: int) -> ServerInstance | None:

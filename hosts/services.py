@@ -33,6 +33,11 @@ User = Any
 class ServerConflict(Exception):
     """The port or a GPU is already held by another instance on the same host."""
 
+    def __init__(self, message: str, *, holder_id: int | None = None) -> None:
+        super().__init__(message)
+        # The instance holding the port, so a caller can offer to stop it.
+        self.holder_id = holder_id
+
 
 class InvalidTransition(Exception):
     pass
@@ -89,13 +94,21 @@ def instance_start(
     Refused with WorkerUnavailable while no healthy job worker is alive to run it
     (``require_worker=False``: a running job's own step, whose worker is alive by definition).
     """
+    if profile.is_endpoint or profile.host is None:
+        # Its process is someone else's: starting one would launch nothing and claim a port
+        # specdash does not own.
+        raise ServerConflict(
+            f"{profile.name} is an endpoint profile: its server runs outside specdash, which "
+            "measures it but never starts or stops it."
+        )
+    host = profile.host
     if require_worker:
         worker_require(kind="server.run")
     try:
         with transaction.atomic():
             instance = ServerInstance.objects.create(
                 profile=profile,
-                host=profile.host,
+                host=host,
                 port=profile.port,
                 gpu_ids=list(profile.gpu_ids),
                 state=InstanceState.STARTING,
@@ -106,10 +119,7 @@ def instance_start(
                 started_by=_actor(user),
             )
             GpuClaim.objects.bulk_create(
-                [
-                    GpuClaim(host=profile.host, gpu_index=g, instance=instance)
-                    for g in profile.gpu_ids
-                ]
+                [GpuClaim(host=host, gpu_index=g, instance=instance) for g in profile.gpu_ids]
             )
             instance_record_event(
                 instance=instance,
@@ -126,18 +136,19 @@ def instance_start(
             )
     except IntegrityError as exc:
         holder = (
-            ServerInstance.objects.filter(host=profile.host, state__in=sorted(HOLDING_STATES))
+            ServerInstance.objects.filter(host=host, state__in=sorted(HOLDING_STATES))
             .filter(port=profile.port)
             .first()
         )
         if holder is not None:
             raise ServerConflict(
                 f"Port {profile.port} on {profile.host} is held by instance #{holder.pk} "
-                f"({holder.profile}, {holder.state})."
+                f"({holder.profile}, {holder.state}).",
+                holder_id=holder.pk,
             ) from exc
-        busy = GpuClaim.objects.filter(
-            host=profile.host, gpu_index__in=profile.gpu_ids
-        ).select_related("instance__profile")
+        busy = GpuClaim.objects.filter(host=host, gpu_index__in=profile.gpu_ids).select_related(
+            "instance__profile"
+        )
         detail = ", ".join(
             f"GPU {c.gpu_index} by #{c.instance_id} ({c.instance.profile})" for c in busy
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from core import roles
@@ -18,8 +19,10 @@ from hosts.models import Host, ServerInstance, ServerProfile
 def server_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "profiles": selectors.profiles_with_active_instance(),
+        "endpoints": selectors.endpoint_profiles(),
         "instances": selectors.instance_list()[:50],
         "can_operate": roles.can_operate(request.user),
+        "can_sweep": roles.can_run_sweeps(request.user),
         "nav": "servers",
     }
     template = "hosts/servers.html"
@@ -66,6 +69,12 @@ def profile_start(request: HttpRequest, profile_id: int) -> HttpResponse:
 def instance_stop(request: HttpRequest, instance_id: int) -> HttpResponse:
     instance = get_object_or_404(ServerInstance, pk=instance_id)
     services.instance_stop(instance=instance, user=request.user)
+    # ?next=: back to the page that offered the Stop (an experiment's port holder), if local.
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(back)
     return redirect("hosts:instance-detail", instance_id=instance.pk)
 
 

@@ -35,9 +35,66 @@ def _layout(title: str, x: dict[str, Any], y_title: str, **extra: Any) -> dict[s
         "margin": _MARGIN,
         "xaxis": x,
         "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": -0.22},
         **extra,
     }
+
+
+# The legend goes under the x axis's title, in the figure's own bottom margin (``yref``
+# container), sized for the rows its entries need in a half-width card (about 440 px at a
+# 1000 px page): a legend placed in plot-height units (y = -0.22) lands on the axis title
+# at some heights. Widths are estimates of Plotly's 12 px text (symbol + 6.5 px a char).
+# The figure states its height (plot + margins), so more rows make the chart taller, never
+# its plot smaller (charts.js sizes the box; the report passes it to Plotly).
+_LEGEND_WIDTH_PX = 440
+_AXIS_BELOW_PX = 56  # tick labels and the x axis's title
+_LEGEND_ROW_PX = 20
+PLOT_HEIGHT_PX = 240
+_TITLE_CHARS = 58  # a title longer than this wraps (a half-width card clips it otherwise)
+_TITLE_LINE_PX = 18
+
+
+def legend_rows(names: list[str], width_px: int = _LEGEND_WIDTH_PX) -> int:
+    rows, used = 0, float(width_px)
+    for name in names:
+        entry = 46 + 6.5 * len(name)
+        if used + entry > width_px:
+            rows, used = rows + 1, 0.0
+        used += entry
+    return rows
+
+
+def _wrapped(text: str) -> list[str]:
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= _TITLE_CHARS:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def legend_below(figure: dict[str, Any]) -> dict[str, Any]:
+    """``figure`` with its legend under the x axis title and the bottom margin that holds it."""
+    names = [
+        str(trace.get("name") or "")
+        for trace in figure["data"]
+        if trace.get("showlegend", True) and trace.get("name")
+    ]
+    layout = dict(figure["layout"])
+    margin = dict(layout.get("margin") or _MARGIN)
+    margin["b"] = _AXIS_BELOW_PX + _LEGEND_ROW_PX * legend_rows(names) + 8
+    title = dict(layout.get("title") or {})
+    lines = _wrapped(str(title.get("text") or ""))
+    if len(lines) > 1:
+        layout["title"] = {**title, "text": "<br>".join(lines)}
+    margin["t"] = int(margin.get("t", 40)) + _TITLE_LINE_PX * (len(lines) - 1)
+    layout["margin"] = margin
+    layout["height"] = PLOT_HEIGHT_PX + margin["t"] + margin["b"]
+    layout["legend"] = {
+        "orientation": "h", "x": 0, "xanchor": "left",
+        "y": 0, "yanchor": "bottom", "yref": "container",
+    }  # fmt: skip
+    return {**figure, "layout": layout}
 
 
 def throughput_figure(comparison: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +273,7 @@ FIGURES = (
 
 def comparison_figures(comparison: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every chart of the comparison page, by the id of its container."""
-    return {name: build(comparison) for name, build in FIGURES}
+    return {name: legend_below(build(comparison)) for name, build in FIGURES}
 
 
 def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str, Any]:
@@ -231,7 +288,7 @@ def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str
          "line": {"color": COLORS[1]}},
     ]  # fmt: skip
     layout = _layout(f"{profile_name}: throughput per sweep", {"type": "date"}, "output tok/s")
-    return {"data": data, "layout": layout}
+    return legend_below({"data": data, "layout": layout})
 
 
 def schedule_figure(schedule: dict[str, Any]) -> dict[str, Any]:
@@ -274,4 +331,4 @@ def schedule_figure(schedule: dict[str, Any]) -> dict[str, Any]:
         yaxis2={"title": {"text": "gain (x runner-up)"}, "overlaying": "y", "side": "right"},
     )
     layout["margin"] = {**_MARGIN, "r": 64}
-    return {"data": [steps, gain], "layout": layout}
+    return legend_below({"data": [steps, gain], "layout": layout})

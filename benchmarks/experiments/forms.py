@@ -18,6 +18,8 @@ from hosts.models import ServerProfile
 class ProfileChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
     def label_from_instance(self, obj: ServerProfile) -> str:
         spec = " · speculative" if obj.speculative else ""
+        if obj.is_endpoint or obj.host is None:
+            return f"{obj.name} (endpoint {obj.base_url}, not started by specdash{spec})"
         return f"{obj.name} ({obj.host.name}:{obj.port}{spec})"
 
 

@@ -1,15 +1,27 @@
 """A profile's history: per sweep, its single-stream and saturation throughput (the history
-page of a profile, benchmarks.experiments.views.profile_history)."""
+page of a profile, benchmarks.experiments.views.profile_history).
+
+Only runs under the same load are compared: a sweep of 8 requests per level at C=64 and one
+of 400 at C=1..250 do not measure the same thing, so the runs are grouped by their load
+(levels, requests or duration per level, and the workload: API, prompt set, input and output
+tokens, EOS, arrival rate), and the page shows one group at a time, saying which."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from benchlib.stats import Curve, find_saturation
 from benchmarks.experiments.comparison import saturation_dict
+
+# The load settings that change what a level measures (the rest, such as a timeout or the
+# model name sent, do not make two runs incomparable).
+LOAD_KEYS = ("requests_per_level", "duration", "api", "prompt_set", "input_tokens",
+             "max_tokens", "ignore_eos", "temperature", "request_rate", "burstiness")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -19,6 +31,40 @@ class HistoryRun:
     created_at: datetime
     levels: dict[int, float]  # concurrency -> output tok/s of its completed levels
     tags: tuple[str, ...] = ()
+    load_key: str = ""  # runs with the same key ran the same load (history_load)
+    load_label: str = ""
+
+
+def history_load(*, levels: Sequence[int], load: Mapping[str, Any]) -> tuple[str, str]:
+    """(key, label) of a sweep's load: the asked levels and the settings in LOAD_KEYS."""
+    shape: dict[str, Any] = {"levels": sorted(int(c) for c in levels)}
+    shape.update({k: load.get(k) for k in LOAD_KEYS if load.get(k) not in (None, "")})
+    key = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+    per_level = (
+        f"{load['duration']:g} s per level"
+        if load.get("duration")
+        else f"{load.get('requests_per_level')} requests per level"
+    )
+    parts = [
+        f"C={', '.join(str(c) for c in shape['levels'])}",
+        per_level,
+        f"{load.get('api') or 'completions'}, {load.get('prompt_set') or 'synthetic'} prompts",
+        f"{load.get('input_tokens')} in / {load.get('max_tokens')} out tokens"
+        + (", ignore EOS" if load.get("ignore_eos") else ""),
+    ]
+    if load.get("request_rate"):
+        parts.append(f"{load['request_rate']} req/s")
+    return key, "; ".join(parts)
+
+
+def history_groups(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
+    """The loads the runs ran under, the latest first: key, label and how many runs."""
+    groups: dict[str, dict[str, Any]] = {}
+    for run in reversed(runs):  # runs are oldest first
+        group = groups.setdefault(run.load_key, {"key": run.load_key, "label": run.load_label,
+                                                 "count": 0})  # fmt: skip
+        group["count"] += 1
+    return list(groups.values())
 
 
 def history_build(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:

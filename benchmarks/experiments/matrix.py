@@ -277,7 +277,8 @@ def variant_profile(
 ) -> ServerProfile:
     """The profile running ``argv`` on the base's host: an existing one with the same host,
     engine and argv, else a new validated copy of the base named "Base [suffix]"."""
-    for existing in ServerProfile.objects.filter(host_id=base.host_id, engine=base.engine):
+    host = base.managed_host  # matrix_preview refuses an endpoint base before any variant
+    for existing in ServerProfile.objects.filter(host=host, engine=base.engine):
         if existing.launch_argv == argv:
             return existing
     variant = ServerProfile(
@@ -301,6 +302,10 @@ def matrix_preview(
 ) -> list[VariantSpec]:
     """The variants ``matrix_variants`` would run for ``user``, in arm order, without saving
     anything; ValidationError (keyed "axes") as it would raise (``check_axes`` included)."""
+    if base.is_endpoint:
+        raise ValidationError(
+            {"base": [f"{base.name} is an endpoint: it has no launch command to vary"]}
+        )
     parsed = parse_axes(axes)
     check_axes(base.engine, parsed, user=user)
     specs = expand(base, parsed, include_off=include_off)

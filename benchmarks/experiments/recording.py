@@ -136,14 +136,21 @@ def experiment_step_start(
 
 
 def experiment_step_sweep(
-    *, plan: ExperimentPlan, step: StepPlan, instance_id: int, host_probe: dict[str, Any]
+    *,
+    plan: ExperimentPlan,
+    step: StepPlan,
+    instance_id: int | None,
+    host_probe: dict[str, Any],
+    endpoint: ServerProfile | None = None,
 ) -> Sweep:
-    """Create the step's sweep against its READY instance and move the step to sweeping."""
+    """Create the step's sweep against its READY instance (or, for an endpoint profile's
+    arm, against the endpoint's URL) and move the step to sweeping."""
     with transaction.atomic():
-        instance = ServerInstance.objects.get(pk=instance_id)
+        instance = ServerInstance.objects.get(pk=instance_id) if instance_id is not None else None
         repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
         sweep = sweep_services.sweep_create(
             instance=instance,
+            endpoint=endpoint,
             levels=plan.levels,
             load=plan.load,
             name=f"{plan.name} · {step.label}{repeat}"[:200],
@@ -156,7 +163,9 @@ def experiment_step_sweep(
         # The sweep's environment (argv, env, server_info) plus what the host said about its GPUs,
         # and the run's environment record (appended: a record is never rewritten).
         record = run_environment_record(
-            sweep_environment=sweep.environment, probe=host_probe, gpu_ids=instance.gpu_ids
+            sweep_environment=sweep.environment,
+            probe=host_probe,
+            gpu_ids=instance.gpu_ids if instance is not None else [],
         )
         records = [*sweep.environment.get("records", []), record]
         sweep.environment = {**sweep.environment, "host_probe": host_probe, "records": records}

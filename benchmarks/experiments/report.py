@@ -13,10 +13,24 @@ from typing import Any
 import plotly.io as pio
 from django.template.loader import render_to_string
 
-from benchmarks.experiments.figures import comparison_figures
+from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
 
 FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+# The dashboard's look (static/specdash/app.css) for the report's charts: without a template
+# of its own, plotly.io.to_html applies Python Plotly's default one (grey plot area, white
+# grid), which the page's charts (plotly.js, no template) never show.
+APP_TEMPLATE: dict[str, Any] = {
+    "layout": {
+        "font": {"family": "system-ui, sans-serif", "color": "#1d2330", "size": 12},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "colorway": list(COLORS),
+        "xaxis": {"gridcolor": "#e2e5ea", "linecolor": "#c8cdd6", "zerolinecolor": "#c8cdd6"},
+        "yaxis": {"gridcolor": "#e2e5ea", "linecolor": "#c8cdd6", "zerolinecolor": "#c8cdd6"},
+        "hoverlabel": {"font": {"family": "system-ui, sans-serif"}},
+    }
+}
 
 
 # A pair's columns per level: the decision's oriented ratio, its status and its sentence
@@ -65,16 +79,18 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def _chart_html(figures: dict[str, dict[str, Any]]) -> list[str]:
+def _chart_html(figures: dict[str, dict[str, Any]], names: tuple[str, ...]) -> list[str]:
     charts = []
-    for i, name in enumerate(FIGURES_IN_REPORT):
+    for i, name in enumerate(names):
+        figure = figures[name]
+        styled = {**figure, "layout": {**figure["layout"], "template": APP_TEMPLATE}}
         charts.append(
             pio.to_html(
-                figures[name],
+                styled,
                 include_plotlyjs=(i == 0),
                 full_html=False,
                 config=PLOTLY_CONFIG,
-                default_height="380px",
+                default_height=f"{figure['layout'].get('height', 380)}px",
                 div_id=f"chart-{name}",
             )
         )
@@ -84,14 +100,23 @@ def _chart_html(figures: dict[str, dict[str, Any]]) -> list[str]:
 def comparison_report_html(
     comparison: dict[str, Any], *, title: str, context: dict[str, Any] | None = None
 ) -> str:
-    """The whole comparison as one HTML document (charts, verdict, table, environment)."""
+    """The whole comparison as one HTML document (charts, verdict, table, what was run with
+    each server's launch and environment) and, with ``context["schedule"]`` available, the
+    speculation schedule with each engine's configuration."""
     figures = comparison_figures(comparison)
+    names: tuple[str, ...] = FIGURES_IN_REPORT
+    schedule = (context or {}).get("schedule") or {}
+    if schedule.get("available"):
+        figures["schedule"] = schedule_figure(schedule)
+        names = (*names, "schedule")
+    charts = _chart_html(figures, names)
     return render_to_string(
         "benchmarks/comparison_report.html",
         {
             "title": title,
             "comparison": comparison,
-            "charts": _chart_html(figures),
+            "charts": charts[: len(FIGURES_IN_REPORT)],
+            "schedule_chart": charts[-1] if "schedule" in names else "",
             **(context or {}),
         },
     )

@@ -36,7 +36,9 @@ from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.sweeps import endpoints
 from core.jobs import JobContext
+from hosts import presets
 from hosts import services as host_services
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES
@@ -179,7 +181,14 @@ class ExperimentRun:
         if self.last_instance_id is not None:
             await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
             await self._stop_last(reason_if_dirty=f"before step {step.index + 1}")
+        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        if profile.is_endpoint:
+            return await self._run_endpoint_step(step, profile)
         await self.update(step_id=step.step_id, state=StepState.STARTING)
+        if self.last_instance_id is None:
+            ready = await self._ready_server_of(profile.pk)
+            if ready is not None:
+                return await self._reuse(step, ready)
         instance = await self._start(step)
         if instance is None:
             return False
@@ -219,6 +228,82 @@ class ExperimentRun:
                 step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
             )
             return False
+        return await self._sweep_outcome(step, sweep.pk)
+
+    # -- an endpoint profile's step: nothing to start or stop --
+
+    async def _endpoint_ready(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+        """Ask the endpoint's readiness URL (its server runs outside specdash: there is no
+        start to wait for); a failed check fails the step as a failed start does."""
+        await self.update(
+            step_id=step.step_id,
+            state=StepState.STARTING,
+            reason=f"checking endpoint {profile.base_url} (not started by specdash)",
+        )
+        check = _endpoint_check(profile)
+        problem = await endpoints.endpoint_problem(
+            check, request_timeout_s=endpoints.WATCH.timeout_seconds
+        )
+        if problem:
+            await self._start_failed(step, endpoints.not_ready_reason(problem))
+            return False
+        return True
+
+    async def _run_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+        if not await self._endpoint_ready(step, profile):
+            return False
+        base_url = profile.base_url.rstrip("/")
+        if self.plan.check_output_equivalence:
+            await self.update(step_id=step.step_id, state=StepState.CHECKING_OUTPUTS, reason="")
+            try:
+                model = profile.served_model_name or await discover_model(base_url)
+            except ModelDiscoveryError as exc:
+                reason = f"no model name for the output check: {exc}"
+                await self.update(step_id=step.step_id, state=StepState.FAILED, reason=reason)
+                return False
+            result = await equivalence.equivalence_probe(
+                base_url=base_url, model=model, api_path=profile.openai_base_path
+            )
+            await self.update(
+                step_id=step.step_id, state=StepState.CHECKING_OUTPUTS, equivalence=result
+            )
+            self._check_cancel()
+        # No host probe: no agent runs beside a server specdash did not start.
+        probe = {"error": "not probed: an endpoint's server runs outside specdash"}
+        try:
+            sweep = await sync_to_async(services.experiment_step_sweep)(
+                plan=self.plan, step=step, instance_id=None, host_probe=probe, endpoint=profile
+            )
+        except ValidationError as exc:
+            reason = "; ".join(exc.messages)
+            await self.update(
+                step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
+            )
+            return False
+        await self.update(step_id=step.step_id, state=StepState.SWEEPING, reason="")
+        return await self._sweep_outcome(step, sweep.pk)
+
+    async def _resume_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        if sweep is None:
+            return await self._run_step(step)
+        sweep = await self._sweep_finished(sweep.pk)
+        if sweep.state != SweepState.INTERRUPTED:
+            return await self._sweep_outcome(step, sweep.pk)
+        if self.last_instance_id is not None:
+            await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
+            await self._stop_last(reason_if_dirty=f"before resuming step {step.index + 1}")
+        if not await self._endpoint_ready(step, profile):
+            return False
+        try:
+            await sync_to_async(sweep_services.sweep_resume)(sweep=sweep, user=self.plan.user)
+        except ValidationError as exc:
+            reason = "; ".join(exc.messages)
+            await self.update(
+                step_id=step.step_id, state=StepState.FAILED, reason=f"no resume: {reason}"
+            )
+            return False
+        await self.update(step_id=step.step_id, state=StepState.SWEEPING, reason="")
         return await self._sweep_outcome(step, sweep.pk)
 
     async def _sweep_outcome(self, step: services.StepPlan, sweep_id: int) -> bool:
@@ -297,6 +382,9 @@ class ExperimentRun:
     async def _resume_step(self, step: services.StepPlan, row: ExperimentStep) -> bool:
         """Pick up a step an interrupted run left: its server if it can carry on, else a
         verified stop and a fresh start; its sweep resumed from the first unfinished level."""
+        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        if profile.is_endpoint:
+            return await self._resume_endpoint_step(step, profile)
         note = sync_to_async(services.experiment_history_note)
         why = await self._why_not_reusable(step, row)
         sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
@@ -348,6 +436,46 @@ class ExperimentRun:
         await self.update(step_id=step.step_id, state=StepState.SWEEPING, instance_id=instance.pk)
         return await self._sweep_outcome(step, sweep.pk)
 
+    async def _ready_server_of(self, profile_id: int) -> ServerInstance | None:
+        """A READY server of the profile launched as the profile says now, with no stop asked
+        and no sweep running on it: started before the experiment (the README's sweep step
+        leaves one), it would otherwise hold the port this step's start needs."""
+        # With its host: the launch it would run names the address it is reached at.
+        profile = await ServerProfile.objects.select_related("host").aget(pk=profile_id)
+        candidates = ServerInstance.objects.select_related("profile", "host").filter(
+            profile=profile, state=InstanceState.READY, stop_requested=False
+        )
+        async for instance in candidates.order_by("-ready_at"):
+            same_launch = (list(instance.launch_argv), dict(instance.env)) == (
+                presets.expand_argv(profile.launch_argv, profile),
+                dict(profile.env),
+            )
+            busy = await Sweep.objects.filter(
+                instance=instance, state__in=[SweepState.QUEUED, SweepState.RUNNING]
+            ).aexists()
+            # Its lifecycle job runs for as long as the server does (it watches it): that is
+            # no reason not to re-use it, only a sweep on it is.
+            if same_launch and not busy:
+                return instance
+        return None
+
+    async def _reuse(self, step: services.StepPlan, instance: ServerInstance) -> bool:
+        """Measure on a server that was already ready; the experiment stops it afterwards as
+        it stops the servers it started (the next step needs a clean GPU)."""
+        await self.update(
+            step_id=step.step_id,
+            state=StepState.STARTING,
+            instance_id=instance.pk,
+            reason=f"re-using server #{instance.pk}, already ready",
+        )
+        await sync_to_async(services.experiment_history_note)(
+            experiment_id=self.plan.experiment_id,
+            entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk,
+                   "reason": "it was already ready with this profile's launch"},
+        )  # fmt: skip
+        self.last_instance_id = instance.pk
+        return await self._measure(step, instance)
+
     async def _start(self, step: services.StepPlan) -> ServerInstance | None:
         profile = await ServerProfile.objects.aget(pk=step.profile_id)
         try:
@@ -357,6 +485,13 @@ class ExperimentRun:
                 step_id=step.step_id, profile=profile, user=self.plan.user
             )
         except host_services.ServerConflict as exc:
+            if exc.holder_id is not None:
+                # The page offers to stop it and retry (benchmarks.experiments.selectors).
+                await sync_to_async(services.experiment_history_note)(
+                    experiment_id=self.plan.experiment_id,
+                    entry={"event": "port_held", "step": step.index + 1,
+                           "instance": exc.holder_id, "reason": str(exc)},
+                )  # fmt: skip
             await self._start_failed(step, f"could not start: {exc}")
             return None
         self.last_instance_id = instance.pk
@@ -442,6 +577,13 @@ class ExperimentRun:
         assert self.current_step is not None
         step = await ExperimentStep.objects.aget(pk=self.current_step.step_id)
         return step.get_state_display().lower()
+
+
+def _endpoint_check(profile: ServerProfile) -> endpoints.EndpointCheck:
+    path = "/" + profile.readiness_path.lstrip("/") if profile.readiness_path else ""
+    return endpoints.EndpointCheck(
+        url=profile.base_url.rstrip("/") + path, status=profile.readiness_status
+    )
 
 
 async def run_experiment(ctx: JobContext) -> dict[str, Any]:

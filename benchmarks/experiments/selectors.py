@@ -16,7 +16,7 @@ from django.db.models import Prefetch, QuerySet
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
-from benchmarks.experiments.history import HistoryRun
+from benchmarks.experiments.history import HistoryRun, history_load
 from benchmarks.models import (
     Experiment,
     ExperimentArm,
@@ -28,7 +28,8 @@ from benchmarks.models import (
 )
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.masking import masked_tree
-from hosts.models import ServerProfile, TelemetryKind, TelemetrySample
+from hosts.models import ServerInstance, ServerProfile, TelemetryKind, TelemetrySample
+from hosts.models.instances import HOLDING_STATES
 
 # The level figures a comparison reads (SweepLevel's denormalised headline columns).
 LEVEL_FIGURES = (
@@ -88,6 +89,8 @@ def step_as_dict(step: ExperimentStep) -> dict[str, Any]:
         "index": step.index,
         "label": step.arm.label,
         "profile": step.arm.profile.name,
+        # A server running outside specdash: its step starts and stops nothing.
+        "endpoint": step.arm.profile.is_endpoint,
         "repeat": step.repeat,
         "state": step.state,
         "state_label": step.get_state_display(),
@@ -115,6 +118,19 @@ def experiment_as_dict(experiment: Experiment) -> dict[str, Any]:
         "finished_at": _epoch(experiment.finished_at),
         "has_comparison": bool(experiment.comparison),
     }
+
+
+def experiment_port_holder(*, experiment: Experiment) -> ServerInstance | None:
+    """The server whose port a step could not start on (the runner notes it in the history),
+    while it still holds it: the page offers to stop it, then Retry."""
+    for entry in reversed(experiment.history or []):
+        if entry.get("event") == "port_held" and entry.get("instance"):
+            return (
+                ServerInstance.objects.select_related("profile")
+                .filter(pk=entry["instance"], state__in=sorted(HOLDING_STATES))
+                .first()
+            )
+    return None
 
 
 def experiment_current_step(*, steps: Sequence[ExperimentStep]) -> ExperimentStep | None:
@@ -212,6 +228,9 @@ def _environment_summary(sweep: Sweep) -> dict[str, Any]:
         "driver_version": probe.get("driver_version"),
         "cuda_version": probe.get("cuda_version"),
         "host": instance.get("host"),
+        # A server specdash did not start: its URL stands where the launch would.
+        "endpoint": profile.get("kind") == "endpoint",
+        "base_url": (env.get("target") or {}).get("base_url"),
         "notes": sweep.notes,
         "tags": list(sweep.tags),
         "created_at": sweep.created_at.isoformat(),
@@ -358,17 +377,23 @@ def profile_history_runs(*, profile_id: int, limit: int | None = None) -> list[H
     )
     sweeps.reverse()
     rate = set(rate_sweep_ids(sweeps=sweeps))  # levels keyed by C: a rate sweep has one C
-    return [
-        HistoryRun(
-            sweep_id=s.pk,
-            name=str(s),
-            created_at=s.created_at,
-            levels={lv.concurrency: lv.output_tok_s for lv in s.completed if lv.output_tok_s},
-            tags=tuple(s.tags),
+    runs = []
+    for s in sweeps:
+        if s.pk in rate:
+            continue
+        key, label = history_load(levels=s.levels, load=s.load or {})
+        runs.append(
+            HistoryRun(
+                sweep_id=s.pk,
+                name=str(s),
+                created_at=s.created_at,
+                levels={lv.concurrency: lv.output_tok_s for lv in s.completed if lv.output_tok_s},
+                tags=tuple(s.tags),
+                load_key=key,
+                load_label=label,
+            )
         )
-        for s in sweeps
-        if s.pk not in rate
-    ]
+    return runs
 
 
 def profile_detail(*, profile_id: int) -> ServerProfile | None:

@@ -310,3 +310,42 @@ def experiment_resume(*, experiment: Experiment, user: Any = None, by: str = "")
         _broadcast_state(experiment.pk)
     experiment.refresh_from_db()
     return experiment
+
+
+def experiment_rerun(*, experiment: Experiment, user: Any = None) -> Experiment:
+    """Run a finished experiment again with the same settings: a new experiment of the same
+    profiles in the same order (A stays the reference), levels, load, protocol and options,
+    its history naming the one it repeats. The page's Retry of a failed experiment and
+    Re-run of any finished one; the original keeps what it measured."""
+    experiment.refresh_from_db()
+    if not experiment.is_finished:
+        raise ValidationError(
+            {"state": f"this experiment is {experiment.state}: re-run it once it has finished"}
+        )
+    arms = experiment.arms.select_related("profile").order_by("position")
+    again = experiment_create(
+        profiles=[arm.profile for arm in arms],
+        levels=list(experiment.levels),
+        load=dict(experiment.load),
+        name=experiment.name,
+        repeats=experiment.repeats,
+        order=experiment.order,
+        continue_on_start_failure=experiment.continue_on_start_failure,
+        check_output_equivalence=experiment.check_output_equivalence,
+        notes=experiment.notes,
+        tags=list(experiment.tags),
+        auto_resume=experiment.auto_resume,
+        user=user,
+    )
+    who = getattr(user, "username", "") or "the system"
+    with transaction.atomic():
+        _history_add(
+            again.pk,
+            {
+                "event": "rerun",
+                "by": who,
+                "reason": f"same settings as experiment #{experiment.pk}",
+            },
+        )
+    again.refresh_from_db()
+    return again

@@ -135,7 +135,7 @@ def _vllm_form(profiles: Sequence[ServerProfile]) -> bool:
 def _config_file(template: ServerProfile, text: str) -> str:
     """SGLang reads its adaptive config from a file: written here for a local host, where the
     server runs on this machine; elsewhere the file would have to be placed by hand."""
-    if template.host.kind != HostKind.LOCAL:
+    if template.host is None or template.host.kind != HostKind.LOCAL:
         raise _invalid(
             f"SGLang's --speculative-adaptive-config is a file on the server's host; "
             f"{template.host} is not local. Place this {SGLANG_CONFIG_FILE} there and add a "

@@ -26,6 +26,11 @@ urlpatterns = [
         name="experiment-resume",
     ),
     path(
+        "experiments/<int:experiment_id>/rerun/",
+        views.experiment_rerun,
+        name="experiment-rerun",
+    ),
+    path(
         "experiments/<int:experiment_id>/comparison/",
         views.experiment_comparison,
         name="experiment-comparison",

@@ -24,7 +24,7 @@ from benchmarks.experiments import (
     stored,
     tuning,
 )
-from benchmarks.experiments.history import history_build
+from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from core import roles
@@ -142,6 +142,10 @@ def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, A
         "current": selectors.step_as_dict(current) if current is not None else None,
         "verdicts": verdicts,
         "can_run_experiments": can_run_experiments(request.user),
+        "can_operate": roles.can_operate(request.user),
+        "port_holder": selectors.experiment_port_holder(experiment=experiment)
+        if experiment.is_finished
+        else None,
         "is_verification": tuning.VERIFY_TAG in (experiment.tags or []),
         "live_config": {
             "experimentId": experiment.pk,
@@ -175,6 +179,19 @@ def experiment_resume(request: HtmxHttpRequest, experiment_id: int) -> HttpRespo
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
     return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+
+
+@require_POST
+@experiment_operator_required
+def experiment_rerun(request: HtmxHttpRequest, experiment_id: int) -> HttpResponse:
+    try:
+        again = services.experiment_rerun(
+            experiment=_experiment_or_404(experiment_id), user=request.user
+        )
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return redirect("benchmarks:experiment-detail", experiment_id=experiment_id)
+    return redirect("benchmarks:experiment-detail", experiment_id=again.pk)
 
 
 def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -225,9 +242,12 @@ def _csv_response(comparison: dict[str, Any], filename: str) -> HttpResponse:
 
 
 def _report_response(
-    comparison: dict[str, Any], title: str, filename: str, audit_outcome: dict[str, Any]
+    comparison: dict[str, Any],
+    title: str,
+    filename: str,
+    context: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    html = report.comparison_report_html(comparison, title=title, context={"audit": audit_outcome})
+    html = report.comparison_report_html(comparison, title=title, context=context)
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
@@ -245,11 +265,14 @@ def experiment_comparison_csv(request: HttpRequest, experiment_id: int) -> HttpR
 def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment_or_404(experiment_id)
     name = slugify(experiment.name)[:60] or "experiment"
+    # The schedule with each engine's configuration: what a shared report should carry (the
+    # one kept when the experiment ended: a GET builds nothing from the records).
+    schedule = stored.experiment_schedule_read(experiment=experiment)
     return _report_response(
         _experiment_comparison(experiment),
         f"{experiment.name}: comparison",
         f"experiment-{experiment.pk}-{name}.html",
-        experiment.audit,
+        {"audit": experiment.audit, "schedule": schedule},
     )
 
 
@@ -295,7 +318,7 @@ def compare_report(request: HttpRequest) -> HttpResponse:
     title = "Comparison of sweeps " + ", ".join(f"#{i}" for i in used)
     outcome = audit.stored_audit_of_sweeps(sweeps=_picked_sweeps(request))
     filename = f"comparison-{'-'.join(map(str, used))}.html"
-    return _report_response(comparison, title, filename, outcome)
+    return _report_response(comparison, title, filename, {"audit": outcome})
 
 
 @roles.viewer_required
@@ -303,10 +326,20 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = selectors.profile_detail(profile_id=profile_id)
     if profile is None:
         raise Http404("No such profile")
-    history = history_build(runs=selectors.profile_history_runs(profile_id=profile_id))
+    runs = selectors.profile_history_runs(profile_id=profile_id)
+    # Like with like: one load at a time, the latest run's unless ?load= names another.
+    groups = history_groups(runs=runs)
+    chosen = next((g for g in groups if g["key"] == request.GET.get("load")), None)
+    chosen = chosen or (groups[0] if groups else None)
+    history = history_build(
+        runs=[r for r in runs if chosen is not None and r.load_key == chosen["key"]]
+    )
     context = {
         "profile": profile,
         "history": history,
+        "load_groups": groups,
+        "load_group": chosen,
+        "runs_total": len(runs),
         "figure": figures.history_figure(history, profile.name),
         "list_limit": selectors.LIST_LIMIT,
         "list_total": selectors.profile_history_total(profile_id=profile_id),

@@ -323,6 +323,7 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
         save=asweep_level_server_metrics_save,
         keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
         undrafted_steps=plan.undrafted_steps,
+        metrics_url=plan.metrics_url,
     )
     finish = sync_to_async(services.sweep_finish)
     state, reason = SweepState.COMPLETED, ""

@@ -23,7 +23,7 @@ from django.conf import settings
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks import audit, selectors, services
 from benchmarks.models import SweepState
-from benchmarks.sweeps import distributed
+from benchmarks.sweeps import distributed, endpoints
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.recording import asweep_level_server_metrics_save, sweep_model_discovered
@@ -153,6 +153,7 @@ async def _supervise(
         save=asweep_level_server_metrics_save,
         keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
         undrafted_steps=plan.undrafted_steps,
+        metrics_url=plan.metrics_url,
     )
     reader = asyncio.create_task(_read_events(proc, recorder, server))
     ticker = asyncio.create_task(_tick(recorder))
@@ -162,6 +163,12 @@ async def _supervise(
     if plan.instance_id is not None:
         crash_watch = asyncio.create_task(
             _watch_instance(plan.instance_id, SETTINGS.instance_poll_seconds)
+        )
+        watchers.add(crash_watch)
+    elif plan.endpoint_check is not None:
+        # No lifecycle watches a server specdash did not start: its readiness URL is asked.
+        crash_watch = asyncio.create_task(
+            endpoints.watch_endpoint(plan.endpoint_check, endpoints.WATCH)
         )
         watchers.add(crash_watch)
     crash: str | None = None
@@ -230,6 +237,14 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     if ctx.cancelled.is_set():
         await finish(sweep_id=sweep_id, state=SweepState.CANCELLED, reason="cancelled")
         return {"sweep_id": sweep_id, "state": SweepState.CANCELLED}
+    if plan.endpoint_check is not None:
+        problem = await endpoints.endpoint_problem(
+            plan.endpoint_check, request_timeout_s=endpoints.WATCH.timeout_seconds
+        )
+        if problem:
+            reason = endpoints.not_ready_reason(problem)
+            await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
+            return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
     if not plan.model and (plan.load.get("api") or "completions") != "generate":
         # Asked once here, not by each load-generator process of a split level, and a server
         # that cannot say fails the sweep before any load (instead of every request's 404).
@@ -254,7 +269,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
         level_index_base=plan.level_offset,
         attempt=plan.attempt,
         append_records=True,
-        metrics_url=LevelServerMetrics.metrics_url(plan.base_url),
+        metrics_url=plan.metrics_url or LevelServerMetrics.metrics_url(plan.base_url),
         engine=plan.engine,
     )
     try:

@@ -23,6 +23,7 @@ from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps.endpoints import EndpointCheck
 from core import realtime
 from hosts.models import InstanceState
 
@@ -61,6 +62,10 @@ class SweepPlan:
     engine: str = ""
     # The server may run decode steps that draft nothing (``undrafted_steps``): see there.
     undrafted_steps: bool = False
+    # A server specdash did not start (an endpoint profile's): where its metrics are read and
+    # the readiness check the job makes before the first level and while levels run.
+    metrics_url: str = ""
+    endpoint_check: EndpointCheck | None = None
 
 
 def undrafted_steps(environment: Mapping[str, Any]) -> bool:
@@ -158,7 +163,17 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         attempt=sweep.attempts,
         engine=_sweep_engine(sweep),
         undrafted_steps=undrafted_steps(sweep.environment or {}),
+        metrics_url=str(target.get("metrics_url") or ""),
+        endpoint_check=_endpoint_check(sweep),
     )
+
+
+def _endpoint_check(sweep: Sweep) -> EndpointCheck | None:
+    profile = sweep.profile
+    if sweep.instance is not None or profile is None or not profile.is_endpoint:
+        return None
+    path = "/" + profile.readiness_path.lstrip("/") if profile.readiness_path else ""
+    return EndpointCheck(url=sweep.base_url.rstrip("/") + path, status=profile.readiness_status)
 
 
 def sweep_model_discovered(*, sweep_id: int, model: str) -> None:

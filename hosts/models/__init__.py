@@ -1,7 +1,15 @@
 from __future__ import annotations
 
 from hosts.models.instances import GpuClaim, InstanceEvent, InstanceState, ServerInstance
-from hosts.models.registry import Container, ContainerKind, Engine, Host, HostKind, ServerProfile
+from hosts.models.registry import (
+    Container,
+    ContainerKind,
+    Engine,
+    Host,
+    HostKind,
+    ProfileKind,
+    ServerProfile,
+)
 from hosts.models.telemetry import TelemetryKind, TelemetrySample, TelemetryWatch
 
 __all__ = [
@@ -13,6 +21,7 @@ __all__ = [
     "HostKind",
     "InstanceEvent",
     "InstanceState",
+    "ProfileKind",
     "ServerInstance",
     "ServerProfile",
     "TelemetryKind",

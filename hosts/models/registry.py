@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -29,7 +30,9 @@ def validate_safe_token(value: str) -> None:
 
 
 def _validate_argv(value: Any) -> None:
-    if not isinstance(value, list) or not value:
+    # Empty is allowed here: an endpoint profile has no launch command (a managed profile's
+    # clean() requires one).
+    if not isinstance(value, list):
         raise ValidationError("Launch argv must be a non-empty list of strings.")
     for item in value:
         if not isinstance(item, str):
@@ -198,6 +201,33 @@ class Engine(models.TextChoices):
     CUSTOM = "custom", "Custom"
 
 
+class ProfileKind(models.TextChoices):
+    MANAGED = "managed", "Managed: specdash starts and stops it"
+    ENDPOINT = "endpoint", "Endpoint: already running; specdash only measures it"
+
+
+class EndpointApi(models.TextChoices):
+    # The load generator's APIs (benchlib.loadgen.apis.Api), the default of sweeps of it.
+    COMPLETIONS = "completions", "OpenAI completions"
+    CHAT = "chat", "OpenAI chat completions"
+    GENERATE = "generate", "SGLang /generate"
+
+
+def endpoint_url_errors(url: str) -> str:
+    """Why ``url`` is not a usable server URL (an http(s) origin, optionally with a path), or
+    ""; the sweep layer normalises it further before it is used."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return "Enter an http(s) URL, e.g. http://10.0.0.5:30000."
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "Enter an http(s) URL, e.g. http://10.0.0.5:30000."
+    if parts.username or parts.password or parts.query or parts.fragment:
+        return "A server URL has no user name, password, query string or fragment."
+    return ""
+
+
 def default_stop_grace_s() -> int:
     """A new profile's stop grace: the deployment's SPECDASH_STOP_GRACE_S (10 s)."""
     return int(settings.SPECDASH_STOP_GRACE_S)
@@ -205,19 +235,34 @@ def default_stop_grace_s() -> int:
 
 class ServerProfile(models.Model):
     name = models.CharField(max_length=120, unique=True)
+    # An endpoint profile is a server someone else runs (by hand, systemd, a container, a
+    # Kubernetes service): sweeps, experiments and telemetry use its URL and never start,
+    # stop or claim anything for it.
+    kind = models.CharField(max_length=10, choices=ProfileKind.choices, default=ProfileKind.MANAGED)
     engine = models.CharField(max_length=12, choices=Engine.choices, default=Engine.SGLANG)
-    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="profiles")
+    host = models.ForeignKey(
+        Host,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="profiles",
+        help_text="Where it runs (required for a managed profile; optional for an endpoint)",
+    )
     container = models.ForeignKey(
         Container, on_delete=models.PROTECT, null=True, blank=True, related_name="profiles"
     )
     launch_argv = models.JSONField(
         default=list,
+        blank=True,  # an endpoint profile has none; clean() requires one of a managed profile
         validators=[_validate_argv],
         help_text='A JSON list, e.g. ["python3", "-m", ...]',
     )
     env = models.JSONField(default=dict, blank=True, validators=[_validate_env])
     workdir = models.CharField(max_length=500, blank=True)
-    port = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    port = models.PositiveIntegerField(
+        blank=True,  # an endpoint profile's comes from its base URL (clean)
+        validators=[MinValueValidator(1), MaxValueValidator(65535)],
+    )
     gpu_ids = models.JSONField(default=list, blank=True, validators=[_validate_gpu_ids])
     readiness_path = models.CharField(max_length=200, default="/health")
     readiness_status = models.PositiveSmallIntegerField(default=200)
@@ -238,6 +283,26 @@ class ServerProfile(models.Model):
     openai_base_path = models.CharField(max_length=200, default="/v1")
     served_model_name = models.CharField(max_length=200, blank=True)
     metrics_path = models.CharField(max_length=200, blank=True, default="/metrics")
+    base_url = models.CharField(
+        "base URL",
+        max_length=300,
+        blank=True,
+        help_text="Endpoint profiles: the server's URL without the API path, e.g. "
+        "http://10.0.0.5:30000",
+    )
+    metrics_url = models.CharField(
+        "metrics URL",
+        max_length=300,
+        blank=True,
+        help_text="Endpoint profiles: its Prometheus metrics (default: the base URL's /metrics)",
+    )
+    api_kind = models.CharField(
+        "API",
+        max_length=12,
+        choices=EndpointApi.choices,
+        blank=True,
+        help_text="Endpoint profiles: the API its sweeps use unless they choose another",
+    )
     speculative = models.BooleanField(
         default=False, help_text="Uses speculative decoding (shown in comparisons and verdicts)"
     )
@@ -261,8 +326,32 @@ class ServerProfile(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def is_endpoint(self) -> bool:
+        return self.kind == ProfileKind.ENDPOINT
+
+    @property
+    def managed_host(self) -> Host:
+        """The host a managed profile's server runs on (an endpoint profile may have none)."""
+        if self.host is None:
+            raise ValueError(f"{self.name} is an endpoint profile without a host")
+        return self.host
+
+    @property
+    def endpoint_metrics_url(self) -> str:
+        return self.metrics_url or (self.base_url.rstrip("/") + "/metrics")
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
+        if self.is_endpoint:
+            errors.update(self._endpoint_errors())
+        else:
+            if self.host_id is None:
+                errors["host"] = "A managed profile runs on a registered host: choose one."
+            if not self.port:
+                errors["port"] = "A managed profile needs the port its server listens on."
+            if isinstance(self.launch_argv, list) and not self.launch_argv:
+                errors["launch_argv"] = "Launch argv must be a non-empty list of strings."
         if (
             self.container_id is not None
             and self.host_id is not None
@@ -276,9 +365,32 @@ class ServerProfile(models.Model):
                 errors[field] = "Paths start with '/'."
         if not 100 <= self.readiness_status <= 599:
             errors["readiness_status"] = "An HTTP status code is between 100 and 599."
-        errors.update(self._launch_argv_errors())
+        if not self.is_endpoint:
+            errors.update(self._launch_argv_errors())
         if errors:
             raise ValidationError(errors)
+
+    def _endpoint_errors(self) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        if not self.base_url:
+            errors["base_url"] = "An endpoint profile needs the server's base URL."
+        elif problem := endpoint_url_errors(self.base_url):
+            errors["base_url"] = problem
+        else:
+            # The port is the URL's: kept in the Port field so lists and conflicts read alike.
+            parts = urlsplit(self.base_url)
+            self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        if self.metrics_url and (problem := endpoint_url_errors(self.metrics_url)):
+            errors["metrics_url"] = problem
+        if self.launch_argv:
+            errors["launch_argv"] = (
+                "An endpoint profile has no launch command: specdash does not start it."
+            )
+        if self.gpu_ids:
+            errors["gpu_ids"] = "An endpoint profile claims no GPUs: specdash does not run it."
+        if self.container_id is not None:
+            errors["container"] = "An endpoint profile is reached by URL, not in a container."
+        return errors
 
     def _launch_argv_errors(self) -> dict[str, str]:
         # The Port field is what the dashboard connects to and claims; a launch command that

@@ -182,8 +182,9 @@ class LevelServerMetrics:
         save: Save,
         keep: Keep | None = None,
         undrafted_steps: bool = False,
+        metrics_url: str = "",
     ) -> LevelServerMetrics:
-        url = cls.metrics_url(base_url)
+        url = metrics_url or cls.metrics_url(base_url)
         last: dict[str, Any] = {}
 
         async def scrape() -> EngineMetrics:

@@ -145,6 +145,21 @@ def experiment_resume(
     )
 
 
+@router.post(
+    "/experiments/{experiment_id}/rerun",
+    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
+)
+def experiment_rerun(
+    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+) -> Status[dict[str, Any]]:
+    """Retry a failed experiment, or re-run any finished one: a new experiment with the same
+    profiles, levels, load and protocol (the original is kept). 422 while it runs."""
+    user = require_sweeper(request)
+    return experiment_accepted(
+        services.experiment_rerun(experiment=experiment_or_404(experiment_id), user=user)
+    )
+
+
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
 def experiment_comparison(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")

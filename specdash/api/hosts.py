@@ -120,7 +120,9 @@ def profile_list(
 def profile_create(request: HttpRequest, payload: ProfileIn) -> Status[ServerProfile]:
     """Create a server profile (staff)."""
     require_staff(request, "hosts.add_serverprofile")
-    return Status(201, services.registry_create(model=ServerProfile, data=payload.model_dump()))
+    # Unset optionals (an endpoint's host and port) take the model's defaults.
+    data = payload.model_dump(exclude_none=True)
+    return Status(201, services.registry_create(model=ServerProfile, data=data))
 
 
 @router.get("/profiles/{profile_id}", response=responses({200: ProfileOut}))

@@ -15,7 +15,7 @@ from benchmarks import selectors as bench_selectors
 from benchmarks import services
 from benchmarks.models import Sweep, SweepState
 from benchmarks.sweeps import exports
-from hosts.models import ServerInstance
+from hosts.models import ServerInstance, ServerProfile
 from specdash.api import errors, selectors
 from specdash.api.auth import require_sweeper, require_viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
@@ -107,10 +107,16 @@ def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any
         instance = ServerInstance.objects.filter(pk=payload.instance_id).first()
         if instance is None:
             raise ValidationError({"instance_id": f"No server instance #{payload.instance_id}."})
+    endpoint = None
+    if payload.profile_id is not None:
+        endpoint = ServerProfile.objects.filter(pk=payload.profile_id).first()
+        if endpoint is None:
+            raise ValidationError({"profile_id": f"No server profile #{payload.profile_id}."})
     try:
         sweep = services.sweep_create(
             instance=instance,
             base_url=payload.base_url,
+            endpoint=endpoint,
             levels=payload.levels,
             load=payload.load.model_dump(exclude_none=True),
             name=payload.name,
@@ -122,6 +128,8 @@ def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any
         # The service names the model field; clients sent instance_id.
         if hasattr(exc, "error_dict") and "instance" in exc.error_dict:
             exc.error_dict["instance_id"] = exc.error_dict.pop("instance")
+        if hasattr(exc, "error_dict") and "endpoint" in exc.error_dict:
+            exc.error_dict["profile_id"] = exc.error_dict.pop("endpoint")
         raise
     return _accepted(sweep)
 
@@ -169,6 +177,17 @@ def sweep_resume(
     """Continue an interrupted sweep from its first level that did not complete."""
     user = require_sweeper(request)
     return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
+
+
+@router.post("/sweeps/{sweep_id}/rerun", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+def sweep_rerun(
+    request: HttpRequest, sweep_id: int = path_id("Sweep id")
+) -> Status[dict[str, Any]]:
+    """A new sweep with a finished sweep's settings against the same target (its server if
+    still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
+    runs or when no server of its profile is ready."""
+    user = require_sweeper(request)
+    return _accepted(services.sweep_rerun(sweep=_sweep(sweep_id), user=user))
 
 
 @router.post("/sweeps/{sweep_id}/abandon", response=responses({202: SweepAccepted}, WRITE_ERRORS))

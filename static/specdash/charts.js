@@ -45,6 +45,9 @@
 
   // A figure built on the server ({data, layout} from a json_script tag).
   function figure(node, fig) {
+    // A figure that states its height (its legend's rows added under the plot, figures.py)
+    // gets it: the chart's box grows instead of squashing the plot.
+    if (node && fig.layout && fig.layout.height) node.style.height = fig.layout.height + "px";
     draw(node, fig.data, fig.layout);
   }
 

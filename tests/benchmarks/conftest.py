@@ -93,7 +93,7 @@ def make_ready_instance(
         profile = make_profile(**profile_fields)
         return ServerInstance.objects.create(
             profile=profile,
-            host=profile.host,
+            host=profile.managed_host,
             port=port or profile.port,
             gpu_ids=[0, 1],
             state=InstanceState.READY,

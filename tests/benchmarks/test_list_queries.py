@@ -28,7 +28,7 @@ def _add_sweeps(make_profile: Callable[..., ServerProfile], count: int) -> None:
         n = next(_n)
         profile = _profile(make_profile)
         instance = ServerInstance.objects.create(
-            profile=profile, host=profile.host, port=profile.port, state=InstanceState.READY,
+            profile=profile, host=profile.managed_host, port=profile.port, state=InstanceState.READY,
             run_id=f"sd-q-{n}",
         )  # fmt: skip
         Sweep.objects.create(

@@ -21,7 +21,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 def instance(make_profile: Callable[..., ServerProfile]) -> ServerInstance:
     profile = make_profile()
     instance = ServerInstance.objects.create(
-        profile=profile, host=profile.host, port=profile.port, state=InstanceState.STOPPED,
+        profile=profile, host=profile.managed_host, port=profile.port, state=InstanceState.STOPPED,
         run_id="sd-views-1", reason="stopped on request",
     )  # fmt: skip
     InstanceEvent.objects.create(instance=instance, state="stopped", message="Stopped cleanly")

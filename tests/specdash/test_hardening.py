@@ -108,7 +108,7 @@ def _cookie(user: User) -> bytes:
 @pytest.fixture
 def instance(make_profile: Callable[..., ServerProfile]) -> ServerInstance:
     profile = make_profile()
-    return ServerInstance.objects.create(profile=profile, host_id=profile.host_id, port=1)
+    return ServerInstance.objects.create(profile=profile, host=profile.managed_host, port=1)
 
 
 async def _socket(

@@ -100,8 +100,9 @@ class ContainerPatch(In):
 class ProfileOut(Schema):
     id: int
     name: str
+    kind: str
     engine: str
-    host_id: int
+    host_id: int | None
     host: str
     container_id: int | None
     launch_argv: list[str]
@@ -117,6 +118,9 @@ class ProfileOut(Schema):
     openai_base_path: str
     served_model_name: str
     metrics_path: str
+    base_url: str
+    metrics_url: str
+    api_kind: str
     speculative: bool
     tags: list[str]
     notes: str
@@ -125,7 +129,7 @@ class ProfileOut(Schema):
 
     @staticmethod
     def resolve_host(obj: Any) -> str:
-        return str(obj.host.name)
+        return str(obj.host.name) if obj.host is not None else ""
 
     @staticmethod
     def resolve_env(obj: Any) -> dict[str, Any]:
@@ -139,15 +143,28 @@ class ProfileOut(Schema):
 _Path = Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)]
 
 
+_Url = Annotated[str, StringConstraints(max_length=300, pattern=_TEXT)]
+
+
 class ProfileIn(In):
     name: Annotated[str, StringConstraints(min_length=1, max_length=120, pattern=_TEXT)]
+    kind: str = Field(
+        "managed", description="managed (specdash starts it) or endpoint (already running)"
+    )
     engine: str = "sglang"
-    host_id: Id
+    host_id: Id | None = Field(None, description="Required for a managed profile")
     container_id: Id | None = None
-    launch_argv: list[Text] = Field(min_length=1)
+    launch_argv: list[Text] = Field(
+        default_factory=list, description="Required for a managed profile; none for an endpoint"
+    )
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Annotated[str, StringConstraints(max_length=500, pattern=_TEXT)] = ""
-    port: int = Field(ge=1, le=65535)
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Required for a managed profile (an endpoint: its URL's)"
+    )
+    base_url: _Url = Field("", description="An endpoint's URL, e.g. http://10.0.0.5:30000")
+    metrics_url: _Url = Field("", description="An endpoint's metrics (default: base URL /metrics)")
+    api_kind: str = Field("", description="An endpoint's default API: completions, chat, generate")
     gpu_ids: list[Annotated[int, Field(ge=0, le=1023)]] = Field(default_factory=list)
     readiness_path: _Path = "/health"
     readiness_status: int = Field(200, ge=100, le=599)
@@ -168,10 +185,14 @@ class ProfilePatch(In):
     name: Annotated[str, StringConstraints(min_length=1, max_length=120, pattern=_TEXT)] | None = (
         None
     )
+    kind: str | None = None
     engine: str | None = None
     host_id: Id | None = None
     container_id: Id | None = None
-    launch_argv: list[Text] | None = Field(None, min_length=1)
+    base_url: _Url | None = None
+    metrics_url: _Url | None = None
+    api_kind: str | None = None
+    launch_argv: list[Text] | None = None
     env: dict[Text, Text] | None = None
     workdir: Annotated[str, StringConstraints(max_length=500, pattern=_TEXT)] | None = None
     port: int | None = Field(None, ge=1, le=65535)

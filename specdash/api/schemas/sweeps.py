@@ -37,6 +37,9 @@ class SweepIn(In):
     base_url: Annotated[str, StringConstraints(max_length=300, pattern=_TEXT)] = Field(
         "", description="Or an http(s) URL of a server specdash did not start"
     )
+    profile_id: Id | None = Field(
+        None, description="Or an endpoint profile (a registered server specdash did not start)"
+    )
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
     name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""

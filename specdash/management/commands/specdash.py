@@ -79,8 +79,23 @@ class Command(BaseCommand):
         stop.add_argument("instance", type=int)
         stop.add_argument("--wait", action="store_true", help="Wait until stopped (or dirty)")
 
-        sweep = sub.add_parser("sweep", help="Sweep a ready instance")
-        sweep.add_argument("instance", type=int)
+        endpoint = sub.add_parser(
+            "endpoint",
+            help="Register a server already running (outside specdash) as an endpoint profile",
+        )
+        endpoint.add_argument("name")
+        endpoint.add_argument("base_url", help="e.g. http://10.0.0.5:30000")
+        endpoint.add_argument("--engine", default="custom")
+        endpoint.add_argument("--metrics-url", default="")
+        endpoint.add_argument("--api", default="", choices=["", "completions", "chat", "generate"])
+        endpoint.add_argument("--model", default="", help="Its served model name")
+        endpoint.add_argument("--readiness-path", default="/health")
+        endpoint.add_argument("--speculative", action="store_true")
+
+        sweep = sub.add_parser("sweep", help="Sweep a ready instance or an endpoint profile")
+        target = sweep.add_mutually_exclusive_group(required=True)
+        target.add_argument("instance", type=int, nargs="?", help="A ready instance's id")
+        target.add_argument("--endpoint", help="An endpoint profile (name or id)")
         _load_arguments(sweep)
         sweep.add_argument("--name", default="")
         sweep.add_argument("--tag", action="append", default=[])
@@ -281,8 +296,30 @@ class Command(BaseCommand):
 
     def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         page = client.get("/profiles", limit=200)
-        lines = [f"{p['id']:>4}  {p['name']}  ({p['host']}:{p['port']})" for p in page["items"]]
+        lines = [
+            f"{p['id']:>4}  {p['name']}  (endpoint {p['base_url']}, not started by specdash)"
+            if p.get("kind") == "endpoint"
+            else f"{p['id']:>4}  {p['name']}  ({p['host']}:{p['port']})"
+            for p in page["items"]
+        ]
         self._out(options, page, "\n".join(lines))
+
+    def _endpoint(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+        profile = client.post(
+            "/profiles",
+            {
+                "name": options["name"], "kind": "endpoint", "base_url": options["base_url"],
+                "engine": options["engine"], "metrics_url": options["metrics_url"],
+                "api_kind": options["api"], "served_model_name": options["model"],
+                "readiness_path": options["readiness_path"],
+                "speculative": options["speculative"],
+            },
+        )  # fmt: skip
+        self._out(
+            options,
+            profile,
+            f"endpoint profile {profile['id']} {profile['name']} ({profile['base_url']})",
+        )
 
     def _start(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         body = client.post(f"/profiles/{client.profile_id(options['profile'])}/start")
@@ -303,10 +340,15 @@ class Command(BaseCommand):
 
     def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         load = _load(options)
+        target: dict[str, Any] = (
+            {"profile_id": client.profile_id(options["endpoint"])}
+            if options["endpoint"]
+            else {"instance_id": options["instance"]}
+        )
         sweep = client.post(
             "/sweeps",
             {
-                "instance_id": options["instance"], "levels": options["levels"], "load": load,
+                **target, "levels": options["levels"], "load": load,
                 "name": options["name"], "tags": options["tag"],
             },
         )["sweep"]  # fmt: skip

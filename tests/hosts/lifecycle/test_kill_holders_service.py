@@ -47,7 +47,7 @@ def holder(proc: subprocess.Popen[bytes]) -> dict[str, int]:
 
 def dirty_instance(profile: ServerProfile, holders: list[dict[str, int]]) -> ServerInstance:
     return ServerInstance.objects.create(
-        profile=profile, host=profile.host, port=profile.port, gpu_ids=list(profile.gpu_ids),
+        profile=profile, host=profile.managed_host, port=profile.port, gpu_ids=list(profile.gpu_ids),
         state=InstanceState.DIRTY, run_id="sd-kill-holders-test",
         evidence={"holders": [{**h, "comm": "sleep", "gpus": [0]} for h in holders]},
     )  # fmt: skip

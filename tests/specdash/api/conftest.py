@@ -82,7 +82,7 @@ def make_instance() -> Callable[..., ServerInstance]:
         profile: ServerProfile, state: str = InstanceState.READY, **fields: Any
     ) -> ServerInstance:
         return ServerInstance.objects.create(
-            profile=profile, host=profile.host, port=profile.port, state=state,
+            profile=profile, host=profile.managed_host, port=profile.port, state=state,
             run_id=f"sd-test-{next(counter)}", gpu_ids=list(profile.gpu_ids), **fields,
         )  # fmt: skip
 

@@ -60,7 +60,7 @@ def _profile(make_profile: Callable[..., ServerProfile]) -> ServerProfile:
 def _instance(make_profile: Callable[..., ServerProfile]) -> ServerInstance:
     profile = _profile(make_profile)
     return ServerInstance.objects.create(
-        profile=profile, host=profile.host, port=profile.port, state=InstanceState.READY,
+        profile=profile, host=profile.managed_host, port=profile.port, state=InstanceState.READY,
         run_id=f"sd-q-{next(_n)}", started_by=_user(),
     )  # fmt: skip
 
