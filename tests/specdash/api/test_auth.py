@@ -133,6 +133,8 @@ VALID_BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
     ("POST", "/api/v1/sweeps/1/cancel"): None,
     ("POST", "/api/v1/sweeps/1/resume"): None,
     ("POST", "/api/v1/sweeps/1/abandon"): None,
+    ("POST", "/api/v1/sweeps/1/rerun"): None,
+    ("POST", "/api/v1/experiments/1/rerun"): None,
     ("POST", "/api/v1/experiments/matrix"): {
         "profile": 1, "axes": {"--speculative-num-steps": [1, 3]}, "levels": [1],
     },
