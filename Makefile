@@ -88,7 +88,8 @@ pytest-browser: $(VENV)/.dev-installed
 torture: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -q -s tests/hosts/lifecycle/test_torture.py
 
-# The real vLLM (CPU build): three server starts of 1-5 minutes each on 2 cores.
+# The real vLLM (CPU build): five server starts of 1-5 minutes each on 2 cores, and one that
+# must be refused (a forced acceptance).
 pytest-vllm: $(VENV)/.dev-installed engines-vllm
 	SPECDASH_ENGINE_CACHE=$(ENGINE_CACHE) $(VENV)/bin/pytest $(DURATIONS) -m vllm
 

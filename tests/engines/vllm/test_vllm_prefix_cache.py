@@ -12,13 +12,9 @@ blocks of 32 tokens (the CPU build takes multiples of 32 only), which costs a hi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from benchlib.loadgen import cli
@@ -28,58 +24,24 @@ from benchlib.loadgen.prompts import SyntheticPrompts
 from hosts.telemetry.deltas import interval_between
 from hosts.telemetry.engine_profiles import Engine
 from hosts.telemetry.prometheus import parse_engine_metrics
-from tests.engines.vllm.conftest import ROOT, VLLM_PY
+from tests.engines.vllm.conftest import vllm_api_server
 from tests.fixtures.ports import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-READY_TIMEOUT_S = 420
 REQUESTS = 64
 PREFIXES, PREFIX_WORDS, SHARE, OWN_WORDS = 4, 200, 0.75, 40
-
-
-def wait_ready(base_url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert process.poll() is None, f"vLLM exited: {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"vLLM not ready: {log.read_text()[-3000:]}"
-        time.sleep(1.0)
 
 
 @pytest.fixture
 def vllm_prefix_caching(hf_models: dict[str, Path], tmp_path: Path) -> Iterator[str]:
     """A vLLM server with prefix caching on, blocks of 32 tokens; yields its base URL."""
-    port = free_port()
-    argv = [
-        str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(hf_models["tiny-llama-target"]), "--served-model-name", "tiny",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-        "--max-num-seqs", "8", "--enable-prefix-caching", "--block-size", "32",
-    ]  # fmt: skip
-    log = tmp_path / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        began = time.monotonic()
-        wait_ready(base_url, process, log)
-        print(f"vLLM ready in {time.monotonic() - began:.0f} s")
+    extra = ["--max-model-len", "2048", "--max-num-seqs", "8", "--enable-prefix-caching",
+             "--block-size", "32"]  # fmt: skip
+    with vllm_api_server(
+        hf_models["tiny-llama-target"], free_port(), tmp_path / "vllm.log", extra
+    ) as base_url:
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 async def test_shared_prefix_hit_rate_from_the_counters_is_the_workloads(
