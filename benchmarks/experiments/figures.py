@@ -148,21 +148,59 @@ def itl_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+# Where each series' "C=" labels sit around its markers: two series whose points are close
+# put their labels on opposite sides.
+_LABEL_POSITIONS = ("top left", "bottom right", "top right", "bottom left")
+# A point closer than this share of both axes' spans to the last labelled point of its series
+# (a saturated server's last levels) gets no label of its own: its C stays in the hover.
+_LABEL_MIN_SPACING = 0.05
+
+
+def _spaced_labels(
+    points: list[tuple[float | None, float | None, int]], x_span: float, y_span: float
+) -> list[str]:
+    labels: list[str] = []
+    last: tuple[float, float] | None = None
+    for x, y, concurrency in points:
+        if x is None or y is None:
+            labels.append("")
+            continue
+        crowded = last is not None and (
+            abs(x - last[0]) < _LABEL_MIN_SPACING * x_span
+            and abs(y - last[1]) < _LABEL_MIN_SPACING * y_span
+        )
+        labels.append("" if crowded else f"C={concurrency}")
+        if not crowded:
+            last = (x, y)
+    return labels
+
+
 def pareto_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     """Throughput against per-token latency: up and to the left is better."""
-    data = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers+text",
-            "name": _name(s),
-            "x": [r["itl_p50_ms"] for r in s["levels"]],
-            "y": [r["output_tok_s"] for r in s["levels"]],
-            "text": [f"C={r['concurrency']}" for r in s["levels"]],
-            "textposition": "top left",
-            "line": {"color": _color(i)},
-        }
-        for i, s in enumerate(comparison["series"])
-    ]
+    xs = [r["itl_p50_ms"] for s in comparison["series"] for r in s["levels"]]
+    ys = [r["output_tok_s"] for s in comparison["series"] for r in s["levels"]]
+    present_x = [v for v in xs if v is not None]
+    present_y = [v for v in ys if v is not None]
+    x_span = (max(present_x) - min(present_x)) if present_x else 0.0
+    y_span = (max(present_y) - min(present_y)) if present_y else 0.0
+    data = []
+    for i, s in enumerate(comparison["series"]):
+        points = [(r["itl_p50_ms"], r["output_tok_s"], r["concurrency"]) for r in s["levels"]]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers+text",
+                "name": _name(s),
+                "x": [p[0] for p in points],
+                "y": [p[1] for p in points],
+                "text": _spaced_labels(points, x_span, y_span),
+                "textposition": _LABEL_POSITIONS[i % len(_LABEL_POSITIONS)],
+                "cliponaxis": False,
+                "customdata": [p[2] for p in points],
+                "hovertemplate": "C=%{customdata}: %{y:.0f} tok/s at %{x:.1f} ms<extra></extra>",
+                "line": {"color": _color(i)},
+            }
+        )
     x = {"title": {"text": "inter-token latency p50 (ms)"}, "rangemode": "tozero"}
     return {"data": data, "layout": _layout("Throughput vs latency", x, "output tok/s")}
 
