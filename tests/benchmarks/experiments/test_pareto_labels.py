@@ -4,12 +4,13 @@ never clipped, and a point crowded onto the last labelled one of its series left
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.experiments.figures import pareto_figure
 
 
-def _series(label: str, points: list[tuple[int, float | None, float | None]]) -> dict[str, Any]:
+def _series(label: str, points: Sequence[tuple[int, float | None, float | None]]) -> dict[str, Any]:
     return {
         "label": label,
         "name": label.lower(),
