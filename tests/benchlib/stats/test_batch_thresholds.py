@@ -136,6 +136,8 @@ def test_an_unbeaten_variant_well_below_by_the_points_is_not_held() -> None:
     # At C=4 the repeats spread so widely that nothing is conclusive, but K=1's point is 9%
     # below off's: holding K=1 from C=1-2 through C=4 would run C=4 on it. The switch stays
     # between the ranges (C=4 dips to batch 2, which C=2 runs more): C=4 is named instead.
+    # (A spread of 10%: the run-to-run variance is pooled over the matrix's levels, so a much
+    # wider one would leave K=1's lead at C=1 inconclusive too.)
     wide = [
         MATRIX[0],
         MatrixVariant(
@@ -144,7 +146,7 @@ def test_an_unbeaten_variant_well_below_by_the_points_is_not_held() -> None:
                 "K=1",
                 [
                     *(lv for lv in MATRIX[1].curve.levels if lv.concurrency != 4),
-                    LevelSample.from_repeats(4, [246.0 * 0.8, 246.0, 246.0 * 1.2]),
+                    LevelSample.from_repeats(4, [246.0 * 0.9, 246.0, 246.0 * 1.1]),
                 ],
             ),
             1,
