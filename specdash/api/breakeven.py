@@ -86,6 +86,8 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
 
 @router.get(
     "/experiments/{experiment_id}/breakeven",
+    # The map's payload (breakeven_report.map_payload) is documented in docs/api.md.
+    response=responses({200: dict[str, Any]}),
     summary="A break-even map, a placed workload and the map's checks",
 )
 def map_read(
