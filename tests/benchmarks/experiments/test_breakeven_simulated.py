@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)
 EAGLE = ["--t0-ms", "12", "--k-ms", "2.9", "--spec-steps", "3"]
 CHAT_L, CODE_L = 3.0, 1.8
 LEVELS = [1, 8]
-LOAD = {"api": "generate", "requests_per_level": 16, "max_tokens": 64, "ignore_eos": True}
+# 32 requests: a single run's interval needs 3 time blocks of C requests (batch means), at C=8.
+LOAD = {"api": "generate", "requests_per_level": 32, "max_tokens": 64, "ignore_eos": True}
 
 
 async def _finished(experiment_id: int, timeout: float) -> Experiment:
