@@ -11,14 +11,13 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchmarks.experiments import breakeven, breakeven_report
-from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
 from specdash.api.common import WRITE_ERRORS, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
-from specdash.api.tuning import _clear
+from specdash.api.tuning import _clear, base_profile_or_404
 
 router = Router(tags=["experiments"])
 
@@ -65,9 +64,7 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
     protocol; 422 for an engine without a way to force the acceptance."""
     require_operator(request)
     user = require_sweeper(request)
-    base = ServerProfile.objects.filter(pk=payload.profile).first()
-    if base is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{payload.profile}.")
+    base = base_profile_or_404(payload.profile)
     try:
         experiment = breakeven.map_create(
             base=base,

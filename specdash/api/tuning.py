@@ -94,6 +94,14 @@ class VerificationOut(Schema):
     )
 
 
+def base_profile_or_404(pk: int) -> ServerProfile:
+    """The profile a matrix or a map varies; 404 when there is none."""
+    base = ServerProfile.objects.filter(pk=pk).first()
+    if base is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{pk}.")
+    return base
+
+
 def _clear(exc: ValidationError) -> ValidationError:
     """The messages in the error's headline too, not only under its fields."""
     if not hasattr(exc, "error_dict"):
@@ -113,9 +121,7 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
     an experiment with the variants as arms. 422 for an axis that cannot be applied."""
     require_operator(request)
     user = require_sweeper(request)
-    base = ServerProfile.objects.filter(pk=payload.profile).first()
-    if base is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{payload.profile}.")
+    base = base_profile_or_404(payload.profile)
     try:
         experiment = tuning.matrix_create(
             base=base,
