@@ -1,5 +1,5 @@
 """README.md's walkthrough, step by step in its written order ("First steps after `make run`",
-then "An A/B experiment in a minute"), as a new operator would follow it: nothing is done that
+then "An A/B experiment in five minutes"), as a new operator would follow it: nothing is done that
 the README does not say, and each step starts from what the one before left (the baseline the
 sweep used is still ready when the experiment starts: the experiment re-uses it)."""
 
@@ -15,7 +15,7 @@ from tests.browser.test_experiments import BASELINE, EAGLE, _option_value
 
 pytestmark = pytest.mark.browser
 
-# A server start and stop, a start again, a sweep and a four-step experiment: about 3 minutes.
+# A server start and stop, a start again, a sweep and a four-step experiment: about 5 minutes.
 WALKTHROUGH_TIMEOUT_S = 600
 
 
@@ -64,7 +64,7 @@ def test_the_readme_walkthrough_in_its_written_order(page: Page, dashboard: Dash
     for export in ("levels CSV", "levels JSON", "request records (JSON lines)"):
         expect(page.get_by_role("link", name=export)).to_be_visible()
 
-    # The A/B experiment: A baseline, B EAGLE-3, levels 1, 2, 4, 8 requests, 32 in / 32 out,
+    # The A/B experiment: A baseline, B EAGLE-3, levels 1, 2, 4, 8 requests, 32 in / 256 out,
     # output equivalence checked; the default protocol (A B B A).
     page.click("nav >> text=Experiments")
     page.get_by_test_id("new-experiment").click()
@@ -77,7 +77,7 @@ def test_the_readme_walkthrough_in_its_written_order(page: Page, dashboard: Dash
     page.fill("input[name=levels]", "1, 2, 4")
     page.fill("input[name=requests_per_level]", "8")
     page.fill("input[name=input_tokens]", "32")
-    page.fill("input[name=max_tokens]", "32")
+    page.fill("input[name=max_tokens]", "256")
     page.check("input[name=check_output_equivalence]")
     page.get_by_test_id("launch-experiment").click()
     page.wait_for_url(f"{dashboard.url}/experiments/*/")
@@ -95,6 +95,10 @@ def test_the_readme_walkthrough_in_its_written_order(page: Page, dashboard: Dash
     page.get_by_test_id("open-comparison").click()
     page.wait_for_url(f"{dashboard.url}/experiments/*/comparison/")
     expect(page.get_by_test_id("verdict")).to_contain_text(f"B ({EAGLE}) against A ({BASELINE})")
+    # The verdict as the page words it, for the record of a run (`pytest -s`): which way each
+    # level went depends on the machine's load, so it is printed, not asserted, here; the
+    # load's answer on the simulator's model is pinned by tests/benchlib/test_walkthrough_load.py.
+    print("walkthrough verdict:\n" + page.get_by_test_id("verdict").first.inner_text())
     expect(page.locator("[data-testid=comparison-row]")).to_have_count(3)
     with page.expect_download() as csv:
         page.get_by_test_id("download-csv").click()
