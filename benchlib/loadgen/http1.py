@@ -115,8 +115,10 @@ class Connection(asyncio.Protocol):
         announced keep-alive (its chunked provider returns false after the last chunk, which
         cpp-httplib treats as a cancelled write and closes). The close arrives right behind the
         last chunk, often before the loop has read it, so `reusable` still says yes: a request
-        written then is lost. httpcore and urllib3 make the same check before reusing a
-        connection (one poll(2), no wait)."""
+        written then meets the close and must be sent again. httpcore and urllib3 make the same
+        check before reusing a connection (one poll(2), no wait). Under TLS the readable bytes
+        may be a record the loop has not read yet rather than a close: the connection is dropped
+        all the same, which costs a new connection, never a lost request."""
         return self._readable is not None and bool(self._readable.poll(0))
 
     def send(self, data: bytes, sink: BodySink, done: asyncio.Future[None]) -> None:
