@@ -12,12 +12,30 @@ from __future__ import annotations
 # `data_received`). An `httpx.AsyncClient` is still accepted (tests inject httpx's mock
 # transport, library users may pass their own) and takes the httpx path below.
 #
-# A server may close a kept-alive connection between two requests (llama-server does), and a
-# request that goes out on it just then fails with "Server disconnected without sending a
-# response": a race of connection reuse, not a failure of the server. Such a request is sent
-# once more and `rec.retries` counts it, but only when the connection had served an earlier
-# request (no TCP connect in this attempt) and no response byte had arrived, so the server
-# cannot have started on it. Anything else is recorded as the failure it is.
+# A server may close a kept-alive connection between two requests (llama-server closes one after
+# every streamed response, see `Connection.peer_spoke_while_idle`; any server closes one idle
+# past its keep-alive timeout), and a request that goes out on it just then fails with "Server
+# disconnected without sending a response": a race of connection reuse, not a failure of the
+# server. The pool first drops an idle connection whose socket already holds the close (as
+# httpcore and urllib3 do); what slips past that check (the close still in flight as the request
+# is written) is sent once more, on a new connection, and `rec.retries` counts it (the level's
+# `requests.retried`). Only when the connection had served an earlier request (no TCP connect in
+# this attempt) and no response byte had arrived. Anything else is recorded as the failure it is.
+#
+# Why resending this POST is safe, when aiohttp resends only idempotent methods (RFC 9112
+# 9.3.1) and urllib3 resends a POST only if it was never written: RFC 9112 allows a retry
+# where the request is idempotent in effect, and a completion changes nothing on the server but
+# its counters and caches. And the servers measured close a kept-alive connection only between
+# two requests, from their keep-alive loop, before reading the next one (cpp-httplib's
+# `process_server_socket_core`; uvicorn's keep-alive timer, which a request's first bytes
+# cancel); a request they had read they answer, if only with an error status. So a close with
+# no response byte on a reused connection came before our request was read, and the server never
+# started on it. A server that read a request and then dropped the connection without a word
+# would break that; the engine tests check each level's tokens against the server's own counter,
+# which a request processed twice would exceed. The retry goes on a new connection, never on
+# another pooled one: the pool's other connections may hold the same close in flight
+# (llama-server closes every one after its response), and a second stale one would turn the
+# race into an error (the flaky `disconnect` of one request in 520 against llama-server).
 import asyncio
 import json
 import ssl
@@ -224,7 +242,8 @@ async def _send_http1(
     for attempt in range(1 + MAX_STALE_RETRIES):
         handler = make_handler(api, rec, live)
         stream = _Stream(rec, handler)
-        conn = client.take(target)
+        # a retry never takes a pooled connection: it may be as stale as the one just lost
+        conn = client.take(target) if attempt == 0 else None
         reused = conn is not None
         try:
             async with asyncio.timeout(total_timeout):
@@ -289,8 +308,8 @@ async def _send_http1(
     return rec
 
 
-# One retry: a second stale connection in a row is no longer a race but a server closing
-# connections, and that is for the record to show.
+# One retry, on a new connection: if that one too is closed before a response, the server is
+# refusing requests, not racing a reuse, and that is for the record to show.
 MAX_STALE_RETRIES = 1
 
 

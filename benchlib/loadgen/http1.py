@@ -17,6 +17,7 @@ from __future__ import annotations
 # through an `ssl.SSLContext`. Not: redirects, proxies, compression (the request asks for
 # `identity`), HTTP/2, streamed request bodies. httpx remains the client everywhere else.
 import asyncio
+import select
 import ssl
 import time
 from collections.abc import Callable
@@ -75,6 +76,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self._readable: select.poll | None = None  # the socket, polled before reuse
         self.closed = False
         self.served = 0  # exchanges completed on this connection
         self.status = 0
@@ -100,6 +102,24 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._readable = select.poll()  # poll, not select: fds past 1024 at high concurrency
+            self._readable.register(sock.fileno(), select.POLLIN)
+
+    def peer_spoke_while_idle(self) -> bool:
+        """Whether the socket of this idle connection has something to read: the server's close
+        (or stray bytes), which the event loop may not have handled yet.
+
+        llama-server ends every streamed response by closing the connection although the response
+        announced keep-alive (its chunked provider returns false after the last chunk, which
+        cpp-httplib treats as a cancelled write and closes). The close arrives right behind the
+        last chunk, often before the loop has read it, so `reusable` still says yes: a request
+        written then meets the close and must be sent again. httpcore and urllib3 make the same
+        check before reusing a connection (one poll(2), no wait). Under TLS the readable bytes
+        may be a record the loop has not read yet rather than a close: the connection is dropped
+        all the same, which costs a new connection, never a lost request."""
+        return self._readable is not None and bool(self._readable.poll(0))
 
     def send(self, data: bytes, sink: BodySink, done: asyncio.Future[None]) -> None:
         """Write one whole request now; the response body of a 200 goes to `sink` as it
@@ -337,7 +357,7 @@ class Http1Client:
         idle = self._idle.get(target.origin)
         while idle:
             conn = idle.pop()
-            if conn.reusable:
+            if conn.reusable and not conn.peer_spoke_while_idle():
                 return conn
             self._forget(conn)
         return None

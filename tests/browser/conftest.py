@@ -41,7 +41,7 @@ class Dashboard:
     def manage(self, *args: str) -> str:
         return subprocess.run(
             [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=100,  # under a browser test's 120 s
         ).stdout  # fmt: skip
 
 

@@ -66,7 +66,9 @@ def llamacpp_profile(
     return make
 
 
-async def wait_state(instance_id: int, *states: str, timeout: float = 150) -> ServerInstance:
+async def wait_state(
+    instance_id: int, *states: str, timeout: float = INNER_WAIT_S
+) -> ServerInstance:
     async with asyncio.timeout(timeout):
         while True:
             instance = await ServerInstance.objects.aget(pk=instance_id)

@@ -55,6 +55,12 @@ def test_hundreds_of_requests_across_levels_have_no_transport_errors_and_match_t
     # retried request was never started by the server.
     served = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     assert sum(lv["output_tokens"] for lv in levels) == served == 520 * 8
+    # llama-server closes the connection after every streamed response: a request that raced
+    # that close was sent again once, on a new connection, and each level says how many were.
+    for index, level in enumerate(levels):
+        retried = [r for r in records if r["level"] == index and r.get("retries")]
+        assert level["requests"]["retried"] == len(retried)
+        assert all(r["retries"] == 1 for r in retried)
 
 
 def test_token_level_itl_over_deliveries_matches_the_servers_own_decode_time_per_token(

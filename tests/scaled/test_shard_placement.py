@@ -35,6 +35,11 @@ LATE_CLAIM_S = 3.0
 TRUTH_AGREEMENT_S = 0.05
 
 
+# 240 s: a sweep waits up to 90 s for its shards' claims and 120 s to finish (_run_sweep), and a
+# wait must be able to fail with its own message before pytest-timeout kills the test.
+pytestmark = pytest.mark.timeout(240)
+
+
 @pytest.fixture
 def traced_simulator(tmp_path: Path) -> Iterator[Simulator]:
     sim = start_simulator(

@@ -20,7 +20,9 @@ from hosts.models import InstanceState, ServerInstance
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import start, wait_state
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# 300 s: each test waits for the server's start, its stop and the job's end, each bounded at
+# 120 s, and a wait must be able to fail with its own message before pytest-timeout kills the test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def var_dir() -> Iterator[Path]:
 def _manage(env: dict[str, str], *args: str) -> str:
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=100,  # under the test's 120 s
     ).stdout  # fmt: skip
 
 

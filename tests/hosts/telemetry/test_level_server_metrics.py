@@ -259,7 +259,8 @@ def test_the_load_generators_opening_scrape_follows_the_warm_up_in_one_and_sever
                 "--input-tokens", "16", "--ignore-eos",
                 "--boundary-metrics-url", sim.base_url + "/metrics",
                 "--events", str(events), "--records", str(records), "--quiet"]  # fmt: skip
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        # Under the test's 120 s, so a hung run fails here with its stderr.
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=100)
     finally:
         sim.kill()
     assert done.returncode == 0, done.stderr[-3000:]
