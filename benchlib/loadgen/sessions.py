@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.metrics import distribution, quantile
 from benchlib.loadgen.prompts import _WORDS, Prompt
 from benchlib.loadgen.records import RequestRecord
 
@@ -66,3 +66,38 @@ def turn_figures(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def session_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+    """Per session, over the level's measured sessions (None: the level ran none): how many
+    there were and how many had every turn succeed, turns per session, the session's length
+    (first turn sent to last answer, s), and its later turns' mean TTFT over its first turn's
+    (below 1: the cached history answered sooner; only sessions with a later turn and a first
+    token on turn 0)."""
+    by_session: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.session is not None and not r.warmup:
+            by_session.setdefault(r.session, []).append(r)
+    if not by_session:
+        return None
+    lengths, turns, later_over_first = [], [], []
+    complete = 0
+    for recs in by_session.values():
+        complete += all(r.ok for r in recs)
+        turns.append(float(len(recs)))
+        lengths.append(max(r.end for r in recs) - min(r.start for r in recs))
+        ttft = {
+            r.turn: r.first_token - r.start
+            for r in recs
+            if r.ok and r.turn is not None and r.first_token is not None
+        }
+        first = ttft.pop(0, None)
+        if first and ttft:
+            later_over_first.append(sum(ttft.values()) / len(ttft) / first)
+    return {
+        "sessions": len(by_session),
+        "complete": complete,
+        "turns": distribution(turns),
+        "duration_s": distribution(lengths),
+        "later_over_first_ttft": distribution(later_over_first),
+    }

@@ -17,7 +17,10 @@ import pytest
 
 from benchlib.loadgen import cli
 from benchlib.loadgen.events import EventWriter
+from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.sessions import session_figures
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
+from tests.benchlib.loadgen.conftest import make_record
 from tests.benchlib.loadgen.stub_server import StubServer
 from tests.fixtures.ports import free_port
 
@@ -74,6 +77,10 @@ async def test_later_turns_find_their_history_cached_and_answer_sooner(
     assert prompts == sorted(prompts) and prompts[3] > prompts[0] + 3 * 16
     # ~530 prompt tokens prefilled at turn 0 (160 ms); later turns prefill only what is new.
     assert all(t["ttft_p50_ms"] < turns[0]["ttft_p50_ms"] for t in turns[1:])
+    sessions = json.loads(out.read_text())["levels"][0]["sessions"]
+    assert (sessions["sessions"], sessions["complete"], sessions["turns"]["mean"]) == (2, 2, 4.0)
+    assert sessions["later_over_first_ttft"]["max"] < 1.0
+    assert sessions["duration_s"]["min"] >= 3 * 0.05  # three think times at least
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     truth = {}
     for line in truth_path.read_text().splitlines():
@@ -119,3 +126,29 @@ def test_sessions_need_the_chat_api_and_a_closed_loop() -> None:
         LoadSettings.clean(
             {"requests_per_level": 4, "session_turns": 3, "api": "chat", "request_rate": 2}
         )
+
+
+def test_session_figures_take_each_session_from_its_first_send_to_its_last_answer() -> None:
+    def turn(
+        rid: str, session: int, number: int, start: float, ttft: float,
+        error_kind: str | None = None, warmup: bool = False,
+    ) -> RequestRecord:  # fmt: skip
+        rec = make_record(rid, start, [(start + ttft, 4)], start + ttft + 0.1,
+                          error_kind=error_kind, warmup=warmup)  # fmt: skip
+        rec.session, rec.turn = session, number
+        return rec
+
+    records = [
+        turn("a0", 0, 0, 0.0, 0.4), turn("a1", 0, 1, 1.0, 0.1), turn("a2", 0, 2, 2.0, 0.3),
+        turn("b0", 1, 0, 0.0, 0.2), turn("b1", 1, 1, 0.5, 0.2, error_kind="http"),
+        turn("w0", 2, 0, 0.0, 0.2, warmup=True),
+    ]  # fmt: skip
+    figures = session_figures(records)
+    assert figures is not None
+    assert (figures["sessions"], figures["complete"]) == (2, 1)  # b's second turn failed
+    assert figures["turns"]["max"] == 3.0 and figures["turns"]["min"] == 2.0
+    assert figures["duration_s"]["max"] == pytest.approx(2.4)  # a: 0.0 to 2.0 + 0.3 + 0.1
+    # a: later turns' mean TTFT 0.2 s over the first's 0.4; b has no successful later turn.
+    assert figures["later_over_first_ttft"]["count"] == 1
+    assert figures["later_over_first_ttft"]["mean"] == pytest.approx(0.5)
+    assert session_figures([make_record("plain", 0.0, [(0.1, 1)])]) is None
