@@ -195,3 +195,33 @@ def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> 
     # Two panels: more than one chart's plot height, so neither is squeezed.
     figure["layout"]["height"] += 200
     return figure
+
+
+def comparison_phases(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """A comparison's phase blocks, from the rows it stored (each cell one series at one C,
+    its repeats averaged by ``phases_row`` when it was built): ``reasoning`` and ``sessions``
+    rows labelled with C and the series, ``ramps`` (C and the id of its chart's container) and
+    ``ramp_figures`` (every series of one C on one chart). Empty for a comparison of plain
+    levels, or one stored before these figures were kept."""
+    names = {s.get("label"): s.get("name") for s in comparison.get("series") or []}
+    reasoning, sessions, ramps = [], [], []
+    figures: dict[str, dict[str, Any]] = {}
+    for row in comparison.get("rows") or []:
+        concurrency = row.get("concurrency")
+        ramped: list[tuple[str, Mapping[str, Any]]] = []
+        for cell in row.get("cells") or []:
+            base = {"concurrency": concurrency, "label": cell.get("label")}
+            base["name"] = names.get(cell.get("label"))
+            if isinstance(cell.get("reasoning"), Mapping):
+                reasoning.append(base | cell["reasoning"])
+            if cell.get("turns") or isinstance(cell.get("sessions"), Mapping):
+                sessions.append(
+                    base | {"turns": cell.get("turns") or [], "sessions": cell.get("sessions")}
+                )
+            if isinstance(cell.get("ramp"), Mapping):
+                ramped.append((f"{cell.get('label')}: {base['name']}", cell["ramp"]))
+        if ramped:
+            name = f"ramp-c{concurrency}"
+            ramps.append({"concurrency": concurrency, "chart": name})
+            figures[name] = ramp_figure(f"C={concurrency}: rate ramp per time slice", ramped)
+    return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
