@@ -12,11 +12,13 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchlib.loadgen import cli
 from benchlib.loadgen.events import EventWriter
+from benchlib.loadgen.prompts import estimate_tokens, sharegpt_prompt
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.sessions import session_figures
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
@@ -152,3 +154,73 @@ def test_session_figures_take_each_session_from_its_first_send_to_its_last_answe
     assert figures["later_over_first_ttft"]["count"] == 1
     assert figures["later_over_first_ttft"]["mean"] == pytest.approx(0.5)
     assert session_figures([make_record("plain", 0.0, [(0.1, 1)])]) is None
+
+
+SHAREGPT = [
+    {"id": "a", "conversations": [
+        {"from": "human", "value": "What is a prefix cache?"},
+        {"from": "gpt", "value": "It keeps the attention state of tokens seen before, so a repeated prefix is not computed again."},
+        {"from": "human", "value": "Does it help a chat?"},
+        {"from": "gpt", "value": "Yes: each turn resends the history."},
+        {"from": "human", "value": "By how much?"},
+        {"from": "gpt", "value": "That depends on the history's length."},
+    ]},
+    {"id": "b", "conversations": [
+        {"from": "human", "value": "Name three rivers."},
+        {"from": "gpt", "value": "The Nile, the Amazon and the Danube."},
+        {"from": "human", "value": "Which is longest?"},
+        {"from": "gpt", "value": "The Nile, by most measures."},
+    ]},
+]  # fmt: skip
+
+
+def test_sharegpt_prompts_carry_their_conversations() -> None:
+    prompt = sharegpt_prompt(SHAREGPT[0])
+    assert prompt is not None and prompt.text == "What is a prefix cache?"
+    assert [q for q, _ in prompt.turns] == [
+        "What is a prefix cache?",
+        "Does it help a chat?",
+        "By how much?",
+    ]
+    # A gpt turn missing ends the conversation at the question it leaves unanswered.
+    cut = {"conversations": [*SHAREGPT[1]["conversations"][:3], {"from": "human", "value": "x"}]}
+    assert sharegpt_prompt(cut).turns == (  # type: ignore[union-attr]
+        ("Name three rivers.", "The Nile, the Amazon and the Danube."), ("Which is longest?", None),
+    )  # fmt: skip
+    single = {"conversations": SHAREGPT[1]["conversations"][:2]}
+    assert sharegpt_prompt(single).turns == ()  # type: ignore[union-attr]
+
+
+async def test_sessions_from_sharegpt_replay_each_conversation_with_its_recorded_replies(
+    stub: StubServer, tmp_path: Path
+) -> None:
+    data = tmp_path / "sharegpt.json"
+    data.write_text(json.dumps(SHAREGPT))
+    out = tmp_path / "out.json"
+    args = cli.build_parser().parse_args(
+        ["--base-url", stub.base_url, "--model", "m", "--api", "chat", "--concurrency", "1",
+         "--requests-per-level", "5", "--dataset", str(data), "--dataset-format", "sharegpt",
+         "--session-turns", "4", "--output", str(out), "--quiet"]
+    )  # fmt: skip
+    assert await cli.run(args, EventWriter(None), None) == cli.EXIT_OK
+    bodies = stub.state.bodies
+    # Two sessions, each as long as its conversation (3 and 2 turns), the level's 5 requests.
+    assert len(bodies) == 5
+    by_first: dict[str, list[dict[str, Any]]] = {}
+    for body in bodies:
+        by_first.setdefault(body["messages"][0]["content"], []).append(body)
+    assert sorted(len(v) for v in by_first.values()) == [2, 3]
+    for conversation in SHAREGPT:
+        said = [t["value"] for t in conversation["conversations"]]
+        turns = by_first[said[0]]
+        for k, body in enumerate(turns):
+            # The history carried: every question and recorded reply so far, then this question.
+            assert [m["content"] for m in body["messages"]] == said[: 2 * k + 1]
+            assert [m["role"] for m in body["messages"]] == ["user", "assistant"] * k + ["user"]
+            # The recorded reply's length is the turn's output length.
+            assert body["max_tokens"] == estimate_tokens(said[2 * k + 1])
+    level = json.loads(out.read_text())["levels"][0]
+    assert [(t["turn"], t["requests"]) for t in level["turns"]] == [(0, 2), (1, 2), (2, 1)]
+    sessions = level["sessions"]
+    assert (sessions["sessions"], sessions["complete"]) == (2, 2)
+    assert (sessions["turns"]["min"], sessions["turns"]["max"]) == (2.0, 3.0)
