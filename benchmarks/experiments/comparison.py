@@ -153,7 +153,10 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         row.update(workload.requests_row(level_runs))
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
-        row.update(phases_row([r.summary for r in level_runs]))
+        # Only the phases the level ran: a plain level's row is as it was before they were kept
+        # (so an older stored comparison still audits clean).
+        phases = phases_row([r.summary for r in level_runs])
+        row.update({name: value for name, value in phases.items() if value})
         row["health"] = _health_row(concurrency, level_runs)
         rows.append(row)
     return rows
