@@ -3,7 +3,7 @@ from __future__ import annotations
 # An A/B experiment on a replayed trace, judged by the decision object.
 #
 #     .venv/bin/python -m perf.bench_trace_ab [--repeats 2] [--levels 8,64] [--speed 2]
-#     .venv/bin/python -m perf.bench_trace_ab --write-trace   # rewrites perf/traces/ab_mooncake.jsonl
+#     .venv/bin/python -m perf.bench_trace_ab --write-trace   # rewrites the trace file
 #
 # The trace is perf/traces/ab_mooncake.jsonl, a small Mooncake-format trace the project writes
 # (written by --write-trace from a fixed seed, committed so the experiment replays the same
@@ -125,16 +125,14 @@ async def _run(
 
 def decision_of(runs: list[RunFigures], levels: list[int]) -> Decision:
     """The decision on TPOT p50 per level, B against A, as a fixed-rate comparison decides."""
+
+    def figures(arm: str, c: int) -> list[float]:
+        return [getattr(r.levels[c], FIGURE) for r in runs if r.arm == arm]
+
     curves = [
-        Curve(
-            ARMS[a],
-            tuple(
-                LevelSample.from_repeats(c, [getattr(r.levels[c], FIGURE) for r in runs if r.arm == a])
-                for c in levels
-            ),
-        )
+        Curve(ARMS[a], tuple(LevelSample.from_repeats(c, figures(a, c)) for c in levels))
         for a in ("A", "B")
-    ]  # fmt: skip
+    ]
     drift = experiment_drift(
         [
             level_drift(

@@ -156,7 +156,7 @@ def test_session_figures_take_each_session_from_its_first_send_to_its_last_answe
     assert session_figures([make_record("plain", 0.0, [(0.1, 1)])]) is None
 
 
-SHAREGPT = [
+SHAREGPT: list[dict[str, Any]] = [
     {"id": "a", "conversations": [
         {"from": "human", "value": "What is a prefix cache?"},
         {"from": "gpt", "value": "It keeps the attention state of tokens seen before, so a repeated prefix is not computed again."},
