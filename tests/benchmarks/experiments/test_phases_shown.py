@@ -17,6 +17,8 @@ from django.test import Client
 from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.sessions import session_figures, turn_figures
+from benchmarks.experiments.comparison import LevelRun
+from benchmarks.experiments.comparison import _series_rows as series_rows
 from benchmarks.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -132,3 +134,13 @@ def test_a_comparison_of_plain_levels_shows_no_phase_block(
     for testid in (*PHASE_TESTIDS, "comparison-reasoning", "comparison-sessions"):
         assert f'data-testid="{testid}"' not in page
     assert "ramp-c" not in page
+
+
+def test_a_plain_levels_comparison_row_carries_no_phase_keys() -> None:
+    # A comparison stored before the phases were kept has none either: an audit's rebuild of
+    # it must not find keys it never had.
+    plain = LevelRun(sweep_id=1, index=0, concurrency=4, figures={"output_tok_s": 100.0})
+    phased = LevelRun(sweep_id=2, index=0, concurrency=4, figures={"output_tok_s": 90.0},
+                      summary=_phases(1.0))  # fmt: skip
+    assert not {"reasoning", "turns", "sessions", "ramp"} & series_rows([plain])[0].keys()
+    assert {"reasoning", "turns", "sessions", "ramp"} <= series_rows([phased])[0].keys()
