@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -104,6 +104,11 @@ bench-loadgen: $(VENV)/.dev-installed
 # Trace replay timing: arrival lateness at 1x and 10x against the simulator (~40 s).
 bench-replay: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_replay $(ARGS)
+
+# Not part of `bench`: baseline vs EAGLE-3 simulator arms on a replayed Mooncake-format trace
+# (perf/traces/ab_mooncake.jsonl), A B B A, judged by the decision object (docs/measurement.md).
+bench-trace-ab: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_trace_ab $(ARGS)
 
 # Not part of `bench`: installs SGLang's client into its own venv under ~/.cache/specdash/peers.
 bench-peers: $(VENV)/.dev-installed

@@ -12,6 +12,7 @@ from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
 from benchmarks import selectors, services
 from benchmarks.models.sweeps import DEFAULT_LEVELS
+from benchmarks.traces import trace_list
 from hosts.models import ServerInstance, ServerProfile
 
 if TYPE_CHECKING:
@@ -67,8 +68,22 @@ class LoadPlanForm(forms.Form):
         head = {k: v for k, v in self.fields.items() if k not in ("notes", "tags")}
         tail = {k: v for k, v in self.fields.items() if k in ("notes", "tags")}
         self.fields = {**head, **load_fields, **tail}
+        self.fields["trace"] = self._trace_field(self.fields["trace"])
         if self.field_order is not None:
             self.order_fields(self.field_order)
+
+    @staticmethod
+    def _trace_field(generated: forms.Field) -> forms.Field:
+        """The trace setting as a choice of the traces in the folder (uploaded or put there),
+        each with its detected format; its label and help from the settings model."""
+        choices = [("", "none: no replay")]
+        choices += [(t.name, f"{t.name} ({t.format})") for t in trace_list()]
+        return forms.ChoiceField(
+            choices=choices,
+            required=False,
+            label=generated.label,
+            help_text=f"{generated.help_text}. Add one on the Traces page.",
+        )
 
     def clean_levels(self) -> list[int]:
         text: str = self.cleaned_data["levels"]
@@ -158,3 +173,20 @@ class SweepForm(LoadPlanForm):
             "name": data["name"],
             **self.plan_kwargs(),
         }
+
+
+class TraceUploadForm(forms.Form):
+    """A trace file to store in the trace folder (benchmarks.traces.trace_upload checks it)."""
+
+    file = forms.FileField(help_text="Mooncake JSON lines, BurstGPT CSV or specdash's JSON lines")
+    name = forms.CharField(
+        required=False,
+        help_text="The name to store it under (empty: the file's own name)",
+    )
+
+    def trace_name(self) -> str:
+        return str(self.cleaned_data.get("name") or self.cleaned_data["file"].name)
+
+    def add_service_error(self, error: ValidationError) -> None:
+        for field, messages in error.message_dict.items():
+            self.add_error("file" if field in ("trace", "file") else "name", messages)

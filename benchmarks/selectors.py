@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
+from benchmarks.phases import phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
@@ -157,7 +158,31 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
         "categories": categories,
         "acceptance": acceptance,
         "description": stored_workload(sweep.load),
+        **sweep_phases(levels=levels),
     }
+
+
+def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
+    """The levels' workload phases from their stored summaries (benchmarks.phases): the levels
+    that streamed reasoning (``reasoning``), ran multi-turn sessions (``sessions``: per turn and
+    per session) or ramped their rate (``ramps``), and each ramp's chart (``ramp_figures``, by
+    the id of its container). A plain level is in none of them."""
+    reasoning, sessions, ramps = [], [], []
+    figures: dict[str, dict[str, Any]] = {}
+    for level in levels:
+        label = getattr(level, "label", f"C={level.concurrency}")
+        row = phases_row([level.summary or {}])
+        base = {"index": level.index, "label": label}
+        if row["reasoning"] is not None:
+            reasoning.append(base | row["reasoning"])
+        if row["turns"] or row["sessions"] is not None:
+            sessions.append(base | {"turns": row["turns"], "sessions": row["sessions"]})
+        if row["ramp"] is not None:
+            name = f"ramp-{level.index}"
+            ramps.append(base | row["ramp"] | {"chart": name})
+            title = f"Level {label}: {row['ramp']['strategy']} ramp per time slice"
+            figures[name] = ramp_figure(title, [(str(label), row["ramp"])])
+    return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
 
 
 def sweep_target_instances() -> QuerySet[ServerInstance]:

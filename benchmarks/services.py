@@ -37,6 +37,7 @@ from benchmarks.sweeps.recording import sweep_level_started as sweep_level_start
 from benchmarks.sweeps.recording import sweep_levels_cut_by_crash as sweep_levels_cut_by_crash
 from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
 from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
+from benchmarks.traces import trace_format_of
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState
@@ -86,6 +87,17 @@ def sweep_clean_load(load: Mapping[str, Any] | LoadSettings) -> dict[str, Any]:
         raise ValidationError(
             {"trace": [f"No file {settings.trace!r} in the trace folder (SPECDASH_TRACE_DIR)."]}
         )
+    if settings.trace:
+        # Said now, on the format's field, rather than by the load generator's first level.
+        found = trace_format_of(settings.trace)
+        if found is not None and found != settings.trace_format:
+            raise ValidationError(
+                {
+                    "trace_format": [
+                        f"{settings.trace} is a {found} trace, not {settings.trace_format}."
+                    ]
+                }
+            )
     return settings.to_stored()
 
 

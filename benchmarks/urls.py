@@ -22,6 +22,8 @@ urlpatterns = [
         views.sweep_export_records,
         name="sweep-export-records",
     ),
+    path("traces/", views.trace_list, name="trace-list"),
+    path("traces/upload/", views.trace_upload, name="trace-upload"),
     path("experiments/", views.experiment_list, name="experiment-list"),
     *experiment_urlpatterns,
 ]

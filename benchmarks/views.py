@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
@@ -17,7 +18,7 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from benchmarks import forms, selectors, services
+from benchmarks import forms, selectors, services, traces
 from benchmarks.models import Sweep
 from benchmarks.sweeps import exports
 from core import roles
@@ -154,3 +155,44 @@ def sweep_export_records(request: HttpRequest, sweep_id: int) -> StreamingHttpRe
 def experiment_list(request: HttpRequest) -> HttpResponse:
     context = {"experiments": selectors.experiment_list()[:100], "nav": "experiments"}
     return render(request, "benchmarks/experiments.html", context)
+
+
+@roles.viewer_required
+def trace_list(request: HttpRequest) -> HttpResponse:
+    """The traces a sweep can replay, and (for those who may run sweeps) the upload form."""
+    form = forms.TraceUploadForm()
+    return _trace_page(request, form, status=200)
+
+
+@require_POST
+@roles.sweep_operator_required
+def trace_upload(request: HttpRequest) -> HttpResponse:
+    form = forms.TraceUploadForm(request.POST, request.FILES)
+    if form.is_valid():
+        upload = form.cleaned_data["file"]
+        try:
+            stored = traces.trace_upload(
+                user=request.user, name=form.trace_name(), chunks=upload.chunks()
+            )
+        except ValidationError as exc:
+            form.add_service_error(exc)
+        else:
+            messages.success(
+                request,
+                f"Stored {stored.name}: {stored.format}, {stored.requests} requests over "
+                f"{stored.span_s:.1f} s ({stored.rate:.2f} req/s). Pick it as the trace of a "
+                "new sweep or experiment.",
+            )
+            return redirect("benchmarks:trace-list")
+    return _trace_page(request, form, status=400)
+
+
+def _trace_page(request: HttpRequest, form: forms.TraceUploadForm, *, status: int) -> HttpResponse:
+    context = {
+        "traces": traces.trace_list(),
+        "form": form,
+        "limit": settings.SPECDASH_TRACE_MAX_BYTES,
+        "can_run_sweeps": roles.can_run_sweeps(request.user),
+        "nav": "sweeps",
+    }
+    return render(request, "benchmarks/traces.html", context, status=status)

@@ -251,6 +251,8 @@ SPECDASH_DATA_DIR = Path(os.environ.get("SPECDASH_DATA_DIR", VAR_DIR / "data"))
 # The trace files a sweep may replay (LoadSettings.trace names one of them): the operator puts
 # them here; nothing is fetched.
 SPECDASH_TRACE_DIR = Path(os.environ.get("SPECDASH_TRACE_DIR", SPECDASH_DATA_DIR / "traces"))
+# The largest trace file an upload may store (bytes); Mooncake's published traces are 2-10 MB.
+SPECDASH_TRACE_MAX_BYTES = _env_int("SPECDASH_TRACE_MAX_BYTES", 64 * 1024 * 1024)
 
 # Job workers (core/jobs/worker.py ``WorkerSettings``), every worker of a deployment, the one
 # ``serve`` embeds included; ``manage.py jobworker`` flags override them per process.

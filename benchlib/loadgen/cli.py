@@ -41,7 +41,7 @@ from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchlib.loadgen.sessions import turn_figures
+from benchlib.loadgen.sessions import session_figures, turn_figures
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
 from benchlib.loadgen.settings_args import (
     rate_list as rate_list,  # the specdash CLI parses with it
@@ -238,6 +238,9 @@ def level_summary(
     turns = turn_figures(stored())
     if turns:
         summary["turns"] = turns
+    sessions = session_figures(stored())
+    if sessions is not None:
+        summary["sessions"] = sessions
     return summary
 
 

@@ -195,7 +195,9 @@ class LevelRunner:
         if prompt_index is None:
             prompt_index = base - 1 - k if warmup else base + k
         prompt = self.prompts.get(prompt_index)
-        if session is not None and session.turn > 0:
+        if session is not None and session.turn == 0:
+            session.begins(prompt)
+        elif session is not None:
             prompt = session.follow_up(cfg.turn_tokens)
         max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
         body = build_body(
@@ -306,6 +308,8 @@ class LevelRunner:
                 if deadline is not None and time.perf_counter() >= deadline:
                     return
                 session.turn = turn
+                if session.ended():
+                    break  # a recorded conversation shorter than the level's turns
                 rec, content = self._next_request(False, slot, session=session)
                 await self._one(slot, rec, content)
                 if not rec.ok:

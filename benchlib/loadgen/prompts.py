@@ -34,6 +34,10 @@ class Prompt:
     text: str
     max_tokens: int | None = None  # the dataset's output length, when it gives one
     category: str = "synthetic"  # what kind of text it is: synthetic, chat, code, ...
+    # A recorded conversation's turns, (question, recorded reply or None), the first being
+    # `text`: a multi-turn session sends them in order (benchlib.loadgen.sessions). Empty for a
+    # single prompt.
+    turns: tuple[tuple[str, str | None], ...] = ()
 
 
 class PromptSource(Protocol):
@@ -94,21 +98,48 @@ def load_jsonl(path: Path, *, seed: int = 0) -> DatasetPrompts:
     return _shuffled(prompts, seed, path)
 
 
+def _said(turn: Any, speaker: str) -> str | None:
+    """A ShareGPT turn's text when `speaker` said it (non-blank), else None."""
+    if isinstance(turn, dict) and turn.get("from") == speaker:
+        value = turn.get("value")
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def sharegpt_conversation(turns: list[Any], start: int) -> tuple[tuple[str, str | None], ...]:
+    """The conversation's (human, gpt) exchanges from the human turn at `start`, in order,
+    while they alternate; the last question may have no recorded reply."""
+    out: list[tuple[str, str | None]] = []
+    i = start
+    while i < len(turns):
+        question = _said(turns[i], "human")
+        if question is None:
+            break
+        reply = _said(turns[i + 1], "gpt") if i + 1 < len(turns) else None
+        out.append((question, reply))
+        if reply is None:
+            break
+        i += 2
+    return tuple(out)
+
+
 def sharegpt_prompt(item: Any) -> Prompt | None:
-    """ShareGPT: the first human turn is the prompt, the reply after it gives the output length."""
+    """ShareGPT: the first human turn is the prompt, the reply after it gives the output length;
+    the exchanges that follow while human and gpt alternate are its `turns` (the conversation a
+    multi-turn session replays)."""
     turns = item.get("conversations") if isinstance(item, dict) else None
     if not isinstance(turns, list):
         return None
     for i, turn in enumerate(turns):
         if isinstance(turn, dict) and turn.get("from") == "human":
-            value = turn.get("value")
-            if not isinstance(value, str) or not value.strip():
+            value = _said(turn, "human")
+            if value is None:
                 return None
-            reply = turns[i + 1] if i + 1 < len(turns) else None
-            out = None
-            if isinstance(reply, dict) and reply.get("from") == "gpt":
-                out = estimate_tokens(str(reply.get("value", "")))
-            return Prompt(value, out, "chat")
+            conversation = sharegpt_conversation(turns, i)
+            reply = conversation[0][1]
+            out = estimate_tokens(reply) if reply is not None else None
+            return Prompt(value, out, "chat", conversation if len(conversation) > 1 else ())
     return None
 
 

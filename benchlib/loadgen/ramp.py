@@ -33,8 +33,8 @@ def slice_figures(
     """Per time slice of the arrival window (first to last request start, cut in `slices`
     equal parts): the rate the ramp offered at the slice's middle, the arrivals and their rate,
     the requests that started there and finished, the output tokens delivered within the slice
-    per second (from every request's chunks), and the TTFT p50 and p99 of the requests that
-    started there (ms). A pure function of the records."""
+    per second (from every request's chunks), the TTFT p50 and p99 and the TPOT p50 of the
+    requests that started there (ms). A pure function of the records."""
     recs = [r for r in records if not r.warmup]
     if not recs or slices < 1:
         return []
@@ -48,6 +48,11 @@ def slice_figures(
         inside = [r for r in recs if lo <= r.start < hi or (k == slices - 1 and r.start == hi)]
         ok = [r for r in inside if r.ok]
         ttfts = sorted((r.first_token - r.start) * 1e3 for r in ok if r.first_token is not None)
+        tpots = sorted(
+            (r.end - r.first_token) * 1e3 / (r.output_tokens - 1)
+            for r in ok
+            if r.first_token is not None and r.output_tokens > 1
+        )
         rows.append(
             {
                 "t0_s": k * width,
@@ -70,6 +75,7 @@ def slice_figures(
                 ),
                 "ttft_p50_ms": quantile(ttfts, 0.5) if ttfts else None,
                 "ttft_p99_ms": quantile(ttfts, 0.99) if ttfts else None,
+                "tpot_p50_ms": quantile(tpots, 0.5) if tpots else None,
             }
         )
     return rows

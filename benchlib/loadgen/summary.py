@@ -98,5 +98,6 @@ class LevelSummary(_Figures, total=False):
     # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times and token
     # gaps per phase.
     reasoning: dict[str, Any]
-    # Multi-turn sessions (benchlib.loadgen.sessions): figures per turn index.
+    # Multi-turn sessions (benchlib.loadgen.sessions): figures per turn index, and per session.
     turns: list[dict[str, Any]]
+    sessions: dict[str, Any]

@@ -195,6 +195,41 @@ def load_simple(path: Path) -> Trace:
     return _ordered(requests, path, block_tokens)
 
 
+def detect_trace_format(path: Path) -> str:
+    """Which of TRACE_FORMATS a file is, from its first non-blank line: a JSON object with
+    Mooncake's `timestamp` and `input_length`, one with our `t` and `input_tokens`, or a CSV
+    header with BurstGPT's columns. Raises TraceError naming what it found otherwise (or
+    OSError; a file that is not UTF-8 text is a TraceError too)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = next((line.strip() for line in f if line.strip()), "")
+    except UnicodeDecodeError:
+        raise TraceError(f"{path.name}: not UTF-8 text") from None
+    if not first:
+        raise TraceError(f"{path.name}: empty")
+    if first.startswith("{"):
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{path.name}:1: not JSON ({exc.msg})") from None
+        if isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys():
+            return "mooncake"
+        if isinstance(obj, dict) and {"t", "input_tokens"} <= obj.keys():
+            return "jsonl"
+        keys = ", ".join(sorted(obj)) if isinstance(obj, dict) else "not an object"
+        raise TraceError(
+            f"{path.name}:1: a JSON line with neither Mooncake's timestamp and input_length "
+            f"nor t and input_tokens (found: {keys})"
+        )
+    header = next(csv.reader([first]))
+    if all(c in header for c in BURSTGPT_COLUMNS):
+        return "burstgpt"
+    raise TraceError(
+        f"{path.name}:1: neither JSON lines nor a CSV header with BurstGPT's columns "
+        f"({', '.join(BURSTGPT_COLUMNS)})"
+    )
+
+
 def load_trace(path: Path, fmt: str) -> Trace:
     """A trace file in one of TRACE_FORMATS. Raises TraceError (or OSError)."""
     if fmt == "mooncake":

@@ -55,6 +55,7 @@ from benchmarks.experiments.decisions import (
 from benchmarks.experiments.equivalence import equivalence_summary
 from benchmarks.experiments.records import read_request_points as read_request_points
 from benchmarks.experiments.records import request_points as request_points
+from benchmarks.phases import phases_row
 from benchmarks.sweeps.health import RequestCounts, health_of
 from benchmarks.sweeps.recordfile import records_read_once
 
@@ -152,6 +153,10 @@ def _series_rows(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
         row.update(workload.requests_row(level_runs))
         row.update(workload.acceptance_row(level_runs))
         row.update(workload.goodput_row(level_runs))
+        # Only the phases the level ran: a plain level's row is as it was before they were kept
+        # (so an older stored comparison still audits clean).
+        phases = phases_row([r.summary for r in level_runs])
+        row.update({name: value for name, value in phases.items() if value})
         row["health"] = _health_row(concurrency, level_runs)
         rows.append(row)
     return rows

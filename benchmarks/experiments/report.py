@@ -14,6 +14,7 @@ import plotly.io as pio
 from django.template.loader import render_to_string
 
 from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
+from benchmarks.phases import comparison_phases
 
 FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -103,8 +104,11 @@ def comparison_report_html(
     """The whole comparison as one HTML document (charts, verdict, table, what was run with
     each server's launch and environment) and, with ``context["schedule"]`` available, the
     speculation schedule with each engine's configuration."""
-    figures = comparison_figures(comparison)
-    names: tuple[str, ...] = FIGURES_IN_REPORT
+    phases = comparison_phases(comparison)
+    figures = comparison_figures(comparison) | phases["ramp_figures"]
+    # The ramp charts (one per ramped C) follow the comparison's own charts.
+    shown: tuple[str, ...] = (*FIGURES_IN_REPORT, *phases["ramp_figures"])
+    names = shown
     schedule = (context or {}).get("schedule") or {}
     if schedule.get("available"):
         figures["schedule"] = schedule_figure(schedule)
@@ -115,7 +119,8 @@ def comparison_report_html(
         {
             "title": title,
             "comparison": comparison,
-            "charts": charts[: len(FIGURES_IN_REPORT)],
+            "phases": phases,
+            "charts": charts[: len(shown)],
             "schedule_chart": charts[-1] if "schedule" in names else "",
             **(context or {}),
         },

@@ -27,6 +27,7 @@ from benchmarks.experiments import (
 from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
+from benchmarks.phases import comparison_phases
 from core import roles
 from core.http import HtmxHttpRequest
 
@@ -195,9 +196,11 @@ def experiment_rerun(request: HtmxHttpRequest, experiment_id: int) -> HttpRespon
 
 
 def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    phases = comparison_phases(comparison)
     return {
         "comparison": comparison,
-        "figures": figures.comparison_figures(comparison),
+        "figures": figures.comparison_figures(comparison) | phases["ramp_figures"],
+        "phases": phases,
         "nav": "experiments",
         **extra,
     }

@@ -18,7 +18,17 @@ API_PREFIX = "/api/v1"
 
 
 def build_api() -> NinjaAPI:
-    from specdash.api import audit, breakeven, experiments, hosts, instances, jobs, sweeps, tuning
+    from specdash.api import (
+        audit,
+        breakeven,
+        experiments,
+        hosts,
+        instances,
+        jobs,
+        sweeps,
+        traces,
+        tuning,
+    )
 
     api = NinjaAPI(
         title="specdash API",
@@ -33,7 +43,7 @@ def build_api() -> NinjaAPI:
     )
     errors.install(api)
     # tuning before experiments: POST /experiments/matrix is not /experiments/{id}.
-    for module in (hosts, instances, sweeps, tuning, breakeven, experiments, jobs, audit):
+    for module in (hosts, instances, sweeps, traces, tuning, breakeven, experiments, jobs, audit):
         api.add_router("", module.router)
     return api
 

@@ -38,6 +38,9 @@ def test_slices_count_arrivals_tokens_and_ttft_per_slice() -> None:
     assert [r["output_tok_s"] for r in rows] == [9.0, 1.0]  # tokens delivered in each slice
     assert rows[0]["ttft_p50_ms"] == pytest.approx(150.0)
     assert rows[1]["ttft_p99_ms"] == pytest.approx(300.0)
+    # TPOT: a's 4 gaps over 0.4 s (100 ms), b's one chunk (0 ms); c's single token has none.
+    assert rows[0]["tpot_p50_ms"] == pytest.approx(50.0)
+    assert rows[1]["tpot_p50_ms"] is None
     assert [r["offered_rate"] for r in rows] == [1.5, 2.5]
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,14 @@ from django.test import Client
 
 from core.tokens import api_token_create
 from hosts.models import InstanceState, ServerInstance, ServerProfile
+
+
+@pytest.fixture(autouse=True)
+def trace_folder(tmp_path: Path, settings: Any) -> Path:
+    """Every API test's trace folder is its own: an upload (the schema fuzz's included) never
+    writes to the deployment's."""
+    settings.SPECDASH_TRACE_DIR = tmp_path / "traces"
+    return tmp_path / "traces"
 
 
 class ApiClient:

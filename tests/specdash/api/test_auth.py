@@ -130,6 +130,8 @@ VALID_BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
         "holders": [{"pid": 4242, "start_time": 99}], "confirm": True,
     },
     ("POST", "/api/v1/sweeps"): {"levels": [1, 2]},
+    # A name the service refuses (past the role check), so nothing is stored.
+    ("POST", "/api/v1/traces"): {"name": "../t.jsonl", "content": "{}"},
     ("POST", "/api/v1/sweeps/1/cancel"): None,
     ("POST", "/api/v1/sweeps/1/resume"): None,
     ("POST", "/api/v1/sweeps/1/abandon"): None,
