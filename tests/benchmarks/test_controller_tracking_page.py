@@ -15,6 +15,8 @@ from django.test import Client
 
 from benchlib.stats.controller import controller_figures
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, SweepLevel
+from benchmarks.sweeps.runner import loadgen_argv
+from benchmarks.sweeps.split import Shard, shard_argv
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -94,3 +96,21 @@ def test_the_experiment_page_puts_the_static_arm_beside_the_adaptive_one(
     # Only the adaptive arm switched.
     assert [t["name"] for t in figure["data"] if t["name"].endswith("switch")] == ["B: switch"]
     assert body.count('data-testid="controller-switch"') == 1
+
+
+def test_a_split_level_scrapes_the_server_from_its_first_shard_only(tmp_path: Path) -> None:
+    load = {"requests_per_level": 8, "controller_tracking": True}
+
+    def argv(index: int) -> list[str]:
+        shard = Shard(index=index, concurrency=2, requests=4, records_path=tmp_path / "s.jsonl")
+        return shard_argv(
+            base_url="http://127.0.0.1:1", model="m", load=load, shard=shard, start_at=None,
+            run_id="r",
+        )  # fmt: skip
+
+    assert "--controller-tracking" in argv(0)
+    assert "--controller-tracking" not in argv(1)
+    # The sweep's own (unsplit) load generator tracks as asked.
+    assert "--controller-tracking" in loadgen_argv(
+        base_url="http://x", model="m", levels=[1], load=load, records_path=tmp_path / "r"
+    )
