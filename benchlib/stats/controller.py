@@ -96,10 +96,10 @@ class ControllerPoint:
 
 
 def source_of(scrapes: Sequence[Mapping[str, float]]) -> Source | None:
-    """Which engine's figures the scrapes carry (None: neither speculates)."""
-    if any(SGLANG_TIER in s for s in scrapes):
+    """Which engine's figures the scrapes carry (None: neither engine's)."""
+    if any(SGLANG_TIER in s or SGLANG_THROUGHPUT in s for s in scrapes):
         return "sglang_gauges"
-    if any(VLLM_DRAFTS in s for s in scrapes):
+    if any(VLLM_DRAFTS in s or VLLM_GENERATED in s for s in scrapes):
         return "vllm_counters"
     return None
 
@@ -107,10 +107,14 @@ def source_of(scrapes: Sequence[Mapping[str, float]]) -> Source | None:
 def controller_series(
     times: Sequence[float], scrapes: Sequence[Mapping[str, float]]
 ) -> tuple[Source | None, list[ControllerPoint]]:
-    """The per-second series of scrapes taken at ``times`` (epoch seconds, increasing)."""
+    """The per-second series of scrapes taken at ``times`` (epoch seconds, increasing). A
+    server without speculation (the static "off" arm) drafts 0 tokens per step throughout."""
     source = source_of(scrapes)
     if source == "sglang_gauges":
-        return source, [_sglang_point(t, s) for t, s in zip(times, scrapes, strict=True)]
+        speculative = any(SGLANG_TIER in s for s in scrapes)
+        return source, [
+            _sglang_point(t, s, speculative) for t, s in zip(times, scrapes, strict=True)
+        ]
     if source == "vllm_counters":
         pairs = itertools.pairwise(zip(times, scrapes, strict=True))
         points = [_vllm_point(t1, t1 - t0, s0, s1) for (t0, s0), (t1, s1) in pairs]
@@ -118,7 +122,9 @@ def controller_series(
     return None, []
 
 
-def _sglang_point(t: float, s: Mapping[str, float]) -> ControllerPoint:
+def _sglang_point(t: float, s: Mapping[str, float], speculative: bool) -> ControllerPoint:
+    if not speculative:
+        return ControllerPoint(t, 0.0, 1.0, None, s.get(SGLANG_THROUGHPUT))
     tier = s.get(SGLANG_TIER)
     drafting = tier is not None and tier > 0
     return ControllerPoint(
@@ -225,7 +231,8 @@ def controller_figures(
     times: Sequence[float], scrapes: Sequence[Mapping[str, float]], *, opened_at: float
 ) -> dict[str, Any] | None:
     """What a level's summary keeps (plain JSON): the series, as seconds since the level
-    opened, and the switches with their costs; None when the server does not speculate."""
+    opened, and the switches with their costs; None when the scrapes carry neither engine's
+    figures."""
     source, points = controller_series(times, scrapes)
     if source is None:
         return None
@@ -233,6 +240,7 @@ def controller_figures(
     return {
         "source": source,
         "interval_s": INTERVAL_S,
+        "opened_at": opened_at,
         "series": {
             "t_s": [round(p.t - opened_at, 3) for p in points],
             "drafted_per_step": [p.drafted_per_step for p in points],

@@ -46,13 +46,15 @@ def _store(sweep_id: int, concurrency: int, figures: dict | None) -> None:
 
 
 def _figures(body: str) -> list[dict]:
-    ids = re.findall(r'data-controller-figure="([^"]+)"', body)
-    return [
-        json.loads(
-            re.search(rf'<script id="{i}" type="application/json">(.*?)</script>', body, re.S)[1]
-        )  # type: ignore[index]
-        for i in ids
-    ]
+    """Each chart's figure, from the json_script its node names."""
+    figures = []
+    for figure_id in re.findall(r'data-controller-figure="([^"]+)"', body):
+        found = re.search(
+            rf'<script id="{figure_id}" type="application/json">(.*?)</script>', body, re.S
+        )
+        assert found is not None, figure_id
+        figures.append(json.loads(found[1]))
+    return figures
 
 
 def test_the_sweep_page_draws_each_tracked_level_with_its_switch_and_cost(

@@ -3,6 +3,8 @@ of the drafted-tokens-per-step level between two scrapes) and the cost on each s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from benchlib.stats.controller import (
@@ -64,7 +66,11 @@ def test_vllm_counters_are_summed_over_label_sets_and_differenced_per_second() -
     assert second.throughput == 200.0  # 400 tokens over 2 s
 
 
-def _points(levels: list[float], throughputs: list[float], acceptance: list[float | None]):
+def _points(
+    levels: Sequence[float | None],
+    throughputs: Sequence[float],
+    acceptance: Sequence[float | None],
+) -> list[ControllerPoint]:
     return [
         ControllerPoint(float(t), k, None, a, tp)
         for t, (k, tp, a) in enumerate(zip(levels, throughputs, acceptance, strict=True))
@@ -103,7 +109,7 @@ def test_an_acceptance_drop_after_drafting_turns_back_on_is_its_cost() -> None:
 
 
 def test_scrapes_without_a_level_are_skipped_and_a_steady_level_has_no_switch() -> None:
-    points = _points([3, 3, None, 3, 3], [1, 1, 1, 1, 1], [0.5] * 5)  # type: ignore[list-item]
+    points = _points([3, 3, None, 3, 3], [1, 1, 1, 1, 1], [0.5] * 5)
     assert detect_switches(points) == []
 
 
@@ -134,3 +140,18 @@ def test_a_flap_out_and_back_between_two_scrapes_is_what_a_per_second_reading_ca
     assert hidden_between_scrapes(truth, [1.0, 2.0, 3.0, 4.0]) == (1.2, 1.5)
     # Before the first scrape or after the last: outside the series, not hidden by it.
     assert hidden_between_scrapes([(0.5, 3, 1), (0.6, 1, 3)], [1.0, 2.0]) == ()
+
+
+def test_a_server_without_speculation_is_tracked_as_drafting_nothing() -> None:
+    # The static "off" arm: SGLang exports no spec gauges without a drafter, vLLM no spec
+    # counters; its throughput per second is what the adaptive arm is held against.
+    sglang = [{"sglang:gen_throughput": 500.0}, {"sglang:gen_throughput": 520.0}]
+    source, points = controller_series([1.0, 2.0], sglang)
+    assert source == "sglang_gauges"
+    assert [(p.drafted_per_step, p.tokens_per_step, p.throughput) for p in points] == [
+        (0.0, 1.0, 500.0),
+        (0.0, 1.0, 520.0),
+    ]
+    vllm = [{"vllm:generation_tokens_total": 0.0}, {"vllm:generation_tokens_total": 480.0}]
+    source, [point] = controller_series([1.0, 2.0], vllm)
+    assert (source, point.drafted_per_step, point.throughput) == ("vllm_counters", 0.0, 480.0)
