@@ -35,6 +35,7 @@ DJANGO_FREE = (
     "benchlib.simulator",
     "benchlib.stats",
     "perf.bench_aa",
+    "perf.bench_controller",
     "perf.llamacpp_server",
     "perf.bench_loadgen",
     "perf.bench_simulator",
