@@ -99,6 +99,9 @@ def main() -> int:
     parser.add_argument("--start-rate", type=float, default=1.0)
     parser.add_argument("--end-rate", type=float, default=30.0)
     parser.add_argument("--max-tokens", type=int, default=100)
+    parser.add_argument(
+        "--save", type=Path, default=None, help="write each arm's stored figures per seed here"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     began = time.monotonic()
@@ -141,15 +144,20 @@ def main() -> int:
                     + (f", acceptance drop {drop:+.3f}" if drop is not None else "")
                 )
             adaptive = _throughput(level)
+            saved = {"adaptive": level["controller"]}
             for profile in ("eagle3", "baseline"):
                 static = _static(tmp, args, seed, profile)
                 figures = static["controller"]
                 series = _throughput(static)
+                saved[f"static {profile}"] = figures
                 print(
                     f"  static {profile}: {len(figures['switches'])} switches, level tok/s "
                     f"{static['output_tok_s']:.1f}, per-second tok/s median "
                     f"{statistics.median(series):.0f} (adaptive {statistics.median(adaptive):.0f})"
                 )
+            if args.save is not None:
+                args.save.mkdir(parents=True, exist_ok=True)
+                (args.save / f"controller-seed-{seed}.json").write_text(json.dumps(saved))
     if all_found:
         print(f"all seeds: {len(all_found)} switches found, max distance {max(all_found):.3f} s")
     print(
