@@ -105,8 +105,9 @@ def level_figure(level: LevelTracks) -> dict[str, Any]:
         "margin": {"l": 64, "r": 64, "t": 40, "b": 48},
         "xaxis": {"title": {"text": "seconds since the level opened"}},
         "yaxis": {"title": {"text": "output tok/s (server)"}, "rangemode": "tozero"},
+        # Draft lengths are whole numbers: whole ticks, not ones aligned to the left axis.
         "yaxis2": {"title": {"text": "drafted tokens per step"}, "overlaying": "y",
-                   "side": "right", "rangemode": "tozero"},
+                   "side": "right", "rangemode": "tozero", "dtick": 1, "showgrid": False},
         "legend": {"orientation": "h", "y": -0.2},
         "shapes": shapes,
     }  # fmt: skip
