@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from benchlib.loadgen.settings import stored_workload
+from benchmarks.controller_report import tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.phases import phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
@@ -183,6 +184,19 @@ def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
             title = f"Level {label}: {row['ramp']['strategy']} ramp per time slice"
             figures[name] = ramp_figure(title, [(str(label), row["ramp"])])
     return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
+def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[dict[str, Any]]:
+    """Controller tracking per level of this sweep, from each level's stored per-second
+    figures (``levels`` as ``sweep_level_table`` gives them, labelled)."""
+    runs = [
+        (
+            f"sweep #{sweep.pk}",
+            level.index,
+            f"Level {level.index} ({getattr(level, 'label', f'C={level.concurrency}')})",
+            (level.summary or {}).get("controller"),
+        )
+        for level in levels
+    ]
+    return tracks_context(runs, scope=f"sweep-{sweep.pk}")
 
 
 def sweep_target_instances() -> QuerySet[ServerInstance]:

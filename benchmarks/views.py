@@ -69,6 +69,7 @@ def sweep_detail(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
         "rate_sweep": selectors.sweep_is_rate_sweep(sweep=sweep),
         "workload": selectors.sweep_workload(sweep=sweep, levels=levels),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
+        "controller_tracks": selectors.sweep_controller_tracks(sweep=sweep, levels=levels),
         "can_run_sweeps": roles.can_run_sweeps(request.user),
         "live_config": {"sweepId": sweep.pk, "wsPath": f"/ws/sweeps/{sweep.pk}/"},
         "nav": "sweeps",

@@ -16,7 +16,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.cli_io import (
@@ -48,6 +48,9 @@ from benchlib.loadgen.settings_args import (
 )
 from benchlib.loadgen.summary import LevelSummary
 from benchlib.loadgen.traces import Trace, TracePrompts, load_trace
+
+if TYPE_CHECKING:
+    from benchlib.loadgen.controller import ControllerTracker
 
 EXIT_OK = 0
 EXIT_FAILED = 3
@@ -349,6 +352,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     flusher = asyncio.create_task(records.flush_periodically())
     levels: list[LevelSummary] = []
     status, reason = "completed", None
+    # The level's per-second /metrics scrape (--controller-tracking), from its opening on.
+    tracker: ControllerTracker | None = None
     try:
         if discovery_error is not None:
             events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
@@ -410,7 +415,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             async def open_interval(i: int = i, c: int = c) -> None:
                 # After the warm-up, right before the first measured request: the level's
                 # server-side interval opens here, so it counts the measured requests only.
-                nonlocal wait_for, start_after_warmup
+                nonlocal wait_for, start_after_warmup, tracker
                 warmed_at = time.time()
                 if start_after_warmup:
                     start_after_warmup = False
@@ -429,6 +434,14 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     if args.boundary_metrics_url
                     else {}
                 )
+                if args.controller_tracking:
+                    # Imported here: httpx is only loaded by the paths that need it.
+                    from benchlib.loadgen.controller import ControllerTracker
+
+                    tracker = ControllerTracker(
+                        args.boundary_metrics_url or args.base_url.rstrip("/") + "/metrics"
+                    )
+                    tracker.start()
                 events.emit(
                     "measure_start",
                     **boundary,
@@ -439,6 +452,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 )
 
             sink: RecordSink = records.sink(run_id=run_id, level_index=i)
+            tracker = None
             try:
                 if processes > 1:
                     result = await run_level_multiprocess(
@@ -460,6 +474,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         sink=sink,
                     )
             except Exception as exc:
+                if tracker is not None:
+                    await tracker.stop()
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
                 detail = traceback.format_exc()[-2000:]
                 events.emit("level_error", level_index=i, reason=reason, detail=detail)
@@ -488,6 +504,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         strategy=cfg.ramp,
                     ),
                 }
+            if tracker is not None:
+                summary["controller"] = await tracker.stop()
             levels.append(summary)
             # The level's closing scrape, before the next level can send anything.
             boundary = (

@@ -207,6 +207,16 @@ class LoadSettings(BaseModel):
         Field(description="Time slices a ramped level's figures are given for"),
         Option("--ramp-slices", label="Ramp slices", low=1, high=1000),
     ] = 10
+    controller_tracking: Annotated[
+        bool,
+        Field(
+            description="Scrape the server's /metrics once a second during each level: the "
+            "speculation controller's draft length, tokens per step, acceptance and throughput "
+            "per second, and its switches with their cost (docs/measurement.md, 'Controller "
+            "tracking')"
+        ),
+        Option("--controller-tracking", label="Track the speculation controller per second"),
+    ] = False
     session_turns: Annotated[
         int,
         Field(

@@ -95,6 +95,9 @@ class LevelSummary(_Figures, total=False):
     burstiness: float | None  # its gamma shape (1: Poisson)
     # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
     ramp: dict[str, Any]
+    # --controller-tracking (benchlib.stats.controller.controller_figures): the per-second
+    # series and the switches with their cost; None when the server does not speculate.
+    controller: dict[str, Any] | None
     # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times and token
     # gaps per phase.
     reasoning: dict[str, Any]

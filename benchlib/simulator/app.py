@@ -50,9 +50,11 @@ class SimApp:
             eos_prob=config.eos_prob,
             speculation=config.speculation,
         )
-        self.scheduler = AsyncScheduler(self.core)
         self.metrics = EngineMetrics(config.model, config.metrics_style, config.ranks)
         self.truth = TruthLog(config.truth_log)
+        # Kept apart from the per-request truth log, whose readers take every line for a request.
+        self.controller_truth = TruthLog(config.controller_log if config.speculation else None)
+        self.scheduler = AsyncScheduler(self.core, on_switch=self.draft_length_switched)
         # Chat message-prefix digests seen (--prefix-cache), oldest first, bounded.
         self.prefix_cache: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self.limits = Limits(config.model, config.max_model_len, config.default_max_tokens)
@@ -340,6 +342,9 @@ class SimApp:
             if limit and self.completed == limit and self.on_crash is not None:
                 self.crash_armed = True
                 self.on_crash()
+
+    def draft_length_switched(self, t: float, before: int, after: int, batch: int) -> None:
+        self.controller_truth.write({"t": t, "from": before, "to": after, "batch": batch})
 
     def abort_all(self, reason: str) -> None:
         self.stopping = True

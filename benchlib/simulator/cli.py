@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--truth-log", default=None, help="JSON-lines file of per-request ground truth")
     s.add_argument(
+        "--controller-log",
+        default=None,
+        help="JSON-lines file of every switch of a load-adaptive schedule's draft length "
+        "(time, from, to, running batch): the controller's ground truth",
+    )
+    s.add_argument(
         "--log-interval",
         type=float,
         default=10.0,
@@ -330,6 +336,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         gpu_memory_gb=args.gpu_memory_gb,
         state_dir=args.state_dir or default_state_dir(),
         truth_log=args.truth_log,
+        controller_log=args.controller_log,
         fault_orphan_workers=args.fault_orphan_workers,
         fault_ignore_sigterm=args.fault_ignore_sigterm,
         fault_setsid_workers=args.fault_setsid_workers,

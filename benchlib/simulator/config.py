@@ -44,6 +44,9 @@ class SimConfig:
     gpu_memory_gb: float = 80.0
     state_dir: str = DEFAULT_STATE_DIR
     truth_log: str | None = None
+    # JSON lines, one per switch of a load-adaptive schedule's draft length (the controller's
+    # truth: when, from which K to which, at which running batch).
+    controller_log: str | None = None
     fault_orphan_workers: bool = False
     fault_ignore_sigterm: bool = False
     fault_setsid_workers: bool = False

@@ -6,6 +6,7 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Literal
 
 from .adaptive import AdaptiveSpeculation, profile_for_draft_length
@@ -298,9 +299,18 @@ class SchedulerCore:
 class AsyncScheduler:
     """Drives a SchedulerCore on the event loop, sleeping to a drift-free monotonic schedule."""
 
-    def __init__(self, core: SchedulerCore) -> None:
+    def __init__(
+        self,
+        core: SchedulerCore,
+        *,
+        on_switch: Callable[[float, int, int, int], None] | None = None,
+    ) -> None:
         self.core = core
         self.lag_resets = 0
+        # Under a load-adaptive schedule: called as (time, draft length before, after, running
+        # batch) when a step drafts another length than the step before it (the controller's
+        # switch, stamped when the step that runs the new length is sized).
+        self.on_switch = on_switch
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -339,7 +349,10 @@ class AsyncScheduler:
                 wake.clear()
                 await wake.wait()
                 continue
+            before = core.draft_length
             next_at += core.step_seconds(admitted)
+            if core.draft_length != before and self.on_switch is not None:
+                self.on_switch(time.time(), before, core.draft_length, len(core.running))
             now = loop.time()
             if next_at < now - MAX_LAG_S:
                 self.lag_resets += 1

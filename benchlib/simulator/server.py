@@ -265,11 +265,13 @@ class Engine:
         )
         logging.shutdown()
         self.app.truth.close()
+        self.app.controller_truth.close()
         os._exit(1)
 
     def _shutdown(self) -> None:
         if self.app is not None:
             self.app.truth.close()
+            self.app.controller_truth.close()
         if self.workers is not None:
             self.workers.terminate()
             self.workers.close()

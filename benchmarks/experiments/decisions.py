@@ -22,9 +22,17 @@ RATE_FIGURE = "tpot_p50_ms"
 # A sweep's load settings that size or guard a level but do not change what is asked of the
 # server, and the model name (each server's own, often discovered from it: which model ran is
 # the environment record's to compare); every other setting (prompts, lengths, sampling, API,
-# rate, ...) is the workload.
+# rate, ...) is the workload. Controller tracking only reads the server's /metrics once a second.
 _NOT_WORKLOAD = frozenset(
-    {"requests_per_level", "duration", "warmup_requests", "request_timeout", "slo", "model"}
+    {
+        "requests_per_level",
+        "duration",
+        "warmup_requests",
+        "request_timeout",
+        "slo",
+        "model",
+        "controller_tracking",
+    }
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from benchlib.loadgen.settings import stored_workload
+from benchmarks.controller_report import tracks_context
 from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.history import HistoryRun, history_load
@@ -151,6 +152,29 @@ def experiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
         "experiment": experiment_as_dict(experiment),
         "steps": [step_as_dict(s) for s in steps],
     }
+
+
+def experiment_controller_tracks(*, experiment_id: int) -> list[dict[str, Any]]:
+    """Controller tracking per concurrency across the experiment's runs (every arm on the same
+    workload: the adaptive arm beside the static ones), from each level's stored per-second
+    figures; one query that reads only the stored ``controller`` figures."""
+    rows = (
+        SweepLevel.objects.filter(
+            sweep__experiment_step__experiment_id=experiment_id, summary__has_key="controller"
+        )
+        .order_by("sweep__experiment_step__index", "index")
+        .values_list(
+            "sweep__experiment_step__arm__label",
+            "sweep__experiment_step__repeat",
+            "concurrency",
+            "summary__controller",
+        )
+    )
+    runs = [
+        (label if not repeat else f"{label} run {repeat + 1}", c, f"C={c}", figures)
+        for label, repeat, c, figures in rows
+    ]
+    return tracks_context(runs, scope=f"experiment-{experiment_id}")
 
 
 def experiment_profiles() -> QuerySet[ServerProfile]:

@@ -138,6 +138,7 @@ def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, A
     return {
         "experiment": experiment,
         "arms": selectors.experiment_arms(experiment_id=experiment.pk),
+        "controller_tracks": selectors.experiment_controller_tracks(experiment_id=experiment.pk),
         "steps": steps,
         "step_rows": [selectors.step_as_dict(s) for s in steps],
         "current": selectors.step_as_dict(current) if current is not None else None,

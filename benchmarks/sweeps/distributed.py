@@ -302,6 +302,10 @@ async def _run_level(
     slo = Slo.from_dict(plan.load.get("slo"))
     summary = merge_shard_levels(parts, level_index=index, mode=mode, slo=slo)
     summary["split"].update(gang)
+    tracked = [s.summary["controller"] for s in level.shards if s.summary.get("controller")]
+    if tracked:
+        # Shard 0 alone scrapes the server once a second (split.shard_argv).
+        summary["controller"] = tracked[0]
     warmed = [s.warmed_at for s in level.shards if s.warmed_at is not None]
     summary["split"]["warmed_at"] = max(warmed) if warmed else None
     if len(parts) < n:

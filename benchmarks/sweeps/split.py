@@ -255,6 +255,9 @@ def shard_argv(
     share_load = dict(load)
     if shard.requests is not None:
         share_load["requests_per_level"] = shard.requests
+    if shard.index:
+        # The server's per-second figures are the server's, not a shard's: one scrape is enough.
+        share_load["controller_tracking"] = False
     argv = loadgen_argv(
         base_url=base_url,
         model=model,

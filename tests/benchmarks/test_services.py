@@ -46,6 +46,7 @@ def test_create_snapshots_the_environment_and_queues_one_locked_job(
         "temperature": None, "request_timeout": 600.0, "prompt_set": "synthetic", "slo": None,
         "request_rate": None, "burstiness": 1.0, "session_turns": 0, "turn_tokens": 32,
         "think_time": 0.0, "ramp": "", "ramp_start_rate": None, "ramp_slices": 10,
+        "controller_tracking": False,
         "prefix_count": 0, "prefix_tokens": 512, "prefix_share": 1.0, "trace": "",
         "trace_format": "mooncake", "trace_speed": 1.0, "trace_start": 0.0,
         "trace_duration": None,

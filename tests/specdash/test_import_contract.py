@@ -36,6 +36,7 @@ DJANGO_FREE = (
     "benchlib.stats",
     "perf.bench_aa",
     "perf.bench_trace_ab",
+    "perf.bench_controller",
     "perf.llamacpp_server",
     "perf.bench_loadgen",
     "perf.bench_simulator",

@@ -31,6 +31,7 @@ EVERY_FIELD = LoadSettings.clean(
         "ramp": "exponential",
         "ramp_start_rate": 0.1,
         "ramp_slices": 5,
+        "controller_tracking": True,
         "prefix_count": 4,
         "prefix_tokens": 256,
         "prefix_share": 0.5,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -276,3 +277,29 @@ def test_the_preview_derives_a_schedule_that_matches_the_best_fixed_variant_at_e
     assert result.tuned[1].value >= result.fixed["K=3"][1].value  # at least EAGLE-3's C=1
     assert result.tuned[250].value >= 0.99 * result.fixed["off"][250].value
     assert "speculative_adaptive.json" in table(result)[-3]
+
+
+async def test_the_controller_log_records_each_switch_with_its_time_and_batch(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "controller.jsonl"
+    argv = [*engine_argv("SGLang", SCHEDULE, tmp_path), "--controller-log", str(log)]
+    app = SimApp(parse_config([*argv, "--disable-cuda-graph-padding"]))
+    body = {"prompt": "hi", "max_tokens": 12, "ignore_eos": True, "stream": True}
+    await call(app, "POST", "/v1/completions", body)  # alone: K=3, the first tier: no switch
+    together = time.time()
+    await asyncio.gather(*(call(app, "POST", "/v1/completions", body) for _ in range(4)))
+    alone = time.time()
+    await call(app, "POST", "/v1/completions", body)  # alone again: back to K=3
+    app.controller_truth.close()
+    switches = [json.loads(line) for line in log.read_text().splitlines()]
+    # Four together: K=0 from the step that ran them (batch 4 >= 3); then K=3 at batch 1.
+    # Every step drafts what the log's last switch says, so nothing else is logged.
+    assert [(s["from"], s["to"], s["batch"]) for s in switches] == [(3, 0, 4), (0, 3, 1)]
+    assert together <= switches[0]["t"] <= alone <= switches[1]["t"] <= time.time()
+
+
+def test_no_controller_log_is_written_without_a_schedule(tmp_path: Path) -> None:
+    log = tmp_path / "controller.jsonl"
+    SimApp(parse_config(["--profile", "eagle3", "--controller-log", str(log)]))
+    assert not log.exists()
