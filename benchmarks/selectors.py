@@ -184,6 +184,8 @@ def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
             title = f"Level {label}: {row['ramp']['strategy']} ramp per time slice"
             figures[name] = ramp_figure(title, [(str(label), row["ramp"])])
     return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
+
+
 def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[dict[str, Any]]:
     """Controller tracking per level of this sweep, from each level's stored per-second
     figures (``levels`` as ``sweep_level_table`` gives them, labelled)."""
