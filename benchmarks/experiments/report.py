@@ -13,7 +13,12 @@ from typing import Any
 import plotly.io as pio
 from django.template.loader import render_to_string
 
-from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
+from benchmarks.experiments.figures import (
+    COLORS,
+    REPORT_LEGEND_WIDTH_PX,
+    comparison_figures,
+    schedule_figure,
+)
 
 FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -103,11 +108,12 @@ def comparison_report_html(
     """The whole comparison as one HTML document (charts, verdict, table, what was run with
     each server's launch and environment) and, with ``context["schedule"]`` available, the
     speculation schedule with each engine's configuration."""
-    figures = comparison_figures(comparison)
+    # The report's charts span its page: legend rows estimated at that width.
+    figures = comparison_figures(comparison, legend_width_px=REPORT_LEGEND_WIDTH_PX)
     names: tuple[str, ...] = FIGURES_IN_REPORT
     schedule = (context or {}).get("schedule") or {}
     if schedule.get("available"):
-        figures["schedule"] = schedule_figure(schedule)
+        figures["schedule"] = schedule_figure(schedule, legend_width_px=REPORT_LEGEND_WIDTH_PX)
         names = (*names, "schedule")
     charts = _chart_html(figures, names)
     return render_to_string(
