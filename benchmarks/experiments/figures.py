@@ -160,6 +160,9 @@ def legend_below(
     layout["legend"] = {
         "orientation": "h", "x": 0, "xanchor": "left", "xref": "container",
         "y": 0, "yanchor": "bottom", "yref": "container",
+        # Plotly caps a horizontal legend at half the figure and scrolls the rest out of
+        # sight: the margin holds all of it, so the cap is the whole figure.
+        "maxheight": 1,
     }  # fmt: skip
     return {"data": data, "layout": layout}
 

@@ -1,11 +1,13 @@
 """Four finished sweeps whose profiles have long names (one of them a single unbroken token,
-as a model path is), for the comparison page's legend layout (``build`` prints their ids)."""
+as a model path is), three of them speculative with accept figures, for the comparison page's
+legend layout (``build`` prints their ids)."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+from benchmarks.models import SweepLevel
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -29,5 +31,19 @@ def build() -> str:
                       "speculative": i != 1},
         )  # fmt: skip
         values = {c: 100.0 * (1 + 0.1 * i) * c**0.8 for c in (1, 2, 4, 8)}
-        ids.append(make_sweep(profile, values, tmp=folder, seed=i).pk)
+        sweep = make_sweep(profile, values, tmp=folder, seed=i)
+        if profile.speculative:
+            # Both server figures and two prompt categories: four accept-chart entries an arm,
+            # twelve long ones in a half-width card (a legend Plotly would otherwise scroll).
+            for level in SweepLevel.objects.filter(sweep=sweep):
+                level.server_metrics = {
+                    "accept_length": 2.5 + 0.1 * i, "accept_length_source": "counters",
+                    "tokens_per_step": 2.4 + 0.1 * i, "tokens_per_step_source": "itl_counters",
+                }  # fmt: skip
+                level.summary = {"acceptance": {"by_category": {
+                    "chat": {"requests": 20, "accept_length": 2.7, "acceptance_rate": 0.5},
+                    "code": {"requests": 20, "accept_length": 3.6, "acceptance_rate": 0.7},
+                }}}  # fmt: skip
+                level.save(update_fields=["server_metrics", "summary"])
+        ids.append(sweep.pk)
     return " ".join(str(pk) for pk in ids)

@@ -21,6 +21,7 @@ LEGEND_BOXES = """() => {
     chart: chart.id,
     card: box(chart.closest('.card')),
     xtitle: chart.querySelector('.g-xtitle text') ? box(chart.querySelector('.g-xtitle text')) : null,
+    legend: chart.querySelector('.legend .bg') ? box(chart.querySelector('.legend .bg')) : null,
     entries: Array.from(chart.querySelectorAll('.legend .traces')).map(
       (entry) => Object.assign(box(entry), {text: entry.textContent})),
   }));
@@ -34,13 +35,20 @@ def _check_legends(page: Page) -> None:
     page.wait_for_timeout(700)  # Plotly lays the legend out after the traces, then it is fitted
     charts: list[dict[str, Any]] = page.evaluate(LEGEND_BOXES)
     drawn = {c["chart"] for c in charts if c["entries"]}
-    assert {"chart-throughput", "chart-ttft", "chart-itl", "chart-ratio"} <= drawn, drawn
+    assert {"chart-throughput", "chart-accept", "chart-ttft", "chart-itl"} <= drawn, drawn
+    accept = next(c for c in charts if c["chart"] == "chart-accept")
+    assert len(accept["entries"]) == 12  # 3 speculative arms, 2 figures and 2 categories each
     for chart in charts:
         card = chart["card"]
         for entry in chart["entries"]:
             inside = (card["left"] - 0.5 <= entry["left"] and entry["right"] <= card["right"] + 0.5
                       and entry["bottom"] <= card["bottom"] + 0.5)  # fmt: skip
             assert inside, (chart["chart"], entry, card)
+            # Within the legend's own box: no entry scrolled out of a capped legend.
+            legend = chart["legend"]
+            assert (
+                legend["top"] - 0.5 <= entry["top"] and entry["bottom"] <= legend["bottom"] + 0.5
+            ), (chart["chart"], entry, legend)
             if chart["xtitle"] is not None:
                 assert entry["top"] >= chart["xtitle"]["bottom"] - 0.5, (chart["chart"], entry)
     texts = " ".join(e["text"] for c in charts if c["chart"] == "chart-throughput"
