@@ -19,30 +19,58 @@ from benchmarks.phases import phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
-from hosts.telemetry.sweeps import SweepSpan
+from hosts.telemetry.sweeps import HostSweeps, SweepSpan
 
 
-def sweeps_running_on_host(host_id: int) -> dict[int, int]:
-    """{instance id: sweep id} of the sweeps running against the host's servers (telemetry keeps
-    the samples taken meanwhile with them)."""
+def sweeps_running_on_host(host_id: int) -> HostSweeps:
+    """The sweeps running against the host's servers: those specdash started (by instance)
+    and those of endpoint profiles registered on it (telemetry keeps the samples taken
+    meanwhile with them)."""
     rows = Sweep.objects.filter(
         state=SweepState.RUNNING, instance__host_id=host_id, instance__isnull=False
     ).values_list("instance_id", "pk")
-    return {int(instance_id): int(pk) for instance_id, pk in rows if instance_id is not None}
+    endpoint_rows = Sweep.objects.filter(
+        state=SweepState.RUNNING,
+        instance__isnull=True,
+        profile__kind=ProfileKind.ENDPOINT,
+        profile__host_id=host_id,
+    ).values_list("pk", flat=True)
+    return HostSweeps(
+        by_instance={int(i): int(pk) for i, pk in rows if i is not None},
+        endpoints=tuple(sorted(int(pk) for pk in endpoint_rows)),
+    )
 
 
 def sweep_span(pk: int) -> SweepSpan | None:
-    """Where and when the sweep ran, for the telemetry chart of its page."""
-    sweep = Sweep.objects.select_related("instance").filter(pk=pk).first()
-    if sweep is None or sweep.instance is None:
+    """Where and when the sweep ran, for the telemetry chart of its page: its server's host,
+    or the host its endpoint profile is registered on (None when neither)."""
+    sweep = Sweep.objects.select_related("instance", "profile").filter(pk=pk).first()
+    if sweep is None:
+        return None
+    endpoint_host_id = sweep_endpoint_host_id(sweep=sweep)
+    instance_id: int | None = None
+    if sweep.instance is not None:
+        host_id, instance_id = sweep.instance.host_id, sweep.instance.pk
+    elif endpoint_host_id is not None:
+        host_id = endpoint_host_id
+    else:
         return None
     begun = sweep.started_at or sweep.created_at
     return SweepSpan(
-        host_id=sweep.instance.host_id,
-        instance_id=sweep.instance.pk,
+        host_id=host_id,
+        instance_id=instance_id,
         started=begun.timestamp(),
         finished=sweep.finished_at.timestamp() if sweep.finished_at else None,
     )
+
+
+def sweep_endpoint_host_id(*, sweep: Sweep) -> int | None:
+    """The registered host of the endpoint profile the sweep measured, None for a sweep of a
+    managed server, of a bare URL, or of an endpoint on no registered host."""
+    profile = sweep.profile
+    if sweep.instance_id is not None or profile is None or not profile.is_endpoint:
+        return None
+    return profile.host_id
 
 
 def sweep_list() -> QuerySet[Sweep]:
@@ -51,7 +79,7 @@ def sweep_list() -> QuerySet[Sweep]:
 
 def sweep_detail(*, sweep_id: int) -> Sweep | None:
     return (
-        Sweep.objects.select_related("profile", "instance", "instance__host")
+        Sweep.objects.select_related("profile", "profile__host", "instance", "instance__host")
         .filter(pk=sweep_id)
         .first()
     )

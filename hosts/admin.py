@@ -15,7 +15,15 @@ from django.urls import URLPattern, path, reverse
 
 from hosts import presets
 from hosts.lifecycle.probe import PROBE_TIMEOUT_S, ProbeReport, host_probe_many
-from hosts.models import Container, Engine, Host, InstanceEvent, ServerInstance, ServerProfile
+from hosts.models import (
+    Container,
+    Engine,
+    Host,
+    InstanceEvent,
+    ProfileKind,
+    ServerInstance,
+    ServerProfile,
+)
 
 if TYPE_CHECKING:
     from django.contrib.admin.filters import _ListFilterChoices
@@ -157,7 +165,48 @@ PROFILE_FIELDSETS: _FieldsetSpec = [
 ]
 
 
+# The fields only one kind uses, with their empty values. Switching a filled form's Kind drops
+# the other kind's (a notice names them) rather than refusing the save: a staff member who
+# chose Endpoint on an add form that opened with SGLang's preset meant "no launch command".
+LAUNCH_ONLY_FIELDS: dict[str, Any] = {
+    "launch_argv": [], "env": {}, "workdir": "", "gpu_ids": [], "container": None,
+}  # fmt: skip
+ENDPOINT_ONLY_FIELDS: dict[str, Any] = {"base_url": "", "metrics_url": "", "api_kind": ""}
+
+
 class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
+    # Labels of the fields the last clean() emptied because the Kind does not use them.
+    dropped: list[str]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        unused = (
+            LAUNCH_ONLY_FIELDS
+            if cleaned.get("kind") == ProfileKind.ENDPOINT
+            else ENDPOINT_ONLY_FIELDS
+        )
+        self.dropped = []
+        for name, empty in unused.items():
+            if cleaned.get(name) not in (None, "", [], {}):
+                cleaned[name] = empty
+                self.dropped.append(str(self.fields[name].label))
+        return cleaned
+
+    def dropped_notice(self) -> str:
+        """What the save left out and why, or "" when nothing was."""
+        if not getattr(self, "dropped", None):
+            return ""
+        fields = ", ".join(self.dropped)
+        if self.cleaned_data.get("kind") == ProfileKind.ENDPOINT:
+            return (
+                f"Saved as an endpoint profile: cleared {fields}, which only a managed profile "
+                "uses (specdash never starts an endpoint; its port is the base URL's)."
+            )
+        return (
+            f"Saved as a managed profile: cleared {fields}, which only an endpoint profile uses "
+            "(specdash starts this server with its launch command and reaches it on its port)."
+        )
+
     class Meta:
         model = ServerProfile
         fields = [str(name) for _, options in PROFILE_FIELDSETS for name in options["fields"]]
@@ -174,7 +223,8 @@ class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
             "Env sets it, and a start is refused while another instance holds one of them.",
             "kind": "Managed: specdash starts, watches and stops the server. Endpoint: the server "
             "runs outside specdash (by hand, systemd, a container, a Kubernetes service); "
-            "specdash sweeps it by its base URL and never starts or stops it.",
+            "specdash sweeps it by its base URL and never starts or stops it. Saving with "
+            "the other kind clears the fields only the previous kind uses (a notice names them).",
             "api_host": "The address the dashboard connects to, and what {api_host} in the launch "
             "command binds to. Blank: the SSH host's address (127.0.0.1 for a local host). A "
             "remote server bound to 127.0.0.1 cannot be reached from the dashboard; a container "
@@ -223,6 +273,11 @@ class ServerProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = [VariantFilter, "kind", "engine", "speculative", "host"]
     search_fields = ["name", "served_model_name", "notes"]
     fieldsets = PROFILE_FIELDSETS
+
+    def save_model(self, request: HttpRequest, obj: ServerProfile, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if notice := form.dropped_notice():
+            self.message_user(request, notice, level=messages.WARNING)
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         # ?engine=vllm on the add page pre-fills that engine's preset.

@@ -13,7 +13,12 @@ from typing import Any
 import plotly.io as pio
 from django.template.loader import render_to_string
 
-from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
+from benchmarks.experiments.figures import (
+    COLORS,
+    REPORT_LEGEND_WIDTH_PX,
+    comparison_figures,
+    schedule_figure,
+)
 from benchmarks.phases import comparison_phases
 
 FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
@@ -105,13 +110,17 @@ def comparison_report_html(
     each server's launch and environment) and, with ``context["schedule"]`` available, the
     speculation schedule with each engine's configuration."""
     phases = comparison_phases(comparison)
-    figures = comparison_figures(comparison) | phases["ramp_figures"]
+    # The report's charts span its page: legend rows estimated at that width.
+    figures = (
+        comparison_figures(comparison, legend_width_px=REPORT_LEGEND_WIDTH_PX)
+        | phases["ramp_figures"]
+    )
     # The ramp charts (one per ramped C) follow the comparison's own charts.
     shown: tuple[str, ...] = (*FIGURES_IN_REPORT, *phases["ramp_figures"])
     names = shown
     schedule = (context or {}).get("schedule") or {}
     if schedule.get("available"):
-        figures["schedule"] = schedule_figure(schedule)
+        figures["schedule"] = schedule_figure(schedule, legend_width_px=REPORT_LEGEND_WIDTH_PX)
         names = (*names, "schedule")
     charts = _chart_html(figures, names)
     return render_to_string(

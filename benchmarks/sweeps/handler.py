@@ -32,6 +32,7 @@ from benchmarks.sweeps.scrapes import scrapes_keeper
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import InstanceState
+from hosts.telemetry import manager as telemetry
 from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,10 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
             reason = endpoints.not_ready_reason(problem)
             await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
             return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
+    if plan.endpoint_host_id is not None:
+        # Nothing started this server here, so nothing has started its host's probes: the
+        # sweep does (the host's plan keeps them while the sweep runs, its rows kept with it).
+        await telemetry.ensure_for_host(plan.endpoint_host_id)
     if not plan.model and (plan.load.get("api") or "completions") != "generate":
         # Asked once here, not by each load-generator process of a split level, and a server
         # that cannot say fails the sweep before any load (instead of every request's 404).

@@ -66,6 +66,9 @@ class SweepPlan:
     # the readiness check the job makes before the first level and while levels run.
     metrics_url: str = ""
     endpoint_check: EndpointCheck | None = None
+    # The registered host of that endpoint, if it has one: the job starts the host's telemetry
+    # (GPU and host load) as an instance start does for a managed server.
+    endpoint_host_id: int | None = None
 
 
 def undrafted_steps(environment: Mapping[str, Any]) -> bool:
@@ -165,6 +168,7 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         undrafted_steps=undrafted_steps(sweep.environment or {}),
         metrics_url=str(target.get("metrics_url") or ""),
         endpoint_check=_endpoint_check(sweep),
+        endpoint_host_id=selectors.sweep_endpoint_host_id(sweep=sweep),
     )
 
 

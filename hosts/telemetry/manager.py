@@ -2,10 +2,12 @@
 
 Design (see docs/architecture.md, "Telemetry"): one job per host, kind `telemetry.host`,
 lock key `telemetry:host:<id>`, so across all job workers at most one runs per host. It is
-queued (if none is queued or running) when a server instance on the host is started and when
-a page showing the host's telemetry opens; pages renew a `TelemetryWatch` while they stay
-open. The job re-reads its plan every second: the host is needed while it has an active
-instance or an unexpired watch; the READY instances are the ones scraped. When nothing has
+queued (if none is queued or running) when a server instance on the host is started, when a
+sweep of an endpoint profile registered on the host begins (a server specdash did not start,
+sampled as a managed one is), and when a page showing the host's telemetry opens; pages renew
+a `TelemetryWatch` while they stay open. The job re-reads its plan every second: the host is
+needed while it has an active instance, a running endpoint sweep or an unexpired watch; the
+READY instances are the ones scraped. When nothing has
 needed the host for `linger_s` the job ends, and its probes with it.
 
 Batches: the GPU stream's tick is the batch clock. Everything buffered since the previous
@@ -224,7 +226,8 @@ async def run_host_telemetry(ctx: JobContext) -> dict[str, Any]:
 
 
 async def ensure_for_host(host_id: int) -> None:
-    """Queue the host's telemetry job if none runs (called when an instance is started)."""
+    """Queue the host's telemetry job if none runs (called when an instance is started and
+    when a sweep of an endpoint registered on the host begins)."""
     try:
         await sync_to_async(service.telemetry_host_ensure)(host_id=host_id)
     except Exception:

@@ -69,7 +69,8 @@ def metrics_url(instance: ServerInstance) -> str:
 
 
 def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPlan:
-    """Needed while the host has an active instance or an open page; READY ones are scraped."""
+    """Needed while the host has an active instance, an open page or a running sweep of an
+    endpoint registered on it; READY instances are scraped."""
     now = now or timezone.now()
     instances = list(
         ServerInstance.objects.filter(host_id=host_id, state__in=sorted(ACTIVE_STATES))
@@ -78,15 +79,17 @@ def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPla
     )
     watched = TelemetryWatch.objects.filter(host_id=host_id, wanted_until__gt=now).exists()
     sweeps = running_sweeps(host_id)
+    sweep_ids = sweeps.ids
     return HostPlan(
-        needed=bool(instances) or watched,
+        # An endpoint's sweep has no instance to keep the host needed: its running sweep does.
+        needed=bool(instances) or watched or bool(sweeps.endpoints),
         scrape=tuple(
             ScrapeTarget(instance_id=i.pk, metrics_url=metrics_url(i))
             for i in instances
             if i.state == InstanceState.READY
         ),
-        sweep_ids=sweeps,
-        host_sweep_id=min(sweeps.values()) if sweeps else None,
+        sweep_ids=sweeps.by_instance,
+        host_sweep_id=min(sweep_ids) if sweep_ids else None,
     )
 
 

@@ -9,7 +9,7 @@ their job handlers with the core).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -17,13 +17,29 @@ class SweepSpan:
     """Where and when a sweep ran: its server's host and instance, epoch seconds."""
 
     host_id: int
-    instance_id: int
+    # None for a server specdash did not start (an endpoint profile registered on the host).
+    instance_id: int | None
     started: float
     finished: float | None
 
 
-# host id -> {instance id: the id of the sweep running against it}
-RunningSweeps = Callable[[int], dict[int, int]]
+@dataclass(frozen=True)
+class HostSweeps:
+    """The sweeps running on a host now."""
+
+    # {instance id: sweep id}: sweeps of servers specdash started on the host.
+    by_instance: dict[int, int] = field(default_factory=dict)
+    # Sweeps of endpoint profiles registered on the host: no instance, but the host is theirs
+    # to sample as a managed server's is (its GPUs and load are what the sweep loads).
+    endpoints: tuple[int, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [*self.by_instance.values(), *self.endpoints]
+
+
+# host id -> the sweeps running on it
+RunningSweeps = Callable[[int], HostSweeps]
 # sweep id -> its span, or None when there is no such sweep or it had no server
 SpanOfSweep = Callable[[int], SweepSpan | None]
 
@@ -42,7 +58,7 @@ def register_sweep_source(*, running: RunningSweeps, span_of: SpanOfSweep) -> No
     _source.span_of = span_of
 
 
-def running_sweeps(host_id: int) -> dict[int, int]:
+def running_sweeps(host_id: int) -> HostSweeps:
     if _source.running is None:
         raise RuntimeError("no sweep source registered (benchmarks registers it when ready)")
     return _source.running(host_id)

@@ -49,6 +49,35 @@
     // gets it: the chart's box grows instead of squashing the plot.
     if (node && fig.layout && fig.layout.height) node.style.height = fig.layout.height + "px";
     draw(node, fig.data, fig.layout);
+    if (node && fig.layout && fig.layout.legend && fig.layout.legend.yref === "container") {
+      fitLegend(node);
+      // A resize re-wraps the legend (responsive charts): fitted again after each redraw.
+      if (!node.dataset.legendFit) {
+        node.dataset.legendFit = "1";
+        node.on("plotly_afterplot", function () { window.setTimeout(fitLegend, 0, node); });
+      }
+    }
+  }
+
+  // The server gave the legend under the axis title (figures.py, legend_below) room for the
+  // rows it takes in the narrowest card; once drawn, the bottom margin and the chart's height
+  // follow the rows it really took at this width, so the legend neither covers the axis title
+  // nor leaves an empty band under a wide chart. The plot area keeps its height.
+  const LEGEND_AXIS_BELOW_PX = 56;  // tick labels and the x axis's title (figures.py)
+  function fitLegend(node) {
+    const layout = node.layout;
+    const legend = node.querySelector(".legend");
+    if (!layout || !layout.margin || !layout.height || !legend) return;
+    const plot = layout.height - layout.margin.t - layout.margin.b;
+    const bottom = LEGEND_AXIS_BELOW_PX + Math.ceil(legend.getBoundingClientRect().height) + 8;
+    if (Math.abs(bottom - layout.margin.b) <= 4) return;  // close enough: no redraw loop
+    const height = plot + layout.margin.t + bottom;
+    node.style.height = height + "px";
+    // react, not relayout: a relayout of the height also pins the width at its current value,
+    // and the chart would stop following its card when the page is resized.
+    const margin = Object.assign({}, layout.margin, { b: bottom });
+    Plotly.react(node, node.data, Object.assign({}, layout, { margin: margin, height: height }),
+      config);
   }
 
   function extend(node, update, traces, maxPoints) {

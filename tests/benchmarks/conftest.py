@@ -15,6 +15,7 @@ import pytest
 
 from hosts.models import Host, InstanceState, ServerInstance, ServerProfile
 from tests.fixtures.ports import free_port
+from tests.fixtures.sshd import sshd  # noqa: F401 - the endpoint telemetry test's ssh host
 
 ROOT = Path(__file__).resolve().parents[2]
 

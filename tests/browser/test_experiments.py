@@ -94,7 +94,9 @@ def test_operator_runs_an_experiment_and_reads_the_verdict(
         " return el && el.data && el.data.length >= 1; }"
     )
     traces = page.evaluate(
-        "() => document.getElementById('chart-accept').data.map(d => [d.name, d.y])"
+        # A long legend entry wraps onto lines (figures.py, legend_label): read as one line.
+        "() => document.getElementById('chart-accept').data"
+        ".map(d => [d.name.replaceAll('<br>', ' '), d.y])"
     )
     # Both speculative figures from the server's counters (SGLang: every decode step verifies,
     # so both are (generated - requests) / verify calls), then per prompt category from the

@@ -81,3 +81,45 @@ def test_servers_page_shows_a_live_gpu_strip_per_host(page: Page, dashboard: Das
     strip.locator("[data-testid=gpu-cell]").first.wait_for(timeout=60_000)
     assert strip.locator("[data-testid=gpu-cell]").count() == 8
     assert "GPU 0:" in (strip.locator("[data-testid=gpu-cell]").first.get_attribute("title") or "")
+
+
+# An endpoint profile (a server specdash did not start) registered on the seeded host, and a
+# running sweep of it: its page charts that host as a managed server's sweep page does.
+ENDPOINT_SWEEP = """
+import json
+from django.utils import timezone
+from benchmarks.models import Sweep, SweepState
+from hosts.models import ServerProfile
+host = ServerProfile.objects.get(name="Simulated SGLang EAGLE-3").host
+profile = ServerProfile(
+    name="outside on the local host", kind="endpoint", engine="simulator", host=host,
+    base_url="http://127.0.0.1:1",
+)
+profile.full_clean()
+profile.save()
+sweep = Sweep.objects.create(profile=profile, base_url=profile.base_url, levels=[1],
+                             load={"duration": 60}, state=SweepState.RUNNING,
+                             started_at=timezone.now())
+print(json.dumps({"profile": profile.pk, "sweep": sweep.pk}))
+"""
+ENDPOINT_CLEAN_UP = (
+    "from benchmarks.models import Sweep; from hosts.models import ServerProfile; "
+    "Sweep.objects.filter(pk={sweep}).delete(); ServerProfile.objects.filter(pk={profile}).delete()"
+)
+
+
+def test_an_endpoint_sweep_page_charts_the_gpus_of_its_registered_host(
+    page: Page, dashboard: Dashboard
+) -> None:
+    ids = json.loads(dashboard.manage("shell", "-c", ENDPOINT_SWEEP).strip().splitlines()[-1])
+    try:
+        login(page, dashboard)
+        page.goto(f"{dashboard.url}/sweeps/{ids['sweep']}/")
+        page.wait_for_function(f"() => ({POINTS})() >= 3", timeout=60_000)
+        first = page.evaluate(POINTS)
+        page.wait_for_function(f"() => ({POINTS})() >= {first + 2}", timeout=30_000)
+        assert page.evaluate("() => document.getElementById('chart-gpu-memory').data.length") == 8
+        # The server chart is the managed server's alone: an endpoint's counters are per level.
+        assert page.get_by_test_id("chart-server").count() == 0
+    finally:
+        dashboard.manage("shell", "-c", ENDPOINT_CLEAN_UP.format(**ids))
