@@ -31,6 +31,7 @@ from benchmarks.experiments import builds, equivalence, services
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
 from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
 from benchmarks.experiments.stops import StopOutcome as StopOutcome
+from benchmarks.experiments.stops import endpoint_host_probe
 from benchmarks.experiments.stops import host_probe as _host_probe
 from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
@@ -268,8 +269,9 @@ class ExperimentRun:
                 step_id=step.step_id, state=StepState.CHECKING_OUTPUTS, equivalence=result
             )
             self._check_cancel()
-        # No host probe: no agent runs beside a server specdash did not start.
-        probe = {"error": "not probed: an endpoint's server runs outside specdash"}
+        # The endpoint's registered host is probed as a managed server's is (GPUs, driver,
+        # engines, load); without one there is nothing to ask.
+        probe = await endpoint_host_probe(profile.pk, self.cfg.probe_timeout_s)
         try:
             sweep = await sync_to_async(services.experiment_step_sweep)(
                 plan=self.plan, step=step, instance_id=None, host_probe=probe, endpoint=profile

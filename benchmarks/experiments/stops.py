@@ -14,7 +14,7 @@ from benchmarks.experiments.environment import model_paths
 from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import GpuClaim, InstanceState, ServerInstance
+from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES
 from hosts.transports import TransportError
 
@@ -96,9 +96,25 @@ async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
     instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
         pk=instance_id
     )
-    files = model_paths(instance.launch_argv)
+    return await _probe(
+        Agent.for_host(instance.host, instance.profile.container),
+        model_paths(instance.launch_argv),
+        seconds,
+    )
+
+
+async def endpoint_host_probe(profile_id: int, seconds: float) -> dict[str, Any]:
+    """The probe of an endpoint profile's registered host (in its container, if it names one):
+    the same GPU, driver, engine and load figures as a managed server's run gets; no model
+    files, since specdash never saw the endpoint's argv. No registered host: says so."""
+    profile = await ServerProfile.objects.select_related("host", "container").aget(pk=profile_id)
+    if profile.host is None:
+        return {"error": "not probed: the endpoint has no registered host"}
+    return await _probe(Agent.for_host(profile.host, profile.container), [], seconds)
+
+
+async def _probe(agent: Agent, files: list[str], seconds: float) -> dict[str, Any]:
     try:
-        agent = Agent.for_host(instance.host, instance.profile.container)
         answer = await agent.call("probe", {"files": files}, timeout=seconds)
     except (TransportError, AgentFailed, OSError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

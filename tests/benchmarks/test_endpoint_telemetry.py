@@ -171,3 +171,13 @@ async def test_an_endpoint_arm_on_a_host_over_ssh_samples_it_during_its_sweep(
     await sync_to_async(_assert_sampled_during)(sweeps[on_host.pk])
     # The arm on no host gets none (the probes still lingering on A's host are not its).
     assert not await sync_to_async(_samples_of)(sweeps[no_host.pk].pk)
+    # Each run's environment record: the registered host was probed over SSH (its simulated
+    # GPUs named), the endpoint on no host says why it was not.
+    on_host_probe = sweeps[on_host.pk].environment["host_probe"]
+    assert "error" not in on_host_probe, on_host_probe
+    assert on_host_probe["gpus"], on_host_probe
+    record = sweeps[on_host.pk].environment["records"][-1]
+    assert record["probe_error"] is None and record["gpus"], record
+    assert sweeps[no_host.pk].environment["host_probe"] == {
+        "error": "not probed: the endpoint has no registered host"
+    }
