@@ -21,13 +21,10 @@ import contextlib
 import logging
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks import audit
-from benchmarks import services as sweep_services
-from benchmarks.experiments import builds, equivalence, services
+from benchmarks.experiments import builds, equivalence, services, store
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
 from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
 from benchmarks.experiments.stops import StopOutcome as StopOutcome
@@ -83,7 +80,7 @@ class ExperimentRun:
         self.last_instance_id: int | None = None
         self.current_step: services.StepPlan | None = None
         self.current_sweep_id: int | None = None
-        self.update = sync_to_async(services.experiment_step_update)
+        self.update = store.aexperiment_step_update
 
     def _check_cancel(self) -> None:
         if self.ctx.cancelled.is_set():
@@ -148,12 +145,12 @@ class ExperimentRun:
         except Exception as exc:  # the runs are recorded; a comparison bug must not hide them
             logger.exception("experiment %s: comparison failed", self.plan.experiment_id)
             reason = f"{reason}; the comparison could not be built: {exc}".lstrip("; ")
-        await sync_to_async(services.experiment_finish)(
+        await store.aexperiment_finish(
             experiment_id=self.plan.experiment_id, state=state, reason=reason, evidence=evidence
         )
         try:
             # Kept on the experiment and its sweeps, where the comparison page shows it.
-            await sync_to_async(audit.audit_experiment_store)(experiment_id=self.plan.experiment_id)
+            await store.aaudit_experiment_store(experiment_id=self.plan.experiment_id)
         except Exception:  # the runs and comparison are recorded; an audit bug hides neither
             logger.exception("experiment %s: the audit at its end failed", self.plan.experiment_id)
         return {
@@ -170,7 +167,7 @@ class ExperimentRun:
             await self.update(
                 step_id=self.current_step.step_id, state=StepState.FAILED, reason=reason
             )
-        await sync_to_async(services.experiment_finish)(
+        await store.aexperiment_finish(
             experiment_id=self.plan.experiment_id, state=ExperimentState.FAILED, reason=reason
         )
 
@@ -219,7 +216,7 @@ class ExperimentRun:
             )
             self._check_cancel()
         try:
-            sweep = await sync_to_async(services.experiment_step_sweep)(
+            sweep = await store.aexperiment_step_sweep(
                 plan=self.plan, step=step, instance_id=instance.pk, host_probe=probe
             )
         except ValidationError as exc:  # e.g. the server crashed since it was ready
@@ -271,7 +268,7 @@ class ExperimentRun:
         # No host probe: no agent runs beside a server specdash did not start.
         probe = {"error": "not probed: an endpoint's server runs outside specdash"}
         try:
-            sweep = await sync_to_async(services.experiment_step_sweep)(
+            sweep = await store.aexperiment_step_sweep(
                 plan=self.plan, step=step, instance_id=None, host_probe=probe, endpoint=profile
             )
         except ValidationError as exc:
@@ -296,7 +293,7 @@ class ExperimentRun:
         if not await self._endpoint_ready(step, profile):
             return False
         try:
-            await sync_to_async(sweep_services.sweep_resume)(sweep=sweep, user=self.plan.user)
+            await store.asweep_resume(sweep=sweep, user=self.plan.user)
         except ValidationError as exc:
             reason = "; ".join(exc.messages)
             await self.update(
@@ -315,10 +312,10 @@ class ExperimentRun:
             # continue from the cut level on the same server while that is still ready.
             retries += 1
             try:
-                await sync_to_async(sweep_services.sweep_resume)(sweep=final, user=self.plan.user)
+                await store.asweep_resume(sweep=final, user=self.plan.user)
             except ValidationError:
                 break
-            await sync_to_async(services.experiment_history_note)(
+            await store.aexperiment_history_note(
                 experiment_id=self.plan.experiment_id,
                 entry={"event": "sweep_resumed", "step": step.index + 1, "sweep": sweep_id,
                        "reason": final.reason},
@@ -385,7 +382,7 @@ class ExperimentRun:
         profile = await ServerProfile.objects.aget(pk=step.profile_id)
         if profile.is_endpoint:
             return await self._resume_endpoint_step(step, profile)
-        note = sync_to_async(services.experiment_history_note)
+        note = store.aexperiment_history_note
         why = await self._why_not_reusable(step, row)
         sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
         if sweep is not None:
@@ -420,9 +417,7 @@ class ExperimentRun:
         if sweep is None:
             return await self._measure(step, instance)
         try:
-            await sync_to_async(sweep_services.sweep_resume)(
-                sweep=sweep, user=self.plan.user, instance=instance
-            )
+            await store.asweep_resume(sweep=sweep, user=self.plan.user, instance=instance)
         except ValidationError as exc:
             reason = "; ".join(exc.messages)
             await self.update(
@@ -468,7 +463,7 @@ class ExperimentRun:
             instance_id=instance.pk,
             reason=f"re-using server #{instance.pk}, already ready",
         )
-        await sync_to_async(services.experiment_history_note)(
+        await store.aexperiment_history_note(
             experiment_id=self.plan.experiment_id,
             entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk,
                    "reason": "it was already ready with this profile's launch"},
@@ -481,13 +476,13 @@ class ExperimentRun:
         try:
             # One sync call: a worker shutdown cannot fall between the start and the step
             # learning its server (a resume must find the server to stop or re-use it).
-            instance = await sync_to_async(services.experiment_step_start)(
+            instance = await store.aexperiment_step_start(
                 step_id=step.step_id, profile=profile, user=self.plan.user
             )
         except host_services.ServerConflict as exc:
             if exc.holder_id is not None:
                 # The page offers to stop it and retry (benchmarks.experiments.selectors).
-                await sync_to_async(services.experiment_history_note)(
+                await store.aexperiment_history_note(
                     experiment_id=self.plan.experiment_id,
                     entry={"event": "port_held", "step": step.index + 1,
                            "instance": exc.holder_id, "reason": str(exc)},
@@ -553,7 +548,7 @@ class ExperimentRun:
         """Leave everything in a known state: sweep cancelled, server stopped and verified."""
         if self.current_sweep_id is not None:
             sweep = await Sweep.objects.aget(pk=self.current_sweep_id)
-            await sync_to_async(sweep_services.sweep_cancel)(sweep=sweep)
+            await store.asweep_cancel(sweep=sweep)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.cfg.sweep_cancel_timeout_s
             while not (await Sweep.objects.aget(pk=sweep.pk)).is_finished:
@@ -589,7 +584,7 @@ def _endpoint_check(profile: ServerProfile) -> endpoints.EndpointCheck:
 async def run_experiment(ctx: JobContext) -> dict[str, Any]:
     """The job handler of ``experiment.run``; params: ``{"experiment_id": ...}``."""
     experiment_id = int(ctx.params["experiment_id"])
-    plan = await sync_to_async(services.experiment_begin)(experiment_id=experiment_id)
+    plan = await store.aexperiment_begin(experiment_id=experiment_id)
     if plan is None:
         return {"experiment_id": experiment_id, "skipped": "not queued"}
     return await ExperimentRun(ctx, plan).run()

@@ -8,11 +8,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
-
 from benchmarks.experiments.environment import model_paths
 from core.models import Job, JobState
 from hosts import services as host_services
+from hosts.lifecycle import store as lifecycle_store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import GpuClaim, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
@@ -66,7 +65,7 @@ async def stop_verified(
     cfg = settings or SETTINGS
     instance = await ServerInstance.objects.aget(pk=instance_id)
     if instance.state in ACTIVE_STATES and not instance.stop_requested:
-        await sync_to_async(host_services.instance_stop)(instance=instance)
+        await lifecycle_store.ainstance_stop(instance=instance)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + cfg.stop_timeout_s
     while True:
