@@ -91,8 +91,7 @@ def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
     )
 
 
-# ``instance_id`` not given (None means the step has no server); public for the async twin.
-UNSET: Any = object()
+_UNSET: Any = object()
 
 
 def experiment_step_update(
@@ -100,7 +99,7 @@ def experiment_step_update(
     step_id: int,
     state: str,
     reason: str | None = None,
-    instance_id: int | None = UNSET,
+    instance_id: int | None = _UNSET,
     environment: dict[str, Any] | None = None,
     equivalence: dict[str, Any] | None = None,
 ) -> None:
@@ -111,7 +110,7 @@ def experiment_step_update(
         step.state = state
         if reason is not None:
             step.reason = reason
-        if instance_id is not UNSET:
+        if instance_id is not _UNSET:
             step.instance_id = instance_id
         if environment is not None:
             step.environment = environment
