@@ -29,7 +29,6 @@ from benchmarks.experiments.stops import SETTINGS as SETTINGS
 from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
 from benchmarks.experiments.stops import StopOutcome as StopOutcome
 from benchmarks.experiments.stops import host_probe as _host_probe
-from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
@@ -38,7 +37,6 @@ from core.jobs import JobContext
 from hosts import presets
 from hosts import services as host_services
 from hosts.models import InstanceState, ServerInstance, ServerProfile
-from hosts.models.instances import ACTIVE_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -98,16 +96,13 @@ class ExperimentRun:
             self.last_instance_id = await self._server_left_running()
             for step in self.plan.steps:
                 self._check_cancel()
-                row = await ExperimentStep.objects.aget(pk=step.step_id)
+                row = await store.astep_get(step.step_id)
                 if row.state in FINISHED_STEP_STATES:  # a resumed run: measured before
                     done += row.state == StepState.DONE
                     failed += row.state == StepState.FAILED
                     continue
                 self.current_step = step
-                resumed = (
-                    row.instance_id is not None
-                    or await Sweep.objects.filter(experiment_step_id=step.step_id).aexists()
-                )
+                resumed = row.instance_id is not None or await store.astep_has_sweep(step.step_id)
                 if await (self._resume_step(step, row) if resumed else self._run_step(step)):
                     done += 1
                 else:
@@ -178,7 +173,7 @@ class ExperimentRun:
         if self.last_instance_id is not None:
             await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
             await self._stop_last(reason_if_dirty=f"before step {step.index + 1}")
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if profile.is_endpoint:
             return await self._run_endpoint_step(step, profile)
         await self.update(step_id=step.step_id, state=StepState.STARTING)
@@ -281,7 +276,7 @@ class ExperimentRun:
         return await self._sweep_outcome(step, sweep.pk)
 
     async def _resume_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
-        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        sweep = await store.astep_sweep(step.step_id)
         if sweep is None:
             return await self._run_step(step)
         sweep = await self._sweep_finished(sweep.pk)
@@ -336,18 +331,9 @@ class ExperimentRun:
 
     async def _server_left_running(self) -> int | None:
         """The server an interrupted run left behind (one runs at a time per experiment)."""
-        ids = [
-            i
-            async for i in ExperimentStep.objects.filter(
-                experiment_id=self.plan.experiment_id, instance__isnull=False
-            )
-            .order_by("-index")
-            .values_list("instance_id", flat=True)
-        ]
-        for instance_id in ids:
-            if await ServerInstance.objects.filter(
-                pk=instance_id, state__in=ACTIVE_STATES
-            ).aexists() or await _lifecycle_busy(instance_id):
+        for instance_id in await store.asteps_instance_ids(self.plan.experiment_id):
+            active = await store.ainstance_active(instance_id)
+            if active or await store.alifecycle_busy(instance_id):
                 return int(instance_id)
         return None
 
@@ -357,12 +343,12 @@ class ExperimentRun:
         reports the same GPUs, driver and engines; else why not."""
         if row.instance_id is None:
             return "the step had no server yet"
-        instance = await ServerInstance.objects.aget(pk=row.instance_id)
+        instance = await store.ainstance_get(row.instance_id)
         if instance.pk != self.last_instance_id or instance.state != InstanceState.READY:
             return f"server #{instance.pk} is {instance.state}"
         if instance.stop_requested:
             return f"server #{instance.pk} is being stopped"
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if instance.profile_id != profile.pk or (
             list(instance.launch_argv),
             dict(instance.env),
@@ -379,12 +365,12 @@ class ExperimentRun:
     async def _resume_step(self, step: services.StepPlan, row: ExperimentStep) -> bool:
         """Pick up a step an interrupted run left: its server if it can carry on, else a
         verified stop and a fresh start; its sweep resumed from the first unfinished level."""
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if profile.is_endpoint:
             return await self._resume_endpoint_step(step, profile)
         note = store.aexperiment_history_note
         why = await self._why_not_reusable(step, row)
-        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        sweep = await store.astep_sweep(step.step_id)
         if sweep is not None:
             # Its own job ends it (a dead worker's sweep once its lease expires).
             sweep = await self._sweep_finished(sweep.pk)
@@ -393,9 +379,7 @@ class ExperimentRun:
         instance: ServerInstance | None = None
         if not why:
             assert row.instance_id is not None
-            instance = await ServerInstance.objects.select_related("profile", "host").aget(
-                pk=row.instance_id
-            )
+            instance = await store.ainstance_get(row.instance_id, with_profile_and_host=True)
             await note(
                 experiment_id=self.plan.experiment_id,
                 entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk},
@@ -436,18 +420,13 @@ class ExperimentRun:
         and no sweep running on it: started before the experiment (the README's sweep step
         leaves one), it would otherwise hold the port this step's start needs."""
         # With its host: the launch it would run names the address it is reached at.
-        profile = await ServerProfile.objects.select_related("host").aget(pk=profile_id)
-        candidates = ServerInstance.objects.select_related("profile", "host").filter(
-            profile=profile, state=InstanceState.READY, stop_requested=False
-        )
-        async for instance in candidates.order_by("-ready_at"):
+        profile = await store.aprofile_get(profile_id, with_host=True)
+        for instance in await store.aready_instances(profile):
             same_launch = (list(instance.launch_argv), dict(instance.env)) == (
                 presets.expand_argv(profile.launch_argv, profile),
                 dict(profile.env),
             )
-            busy = await Sweep.objects.filter(
-                instance=instance, state__in=[SweepState.QUEUED, SweepState.RUNNING]
-            ).aexists()
+            busy = await store.asweep_busy_on(instance)
             # Its lifecycle job runs for as long as the server does (it watches it): that is
             # no reason not to re-use it, only a sweep on it is.
             if same_launch and not busy:
@@ -472,7 +451,7 @@ class ExperimentRun:
         return await self._measure(step, instance)
 
     async def _start(self, step: services.StepPlan) -> ServerInstance | None:
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         try:
             # One sync call: a worker shutdown cannot fall between the start and the step
             # learning its server (a resume must find the server to stop or re-use it).
@@ -491,9 +470,7 @@ class ExperimentRun:
             return None
         self.last_instance_id = instance.pk
         while True:
-            instance = await ServerInstance.objects.select_related("profile", "host").aget(
-                pk=instance.pk
-            )
+            instance = await store.ainstance_get(instance.pk, with_profile_and_host=True)
             if instance.state in START_ENDED:
                 break
             await self._poll()
@@ -516,7 +493,7 @@ class ExperimentRun:
 
     async def _sweep_finished(self, sweep_id: int) -> Sweep:
         while True:
-            sweep = await Sweep.objects.aget(pk=sweep_id)
+            sweep = await store.asweep_get(sweep_id)
             if sweep.is_finished:
                 return sweep
             await self._poll()
@@ -547,11 +524,11 @@ class ExperimentRun:
     async def _after_cancel(self) -> tuple[str, str, dict[str, Any] | None]:
         """Leave everything in a known state: sweep cancelled, server stopped and verified."""
         if self.current_sweep_id is not None:
-            sweep = await Sweep.objects.aget(pk=self.current_sweep_id)
+            sweep = await store.asweep_get(self.current_sweep_id)
             await store.asweep_cancel(sweep=sweep)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.cfg.sweep_cancel_timeout_s
-            while not (await Sweep.objects.aget(pk=sweep.pk)).is_finished:
+            while not (await store.asweep_get(sweep.pk)).is_finished:
                 if loop.time() > deadline:
                     break
                 await asyncio.sleep(self.cfg.poll_seconds)
@@ -570,7 +547,7 @@ class ExperimentRun:
 
     async def _current_step_state(self) -> str:
         assert self.current_step is not None
-        step = await ExperimentStep.objects.aget(pk=self.current_step.step_id)
+        step = await store.astep_get(self.current_step.step_id)
         return step.get_state_display().lower()
 
 

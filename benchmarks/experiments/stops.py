@@ -8,12 +8,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.experiments import store
 from benchmarks.experiments.environment import model_paths
-from core.models import Job, JobState
-from hosts import services as host_services
 from hosts.lifecycle import store as lifecycle_store
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import GpuClaim, InstanceState, ServerInstance
+from hosts.models import InstanceState
 from hosts.models.instances import ACTIVE_STATES
 from hosts.transports import TransportError
 
@@ -41,14 +40,6 @@ class StopOutcome:
     evidence: dict[str, Any]
 
 
-def lifecycle_busy(instance_id: int) -> Any:
-    """An awaitable: whether a lifecycle job of the instance is queued or running."""
-    return Job.objects.filter(
-        lock_key=host_services.instance_lock_key(instance_id),
-        state__in=[JobState.QUEUED, JobState.RUNNING],
-    ).aexists()
-
-
 async def stop_verified(
     instance_id: int,
     *,
@@ -63,14 +54,14 @@ async def stop_verified(
     stop that does not finish within the timeout are not clean.
     """
     cfg = settings or SETTINGS
-    instance = await ServerInstance.objects.aget(pk=instance_id)
+    instance = await store.ainstance_get(instance_id)
     if instance.state in ACTIVE_STATES and not instance.stop_requested:
         await lifecycle_store.ainstance_stop(instance=instance)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + cfg.stop_timeout_s
     while True:
-        instance = await ServerInstance.objects.aget(pk=instance_id)
-        if instance.state not in ACTIVE_STATES and not await lifecycle_busy(instance_id):
+        instance = await store.ainstance_get(instance_id)
+        if instance.state not in ACTIVE_STATES and not await store.alifecycle_busy(instance_id):
             break
         if loop.time() > deadline:
             return StopOutcome(
@@ -82,7 +73,7 @@ async def stop_verified(
             )
         await asyncio.sleep(cfg.poll_seconds)
     state = instance.state
-    claims_left = await GpuClaim.objects.filter(instance_id=instance_id).aexists()
+    claims_left = await store.agpu_claims_left(instance_id)
     clean = state in {InstanceState.STOPPED, InstanceState.FAILED} or (
         state == InstanceState.CRASHED and not claims_left
     )
@@ -92,9 +83,7 @@ async def stop_verified(
 async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
     """GPU names, clocks and power limits, engine versions, the load average and the model
     files the server's argv names, as the host reports them (best effort, never raises)."""
-    instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
-        pk=instance_id
-    )
+    instance = await store.ainstance_with_host(instance_id)
     files = model_paths(instance.launch_argv)
     try:
         agent = Agent.for_host(instance.host, instance.profile.container)

@@ -18,6 +18,11 @@ from channels.db import database_sync_to_async
 from benchmarks import audit
 from benchmarks import services as sweep_services
 from benchmarks.experiments import recording, selectors, services
+from benchmarks.models import ExperimentStep, Sweep, SweepState
+from core.models import Job, JobState
+from hosts import services as host_services
+from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
+from hosts.models.instances import ACTIVE_STATES
 
 aexperiment_begin = sync_to_async(recording.experiment_begin)
 aexperiment_step_update = sync_to_async(recording.experiment_step_update)
@@ -36,3 +41,90 @@ async def aexperiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
         experiment_id=experiment_id
     )
     return cast(dict[str, Any] | None, snapshot)
+
+
+# Reads the runner polls and decides on: the async ORM already, gathered here so the runner
+# itself holds no query.
+
+
+async def astep_get(step_id: int) -> ExperimentStep:
+    return await ExperimentStep.objects.aget(pk=step_id)
+
+
+async def astep_sweep(step_id: int) -> Sweep | None:
+    """The step's sweep, if it got one."""
+    return await Sweep.objects.filter(experiment_step_id=step_id).afirst()
+
+
+async def astep_has_sweep(step_id: int) -> bool:
+    return await Sweep.objects.filter(experiment_step_id=step_id).aexists()
+
+
+async def asteps_instance_ids(experiment_id: int) -> list[int]:
+    """The servers the experiment's steps had, the last step's first."""
+    return [
+        i
+        async for i in ExperimentStep.objects.filter(
+            experiment_id=experiment_id, instance__isnull=False
+        )
+        .order_by("-index")
+        .values_list("instance_id", flat=True)
+    ]
+
+
+async def asweep_get(sweep_id: int) -> Sweep:
+    return await Sweep.objects.aget(pk=sweep_id)
+
+
+async def asweep_busy_on(instance: ServerInstance) -> bool:
+    """Whether a sweep is queued or running on the server."""
+    return await Sweep.objects.filter(
+        instance=instance, state__in=[SweepState.QUEUED, SweepState.RUNNING]
+    ).aexists()
+
+
+async def aprofile_get(profile_id: int, *, with_host: bool = False) -> ServerProfile:
+    profiles = ServerProfile.objects.select_related("host") if with_host else ServerProfile.objects
+    return await profiles.aget(pk=profile_id)
+
+
+async def ainstance_get(instance_id: int, *, with_profile_and_host: bool = False) -> ServerInstance:
+    instances = (
+        ServerInstance.objects.select_related("profile", "host")
+        if with_profile_and_host
+        else ServerInstance.objects
+    )
+    return await instances.aget(pk=instance_id)
+
+
+async def ainstance_active(instance_id: int) -> bool:
+    return await ServerInstance.objects.filter(pk=instance_id, state__in=ACTIVE_STATES).aexists()
+
+
+async def aready_instances(profile: ServerProfile) -> list[ServerInstance]:
+    """The profile's READY servers with no stop asked, the most recently ready first."""
+    return [
+        instance
+        async for instance in ServerInstance.objects.select_related("profile", "host")
+        .filter(profile=profile, state=InstanceState.READY, stop_requested=False)
+        .order_by("-ready_at")
+    ]
+
+
+async def ainstance_with_host(instance_id: int) -> ServerInstance:
+    """The server with its host and container, to reach the host it runs on."""
+    return await ServerInstance.objects.select_related("host", "profile__container").aget(
+        pk=instance_id
+    )
+
+
+async def agpu_claims_left(instance_id: int) -> bool:
+    return await GpuClaim.objects.filter(instance_id=instance_id).aexists()
+
+
+async def alifecycle_busy(instance_id: int) -> bool:
+    """Whether a lifecycle job of the instance is queued or running."""
+    return await Job.objects.filter(
+        lock_key=host_services.instance_lock_key(instance_id),
+        state__in=[JobState.QUEUED, JobState.RUNNING],
+    ).aexists()

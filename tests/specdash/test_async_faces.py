@@ -27,6 +27,8 @@ CEILING = 12
 # and no ``Model.objects`` in an ``async def`` (sync hooks in the same module may use the ORM).
 OFF_THE_ORM = (
     "benchmarks/consumers.py",
+    "benchmarks/experiments/runner.py",
+    "benchmarks/experiments/stops.py",
     "benchmarks/sweeps/distributed.py",
     "benchmarks/sweeps/events.py",
     "benchmarks/sweeps/handler.py",
