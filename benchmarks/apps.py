@@ -18,10 +18,3 @@ class BenchmarksConfig(AppConfig):
         register_sweep_source(
             running=selectors.sweeps_running_on_host, span_of=selectors.sweep_span
         )
-
-        # The request bootstrap as arrays: the same replicates as the statistics' reference
-        # loop (benchlib.arrays.bootstrap), minutes fewer at 100k requests.
-        from benchlib.arrays.bootstrap import slot_rate_replicates
-        from benchlib.stats.intervals import use_slot_rate_replicates
-
-        use_slot_rate_replicates(slot_rate_replicates)

@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from channels.db import database_sync_to_async
-
-from benchmarks import selectors
-from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.experiments import store as experiment_store
+from benchmarks.sweeps import store as sweep_store
 from core import realtime
 from core.consumers import ViewerConsumer
 
@@ -18,8 +16,7 @@ class SweepConsumer(ViewerConsumer):
 
     async def snapshot(self) -> dict[str, Any] | None:
         sweep_id = self.scope["url_route"]["kwargs"]["sweep_id"]
-        snapshot = await database_sync_to_async(selectors.sweep_snapshot)(sweep_id=sweep_id)
-        return cast(dict[str, Any] | None, snapshot)
+        return await sweep_store.asweep_snapshot(sweep_id=sweep_id)
 
     async def sweep_samples(self, event: dict[str, Any]) -> None:
         await self.forward(event)
@@ -39,10 +36,7 @@ class ExperimentConsumer(ViewerConsumer):
 
     async def snapshot(self) -> dict[str, Any] | None:
         experiment_id = self.scope["url_route"]["kwargs"]["experiment_id"]
-        snapshot = await database_sync_to_async(experiment_selectors.experiment_snapshot)(
-            experiment_id=experiment_id
-        )
-        return cast(dict[str, Any] | None, snapshot)
+        return await experiment_store.aexperiment_snapshot(experiment_id=experiment_id)
 
     async def experiment_state(self, event: dict[str, Any]) -> None:
         await self.forward(event)

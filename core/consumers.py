@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
-from core.roles import can_view
+from core import store
 
 # Close codes in the 4000-4999 application range.
 CLOSE_UNAUTHENTICATED = 4401
@@ -30,7 +29,7 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await database_sync_to_async(can_view)(user):
+        if not await store.acan_view(user):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         # Subscribe first, then read the state (Zulip's rule): an event committed after the

@@ -8,7 +8,6 @@ from benchlib.stats.intervals import (
     level_ratio,
     ratio_curve,
     ratio_from_repeats,
-    ratio_from_requests,
 )
 from benchlib.stats.saturation import Saturation, find_saturation
 from benchlib.stats.schedule import Band, Schedule, Step, Variant, derive_schedule
@@ -49,6 +48,5 @@ __all__ = [
     "level_throughput",
     "ratio_curve",
     "ratio_from_repeats",
-    "ratio_from_requests",
     "speculation_switches",
 ]

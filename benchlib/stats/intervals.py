@@ -14,24 +14,18 @@ interval is the exact alternative for a ratio of normal means, but for throughpu
 means are many standard errors from zero, it gives practically the same bounds, and it needs
 a common variance and can become unbounded; the log-t form needs neither.
 
-``bootstrap-requests`` (otherwise, when both sides carry per-request data). A percentile
-bootstrap: resample each side's requests with replacement, recompute each side's
-throughput, take the ratio, repeat ``n_boot`` times. Throughput is recomputed with the
-"slot-rate" estimator ``(sum tokens* / sum durations*) * L``, where ``L = sum durations /
-span`` is the level's achieved concurrency (Little's law) from the original requests and
-stays fixed. On the original requests it equals ``sum tokens / span`` exactly, so the point
-estimate is the level's usual throughput; but unlike ``sum tokens* / span*`` it does not
-depend on which requests happen to hold the first start and last end (a resample that misses
-them has a shorter span and a biased throughput). Caveat: requests of one level share the
-server's batch, so they are not independent and this interval is optimistic next to one
-built from repeats; prefer repeats when they exist.
+``batch-means-log-t`` (otherwise, when both sides carry per-request data: one run per arm).
+Batch means over time windows of each run (``benchlib.stats.batch_means``, whose notes say why
+not a bootstrap over single requests). ``bootstrap-requests``, the percentile bootstrap over a
+level's single requests that this mode used before, is computed no more; the label stays for
+comparisons stored with it.
 
 ``none``: neither is possible (single values); the point is ``value_B / value_A`` and the
 bounds are None, so callers can tell "no uncertainty known" from "conclusive".
 
 One truth for the point (``level_ratio``): whatever the method, the point is always
 ``value_B / value_A``, the ratio of the two figures a table row shows; repeats or requests
-only give the interval. An interval that does not contain that point, or a bootstrap whose
+only give the interval. An interval that does not contain that point, or one whose
 requests give a throughput ratio more than ``AGREEMENT`` away from it (the requests are not
 the ones the figures were computed from), is a bug in the data or the code: it is refused
 (bounds None, ``refused`` says why) rather than published beside a point it contradicts.
@@ -40,7 +34,6 @@ the ones the figures were computed from), is a bug in the data or the code: it i
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -65,8 +58,8 @@ RequestStatistic = Callable[[Sequence[RequestPoint]], float]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_N_BOOT = 2000
-# How far (relative) a bootstrap's own point may sit from the row's ratio: the level figure
-# and the slot-rate throughput of the same requests agree to rounding, so 1% already means
+# How far (relative) an interval's own point may sit from the row's ratio: the level figure
+# and the throughput of the same requests agree to rounding, so 1% already means
 # the requests belong to some other level or run.
 AGREEMENT = 0.01
 
@@ -140,94 +133,6 @@ def ratio_from_repeats(
     return Ratio(
         point, math.exp(log_point - half), math.exp(log_point + half), "repeats-log-t", confidence
     )
-
-
-class SlotRate:
-    """Precomputed columns for the slot-rate throughput of index resamples (see module notes)."""
-
-    def __init__(self, requests: Sequence[RequestPoint]) -> None:
-        if not requests:
-            raise ValueError("no requests")
-        self.tokens = [r.output_tokens for r in requests]
-        self.durations = [r.duration for r in requests]
-        if min(self.durations) <= 0:
-            raise ValueError("every request needs a positive duration (end > start)")
-        span = max(r.end for r in requests) - min(r.start for r in requests)
-        self.concurrency = sum(self.durations) / span
-        self.point = sum(self.tokens) / span
-
-    def resampled(self, rng: random.Random) -> float:
-        n = len(self.tokens)
-        idx = rng.choices(range(n), k=n)
-        tokens = sum(self.tokens[i] for i in idx)
-        durations = sum(self.durations[i] for i in idx)
-        return tokens / durations * self.concurrency
-
-
-SlotRateReplicates = Callable[[SlotRate, SlotRate, int, int], list[float]]
-
-
-def slot_rate_replicates(a: SlotRate, b: SlotRate, n_boot: int, seed: int) -> list[float]:
-    """``n_boot`` bootstrap ratios B/A from ``random.Random(seed)``, each replicate drawing
-    B's requests then A's. The reference loop: ``benchlib.arrays.bootstrap`` draws the same
-    stream as arrays (the same figures, a fraction of the time)."""
-    rng = random.Random(seed)
-    replicates: list[float] = []
-    for _ in range(n_boot):
-        num = b.resampled(rng)
-        den = a.resampled(rng)
-        replicates.append(num / den if den > 0 else math.inf)
-    return replicates
-
-
-# The statistics stay standard-library only (the simulator's GPU stand-in imports them under a
-# host's plain python3), so the array version is installed by the process that has numpy
-# (the dashboard and its worker: ``benchmarks.apps``); both give the same replicates.
-_replicates: SlotRateReplicates = slot_rate_replicates
-
-
-def use_slot_rate_replicates(replicates: SlotRateReplicates) -> SlotRateReplicates:
-    """Make ``replicates`` compute every request bootstrap; returns the one it replaces."""
-    global _replicates
-    previous, _replicates = _replicates, replicates
-    return previous
-
-
-def ratio_from_requests(
-    a: Sequence[RequestPoint],
-    b: Sequence[RequestPoint],
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    statistic: RequestStatistic | None = None,
-) -> Ratio:
-    """Percentile bootstrap of B/A over each side's requests.
-
-    ``statistic`` replaces the default slot-rate throughput by any function of a list of
-    requests (e.g. a median TTFT); it is then applied to each resample as is.
-    """
-    _check_confidence(confidence)
-    if n_boot < 1:
-        raise ValueError("n_boot must be >= 1")
-    replicates: list[float] = []
-    if statistic is None:
-        sa, sb = SlotRate(a), SlotRate(b)
-        point = sb.point / sa.point
-        replicates = _replicates(sa, sb, n_boot, seed)
-    else:
-        if not a or not b:
-            raise ValueError("no requests")
-        rng = random.Random(seed)
-        point = statistic(b) / statistic(a)
-        for _ in range(n_boot):
-            den = statistic(rng.choices(a, k=len(a)))
-            num = statistic(rng.choices(b, k=len(b)))
-            replicates.append(num / den if den > 0 else math.inf)
-    replicates.sort()
-    tail = (1.0 - confidence) / 2.0
-    low, high = quantile(replicates, tail), quantile(replicates, 1.0 - tail)
-    return Ratio(point, low, high, "bootstrap-requests", confidence)
 
 
 def level_ratio(

@@ -21,19 +21,15 @@ import contextlib
 import logging
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks import audit
-from benchmarks import services as sweep_services
-from benchmarks.experiments import builds, equivalence, services
+from benchmarks.experiments import builds, equivalence, services, store
 from benchmarks.experiments.stops import SETTINGS as SETTINGS
 from benchmarks.experiments.stops import RunnerSettings as RunnerSettings
 from benchmarks.experiments.stops import StopOutcome as StopOutcome
 from benchmarks.experiments.stops import endpoint_host_probe
 from benchmarks.experiments.stops import host_probe as _host_probe
-from benchmarks.experiments.stops import lifecycle_busy as _lifecycle_busy
 from benchmarks.experiments.stops import stop_verified as stop_verified
 from benchmarks.models import ExperimentStep, StepState, Sweep, SweepState
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
@@ -42,7 +38,6 @@ from core.jobs import JobContext
 from hosts import presets
 from hosts import services as host_services
 from hosts.models import InstanceState, ServerInstance, ServerProfile
-from hosts.models.instances import ACTIVE_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +79,7 @@ class ExperimentRun:
         self.last_instance_id: int | None = None
         self.current_step: services.StepPlan | None = None
         self.current_sweep_id: int | None = None
-        self.update = sync_to_async(services.experiment_step_update)
+        self.update = store.aexperiment_step_update
 
     def _check_cancel(self) -> None:
         if self.ctx.cancelled.is_set():
@@ -102,16 +97,13 @@ class ExperimentRun:
             self.last_instance_id = await self._server_left_running()
             for step in self.plan.steps:
                 self._check_cancel()
-                row = await ExperimentStep.objects.aget(pk=step.step_id)
+                row = await store.astep_get(step.step_id)
                 if row.state in FINISHED_STEP_STATES:  # a resumed run: measured before
                     done += row.state == StepState.DONE
                     failed += row.state == StepState.FAILED
                     continue
                 self.current_step = step
-                resumed = (
-                    row.instance_id is not None
-                    or await Sweep.objects.filter(experiment_step_id=step.step_id).aexists()
-                )
+                resumed = row.instance_id is not None or await store.astep_has_sweep(step.step_id)
                 if await (self._resume_step(step, row) if resumed else self._run_step(step)):
                     done += 1
                 else:
@@ -149,12 +141,12 @@ class ExperimentRun:
         except Exception as exc:  # the runs are recorded; a comparison bug must not hide them
             logger.exception("experiment %s: comparison failed", self.plan.experiment_id)
             reason = f"{reason}; the comparison could not be built: {exc}".lstrip("; ")
-        await sync_to_async(services.experiment_finish)(
+        await store.aexperiment_finish(
             experiment_id=self.plan.experiment_id, state=state, reason=reason, evidence=evidence
         )
         try:
             # Kept on the experiment and its sweeps, where the comparison page shows it.
-            await sync_to_async(audit.audit_experiment_store)(experiment_id=self.plan.experiment_id)
+            await store.aaudit_experiment_store(experiment_id=self.plan.experiment_id)
         except Exception:  # the runs and comparison are recorded; an audit bug hides neither
             logger.exception("experiment %s: the audit at its end failed", self.plan.experiment_id)
         return {
@@ -171,7 +163,7 @@ class ExperimentRun:
             await self.update(
                 step_id=self.current_step.step_id, state=StepState.FAILED, reason=reason
             )
-        await sync_to_async(services.experiment_finish)(
+        await store.aexperiment_finish(
             experiment_id=self.plan.experiment_id, state=ExperimentState.FAILED, reason=reason
         )
 
@@ -182,7 +174,7 @@ class ExperimentRun:
         if self.last_instance_id is not None:
             await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
             await self._stop_last(reason_if_dirty=f"before step {step.index + 1}")
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if profile.is_endpoint:
             return await self._run_endpoint_step(step, profile)
         await self.update(step_id=step.step_id, state=StepState.STARTING)
@@ -220,7 +212,7 @@ class ExperimentRun:
             )
             self._check_cancel()
         try:
-            sweep = await sync_to_async(services.experiment_step_sweep)(
+            sweep = await store.aexperiment_step_sweep(
                 plan=self.plan, step=step, instance_id=instance.pk, host_probe=probe
             )
         except ValidationError as exc:  # e.g. the server crashed since it was ready
@@ -273,7 +265,7 @@ class ExperimentRun:
         # engines, load); without one there is nothing to ask.
         probe = await endpoint_host_probe(profile.pk, self.cfg.probe_timeout_s)
         try:
-            sweep = await sync_to_async(services.experiment_step_sweep)(
+            sweep = await store.aexperiment_step_sweep(
                 plan=self.plan, step=step, instance_id=None, host_probe=probe, endpoint=profile
             )
         except ValidationError as exc:
@@ -286,7 +278,7 @@ class ExperimentRun:
         return await self._sweep_outcome(step, sweep.pk)
 
     async def _resume_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
-        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        sweep = await store.astep_sweep(step.step_id)
         if sweep is None:
             return await self._run_step(step)
         sweep = await self._sweep_finished(sweep.pk)
@@ -298,7 +290,7 @@ class ExperimentRun:
         if not await self._endpoint_ready(step, profile):
             return False
         try:
-            await sync_to_async(sweep_services.sweep_resume)(sweep=sweep, user=self.plan.user)
+            await store.asweep_resume(sweep=sweep, user=self.plan.user)
         except ValidationError as exc:
             reason = "; ".join(exc.messages)
             await self.update(
@@ -317,10 +309,10 @@ class ExperimentRun:
             # continue from the cut level on the same server while that is still ready.
             retries += 1
             try:
-                await sync_to_async(sweep_services.sweep_resume)(sweep=final, user=self.plan.user)
+                await store.asweep_resume(sweep=final, user=self.plan.user)
             except ValidationError:
                 break
-            await sync_to_async(services.experiment_history_note)(
+            await store.aexperiment_history_note(
                 experiment_id=self.plan.experiment_id,
                 entry={"event": "sweep_resumed", "step": step.index + 1, "sweep": sweep_id,
                        "reason": final.reason},
@@ -341,18 +333,9 @@ class ExperimentRun:
 
     async def _server_left_running(self) -> int | None:
         """The server an interrupted run left behind (one runs at a time per experiment)."""
-        ids = [
-            i
-            async for i in ExperimentStep.objects.filter(
-                experiment_id=self.plan.experiment_id, instance__isnull=False
-            )
-            .order_by("-index")
-            .values_list("instance_id", flat=True)
-        ]
-        for instance_id in ids:
-            if await ServerInstance.objects.filter(
-                pk=instance_id, state__in=ACTIVE_STATES
-            ).aexists() or await _lifecycle_busy(instance_id):
+        for instance_id in await store.asteps_instance_ids(self.plan.experiment_id):
+            active = await store.ainstance_active(instance_id)
+            if active or await store.alifecycle_busy(instance_id):
                 return int(instance_id)
         return None
 
@@ -362,12 +345,12 @@ class ExperimentRun:
         reports the same GPUs, driver and engines; else why not."""
         if row.instance_id is None:
             return "the step had no server yet"
-        instance = await ServerInstance.objects.aget(pk=row.instance_id)
+        instance = await store.ainstance_get(row.instance_id)
         if instance.pk != self.last_instance_id or instance.state != InstanceState.READY:
             return f"server #{instance.pk} is {instance.state}"
         if instance.stop_requested:
             return f"server #{instance.pk} is being stopped"
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if instance.profile_id != profile.pk or (
             list(instance.launch_argv),
             dict(instance.env),
@@ -384,12 +367,12 @@ class ExperimentRun:
     async def _resume_step(self, step: services.StepPlan, row: ExperimentStep) -> bool:
         """Pick up a step an interrupted run left: its server if it can carry on, else a
         verified stop and a fresh start; its sweep resumed from the first unfinished level."""
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         if profile.is_endpoint:
             return await self._resume_endpoint_step(step, profile)
-        note = sync_to_async(services.experiment_history_note)
+        note = store.aexperiment_history_note
         why = await self._why_not_reusable(step, row)
-        sweep = await Sweep.objects.filter(experiment_step_id=step.step_id).afirst()
+        sweep = await store.astep_sweep(step.step_id)
         if sweep is not None:
             # Its own job ends it (a dead worker's sweep once its lease expires).
             sweep = await self._sweep_finished(sweep.pk)
@@ -398,9 +381,7 @@ class ExperimentRun:
         instance: ServerInstance | None = None
         if not why:
             assert row.instance_id is not None
-            instance = await ServerInstance.objects.select_related("profile", "host").aget(
-                pk=row.instance_id
-            )
+            instance = await store.ainstance_get(row.instance_id, with_profile_and_host=True)
             await note(
                 experiment_id=self.plan.experiment_id,
                 entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk},
@@ -422,9 +403,7 @@ class ExperimentRun:
         if sweep is None:
             return await self._measure(step, instance)
         try:
-            await sync_to_async(sweep_services.sweep_resume)(
-                sweep=sweep, user=self.plan.user, instance=instance
-            )
+            await store.asweep_resume(sweep=sweep, user=self.plan.user, instance=instance)
         except ValidationError as exc:
             reason = "; ".join(exc.messages)
             await self.update(
@@ -443,18 +422,13 @@ class ExperimentRun:
         and no sweep running on it: started before the experiment (the README's sweep step
         leaves one), it would otherwise hold the port this step's start needs."""
         # With its host: the launch it would run names the address it is reached at.
-        profile = await ServerProfile.objects.select_related("host").aget(pk=profile_id)
-        candidates = ServerInstance.objects.select_related("profile", "host").filter(
-            profile=profile, state=InstanceState.READY, stop_requested=False
-        )
-        async for instance in candidates.order_by("-ready_at"):
+        profile = await store.aprofile_get(profile_id, with_host=True)
+        for instance in await store.aready_instances(profile):
             same_launch = (list(instance.launch_argv), dict(instance.env)) == (
                 presets.expand_argv(profile.launch_argv, profile),
                 dict(profile.env),
             )
-            busy = await Sweep.objects.filter(
-                instance=instance, state__in=[SweepState.QUEUED, SweepState.RUNNING]
-            ).aexists()
+            busy = await store.asweep_busy_on(instance)
             # Its lifecycle job runs for as long as the server does (it watches it): that is
             # no reason not to re-use it, only a sweep on it is.
             if same_launch and not busy:
@@ -470,7 +444,7 @@ class ExperimentRun:
             instance_id=instance.pk,
             reason=f"re-using server #{instance.pk}, already ready",
         )
-        await sync_to_async(services.experiment_history_note)(
+        await store.aexperiment_history_note(
             experiment_id=self.plan.experiment_id,
             entry={"event": "server_reused", "step": step.index + 1, "instance": instance.pk,
                    "reason": "it was already ready with this profile's launch"},
@@ -479,17 +453,17 @@ class ExperimentRun:
         return await self._measure(step, instance)
 
     async def _start(self, step: services.StepPlan) -> ServerInstance | None:
-        profile = await ServerProfile.objects.aget(pk=step.profile_id)
+        profile = await store.aprofile_get(step.profile_id)
         try:
             # One sync call: a worker shutdown cannot fall between the start and the step
             # learning its server (a resume must find the server to stop or re-use it).
-            instance = await sync_to_async(services.experiment_step_start)(
+            instance = await store.aexperiment_step_start(
                 step_id=step.step_id, profile=profile, user=self.plan.user
             )
         except host_services.ServerConflict as exc:
             if exc.holder_id is not None:
                 # The page offers to stop it and retry (benchmarks.experiments.selectors).
-                await sync_to_async(services.experiment_history_note)(
+                await store.aexperiment_history_note(
                     experiment_id=self.plan.experiment_id,
                     entry={"event": "port_held", "step": step.index + 1,
                            "instance": exc.holder_id, "reason": str(exc)},
@@ -498,9 +472,7 @@ class ExperimentRun:
             return None
         self.last_instance_id = instance.pk
         while True:
-            instance = await ServerInstance.objects.select_related("profile", "host").aget(
-                pk=instance.pk
-            )
+            instance = await store.ainstance_get(instance.pk, with_profile_and_host=True)
             if instance.state in START_ENDED:
                 break
             await self._poll()
@@ -523,7 +495,7 @@ class ExperimentRun:
 
     async def _sweep_finished(self, sweep_id: int) -> Sweep:
         while True:
-            sweep = await Sweep.objects.aget(pk=sweep_id)
+            sweep = await store.asweep_get(sweep_id)
             if sweep.is_finished:
                 return sweep
             await self._poll()
@@ -554,11 +526,11 @@ class ExperimentRun:
     async def _after_cancel(self) -> tuple[str, str, dict[str, Any] | None]:
         """Leave everything in a known state: sweep cancelled, server stopped and verified."""
         if self.current_sweep_id is not None:
-            sweep = await Sweep.objects.aget(pk=self.current_sweep_id)
-            await sync_to_async(sweep_services.sweep_cancel)(sweep=sweep)
+            sweep = await store.asweep_get(self.current_sweep_id)
+            await store.asweep_cancel(sweep=sweep)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.cfg.sweep_cancel_timeout_s
-            while not (await Sweep.objects.aget(pk=sweep.pk)).is_finished:
+            while not (await store.asweep_get(sweep.pk)).is_finished:
                 if loop.time() > deadline:
                     break
                 await asyncio.sleep(self.cfg.poll_seconds)
@@ -577,7 +549,7 @@ class ExperimentRun:
 
     async def _current_step_state(self) -> str:
         assert self.current_step is not None
-        step = await ExperimentStep.objects.aget(pk=self.current_step.step_id)
+        step = await store.astep_get(self.current_step.step_id)
         return step.get_state_display().lower()
 
 
@@ -591,7 +563,7 @@ def _endpoint_check(profile: ServerProfile) -> endpoints.EndpointCheck:
 async def run_experiment(ctx: JobContext) -> dict[str, Any]:
     """The job handler of ``experiment.run``; params: ``{"experiment_id": ...}``."""
     experiment_id = int(ctx.params["experiment_id"])
-    plan = await sync_to_async(services.experiment_begin)(experiment_id=experiment_id)
+    plan = await store.aexperiment_begin(experiment_id=experiment_id)
     if plan is None:
         return {"experiment_id": experiment_id, "skipped": "not queued"}
     return await ExperimentRun(ctx, plan).run()

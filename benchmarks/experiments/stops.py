@@ -8,13 +8,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
-
+from benchmarks.experiments import store
 from benchmarks.experiments.environment import model_paths
-from core.models import Job, JobState
-from hosts import services as host_services
+from hosts.lifecycle import store as lifecycle_store
 from hosts.lifecycle.remote import Agent, AgentFailed
-from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
+from hosts.models import Container, Host, InstanceState
 from hosts.models.instances import ACTIVE_STATES
 from hosts.transports import TransportError
 
@@ -42,14 +40,6 @@ class StopOutcome:
     evidence: dict[str, Any]
 
 
-def lifecycle_busy(instance_id: int) -> Any:
-    """An awaitable: whether a lifecycle job of the instance is queued or running."""
-    return Job.objects.filter(
-        lock_key=host_services.instance_lock_key(instance_id),
-        state__in=[JobState.QUEUED, JobState.RUNNING],
-    ).aexists()
-
-
 async def stop_verified(
     instance_id: int,
     *,
@@ -64,14 +54,14 @@ async def stop_verified(
     stop that does not finish within the timeout are not clean.
     """
     cfg = settings or SETTINGS
-    instance = await ServerInstance.objects.aget(pk=instance_id)
+    instance = await store.ainstance_get(instance_id)
     if instance.state in ACTIVE_STATES and not instance.stop_requested:
-        await sync_to_async(host_services.instance_stop)(instance=instance)
+        await lifecycle_store.ainstance_stop(instance=instance)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + cfg.stop_timeout_s
     while True:
-        instance = await ServerInstance.objects.aget(pk=instance_id)
-        if instance.state not in ACTIVE_STATES and not await lifecycle_busy(instance_id):
+        instance = await store.ainstance_get(instance_id)
+        if instance.state not in ACTIVE_STATES and not await store.alifecycle_busy(instance_id):
             break
         if loop.time() > deadline:
             return StopOutcome(
@@ -83,7 +73,7 @@ async def stop_verified(
             )
         await asyncio.sleep(cfg.poll_seconds)
     state = instance.state
-    claims_left = await GpuClaim.objects.filter(instance_id=instance_id).aexists()
+    claims_left = await store.agpu_claims_left(instance_id)
     clean = state in {InstanceState.STOPPED, InstanceState.FAILED} or (
         state == InstanceState.CRASHED and not claims_left
     )
@@ -93,13 +83,9 @@ async def stop_verified(
 async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
     """GPU names, clocks and power limits, engine versions, the load average and the model
     files the server's argv names, as the host reports them (best effort, never raises)."""
-    instance = await ServerInstance.objects.select_related("host", "profile__container").aget(
-        pk=instance_id
-    )
+    instance = await store.ainstance_with_host(instance_id)
     return await _probe(
-        Agent.for_host(instance.host, instance.profile.container),
-        model_paths(instance.launch_argv),
-        seconds,
+        instance.host, instance.profile.container, model_paths(instance.launch_argv), seconds
     )
 
 
@@ -107,14 +93,17 @@ async def endpoint_host_probe(profile_id: int, seconds: float) -> dict[str, Any]
     """The probe of an endpoint profile's registered host (in its container, if it names one):
     the same GPU, driver, engine and load figures as a managed server's run gets; no model
     files, since specdash never saw the endpoint's argv. No registered host: says so."""
-    profile = await ServerProfile.objects.select_related("host", "container").aget(pk=profile_id)
+    profile = await store.aprofile_with_host(profile_id)
     if profile.host is None:
         return {"error": "not probed: the endpoint has no registered host"}
-    return await _probe(Agent.for_host(profile.host, profile.container), [], seconds)
+    return await _probe(profile.host, profile.container, [], seconds)
 
 
-async def _probe(agent: Agent, files: list[str], seconds: float) -> dict[str, Any]:
+async def _probe(
+    host: Host, container: Container | None, files: list[str], seconds: float
+) -> dict[str, Any]:
     try:
+        agent = Agent.for_host(host, container)
         answer = await agent.call("probe", {"files": files}, timeout=seconds)
     except (TransportError, AgentFailed, OSError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchlib.loadgen.cli_io import sleep_until
@@ -33,11 +32,11 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import share
 from benchlib.loadgen.records import ClockAnchor
 from benchlib.loadgen.summary import LevelSummary
-from benchmarks import selectors, services
+from benchmarks import services
 from benchmarks.models import SweepState
+from benchmarks.sweeps import store
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
-from benchmarks.sweeps.recording import asweep_level_server_metrics_save
 from benchmarks.sweeps.runner import LoadgenProcess
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
@@ -159,7 +158,7 @@ async def _start_when_warm(
 
 async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
     while True:
-        row = await sync_to_async(selectors.instance_state)(instance_id=instance_id)
+        row = await store.ainstance_state(instance_id=instance_id)
         if row is None or row[0] != InstanceState.READY:
             return "the server instance no longer exists" if row is None else str(row[0])
         await asyncio.sleep(poll)
@@ -280,8 +279,13 @@ async def _run_level(
     for shard in level.shards:
         if shard.anchor is None:  # it died before reporting: nothing of it can be merged
             continue
-        records = await sync_to_async(read_shard_records)(
-            shard, level_index=index, sweep_records=plan.records_path, attempt=plan.attempt
+        # File work only (no ORM), so any thread will do, like the torn-tail trim.
+        records = await asyncio.to_thread(
+            read_shard_records,
+            shard,
+            level_index=index,
+            sweep_records=plan.records_path,
+            attempt=plan.attempt,
         )
         parts.append(
             ShardLevel(
@@ -324,12 +328,12 @@ async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str
     server = LevelServerMetrics.for_sweep(
         plan.sweep_id,
         plan.base_url,
-        save=asweep_level_server_metrics_save,
+        save=store.asweep_level_server_metrics_save,
         keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
         undrafted_steps=plan.undrafted_steps,
         metrics_url=plan.metrics_url,
     )
-    finish = sync_to_async(services.sweep_finish)
+    finish = store.asweep_finish
     state, reason = SweepState.COMPLETED, ""
     try:
         for index, concurrency in enumerate(plan.levels, start=plan.level_offset):

@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from asgiref.sync import sync_to_async
-
-from benchmarks import services
+from benchmarks.sweeps.store import ServiceStore
 from core import realtime
 
 
 class SweepStore(Protocol):
-    """Where a recorder writes; the default goes through benchmarks.services."""
+    """Where a recorder writes; the default (``store.ServiceStore``) goes through the recording
+    services."""
 
     async def level_started(
         self, *, sweep_id: int, index: int, concurrency: int, t: float
@@ -28,21 +27,6 @@ class SweepStore(Protocol):
     async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None: ...
 
     async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None: ...
-
-
-class ServiceStore:
-    """The services, called off the event loop (the ORM is sync)."""
-
-    async def level_started(self, *, sweep_id: int, index: int, concurrency: int, t: float) -> None:
-        await sync_to_async(services.sweep_level_started)(
-            sweep_id=sweep_id, index=index, concurrency=concurrency, t=t
-        )
-
-    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None:
-        await sync_to_async(services.sweep_level_finished)(sweep_id=sweep_id, summary=summary)
-
-    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None:
-        await sync_to_async(services.sweep_samples_add)(sweep_id=sweep_id, samples=samples)
 
 
 class SweepRecorder:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchlib.loadgen.recordstore import iter_jsonl_bytes
@@ -145,7 +145,7 @@ async def aiter_file(path: Path) -> AsyncIterator[bytes]:
     # hundreds of MB.
     chunks = iter_jsonl_bytes(path)
     try:
-        while chunk := await sync_to_async(_next_chunk, thread_sensitive=False)(chunks):
+        while chunk := await asyncio.to_thread(_next_chunk, chunks):
             yield chunk
     finally:
-        await sync_to_async(chunks.close, thread_sensitive=False)()
+        await asyncio.to_thread(chunks.close)

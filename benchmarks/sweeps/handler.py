@@ -17,16 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks import audit, selectors, services
+from benchmarks import services
 from benchmarks.models import SweepState
-from benchmarks.sweeps import distributed, endpoints
+from benchmarks.sweeps import distributed, endpoints, store
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
-from benchmarks.sweeps.recording import asweep_level_server_metrics_save, sweep_model_discovered
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from core.jobs import JobContext
@@ -75,7 +73,7 @@ async def _tick(recorder: SweepRecorder) -> None:
 async def _watch_instance(instance_id: int, poll: float) -> str:
     """Return why the instance is no longer READY (the lifecycle marks crashes)."""
     while True:
-        row = await sync_to_async(selectors.instance_state)(instance_id=instance_id)
+        row = await store.ainstance_state(instance_id=instance_id)
         if row is None:
             return "the server instance no longer exists"
         state, reason = row
@@ -151,7 +149,7 @@ async def _supervise(
     server = LevelServerMetrics.for_sweep(
         plan.sweep_id,
         plan.base_url,
-        save=asweep_level_server_metrics_save,
+        save=store.asweep_level_server_metrics_save,
         keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
         undrafted_steps=plan.undrafted_steps,
         metrics_url=plan.metrics_url,
@@ -204,9 +202,7 @@ async def _supervise(
     # kill) is cut, so the file holds whole lines only and a resume appends after them.
     await asyncio.to_thread(trim_torn_tail, Path(plan.records_path))
     if crash is not None:
-        await sync_to_async(services.sweep_levels_cut_by_crash)(
-            sweep_id=plan.sweep_id, from_index=plan.level_offset
-        )
+        await store.asweep_levels_cut_by_crash(sweep_id=plan.sweep_id, from_index=plan.level_offset)
     state, reason = _outcome(
         recorder,
         proc,
@@ -222,7 +218,7 @@ async def audit_at_end(sweep_id: int) -> None:
     """Audit the sweep just ended and keep the outcome, which its pages show. Its figures are
     recorded whatever the audit says: a bug in the audit is logged and fails no sweep."""
     try:
-        await sync_to_async(audit.audit_sweep_store)(sweep_id=sweep_id)
+        await store.aaudit_sweep_store(sweep_id=sweep_id)
     except Exception:
         logger.exception("sweep %s: the audit at its end could not run", sweep_id)
 
@@ -231,10 +227,10 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
     """The job handler of ``sweep.run``; params: ``{"sweep_id": ...}``."""
     sweep_id = int(ctx.params["sweep_id"])
     resume_from = int(ctx.params.get("resume_from", 0))
-    plan = await sync_to_async(services.sweep_begin)(sweep_id=sweep_id, resume_from=resume_from)
+    plan = await store.asweep_begin(sweep_id=sweep_id, resume_from=resume_from)
     if plan is None:
         return {"sweep_id": sweep_id, "skipped": "not queued or server not ready"}
-    finish = sync_to_async(services.sweep_finish)
+    finish = store.asweep_finish
     if ctx.cancelled.is_set():
         await finish(sweep_id=sweep_id, state=SweepState.CANCELLED, reason="cancelled")
         return {"sweep_id": sweep_id, "state": SweepState.CANCELLED}
@@ -259,7 +255,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
             reason = f"no model name to send: {exc}"
             await finish(sweep_id=sweep_id, state=SweepState.FAILED, reason=reason)
             return {"sweep_id": sweep_id, "state": SweepState.FAILED, "reason": reason}
-        await sync_to_async(sweep_model_discovered)(sweep_id=sweep_id, model=plan.model)
+        await store.asweep_model_discovered(sweep_id=sweep_id, model=plan.model)
     if distributed.split_needed(plan.levels, plan.load):
         # Levels above SPECDASH_LOADGEN_MAX_STREAMS run as several processes started together.
         result = await distributed.run_split_sweep(ctx, plan)

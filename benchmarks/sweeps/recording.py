@@ -1,5 +1,6 @@
 """Recording what a sweep's job sees: the services the ``sweep.run`` job (and a shard's)
-calls as the load generator reports (sync; the async job calls them through sync_to_async).
+calls as the load generator reports (sync; the async job awaits their twins in
+``benchmarks.sweeps.store``).
 Each change emits its event after commit (see core.realtime for the payloads).
 
 ``benchmarks.services`` re-exports them: callers keep importing them from there.
@@ -14,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
@@ -92,15 +92,6 @@ def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[
         level.save(update_fields=["server_metrics"])
         _broadcast_level(level)
     return True
-
-
-async def asweep_level_server_metrics_save(
-    sweep_id: int, index: int, metrics: dict[str, Any]
-) -> None:
-    """The async twin, in the shape `LevelServerMetrics` takes as its `save`."""
-    await sync_to_async(sweep_level_server_metrics_save)(
-        sweep_id=sweep_id, index=index, metrics=metrics
-    )
 
 
 def broadcast_sweep_state(sweep_id: int) -> None:

@@ -27,12 +27,11 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from benchmarks.sweeps.runner import LoadgenProcess
-from core.jobs import JobContext, job_cancel, job_enqueue
-from core.jobs.fence import gang_members, gang_start, job_events_after
+from core.jobs import JobContext
+from core.jobs import store as jobs_store
 from core.models import Job, JobState
 
 SHARD_JOB_KIND = "sweep.shard"
@@ -214,7 +213,7 @@ class RemoteShardProcess:
         spread_key: str = "",
         gang: bool = False,
     ) -> RemoteShardProcess:
-        job = await sync_to_async(job_enqueue)(
+        job = await jobs_store.ajob_enqueue(
             kind=SHARD_JOB_KIND,
             params={"argv": argv, "gang": gang},
             lock_key=lock_key,
@@ -239,8 +238,8 @@ class RemoteShardProcess:
         while True:
             # The job's state first: when it has ended, every event it wrote is already
             # there for the read that follows.
-            job = await Job.objects.aget(pk=self.job_id)
-            while rows := await sync_to_async(job_events_after)(
+            job = await jobs_store.ajob_get(self.job_id)
+            while rows := await jobs_store.ajob_events_after(
                 job_id=self.job_id, after=self.position, limit=READ_BATCH
             ):
                 records: list[str] = []
@@ -285,9 +284,9 @@ class RemoteShardProcess:
         self.terminate()
 
     async def _cancel(self) -> None:
-        job = await Job.objects.aget(pk=self.job_id)
+        job = await jobs_store.ajob_get(self.job_id)
         if not job.is_finished:
-            await sync_to_async(job_cancel)(job=job)
+            await jobs_store.ajob_cancel(job=job)
 
     async def stop(self, *, grace: float) -> int:
         with contextlib.suppress(TimeoutError):
@@ -324,12 +323,12 @@ async def gang_barrier(
     loop = asyncio.get_running_loop()
     began = loop.time()
     while True:
-        jobs = await sync_to_async(gang_members)(ids)
+        jobs = await jobs_store.agang_members(ids)
         ended = [j for j in jobs if j.is_finished]
         ready = [j for j in jobs if j.state == JobState.RUNNING and j.ready_at is not None]
         if len(ready) == len(ids):
             start_at = time.time() + margin
-            if await sync_to_async(gang_start)(job_ids=ids, start_at=start_at):
+            if await jobs_store.agang_start(job_ids=ids, start_at=start_at):
                 return start_at, loop.time() - began
         elif ended or loop.time() - began > wait_s:
             missing = [j for j in jobs if j not in ready]

@@ -52,10 +52,10 @@ class JobContext:
 
     async def publish(self, result: dict[str, Any]) -> None:
         """Write progress into the job's ``result``, only while this worker owns it."""
-        from core.jobs.fence import job_publish
+        from core.jobs import store
 
         self.check_lease()
-        if not await _in_thread(job_publish)(
+        if not await store.ajob_publish(
             job_id=self.job_id, worker_id=self.worker_id, result=result
         ):
             self.lost = "its row is no longer running under this worker"
@@ -64,10 +64,10 @@ class JobContext:
     async def append(self, entries: Sequence[tuple[str, Any]]) -> int:
         """Append ``(kind, payload)`` entries to the job's events (one row each, written once);
         the last seq written. Only while this worker owns the job."""
-        from core.jobs.fence import job_append
+        from core.jobs import store
 
         self.check_lease()
-        last: int | None = await _in_thread(job_append)(
+        last = await store.ajob_append(
             job_id=self.job_id, worker_id=self.worker_id, entries=list(entries)
         )
         if last is None:
@@ -77,31 +77,25 @@ class JobContext:
 
     async def mark_ready(self) -> None:
         """Gang start: this member is claimed and prepared."""
-        from core.jobs.fence import job_mark_ready
+        from core.jobs import store
 
         self.check_lease()
-        if not await _in_thread(job_mark_ready)(job_id=self.job_id, worker_id=self.worker_id):
+        if not await store.ajob_mark_ready(job_id=self.job_id, worker_id=self.worker_id):
             self.lost = "its row is no longer running under this worker"
             raise LeaseLost(f"job {self.job_id}: {self.lost}")
 
     async def wait_for_start(self, poll: float = 0.05) -> float | None:
         """Gang start: the common wall-clock start its gang was given; None on a cancel."""
-        from core.jobs.fence import job_start_at
+        from core.jobs import store
 
         while not self.cancelled.is_set():
             self.check_lease()
-            start_at: float | None = await _in_thread(job_start_at)(job_id=self.job_id)
+            start_at = await store.ajob_start_at(job_id=self.job_id)
             if start_at is not None:
                 return start_at
             if await self.sleep_or_cancel(poll):
                 break
         return None
-
-
-def _in_thread(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    from asgiref.sync import sync_to_async
-
-    return sync_to_async(func)
 
 
 Handler = Callable[[JobContext], Awaitable[dict[str, Any] | None]]

@@ -2,9 +2,10 @@
 
 Jobs here are long and mostly waiting (a server loading for minutes, a sweep whose load
 generator runs in its own process), so one worker process runs many of them concurrently
-as asyncio tasks. All ORM access goes through ``sync_to_async``: the jobs' on the one shared
-thread, the loop's own (claim, reap, beat, leases, cancels) on a thread of its own, so that a
-job whose writes wait out a locked database never holds up the beat that says so.
+as asyncio tasks. All ORM access goes through the queue's async face (``core.jobs.store``):
+the jobs' on the one shared thread, the loop's own (claim, reap, beat, leases, cancels) on a
+thread of its own, so that a job whose writes wait out a locked database never holds up the
+beat that says so.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from core.jobs.fence import job_finish
+from core.jobs import store
 from core.jobs.health import worker_beat, worker_gone
 from core.jobs.queue import (
     cancel_requested_ids,
@@ -35,7 +35,6 @@ from core.jobs.queue import (
     default_machine,
     reap_expired_jobs,
     renew_leases,
-    run_owed_hook,
 )
 from core.jobs.registry import (
     JobContext,
@@ -283,7 +282,7 @@ class Worker:
 
     def _db(self, fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         """``fn`` run on the loop's own thread (its own database connection)."""
-        return sync_to_async(fn, thread_sensitive=False, executor=self._loop_thread)
+        return store.on_thread(fn, self._loop_thread)
 
     def record_beat(self, *, healthy: bool = True, error: str = "") -> None:
         """This worker's beat, written and committed now (also its start-up write check)."""
@@ -343,7 +342,7 @@ class Worker:
 
     async def _execute(self, ctx: JobContext) -> None:
         handler = handler_for(ctx.kind)
-        fenced = sync_to_async(job_finish)
+        fenced = store.ajob_finish
         try:
             if handler is None:
                 raise LookupError(f"no handler for job kind {ctx.kind!r}")
@@ -374,7 +373,7 @@ class Worker:
                     error=FORCED_REASON,
                     hook_owed=JobHook.CANCEL_FORCED,
                 )
-                await sync_to_async(run_owed_hook)(ctx.job_id)
+                await store.arun_owed_hook(ctx.job_id)
                 return
             if await fenced(
                 job_id=ctx.job_id,
@@ -383,7 +382,7 @@ class Worker:
                 error="worker shut down",
                 hook_owed=JobHook.INTERRUPTED,
             ):
-                await sync_to_async(run_owed_hook)(ctx.job_id)
+                await store.arun_owed_hook(ctx.job_id)
             raise
         except Exception as exc:
             logger.exception("job %s (%s) failed", ctx.job_id, ctx.kind)
@@ -410,7 +409,7 @@ class Worker:
             if not recorded:
                 self._report_loss(ctx, "not recording its failure")
             elif cut_by_database:
-                await sync_to_async(run_owed_hook)(ctx.job_id)
+                await store.arun_owed_hook(ctx.job_id)
         finally:
             self._tasks.pop(ctx.job_id, None)
             self._contexts.pop(ctx.job_id, None)

@@ -5,8 +5,8 @@ then a watch loop that notices a crash within one poll and performs the stop whe
 requested. ``server.stop`` and ``server.kill_holders`` act on instances that no running job
 owns (dirty, crashed, lost). An interrupted ``server.run`` (its worker died or the dashboard
 restarted) is followed by an adopting ``server.run``, which re-attaches to a live server or
-marks it lost. All ORM access goes through ``sync_to_async``; far-side work goes through the
-agent over the host's transport.
+marks it lost. All database work goes through the lifecycle's async face
+(``hosts.lifecycle.store``); far-side work goes through the agent over the host's transport.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import logging
 from typing import Any
 
 import httpx
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts import presets
-from hosts.lifecycle import steps, verdicts
+from hosts.lifecycle import steps, store
 from hosts.lifecycle.readiness import (
     ReadinessResult,
     check_ready,
@@ -36,7 +35,7 @@ from hosts.lifecycle.stopping import (
     connection_problem,
     stop_and_verify,
 )
-from hosts.models import InstanceState, ServerInstance
+from hosts.models import InstanceState
 from hosts.telemetry import manager as telemetry
 from hosts.transports import TransportError
 
@@ -53,7 +52,7 @@ def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
 
 @job_handler("server.run")
 async def run_server(ctx: JobContext) -> dict[str, Any]:
-    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     await telemetry.ensure_for_host(plan.host.pk)
     # No keep-alive: a pooled connection left open to a server that then dies leaves a
@@ -74,22 +73,22 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
             )
         except TransportError as exc:
             # The error names the hop that failed: the ssh connection or the container.
-            await steps.afail(plan, f"Could not run the preflight: {exc}")
+            await store.afail(plan, f"Could not run the preflight: {exc}")
             return {"outcome": "failed"}
         if not preflight.get("ok"):
             problems = "; ".join(preflight.get("problems", [])) or str(preflight.get("error"))
-            await steps.afail(
+            await store.afail(
                 plan, f"Preflight refused the start: {problems}", evidence={"preflight": preflight}
             )
             return {"outcome": "failed"}
         baseline = steps.baseline_from_preflight(preflight, plan.gpu_ids)
-        await sync_to_async(steps.record_baseline)(plan, baseline)
+        await store.arecord_baseline(plan, baseline)
         try:
             launch = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
         except AgentFailed as exc:
             # The supervisor recorded why (127: the argv could not be executed) and the log.
             code = exc.answer.get("exit_code")
-            await sync_to_async(steps.fail)(
+            await store.afail(
                 plan,
                 f"Launch failed ({steps.exit_phrase(code)}): {exc.answer.get('error')}",
                 {"launch": exc.answer},
@@ -98,9 +97,9 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
             )
             return {"outcome": "failed"}
         except TransportError as exc:
-            await steps.afail(plan, f"Launch failed: {exc}")
+            await store.afail(plan, f"Launch failed: {exc}")
             return {"outcome": "failed"}
-        plan = await sync_to_async(steps.record_launch)(plan, launch, baseline)
+        plan = await store.arecord_launch(plan, launch, baseline)
         outcome = await _wait_until_ready(ctx, plan, agent, client)
         if outcome != "ready":
             return {"outcome": outcome}
@@ -115,7 +114,7 @@ async def _wait_until_ready(
     next_status = 0.0
     last_stage = ""
     while True:
-        if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
+        if ctx.cancelled.is_set() or await store.astop_requested(plan.instance_id):
             return await stop_and_verify(plan, agent, reason="Stop requested while loading")
         # One probe never runs past the readiness budget (its HTTP timeout alone is 10 s).
         remaining = max(deadline - loop.time(), 0.05)
@@ -127,20 +126,20 @@ async def _wait_until_ready(
             )
         if result.ready:
             info = await fetch_server_info(client, plan.readiness.base_url)
-            await sync_to_async(steps.mark_ready)(plan, info)
+            await store.amark_ready(plan, info)
             return "ready"
         if result.stage != last_stage:
             last_stage = result.stage
-            await sync_to_async(steps.readiness_progress)(plan, result.stage, result.detail)
+            await store.areadiness_progress(plan, result.stage, result.detail)
         if loop.time() >= next_status:
             next_status = loop.time() + settings.SPECDASH_STATUS_INTERVAL_S
             try:
                 status = await agent.call("status", plan.status_args(), timeout=30)
             except (TransportError, AgentFailed) as exc:
-                await sync_to_async(steps.note)(plan, f"Status check failed: {exc}")
+                await store.anote(plan, f"Status check failed: {exc}")
                 status = None
             if status is not None:
-                await sync_to_async(steps.update_log)(plan, status)
+                await store.aupdate_log(plan, status)
                 if not status.get("alive"):
                     code = status.get("exit_code")
                     return await stop_and_verify(
@@ -173,31 +172,29 @@ async def _watch(
     unreachable_since: float | None = None
     loop = asyncio.get_running_loop()
     while True:
-        if ctx.cancelled.is_set() or await sync_to_async(steps.stop_requested)(plan.instance_id):
+        if ctx.cancelled.is_set() or await store.astop_requested(plan.instance_id):
             return {"outcome": await stop_and_verify(plan, agent, reason="Stop requested")}
         try:
             status = await agent.call("status", plan.status_args(), timeout=30)
             unreachable_since = None
         except (TransportError, AgentFailed) as exc:
             unreachable_since = unreachable_since or loop.time()
-            await sync_to_async(steps.note)(plan, f"Host unreachable: {exc}", once=True)
+            await store.anote(plan, f"Host unreachable: {exc}", once=True)
             if loop.time() - unreachable_since > settings.SPECDASH_LOST_AFTER_S:
-                await sync_to_async(steps.mark_lost)(
+                await store.amark_lost(
                     plan, f"Host unreachable for {settings.SPECDASH_LOST_AFTER_S:.0f} s: {exc}"
                 )
                 return {"outcome": "lost"}
             await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
             continue
-        await sync_to_async(steps.update_log)(plan, status)
+        await store.aupdate_log(plan, status)
         if not status.get("alive"):
             code = status.get("exit_code")
-            await sync_to_async(steps.mark_crashed)(plan, code, status)
+            await store.amark_crashed(plan, code, status)
             await cleanup_after_crash(plan, agent)
             return {"outcome": "crashed"}
         if not await is_healthy(client, plan.readiness):
-            await sync_to_async(steps.note)(
-                plan, "Health check failing while the process is alive", once=True
-            )
+            await store.anote(plan, "Health check failing while the process is alive", once=True)
         await asyncio.sleep(settings.SPECDASH_WATCH_INTERVAL_S)
 
 
@@ -210,22 +207,20 @@ async def _adopt(
     try:
         status = await call_with_retries(agent, "status", plan.status_args(), timeout=30)
     except (TransportError, AgentFailed) as exc:
-        await sync_to_async(steps.mark_lost)(
-            plan, f"Could not check the server after a restart: {exc}"
-        )
+        await store.amark_lost(plan, f"Could not check the server after a restart: {exc}")
         return {"outcome": "lost"}
     if not status.get("alive"):
         leftovers = [m for m in status.get("members") or [] if m.get("state") != "Z"]
         if leftovers:
             # Its workers outlived it (and may hold GPU memory): clean up by marker, verify.
             return {"outcome": await _clean_up_leftovers(plan, agent, status, len(leftovers))}
-        await sync_to_async(steps.mark_lost)(
+        await store.amark_lost(
             plan,
             f"Server gone after a dashboard restart ({steps.exit_phrase(status.get('exit_code'))})",
             evidence={"status": status},
         )
         return {"outcome": "lost"}
-    await sync_to_async(steps.note)(plan, "Re-adopted after a dashboard restart")
+    await store.anote(plan, "Re-adopted after a dashboard restart")
     if plan.state in {InstanceState.LOADING, InstanceState.STARTING}:
         outcome = await _wait_until_ready(ctx, plan, agent, client)
         if outcome != "ready":
@@ -237,7 +232,7 @@ async def _adopt(
             )
         }
     elif not await is_healthy(client, plan.readiness):
-        await sync_to_async(steps.note)(plan, "Adopted, but its health check does not answer yet")
+        await store.anote(plan, "Adopted, but its health check does not answer yet")
     return await _watch(ctx, plan, agent, client)
 
 
@@ -251,12 +246,9 @@ async def _clean_up_leftovers(
         f"{count} leftover process(es)"
     )
     if plan.state == InstanceState.READY:
-        await sync_to_async(steps.mark_crashed)(plan, code, status)
+        await store.amark_crashed(plan, code, status)
         await cleanup_after_crash(plan, agent)
-        state = await ServerInstance.objects.values_list("state", flat=True).aget(
-            pk=plan.instance_id
-        )
-        return str(state)
+        return await store.ainstance_state(plan.instance_id)
     failed = plan.state in {InstanceState.STARTING, InstanceState.LOADING}
     return await stop_and_verify(plan, agent, reason=why, exit_code=code, failed=failed)
 
@@ -270,7 +262,7 @@ async def _adopt_unrecorded_launch(
     try:
         found = await call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
     except (TransportError, AgentFailed) as exc:
-        await sync_to_async(steps.mark_lost)(
+        await store.amark_lost(
             plan, f"Could not look for the server after a dashboard restart: {exc}"
         )
         return {"outcome": "lost"}
@@ -285,9 +277,9 @@ async def _adopt_unrecorded_launch(
             else "The dashboard restarted before the server was launched: no process carries "
             "its marker and its run directory has no log"
         )
-        await sync_to_async(steps.mark_lost)(plan, reason, evidence={"members": found, "log": log})
+        await store.amark_lost(plan, reason, evidence={"members": found, "log": log})
         return {"outcome": "lost"}
-    await sync_to_async(steps.note)(
+    await store.anote(
         plan,
         f"Found {len(live)} process(es) of this run by marker after a dashboard restart "
         "(launched while the dashboard was down)",
@@ -307,7 +299,7 @@ async def _adopt_unrecorded_launch(
             refusal = exc
             await asyncio.sleep(1.0)
         except TransportError as exc:
-            await sync_to_async(verdicts.mark_dirty)(
+            await store.amark_dirty(
                 plan, f"Found the run's processes after a restart, then lost the host: {exc}", {}
             )
             return {"outcome": "dirty"}
@@ -318,7 +310,7 @@ async def _adopt_unrecorded_launch(
             f"were left without a server ({refusal})"
         )
         return {"outcome": await stop_and_verify(plan, agent, reason=why, failed=True)}
-    plan = await sync_to_async(steps.record_launch)(plan, launch, plan.baseline_gpu_memory)
+    plan = await store.arecord_launch(plan, launch, plan.baseline_gpu_memory)
     outcome = await _wait_until_ready(ctx, plan, agent, client)
     if outcome != "ready":
         return {"outcome": outcome}
@@ -359,7 +351,7 @@ def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
 
 @job_handler("server.stop")
 async def stop_server(ctx: JobContext) -> dict[str, Any]:
-    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     if plan.state in steps.CLEANUP_STATES:
         return {"outcome": await cleanup_stop(plan, agent)}
@@ -369,7 +361,7 @@ async def stop_server(ctx: JobContext) -> dict[str, Any]:
 
 @job_handler("server.kill_holders")
 async def kill_holders(ctx: JobContext) -> dict[str, Any]:
-    plan = await sync_to_async(steps.load_plan)(ctx.params["instance_id"])
+    plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     try:
         killed = await agent.call(
@@ -378,11 +370,9 @@ async def kill_holders(ctx: JobContext) -> dict[str, Any]:
             timeout=60,
         )
     except (TransportError, AgentFailed) as exc:
-        await sync_to_async(steps.note)(plan, f"Kill of listed holders failed: {exc}")
+        await store.anote(plan, f"Kill of listed holders failed: {exc}")
         return {"outcome": "dirty"}
-    await sync_to_async(steps.note)(
-        plan, f"Signalled {killed.get('signalled')}, skipped {killed.get('skipped')}"
-    )
+    await store.anote(plan, f"Signalled {killed.get('signalled')}, skipped {killed.get('skipped')}")
     return {
         "outcome": await stop_and_verify(
             plan, agent, reason="Re-verified after killing the listed GPU holders"

@@ -1,4 +1,5 @@
-"""Synchronous, persisted steps of the lifecycle jobs (called through ``sync_to_async``).
+"""Synchronous, persisted steps of the lifecycle jobs (awaited through their twins in
+``hosts.lifecycle.store``).
 
 Every step writes its outcome to the database before the job moves on, so a refresh, a
 second viewer or a restarted dashboard sees the truth.
@@ -11,7 +12,6 @@ import signal
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from core import realtime
@@ -310,10 +310,6 @@ def fail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None, **fiel
         evidence=evidence or {},
         **fields,
     )
-
-
-async def afail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
-    await sync_to_async(fail)(plan, reason, evidence)
 
 
 def enqueue_adoption(instance_id: int) -> None:

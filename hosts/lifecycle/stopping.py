@@ -7,9 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
-
-from hosts.lifecycle import steps, verdicts
+from hosts.lifecycle import steps, store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.telemetry import manager as telemetry
 from hosts.transports import HopError, TransportError
@@ -56,22 +54,20 @@ async def stop_and_verify(
     failed: bool = False,
 ) -> str:
     """Targeted stop then verification; the final state is stopped/failed or dirty."""
-    await sync_to_async(steps.mark_stopping)(plan, reason)
+    await store.amark_stopping(plan, reason)
     # The GPU series around the stop, read by the telemetry probe's own argv and parser.
     await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
     try:
         stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
         verify = await call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
     except (TransportError, AgentFailed) as exc:
-        await sync_to_async(verdicts.mark_dirty)(
-            plan, f"{reason}; the stop could not be completed: {exc}", {}
-        )
+        await store.amark_dirty(plan, f"{reason}; the stop could not be completed: {exc}", {})
         return "dirty"
     # The probe's reading after the verification is part of the verdict, not just the chart.
     reading = await telemetry.gpu_record_now(
         agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id
     )
-    return await sync_to_async(verdicts.finish_stop)(
+    return await store.afinish_stop(
         plan,
         reason=reason,
         stop=stop,
@@ -87,16 +83,16 @@ async def cleanup_after_crash(plan: steps.Plan, agent: Agent) -> None:
         stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
         verify = await call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
     except (TransportError, AgentFailed) as exc:
-        await sync_to_async(verdicts.mark_dirty)(plan, f"Crashed; clean-up failed: {exc}", {})
+        await store.amark_dirty(plan, f"Crashed; clean-up failed: {exc}", {})
         return
-    await sync_to_async(verdicts.finish_crash_cleanup)(plan, stop=stop, verify=verify)
+    await store.afinish_crash_cleanup(plan, stop=stop, verify=verify)
 
 
 async def cleanup_stop(plan: steps.Plan, agent: Agent) -> str:
     """A verified stop of an instance that already ended (failed, crashed, lost) and may
     have left processes behind. Its port and GPUs may belong to another instance by now:
     those are left out of the verification rather than taken back."""
-    others = await sync_to_async(verdicts.begin_cleanup)(plan)
+    others = await store.abegin_cleanup(plan)
     verify_args = plan.verify_args()
     if others.port_holder:
         verify_args["port"] = None
@@ -105,7 +101,7 @@ async def cleanup_stop(plan: steps.Plan, agent: Agent) -> str:
         stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
         verify = await call_with_retries(agent, "verify", verify_args, timeout=60)
     except (TransportError, AgentFailed) as exc:
-        return await sync_to_async(verdicts.finish_cleanup)(
+        return await store.afinish_cleanup(
             plan, others, stop={}, verify={"verdict": "unknown", "reasons": [str(exc)]}
         )
-    return await sync_to_async(verdicts.finish_cleanup)(plan, others, stop=stop, verify=verify)
+    return await store.afinish_cleanup(plan, others, stop=stop, verify=verify)

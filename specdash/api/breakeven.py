@@ -13,11 +13,11 @@ from ninja.responses import Status
 from benchmarks.experiments import breakeven, breakeven_report
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
-from specdash.api.common import WRITE_ERRORS, path_id, responses
+from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
-from specdash.api.tuning import _clear, base_profile_or_404
+from specdash.api.tuning import base_profile_or_404
 
 router = Router(tags=["experiments"])
 
@@ -77,7 +77,7 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
             user=user,
         )
     except ValidationError as exc:
-        raise _clear(exc) from None
+        raise with_headline(exc) from None
     return experiment_accepted(experiment)
 
 
@@ -103,7 +103,7 @@ def map_read(
                 data=data, experiment_id=query.experiment, sweep_id=query.sweep
             )
         except ValidationError as exc:
-            raise _clear(exc) from None
+            raise with_headline(exc) from None
     checks = breakeven.map_checks(experiment=data.experiment)
     return breakeven_report.map_payload(data.bmap, placement, checks)
 
@@ -127,5 +127,5 @@ def check_create(
             data=data, placement=placement, category=payload.category, user=user
         )
     except ValidationError as exc:
-        raise _clear(exc) from None
+        raise with_headline(exc) from None
     return Status(202, {"check_id": check.pk, "verification_id": check.verification_id})

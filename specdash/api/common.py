@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
+from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -70,3 +71,13 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 422)
 def responses(ok: dict[int, Any], errors_: tuple[int, ...] = READ_ERRORS) -> dict[int, Any]:
     """The operation's success schemas plus the error shape for every documented failure."""
     return {**ok, **dict.fromkeys(errors_, ErrorOut)}
+
+
+def with_headline(exc: ValidationError) -> ValidationError:
+    """The messages in the error's headline too, not only under its fields (a service's field
+    errors, raised by a handler whose request has no form to show them beside)."""
+    if not hasattr(exc, "error_dict"):
+        return exc
+    fields = dict(exc.message_dict)
+    fields.setdefault("__all__", [" ".join(m for ms in fields.values() for m in ms)])
+    return ValidationError(fields)

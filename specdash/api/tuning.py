@@ -15,7 +15,7 @@ from benchmarks.experiments import tuning
 from hosts.models import ServerProfile
 from specdash.api import errors
 from specdash.api.auth import require_operator, require_sweeper, require_viewer
-from specdash.api.common import WRITE_ERRORS, path_id, responses
+from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
@@ -102,15 +102,6 @@ def base_profile_or_404(pk: int) -> ServerProfile:
     return base
 
 
-def _clear(exc: ValidationError) -> ValidationError:
-    """The messages in the error's headline too, not only under its fields."""
-    if not hasattr(exc, "error_dict"):
-        return exc
-    fields = dict(exc.message_dict)
-    fields.setdefault("__all__", [" ".join(m for ms in fields.values() for m in ms)])
-    return ValidationError(fields)
-
-
 @router.post(
     "/experiments/matrix",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
@@ -136,7 +127,7 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
             user=user,
         )
     except ValidationError as exc:
-        raise _clear(exc) from None
+        raise with_headline(exc) from None
     return experiment_accepted(experiment)
 
 
@@ -163,7 +154,7 @@ def verification_create(
                 experiment=experiment_or_404(experiment_id), repeats=repeats, user=user
             )
     except ValidationError as exc:
-        raise _clear(exc) from None
+        raise with_headline(exc) from None
     return experiment_accepted(experiment)
 
 
@@ -185,4 +176,4 @@ def verification_report(
             experiment=experiment_or_404(experiment_id), margin=query.margin
         )
     except ValidationError as exc:
-        raise _clear(exc) from None
+        raise with_headline(exc) from None

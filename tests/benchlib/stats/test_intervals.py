@@ -9,10 +9,8 @@ from benchlib.stats import (
     Curve,
     LevelSample,
     level_ratio,
-    level_throughput,
     ratio_curve,
     ratio_from_repeats,
-    ratio_from_requests,
 )
 from tests.benchlib.stats.synthetic import bounds, closed_loop_requests
 
@@ -76,55 +74,6 @@ def test_repeats_without_spread_give_a_zero_width_interval():
 def test_repeats_need_two_per_side():
     with pytest.raises(ValueError, match="at least 2"):
         ratio_from_repeats([100.0], [90.0, 91.0])
-
-
-def test_request_bootstrap_point_is_the_levels_throughput_ratio_and_inside_its_interval():
-    a = closed_loop_requests(concurrency=4, per_slot=15, tok_per_s=50, seed=1)
-    b = closed_loop_requests(concurrency=4, per_slot=15, tok_per_s=75, seed=2)
-    r = ratio_from_requests(a, b, n_boot=400, seed=11)
-    assert r.method == "bootstrap-requests"
-    assert r.point == pytest.approx(level_throughput(b) / level_throughput(a))
-    low, high = bounds(r)
-    assert low < r.point < high
-    assert low > 1.0  # 1.5x faster streams: clearly ahead
-
-
-def test_request_bootstrap_of_identical_levels_is_one_and_contains_one():
-    a = closed_loop_requests(concurrency=4, per_slot=15, tok_per_s=50, seed=1)
-    r = ratio_from_requests(a, list(a), n_boot=400, seed=5)
-    low, high = bounds(r)
-    assert r.point == pytest.approx(1.0)
-    assert low < 1.0 < high
-
-
-def test_request_bootstrap_is_deterministic_given_a_seed():
-    a = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=50, seed=1)
-    b = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=55, seed=2)
-    first = ratio_from_requests(a, b, n_boot=200, seed=42)
-    assert ratio_from_requests(a, b, n_boot=200, seed=42) == first
-    assert ratio_from_requests(a, b, n_boot=200, seed=43) != first
-
-
-def test_request_bootstrap_narrows_at_a_lower_confidence():
-    a = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=50, seed=1)
-    b = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=55, seed=2)
-    wide = ratio_from_requests(a, b, n_boot=300, seed=1, confidence=0.95)
-    narrow = ratio_from_requests(a, b, n_boot=300, seed=1, confidence=0.5)
-    (narrow_low, narrow_high), (wide_low, wide_high) = bounds(narrow), bounds(wide)
-    assert narrow_high - narrow_low < wide_high - wide_low
-
-
-def test_request_bootstrap_accepts_another_statistic():
-    a = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=50, seed=1)
-    b = closed_loop_requests(concurrency=2, per_slot=10, tok_per_s=50, seed=2, tokens=400)
-
-    def median_tokens(requests):
-        return statistics.median(r.output_tokens for r in requests)
-
-    r = ratio_from_requests(a, b, n_boot=200, seed=1, statistic=median_tokens)
-    assert r.point == pytest.approx(2.0, rel=0.15)
-    low, high = bounds(r)
-    assert low <= r.point <= high
 
 
 def test_level_ratio_prefers_repeats_then_requests_then_no_interval():

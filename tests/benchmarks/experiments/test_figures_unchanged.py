@@ -1,18 +1,16 @@
 """The comparison, schedule and audit of an experiment are the same figures, field by field,
-whether built the old way (the pure-Python bootstrap, one parse of the records file per level)
-or the new (numpy replicates, each file parsed once per build, in a child process)."""
+whether built the old way (one parse of the records file per level) or the new (each file
+parsed once per build, in a child process)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 
-from benchlib.arrays import bootstrap
-from benchlib.stats import intervals
 from benchmarks import audit
 from benchmarks.experiments import builds, records, workload
 from benchmarks.experiments import schedule as speculation_schedule
@@ -26,18 +24,14 @@ LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
 @pytest.fixture
-def old_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
-    """A switch to the code as it was: the reference bootstrap loop, and every level read
-    parsing its records file again."""
+def old_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """A switch to the code as it was: every level read parsing its records file again."""
 
     def switch() -> None:
-        intervals.use_slot_rate_replicates(intervals.slot_rate_replicates)
         for module in (records, workload, audit):
             monkeypatch.setattr(module, "read_record_file_once", recordfile.read_record_file)
 
-    previous = intervals.use_slot_rate_replicates(bootstrap.slot_rate_replicates)
-    yield switch
-    intervals.use_slot_rate_replicates(previous)
+    return switch
 
 
 def _experiment(make_profile: Callable[..., ServerProfile], tmp: Path, per_arm: int) -> Experiment:

@@ -1,0 +1,58 @@
+"""The sweep jobs' async face onto the database: an ``async`` twin of each service or selector
+the ``sweep.run`` job and its split and shard supervisors call (``handler``, ``distributed``),
+in the manner of contrib.sessions' ``load`` / ``aload``, and ``ServiceStore``, the recorder's
+default store.
+
+This module is the one place the sweep jobs wrap synchronous code with ``sync_to_async``. Each
+twin is its service wrapped once: its signature is the service's own (asgiref types the wrap
+with the service's parameters), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+
+from benchmarks import audit, selectors
+from benchmarks.sweeps import recording
+
+asweep_begin = sync_to_async(recording.sweep_begin)
+asweep_finish = sync_to_async(recording.sweep_finish)
+asweep_model_discovered = sync_to_async(recording.sweep_model_discovered)
+asweep_levels_cut_by_crash = sync_to_async(recording.sweep_levels_cut_by_crash)
+asweep_level_started = sync_to_async(recording.sweep_level_started)
+asweep_level_finished = sync_to_async(recording.sweep_level_finished)
+asweep_samples_add = sync_to_async(recording.sweep_samples_add)
+aaudit_sweep_store = sync_to_async(audit.audit_sweep_store)
+ainstance_state = sync_to_async(selectors.instance_state)
+
+
+async def asweep_level_server_metrics_save(
+    sweep_id: int, index: int, metrics: dict[str, Any]
+) -> None:
+    """Positional, in the shape `LevelServerMetrics` takes as its `save`."""
+    await sync_to_async(recording.sweep_level_server_metrics_save)(
+        sweep_id=sweep_id, index=index, metrics=metrics
+    )
+
+
+async def asweep_snapshot(*, sweep_id: int) -> dict[str, Any] | None:
+    """For the sweep page's consumer: Channels' wrap closes stale connections around it."""
+    snapshot = await database_sync_to_async(selectors.sweep_snapshot)(sweep_id=sweep_id)
+    return cast(dict[str, Any] | None, snapshot)
+
+
+class ServiceStore:
+    """Where a ``SweepRecorder`` writes by default: the recording services, off the event loop
+    (the ORM is sync)."""
+
+    async def level_started(self, *, sweep_id: int, index: int, concurrency: int, t: float) -> None:
+        await asweep_level_started(sweep_id=sweep_id, index=index, concurrency=concurrency, t=t)
+
+    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None:
+        await asweep_level_finished(sweep_id=sweep_id, summary=summary)
+
+    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None:
+        await asweep_samples_add(sweep_id=sweep_id, samples=samples)
