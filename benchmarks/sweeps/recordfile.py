@@ -19,14 +19,17 @@ whole row.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from benchlib.arrays.columns import RecordColumns, read_record_columns
 from benchlib.loadgen.recordstore import ReadState, cut_torn_block, is_compact, iter_rows
+
+T = TypeVar("T")
 
 
 def record_attempt(record: dict[str, Any]) -> int:
@@ -130,19 +133,21 @@ def disk_full_reason(records_path: Path | str) -> str:
 
 # One pass per records file per build: a comparison reads each level of each arm (and again
 # for goodput, latency and the schedule), which parsed the whole file once per level (53% of
-# a comparison's time at 10k requests). Inside ``records_read_once()`` a file is parsed once
-# and kept while unchanged (same size and mtime); the two most recent files are kept, the two
-# arms a comparison alternates between, so memory stays at two parsed files.
+# a comparison's time at 10k requests). Inside ``records_read_once()`` a file is read once
+# and kept while unchanged (same size and mtime); the two most recent files of each kind are
+# kept, the two arms a comparison alternates between, so memory stays at two read files:
+# their rows (``read_record_file``, what the audit recomputes a level's summary from) or their
+# columns (``benchlib.arrays.columns``, all the comparison reads of each request).
 _ONCE_KEEP = 2
-_once: ContextVar[OrderedDict[tuple[str, int, int], RecordFile] | None] = ContextVar(
+_once: ContextVar[OrderedDict[tuple[str, str, int, int], Any] | None] = ContextVar(
     "record_files_read_once", default=None
 )
 
 
 @contextmanager
 def records_read_once() -> Iterator[None]:
-    """Within the block, ``read_record_file_once`` parses each unchanged file once (a block
-    inside another shares the outer one's files)."""
+    """Within the block, ``read_record_file_once`` and ``read_record_columns_once`` read each
+    unchanged file once (a block inside another shares the outer one's files)."""
     if _once.get() is not None:
         yield
         return
@@ -153,22 +158,39 @@ def records_read_once() -> Iterator[None]:
         _once.reset(token)
 
 
-def read_record_file_once(path: Path) -> RecordFile:
-    """``read_record_file(path)``, parsed once per ``records_read_once()`` block (a new parse
-    outside one, or when the file changed since)."""
+def _read_once(kind: str, path: Path, read: Callable[[], T], fits: Callable[[T], bool]) -> T:
     cache = _once.get()
     if cache is None:
-        return read_record_file(path)
+        return read()
     try:
         stat = path.stat()
     except FileNotFoundError:
-        return read_record_file(path)
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
+        return read()
+    key = (kind, str(path), stat.st_mtime_ns, stat.st_size)
     found = cache.get(key)
-    if found is None:
-        found = read_record_file(path)
+    if found is None or not fits(found):
+        found = read()
         cache[key] = found
-        while len(cache) > _ONCE_KEEP:
-            cache.popitem(last=False)
+        same_kind = [k for k in cache if k[0] == kind]
+        for old in same_kind[: max(0, len(same_kind) - _ONCE_KEEP)]:
+            del cache[old]
     cache.move_to_end(key)
-    return found
+    result: T = found
+    return result
+
+
+def read_record_file_once(path: Path) -> RecordFile:
+    """``read_record_file(path)``, parsed once per ``records_read_once()`` block (a new parse
+    outside one, or when the file changed since)."""
+    return _read_once("rows", path, lambda: read_record_file(path), lambda _: True)
+
+
+def read_record_columns_once(path: Path, *, gaps: bool = False) -> RecordColumns:
+    """``read_record_columns(path)``, read once per ``records_read_once()`` block (again when
+    ``gaps`` is asked of a file first read without them)."""
+    return _read_once(
+        "columns",
+        path,
+        lambda: read_record_columns(path, gaps=gaps),
+        lambda found: found.gaps or not gaps,
+    )
