@@ -143,10 +143,17 @@ def _level_records(
 
 
 def _sweep(
-    profile: Any, step: Any, levels: list[int], per_level: int, speed: float, tmp: Path
+    profile: Any,
+    step: Any,
+    levels: list[int],
+    per_level: int,
+    speed: float,
+    tmp: Path,
+    records_format: str,
 ) -> Any:
     from benchlib.loadgen.metrics import summarize_level
     from benchlib.loadgen.records import ClockAnchor, RequestRecord
+    from benchlib.loadgen.recordstore import RecordWriter
     from benchmarks.models import Sweep, SweepState
     from benchmarks.sweeps.recording import sweep_level_finished
 
@@ -156,9 +163,11 @@ def _sweep(
         environment={"instance": {"launch_argv": list(profile.launch_argv), "server_info": {}},
                      "profile": {"engine": profile.engine}},
     )  # fmt: skip
-    path = tmp / f"records-{sweep.pk}.jsonl"
+    suffix = ".sdrec" if records_format == "compact" else ".jsonl"
+    path = tmp / f"records-{sweep.pk}{suffix}"
     anchor = ClockAnchor(t0_wall=1.7e9, t0_perf=0.0)
-    with path.open("w", encoding="utf-8") as handle:
+    writer = RecordWriter(path, append=False)
+    try:
         for index, concurrency in enumerate(levels):
             tok_s = speed * 60.0 * concurrency**0.8
             records = _level_records(
@@ -167,7 +176,7 @@ def _sweep(
             lines = [record.to_json(anchor, level_index=index) for record in records]
             for line in lines:
                 line["attempt"] = 1
-                handle.write(json.dumps(line) + "\n")
+                writer.write(line)
             # As the load generator summarises a level: from the records as stored (rounded).
             as_stored = [RequestRecord.from_json(line, anchor) for line in lines]
             summary: dict[str, Any] = dict(
@@ -175,12 +184,14 @@ def _sweep(
             )
             summary.update(level_index=index, status="completed", anchor=anchor.to_dict())
             sweep_level_finished(sweep_id=sweep.pk, summary=summary)
+    finally:
+        writer.close()
     sweep.records_path = str(path)
     sweep.save(update_fields=["records_path"])
     return sweep
 
 
-def _experiment(requests: int, n_levels: int, tmp: Path) -> Any:
+def _experiment(requests: int, n_levels: int, tmp: Path, records_format: str) -> Any:
     from benchmarks.experiments import services
     from hosts.models import Host, HostKind, ServerProfile
 
@@ -202,7 +213,7 @@ def _experiment(requests: int, n_levels: int, tmp: Path) -> Any:
     per_level = max(2, requests // n_levels)
     for step in experiment.steps.select_related("arm"):
         speed = 1.0 if step.arm.label == "A" else 1.15
-        _sweep(step.arm.profile, step, levels, per_level, speed, tmp)
+        _sweep(step.arm.profile, step, levels, per_level, speed, tmp, records_format)
     return experiment
 
 
@@ -292,9 +303,9 @@ def child(args: argparse.Namespace) -> None:
     from core.roles import VIEWERS
 
     t0 = time.perf_counter()
-    experiment = _experiment(args.requests, args.levels, tmp)
+    experiment = _experiment(args.requests, args.levels, tmp, args.format)
     setup_s = time.perf_counter() - t0
-    records_mb = sum(p.stat().st_size for p in tmp.glob("records-*.jsonl")) / 2**20
+    records_mb = sum(p.stat().st_size for p in tmp.glob("records-*")) / 2**20
     out: dict[str, Any] = {
         "requests": args.requests,
         "levels": args.levels,
@@ -316,13 +327,14 @@ def child(args: argparse.Namespace) -> None:
     )
     services.experiment_finish(experiment_id=experiment.pk, state="completed")
     out["build"] = {"s": build_s, "peak_mb": build_mb}
-    if args.mode == "full":
+    if args.mode in ("full", "answers"):
         user = User.objects.create_user("viewer")
         group, _ = Group.objects.get_or_create(name=VIEWERS)
         user.groups.add(group)
         client = Client()
         client.force_login(user)
         out["answers"] = _answers(experiment, client, args.repeats)
+    if args.mode == "full":
         audit_s, audit_mb, report = _timed(lambda: audit.audit_experiment(experiment=experiment))
         out["audit"] = {
             "s": audit_s,
@@ -336,9 +348,12 @@ def child(args: argparse.Namespace) -> None:
 # -- the parent: one child per size, then the table -----------------------------------------
 
 
-def _run_child(requests: int, levels: int, mode: str, repeats: int) -> dict[str, Any]:
+def _run_child(
+    requests: int, levels: int, mode: str, repeats: int, records_format: str
+) -> dict[str, Any]:
     argv = [sys.executable, "-m", "perf.bench_scale", "--child", "--requests", str(requests),
-            "--levels", str(levels), "--mode", mode, "--repeats", str(repeats)]  # fmt: skip
+            "--levels", str(levels), "--mode", mode, "--repeats", str(repeats),
+            "--format", records_format]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{requests} requests: the child failed:\n{done.stderr[-4000:]}")
@@ -355,6 +370,15 @@ def main() -> None:
     parser.add_argument("--linearity", type=int, default=10000, help="0: skip")
     parser.add_argument("--offload", type=int, default=100000, help="0: skip")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--format", choices=("compact", "jsonl"), default="compact", help="the records files'"
+    )
+    parser.add_argument(
+        "--modes",
+        default="full",
+        choices=("full", "answers", "build"),
+        help="full: the build, every answer and the audit; answers: no audit; build: the build",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--requests", type=int, default=1000, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="full", help=argparse.SUPPRESS)
@@ -367,7 +391,7 @@ def main() -> None:
     results = []
     for n in sizes:
         # Each size's figures as soon as they exist: the larger sizes take many minutes.
-        results.append(_run_child(n, args.levels, "full", args.repeats))
+        results.append(_run_child(n, args.levels, args.modes, args.repeats, args.format))
         print(json.dumps(results[-1]), flush=True)
     head = (
         f"| operation (s, p95 of {args.repeats}; peak RSS MB) | "
@@ -386,31 +410,35 @@ def main() -> None:
         "comparison + schedule built at the end",
         [f"{r['build']['s']:.2f}, {r['build']['peak_mb']:.0f} MB" for r in results],
     )
-    for i, answer in enumerate(results[0]["answers"]):
+    for i, answer in enumerate(results[0].get("answers", [])):
         cells = []
         for r in results:
             a = r["answers"][i]
             first = f" (first {a['first_s']:.2f})"
             cells.append(f"{a['p95_s']:.3f}{first}, {a['peak_mb']:.0f} MB")
         row(answer["op"], cells)
-    row(
-        "audit --experiment",
-        [
-            f"{r['audit']['s']:.2f}, {r['audit']['peak_mb']:.0f} MB, ok={r['audit']['ok']}"
-            for r in results
-        ],
-    )
+    if all("audit" in r for r in results):
+        row(
+            "audit --experiment",
+            [
+                f"{r['audit']['s']:.2f}, {r['audit']['peak_mb']:.0f} MB, ok={r['audit']['ok']}"
+                for r in results
+            ],
+        )
     if args.linearity:
         # The same requests per level: twice the levels should cost twice, not four times.
-        eight = _run_child(args.linearity, 8, "build", args.repeats)
-        sixteen = _run_child(2 * args.linearity, 16, "build", args.repeats)
-        e, s16 = eight["build"]["s"], sixteen["build"]["s"]
-        print(
-            f"levels at {args.linearity // 8:,} requests per level and arm: build of 8 levels "
-            f"{e:.2f} s, of 16 levels {s16:.2f} s (ratio {s16 / e:.2f}; linear is 2)"
-        )
+        # Build time per request at 4, 8 and 16 levels: flat when the cost is linear.
+        per_level = args.linearity // 8
+        for n_levels in (4, 8, 16):
+            r = _run_child(per_level * n_levels, n_levels, "build", args.repeats, args.format)
+            b = r["build"]
+            print(
+                f"levels at {per_level:,} requests per level and arm: {n_levels} levels "
+                f"build {b['s']:.2f} s, {b['s'] / (2 * per_level * n_levels) * 1e6:.1f} us "
+                f"per request, peak {b['peak_mb']:.0f} MB"
+            )
     if args.offload:
-        o = _run_child(args.offload, args.levels, "offload", args.repeats)
+        o = _run_child(args.offload, args.levels, "offload", args.repeats, args.format)
         for key, label in (
             ("offload", "in a child process (the worker's way)"),
             ("in_thread", "on the shared sync thread (before)"),
