@@ -77,6 +77,45 @@ def read_record_file(path: Path) -> RecordFile:
     return out
 
 
+@dataclass
+class RecordGroups:
+    """A pass over a records file a level at a time: runs of consecutive rows of one
+    (level, attempt) (``None``: rows with no level index), and after it what else it met."""
+
+    path: Path
+    exists: bool = True
+    bad_lines: list[int] = field(default_factory=list)
+
+    def groups(self) -> Iterator[tuple[tuple[int, int] | None, list[dict[str, Any]]]]:
+        """Each run of consecutive rows with the same key, in file order (a level's rows are
+        consecutive unless two writers interleaved them: a key may then come back). Memory is
+        one run; ``exists`` and ``bad_lines`` are set once the pass ends."""
+        state = ReadState()
+        key: tuple[int, int] | None = None
+        run: list[dict[str, Any]] = []
+        rows = 0
+        try:
+            for record in iter_rows(self.path, state=state):
+                rows += 1
+                level = record.get("level")
+                found = None
+                if isinstance(level, int) and not isinstance(level, bool):
+                    found = (level, record_attempt(record))
+                if run and found != key:
+                    yield key, run
+                    run = []
+                key = found
+                run.append(record)
+        except FileNotFoundError:
+            self.exists = False
+            return
+        if run:
+            yield key, run
+        self.bad_lines = list(state.bad_lines)
+        if state.torn_tail:
+            self.bad_lines.append(rows + 1)
+
+
 def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[dict[str, Any]]:
     """The records of one level attempt, one at a time, in either format (memory bounded by
     one block of the compact format or one line); nothing when the file is missing."""

@@ -13,6 +13,7 @@ from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
 from benchmarks import audit, services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
@@ -51,8 +52,22 @@ def _measure(simulator: Simulator, levels: list[int], **fields: Any) -> Sweep:
 
 
 def _rewrite(path: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    path.write_text("".join(json.dumps(r) + "\n" for r in change(records)))
+    """The file's rows changed and written back in its format (told by its suffix)."""
+    records = list(iter_rows(path))
+    writer = RecordWriter(path, append=False)
+    for row in change(records):
+        writer.write(row)
+    writer.close()
+
+
+def _tear(path: Path) -> None:
+    """A last record cut mid-write, as a killed writer leaves it in the file's format."""
+    torn = {"level": 1, "id": "torn", "start": 1.0}
+    with path.open("ab") as f:
+        if is_compact(path):
+            f.write(encode_block([torn])[:-4])
+        else:
+            f.write(json.dumps(torn).encode()[:-10])
 
 
 def test_a_sweep_as_measured_passes_the_audit(measured: Sweep) -> None:
@@ -121,8 +136,7 @@ def test_an_altered_or_duplicated_record_and_a_torn_line_are_reported(measured: 
         return [*records, records[-1]]
 
     _rewrite(path, alter)
-    with path.open("a") as f:
-        f.write('{"level": 1, "id": "torn')
+    _tear(path)
     problems = audit.audit_sweep(sweep=measured).problems
     assert any("level 0" in p and "output_tokens" in p for p in problems), problems
     assert any("level 1" in p and "requests total: stored 9, records give 10" in p
