@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
 import functools
+import gc
 import itertools
 import json
 import math
@@ -292,6 +295,82 @@ async def _offload_gaps(experiment_id: int, sweep_id: int, off_worker: bool) -> 
     }
 
 
+def _release_memory() -> float:
+    """Hand the setup's freed heap back to the system (it builds a level's records in memory,
+    about 1 GB at 125k requests a level), so the peaks measured after it are the operations'
+    own and not the setup's leftovers; the resident MB that remain."""
+    gc.collect()
+    # Not glibc: the peaks then include what the allocator kept.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    rss: float = psutil.Process().memory_info().rss / 2**20
+    return rss
+
+
+def records_side(args: argparse.Namespace) -> None:
+    """The part of the end-of-run build that grows with the requests, at sizes whose
+    experiment setup (``summarize_level`` over every level, ~65 us of CPU a request) is too
+    long for a shared machine: both arms' records written by the project's writer, then
+    timed with the peak memory, each file read once into columns and every statistic the
+    comparison takes over a level's requests (throughput, the batch-means spread of
+    throughput and of the median TPOT, goodput points under an SLO). No database."""
+    from benchlib.arrays.columns import read_record_columns
+    from benchlib.loadgen.goodput import Slo
+    from benchlib.loadgen.records import ClockAnchor
+    from benchlib.loadgen.recordstore import RecordWriter
+    from benchlib.stats import batch_means
+    from benchmarks.experiments.decisions import tpot_statistic
+
+    tmp = Path(tempfile.mkdtemp(prefix="specdash-scale-records-"))
+    levels = [2**i for i in range(args.levels)]
+    per_level = max(2, args.requests // args.levels)
+    anchor = ClockAnchor(t0_wall=1.7e9, t0_perf=0.0)
+    suffix = ".sdrec" if args.format == "compact" else ".jsonl"
+    paths = []
+    t0 = time.perf_counter()
+    for arm, speed in enumerate((1.0, 1.15)):
+        path = tmp / f"records-{arm}{suffix}"
+        writer = RecordWriter(path, append=False)
+        for index, concurrency in enumerate(levels):
+            tok_s = speed * 60.0 * concurrency**0.8
+            for record in _level_records(
+                index, concurrency, per_level, tok_s, seed=arm * 1000 + index
+            ):
+                line = record.to_json(anchor, level_index=index)
+                line["attempt"] = 1
+                writer.write(line)
+        writer.close()
+        paths.append(path)
+    setup_s = time.perf_counter() - t0
+    rest_mb = _release_memory()
+    slo = Slo(ttft_ms=500.0, tpot_ms=50.0)
+
+    def analyse() -> int:
+        blocks = 0
+        for path in paths:
+            columns = read_record_columns(path)
+            for index in range(len(levels)):
+                level = columns.levels[(index, 1)]
+                requests = level.requests()
+                requests.throughput()
+                blocks += batch_means.log_block_spread(requests) is not None
+                blocks += batch_means.log_block_spread(requests, tpot_statistic) is not None
+                goodput = level.goodput_requests(slo)
+                blocks += batch_means.log_block_spread(goodput) is not None
+        return blocks
+
+    analyse_s, analyse_mb, spreads = _timed(analyse)
+    out = {
+        "requests": args.requests,
+        "levels": args.levels,
+        "setup_s": setup_s,
+        "rest_mb": rest_mb,
+        "records_mb": sum(p.stat().st_size for p in paths) / 2**20,
+        "analysis": {"s": analyse_s, "peak_mb": analyse_mb, "spreads": spreads},
+    }
+    print(json.dumps(out))
+
+
 def child(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="specdash-scale-"))
     _django(tmp / "db.sqlite3")
@@ -305,11 +384,14 @@ def child(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     experiment = _experiment(args.requests, args.levels, tmp, args.format)
     setup_s = time.perf_counter() - t0
+    rest_mb = _release_memory()
     records_mb = sum(p.stat().st_size for p in tmp.glob("records-*")) / 2**20
     out: dict[str, Any] = {
         "requests": args.requests,
         "levels": args.levels,
         "setup_s": setup_s,
+        # What the process holds before the measured operations (their peaks include it).
+        "rest_mb": rest_mb,
         "records_mb": records_mb,
     }
     if args.mode == "offload":
@@ -361,40 +443,9 @@ def _run_child(
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--levels", type=int, default=8)
-    parser.add_argument("--linearity", type=int, default=10000, help="0: skip")
-    parser.add_argument("--offload", type=int, default=100000, help="0: skip")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--format", choices=("compact", "jsonl"), default="compact", help="the records files'"
-    )
-    parser.add_argument(
-        "--modes",
-        default="full",
-        choices=("full", "answers", "build"),
-        help="full: the build, every answer and the audit; answers: no audit; build: the build",
-    )
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--requests", type=int, default=1000, help=argparse.SUPPRESS)
-    parser.add_argument("--mode", default="full", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child(args)
-        return
-    print(f"cores: {os.cpu_count()}; sizes are requests per arm, two arms, {args.levels} levels")
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    results = []
-    for n in sizes:
-        # Each size's figures as soon as they exist: the larger sizes take many minutes.
-        results.append(_run_child(n, args.levels, args.modes, args.repeats, args.format))
-        print(json.dumps(results[-1]), flush=True)
+def _table(results: list[dict[str, Any]], sizes: list[int], repeats: int) -> None:
     head = (
-        f"| operation (s, p95 of {args.repeats}; peak RSS MB) | "
+        f"| operation (s, p95 of {repeats}; peak RSS MB) | "
         + " | ".join(f"{n:,}" for n in sizes)
         + " |"
     )
@@ -404,8 +455,13 @@ def main() -> None:
     def row(name: str, cells: list[str]) -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
-    row("records files (both arms, MB)", [f"{r['records_mb']:.0f}" for r in results])
+    row("records files (both arms, MB)", [f"{r['records_mb']:.1f}" for r in results])
+    row(
+        "records bytes per request",
+        [f"{r['records_mb'] * 2**20 / (2 * r['requests']):.0f}" for r in results],
+    )
     row("synthetic setup (s)", [f"{r['setup_s']:.1f}" for r in results])
+    row("resident after the setup (MB)", [f"{r['rest_mb']:.0f}" for r in results])
     row(
         "comparison + schedule built at the end",
         [f"{r['build']['s']:.2f}, {r['build']['peak_mb']:.0f} MB" for r in results],
@@ -425,6 +481,60 @@ def main() -> None:
                 for r in results
             ],
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--levels", type=int, default=8)
+    parser.add_argument("--linearity", type=int, default=10000, help="0: skip")
+    parser.add_argument("--offload", type=int, default=100000, help="0: skip")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--format", choices=("compact", "jsonl"), default="compact", help="the records files'"
+    )
+    parser.add_argument(
+        "--modes",
+        default="full",
+        choices=("full", "answers", "build"),
+        help="full: the build, every answer and the audit; answers: no audit; build: the build",
+    )
+    parser.add_argument(
+        "--records-side",
+        default="",
+        help="sizes (e.g. 1000000) at which to time only the records side of the build",
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="full", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        records_side(args) if args.mode == "records" else child(args)
+        return
+    if args.records_side:
+        # Each size's analysis as soon as it exists (the writing takes minutes at 1M).
+        for n in [int(s) for s in args.records_side.split(",") if s]:
+            r = _run_child(n, args.levels, "records", args.repeats, args.format)
+            a = r["analysis"]
+            print(
+                f"records side of the build at {n:,} requests per arm ({args.format}, "
+                f"{r['records_mb']:.1f} MB): {a['s']:.2f} s, "
+                f"{a['s'] / (2 * n) * 1e6:.1f} us per request, peak {a['peak_mb']:.0f} MB "
+                f"(resident before: {r['rest_mb']:.0f} MB; {a['spreads']} spreads)",
+                flush=True,
+            )
+        return
+    print(f"cores: {os.cpu_count()}; sizes are requests per arm, two arms, {args.levels} levels")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results = []
+    for n in sizes:
+        # Each size's figures as soon as they exist: the larger sizes take many minutes.
+        results.append(_run_child(n, args.levels, args.modes, args.repeats, args.format))
+        print(json.dumps(results[-1]), flush=True)
+    if results:
+        _table(results, sizes, args.repeats)
     if args.linearity:
         # The same requests per level: twice the levels should cost twice, not four times.
         # Build time per request at 4, 8 and 16 levels: flat when the cost is linear.
