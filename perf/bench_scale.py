@@ -1,13 +1,15 @@
 """What a finished experiment costs to build and to show, at 1k to 1M requests per arm.
 
     .venv/bin/python -m perf.bench_scale [--sizes 1000,10000,100000] [--levels 8]
-        [--linearity 10000] [--offload 100000] [--repeats 5]
+        [--linearity 10000] [--offload 100000] [--repeats 5] [--format compact|jsonl]
+        [--modes full|answers|build] [--records-side 1000000]
 
 Each size runs in a fresh child process with its own temporary SQLite database. Two arms
 (a baseline and a speculative profile) each get one completed sweep of ``--levels`` levels
 (C = 1, 2, 4, ...), the requests spread evenly over the levels. The records are synthetic (no
-load is generated) but go through the project's own path: ``RequestRecord.to_json`` writes
-each line (16 token chunks a request), ``summarize_level`` summarises each level and
+load is generated) but go through the project's own path: ``RequestRecord.to_json`` makes
+each row (16 token chunks a request), the records writer stores it (``--format``: the compact
+format by default, as a new sweep's), ``summarize_level`` summarises each level and
 ``sweep_level_finished`` stores it, as a real sweep does. Then, timed with the peak resident
 memory of the process while each runs (sampled every 10 ms):
 
@@ -18,8 +20,11 @@ memory of the process while each runs (sampled every 10 ms):
   p95 is over the cached ones, and the first is printed too);
 - ``audit --experiment`` (which rebuilds the comparison from the records by design).
 
-``--linearity N`` repeats the build at N requests per arm over 8 levels and 2N over 16 (the
-same requests per level: the cost should double, not quadruple). ``--offload N`` builds an
+``--linearity N`` repeats the build at N / 8 requests per level and arm over 4, 8 and 16
+levels and prints the build time per request (flat when the cost is linear in levels).
+``--records-side N`` times only what grows with the requests (each file read once into
+columns, every per-request statistic of every level), at sizes whose setup (a summary of every
+level, ~65 us of CPU a request) a shared machine cannot afford. ``--offload N`` builds an
 N-request experiment the way the job worker does
 (``builds.experiment_store_comparison_off_worker``) while another sweep's live samples are
 stored every 0.25 s through the same shared sync thread, and prints the largest gap between
