@@ -422,6 +422,9 @@ def child(args: argparse.Namespace) -> None:
         client.force_login(user)
         out["answers"] = _answers(experiment, client, args.repeats)
     if args.mode == "full":
+        # What is measured so far, in case the audit (minutes at 1M) is stopped; the parent
+        # reads the last line.
+        print(json.dumps(out), flush=True)
         audit_s, audit_mb, report = _timed(lambda: audit.audit_experiment(experiment=experiment))
         out["audit"] = {
             "s": audit_s,
