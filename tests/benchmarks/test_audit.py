@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -142,6 +143,25 @@ def test_an_altered_or_duplicated_record_and_a_torn_line_are_reported(measured: 
     assert any("level 1" in p and "requests total: stored 9, records give 10" in p
                for p in problems), problems  # fmt: skip
     assert any("is not a record" in p for p in problems), problems
+
+
+def test_levels_whose_records_are_interleaved_are_audited_whole(measured: Sweep) -> None:
+    """Two writers appending at once (a level's shards) can interleave its rows with
+    another's: the level-at-a-time pass then falls back to the whole file grouped."""
+    path = Path(measured.records_path)
+
+    def interleave(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        zero = [r for r in records if r["level"] == 0]
+        one = [r for r in records if r["level"] == 1]
+        return [r for pair in itertools.zip_longest(zero, one) for r in pair if r is not None]
+
+    _rewrite(path, interleave)
+    report = audit.audit_sweep(sweep=measured)
+    assert report.problems == []
+    assert report.levels_checked == 2 and report.records_checked == 18
+    # A changed row is still found in an interleaved file.
+    _rewrite(path, lambda rs: [{**rs[0], "out": rs[0]["out"] + 50}, *rs[1:]])
+    assert any("output_tokens" in p for p in audit.audit_sweep(sweep=measured).problems)
 
 
 def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(
