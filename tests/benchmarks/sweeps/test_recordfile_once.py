@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from benchlib.arrays import columns
 from benchmarks.sweeps import recordfile
 
 
@@ -63,9 +64,9 @@ def test_columns_are_read_once_per_block_and_again_when_token_gaps_are_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[tuple[Path, bool]] = []
-    real = recordfile.read_record_columns
+    real = columns.read_record_columns
 
-    def counting(path: Path, *, gaps: bool = False) -> recordfile.RecordColumns:
+    def counting(path: Path, *, gaps: bool = False) -> columns.RecordColumns:
         read.append((path, gaps))
         return real(path, gaps=gaps)
 
