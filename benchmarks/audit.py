@@ -38,7 +38,7 @@ from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import (
-    RecordFile,
+    RecordGroups,
     read_record_file_once,
     records_read_once,
 )
@@ -219,6 +219,9 @@ def _known_attempts(level: SweepLevel) -> set[int]:
 
 
 def audit_sweep(*, sweep: Sweep) -> AuditReport:
+    """One sweep's levels against its records, the records file read a level at a time (a
+    level's rows are recomputed and dropped before the next level's are read), and against
+    its kept server scrapes."""
     report = AuditReport(target=f"sweep #{sweep.pk}")
     try:
         slo = Slo.from_dict((sweep.load or {}).get("slo"))
@@ -226,43 +229,77 @@ def audit_sweep(*, sweep: Sweep) -> AuditReport:
         report.problems.append(f"sweep #{sweep.pk}: its SLO cannot be read: {exc}")
         slo = None
     levels = list(SweepLevel.objects.filter(sweep=sweep).order_by("index"))
-    records: RecordFile | None = None
+    audited = [lv for lv in levels if lv.state in (LevelState.COMPLETED, LevelState.PARTIAL)]
+    found: dict[int, tuple[int, list[str]]] | None = None
     if sweep.records_path:
-        records = read_record_file_once(Path(sweep.records_path))
-        if not records.exists and any(lv.requests_ok for lv in levels):
-            report.problems.append(f"sweep #{sweep.pk}: its records file {records.path} is gone")
-        for number in records.bad_lines:
-            report.problems.append(f"sweep #{sweep.pk}: records line {number} is not a record")
-        if records.unlabelled:
-            report.problems.append(
-                f"sweep #{sweep.pk}: {records.unlabelled} records carry no level index"
-            )
-        by_index = {lv.index: lv for lv in levels}
-        for (index, attempt), rows in sorted(records.by_level.items()):
-            level = by_index.get(index)
-            if level is None or attempt not in _known_attempts(level):
-                report.problems.append(
-                    f"sweep #{sweep.pk}: {len(rows)} records of level {index} attempt "
-                    f"{attempt} belong to no level of this sweep"
-                )
-    for level in levels:
-        if level.state not in (LevelState.COMPLETED, LevelState.PARTIAL):
-            continue
-        rows = records.level(level.index, level.attempt) if records is not None else []
-        if records is None and level.summary:
+        found = _audit_levels_streamed(sweep, levels, audited, slo, report)
+    for level in audited:
+        if found is None and level.summary:
             # Sweeps recorded without a file (imported, constructed) have nothing to recompute.
             continue
+        checked, problems = (found or {}).get(level.pk) or (0, audit_level(level, [], slo=slo))
         report.levels_checked += 1
-        report.records_checked += len(rows)
-        problems = audit_level(level, rows, slo=slo)
+        report.records_checked += checked
         if sweep.records_path:
-            problems += audit_level_server(
+            problems = problems + audit_level_server(
                 level,
                 Path(sweep.records_path),
                 undrafted_steps=undrafted_steps(sweep.environment or {}),
             )
         report.problems += [f"sweep #{sweep.pk} {p}" for p in problems]
     return report
+
+
+def _audit_levels_streamed(
+    sweep: Sweep,
+    levels: list[SweepLevel],
+    audited: list[SweepLevel],
+    slo: Slo | None,
+    report: AuditReport,
+) -> dict[int, tuple[int, list[str]]]:
+    """Each audited level's (records checked, problems) by level pk, from one pass over the
+    sweep's records file; the file's own problems (gone, bad lines, unlabelled rows, rows of
+    no level) go into ``report``. A level whose rows are not consecutive in the file (two
+    writers interleaved them) is recomputed from the whole file grouped, as before."""
+    path = Path(sweep.records_path)
+    scan = RecordGroups(path)
+    wanted = {(lv.index, lv.attempt): lv for lv in audited}
+    counts: dict[tuple[int, int], int] = {}
+    results: dict[int, tuple[int, list[str]]] = {}
+    unlabelled = 0
+    interleaved = False
+    for key, rows in scan.groups():
+        if key is None:
+            unlabelled += len(rows)
+            continue
+        level = wanted.get(key)
+        if level is not None and key in counts:
+            interleaved = True
+        counts[key] = counts.get(key, 0) + len(rows)
+        if level is not None and not interleaved:
+            results[level.pk] = (len(rows), audit_level(level, rows, slo=slo))
+    if interleaved:
+        grouped = read_record_file_once(path)
+        results = {
+            lv.pk: (len(rows), audit_level(lv, rows, slo=slo))
+            for lv in audited
+            for rows in [grouped.level(lv.index, lv.attempt)]
+        }
+    if not scan.exists and any(lv.requests_ok for lv in levels):
+        report.problems.append(f"sweep #{sweep.pk}: its records file {path} is gone")
+    for number in scan.bad_lines:
+        report.problems.append(f"sweep #{sweep.pk}: records line {number} is not a record")
+    if unlabelled:
+        report.problems.append(f"sweep #{sweep.pk}: {unlabelled} records carry no level index")
+    by_index = {lv.index: lv for lv in levels}
+    for (index, attempt), count in sorted(counts.items()):
+        known = by_index.get(index)
+        if known is None or attempt not in _known_attempts(known):
+            report.problems.append(
+                f"sweep #{sweep.pk}: {count} records of level {index} attempt "
+                f"{attempt} belong to no level of this sweep"
+            )
+    return results
 
 
 def audit_level_server(
@@ -414,7 +451,8 @@ def audit_comparison(*, experiment: Experiment) -> AuditReport:
 
 def audit_experiment(*, experiment: Experiment) -> AuditReport:
     report = AuditReport(target=f"experiment #{experiment.pk}")
-    # The sweeps' files are parsed once, then the comparison's rebuild reads them again.
+    # Each sweep's file is read a level at a time for its levels' summaries, then once into
+    # columns for the comparison's rebuild.
     with records_read_once():
         for sweep in Sweep.objects.filter(experiment_step__experiment=experiment).order_by("pk"):
             report.extend(audit_sweep(sweep=sweep))

@@ -281,10 +281,11 @@ SPECDASH_LOADGEN_SHARD_SPREAD = _env_bool("SPECDASH_LOADGEN_SHARD_SPREAD")
 SPECDASH_LOADGEN_GANG_TIMEOUT_S = _env_seconds("SPECDASH_LOADGEN_GANG_TIMEOUT_S", 60.0)
 
 # The format a new sweep's request records are written in (docs/operations.md, "Records and
-# retention"): "jsonl" (records.jsonl, one JSON object a line) or "compact" (records.sdrec,
-# about a ninth of the bytes; records.jsonl downloads are made from it while they are sent).
-# A sweep keeps the format it started with across resumes.
-SPECDASH_RECORDS_FORMAT = os.environ.get("SPECDASH_RECORDS_FORMAT", "jsonl")
+# retention"): "compact" (records.sdrec, about a ninth of the bytes, read into columns without
+# building a row per request; records.jsonl downloads are made from it while they are sent)
+# or "jsonl" (records.jsonl, one JSON object a line). A sweep keeps the format it started
+# with across resumes, and every reader takes either.
+SPECDASH_RECORDS_FORMAT = os.environ.get("SPECDASH_RECORDS_FORMAT", "compact")
 if SPECDASH_RECORDS_FORMAT not in {"jsonl", "compact"}:
     raise ImproperlyConfigured("SPECDASH_RECORDS_FORMAT must be jsonl or compact")
 # Retention of finished work's rows (benchmarks/retention.py, docs/operations.md "Records and

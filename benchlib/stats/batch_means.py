@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from benchlib.stats.tdist import t_ppf
-from benchlib.stats.types import Ratio, RequestPoint
+from benchlib.stats.types import Ratio, RequestColumns, RequestPoint
 
 METHOD: Final = "batch-means-log-t"
 MIN_BLOCKS = 3
@@ -55,18 +55,24 @@ RequestStatistic = Callable[[Sequence[RequestPoint]], float]
 
 def achieved_concurrency(requests: Sequence[RequestPoint]) -> float:
     """Little's law over the level: sum of the requests' durations / the level's span."""
+    if isinstance(requests, RequestColumns):
+        return requests.achieved_concurrency()
     span = max(r.end for r in requests) - min(r.start for r in requests)
     if span <= 0:
         raise ValueError("the requests span no time")
     return sum(r.duration for r in requests) / span
 
 
-def time_blocks(requests: Sequence[RequestPoint]) -> list[list[RequestPoint]]:
+def time_blocks(requests: Sequence[RequestPoint]) -> list[Sequence[RequestPoint]]:
     """The run's requests in start order cut into contiguous blocks of near-equal count, each
     at least ``BLOCK_TURNOVERS`` x the achieved concurrency; [] when fewer than ``MIN_BLOCKS``."""
     if not requests:
         return []
-    ordered = sorted(requests, key=lambda r: (r.start, r.end))
+    ordered: Sequence[RequestPoint]
+    if isinstance(requests, RequestColumns):
+        ordered = requests.in_start_order()
+    else:
+        ordered = sorted(requests, key=lambda r: (r.start, r.end))
     # At C=1 one request is a whole batch turnover: a block of one is enough.
     size = max(1, math.ceil(BLOCK_TURNOVERS * achieved_concurrency(ordered)))
     k = min(MAX_BLOCKS, len(ordered) // size)
@@ -80,6 +86,8 @@ def window_throughputs(requests: Sequence[RequestPoint], k: int) -> list[float]:
     """The level's throughput in ``k`` equal time windows over its span, each request's tokens
     spread evenly over its own duration: their mean is exactly ``level_throughput``
     (sum of tokens / span), ramp-up and drain included."""
+    if isinstance(requests, RequestColumns):
+        return requests.window_throughputs(k)
     first = min(r.start for r in requests)
     span = max(r.end for r in requests) - first
     width = span / k

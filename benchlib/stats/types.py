@@ -16,6 +16,7 @@ Converting a load-generator level into a ``LevelSample``:
 
 from __future__ import annotations
 
+import abc
 import math
 import statistics
 import sys
@@ -47,10 +48,38 @@ class RequestPoint:
         return self.end - self.start
 
 
+class RequestColumns(Sequence[RequestPoint]):
+    """A level's requests held as columns rather than one object each (``benchlib.arrays.
+    columns``: numpy, which this package does not import). Iterating gives ``RequestPoint``s;
+    the figures the statistics take over every request are methods, each the same arithmetic
+    in the same order as the loop over points it replaces (the figures are bit for bit)."""
+
+    @abc.abstractmethod
+    def throughput(self) -> float:
+        """``level_throughput`` of the requests."""
+
+    @abc.abstractmethod
+    def achieved_concurrency(self) -> float:
+        """Sum of durations / span, the durations added in the requests' order."""
+
+    @abc.abstractmethod
+    def in_start_order(self) -> RequestColumns:
+        """The requests sorted by (start, end), a stable sort like ``sorted``."""
+
+    @abc.abstractmethod
+    def window_throughputs(self, k: int) -> list[float]:
+        """``batch_means.window_throughputs`` of the requests."""
+
+    @abc.abstractmethod
+    def total_tokens(self) -> int: ...
+
+
 def level_throughput(requests: Sequence[RequestPoint]) -> float:
     """Output tokens per second over the level: sum(tokens) / (last end - first start)."""
     if not requests:
         raise ValueError("no requests")
+    if isinstance(requests, RequestColumns):
+        return requests.throughput()
     span = max(r.end for r in requests) - min(r.start for r in requests)
     if span <= 0:
         raise ValueError("the requests span no time")
@@ -67,9 +96,11 @@ class LevelSample:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        # Stored as tuples so that a frozen sample cannot change under a cached result.
+        # Stored as tuples so that a frozen sample cannot change under a cached result
+        # (columns are kept as they are: their arrays are read-only).
         object.__setattr__(self, "repeats", tuple(float(x) for x in self.repeats))
-        object.__setattr__(self, "requests", tuple(self.requests))
+        if not isinstance(self.requests, RequestColumns):
+            object.__setattr__(self, "requests", tuple(self.requests))
 
     @classmethod
     def from_repeats(cls, concurrency: int, repeats: Iterable[float]) -> LevelSample:

@@ -126,7 +126,9 @@ def _by_concurrency(runs: Sequence[LevelRun]) -> dict[int, list[LevelRun]]:
     return dict(sorted(grouped.items()))
 
 
-def _requests_for(run: LevelRun) -> list[RequestPoint]:
+def _requests_for(run: LevelRun) -> Sequence[RequestPoint]:
+    """The run's measured, successful requests (each with a positive duration: a request
+    ending at its start is left out as it is read)."""
     if not run.records_path:
         return []
     return read_request_points(Path(run.records_path), run.index, run.attempt)
@@ -136,7 +138,7 @@ def _level_sample(concurrency: int, runs: Sequence[LevelRun]) -> tuple[LevelSamp
     values = [float(r.figures[METRIC] or 0.0) for r in runs]
     if len(runs) >= 2:
         return LevelSample.from_repeats(concurrency, values), "repeats"
-    points = [p for p in _requests_for(runs[0]) if p.duration > 0]
+    points = _requests_for(runs[0])
     if len(points) >= 2:
         # The level's own figure stays the headline; the requests feed the bootstrap.
         return LevelSample(concurrency, values[0], requests=points), "requests"
@@ -459,11 +461,7 @@ def _latency_ratios(
     curves = []
     for series in (reference, candidate):
         grouped = _grouped(series)
-        requests = {
-            c: [p for p in _requests_for(runs[0]) if p.duration > 0]
-            for c, runs in grouped.items()
-            if len(runs) == 1
-        }
+        requests = {c: _requests_for(runs[0]) for c, runs in grouped.items() if len(runs) == 1}
         curves.append(latency_curve(series.name, grouped, requests))
     return ratio_curve(
         curves[0],

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchlib.arrays.columns import RequestArrays
 from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
 from benchlib.stats.intervals import quantile
 from benchlib.stats.types import Curve, LevelSample, RatioCurve, RequestPoint
@@ -98,6 +99,8 @@ def is_rate_mode(runs: Sequence[Any]) -> bool:
 
 def tpot_statistic(requests: Sequence[RequestPoint]) -> float:
     """The median TPOT (ms) of a list of requests, as the load generator computes it."""
+    if isinstance(requests, RequestArrays):
+        return requests.median_tpot_ms(quantile)
     values = sorted(
         (r.e2e - r.ttft) / (r.output_tokens - 1)
         for r in requests
@@ -120,7 +123,7 @@ def latency_curve(
         if len(floats) >= 2:
             levels.append(LevelSample.from_repeats(c, floats))
         elif len(requests.get(c, ())) >= 2:
-            levels.append(LevelSample(c, floats[0], requests=tuple(requests[c])))
+            levels.append(LevelSample(c, floats[0], requests=requests[c]))
         else:
             levels.append(LevelSample(c, floats[0]))
     return Curve(name, levels, unit="ms")

@@ -1,5 +1,8 @@
-"""A level's measured requests read back from a sweep's records file, as the bootstrap points
-of the comparison's intervals (re-exported by ``benchmarks.experiments.comparison``)."""
+"""A level's measured requests read back from a sweep's records file, as the points of the
+comparison's intervals (re-exported by ``benchmarks.experiments.comparison``).
+
+They are read as columns (``benchlib.arrays.columns``: one pass per file, a few arrays per
+level); ``request_points`` is the reference over parsed rows they are tested against."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchlib.arrays.columns import RequestArrays
 from benchlib.stats import RequestPoint
-from benchmarks.sweeps.recordfile import read_record_file_once
+from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 
 
 def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
@@ -35,6 +39,15 @@ def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
     return points
 
 
-def read_request_points(path: Path, index: int, attempt: int) -> list[RequestPoint]:
-    """The requests of one level attempt from a sweep's records file (see recordfile)."""
-    return request_points(read_record_file_once(path).level(index, attempt))
+def read_request_points(path: Path, index: int, attempt: int) -> RequestArrays | list[RequestPoint]:
+    """The measured, successful requests of one level attempt from a sweep's records file
+    (see recordfile), as columns; ``request_points`` of the parsed rows where
+    ``read_record_file_once`` is switched to a plain parse (the figures-unchanged test's old
+    path)."""
+    if read_record_file_once is not _read_rows_once:
+        return request_points(read_record_file_once(path).level(index, attempt))
+    level = read_record_columns_once(path).level(index, attempt)
+    return level.requests() if level is not None else []
+
+
+_read_rows_once = read_record_file_once

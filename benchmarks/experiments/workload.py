@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchlib.arrays.columns import GAP_FIGURES, RequestArrays
 from benchlib.loadgen.goodput import Slo, request_meets
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.stats import Curve, LevelSample, RequestPoint
-from benchmarks.sweeps.recordfile import read_record_file_once
+from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 
 if TYPE_CHECKING:
     from benchmarks.experiments.comparison import LevelRun
@@ -155,11 +156,24 @@ def slo_max_concurrency(rows: Sequence[dict[str, Any]]) -> int | None:
     return max(met) if met else None
 
 
-def read_goodput_points(path: Path, level: int, attempt: int, slo: Slo) -> list[RequestPoint]:
+def read_goodput_points(
+    path: Path, level: int, attempt: int, slo: Slo
+) -> RequestArrays | list[RequestPoint]:
     """One level attempt's measured successful requests (benchmarks.sweeps.recordfile), those
-    that missed the SLO with no tokens."""
+    that missed the SLO with no tokens: from the file's columns, or from its parsed rows
+    (``goodput_points``, the reference) where ``read_record_file_once`` is switched to a plain
+    parse (the figures-unchanged test's old path)."""
+    if read_record_file_once is _read_rows_once:
+        gaps = any(name in slo.limits() for name in GAP_FIGURES)
+        columns = read_record_columns_once(path, gaps=gaps).level(level, attempt)
+        return columns.goodput_requests(slo) if columns is not None else []
+    return goodput_points(read_record_file_once(path).level(level, attempt), slo)
+
+
+def goodput_points(rows: Iterable[dict[str, Any]], slo: Slo) -> list[RequestPoint]:
+    """Measured successful requests of parsed rows, those that missed the SLO with no tokens."""
     points: list[RequestPoint] = []
-    for data in read_record_file_once(path).level(level, attempt):
+    for data in rows:
         if data.get("warmup") or data.get("error_kind"):
             continue
         try:
@@ -171,6 +185,15 @@ def read_goodput_points(path: Path, level: int, attempt: int, slo: Slo) -> list[
         tokens = rec.output_tokens if request_meets(rec, slo) else 0
         points.append(RequestPoint(start=rec.start, end=rec.end, output_tokens=tokens))
     return points
+
+
+_read_rows_once = read_record_file_once
+
+
+def _tokens(points: Sequence[RequestPoint]) -> int:
+    if isinstance(points, RequestArrays):
+        return points.total_tokens()
+    return sum(p.output_tokens for p in points)
 
 
 def goodput_curve(
@@ -186,11 +209,11 @@ def goodput_curve(
         if len(runs) >= 2:
             levels.append(LevelSample.from_repeats(concurrency, floats))
             continue
-        points = []
+        points: Sequence[RequestPoint] = []
         if runs[0].records_path:
             run = runs[0]
             points = read_goodput_points(Path(run.records_path), run.index, run.attempt, slo)
-        if len(points) >= 2 and sum(p.output_tokens for p in points) > 0:
+        if len(points) >= 2 and _tokens(points) > 0:
             levels.append(LevelSample(concurrency, floats[0], requests=points))
         else:
             levels.append(LevelSample(concurrency, floats[0]))

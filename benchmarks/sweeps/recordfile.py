@@ -19,14 +19,17 @@ whole row.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from benchlib.arrays.columns import RecordColumns, read_record_columns
 from benchlib.loadgen.recordstore import ReadState, cut_torn_block, is_compact, iter_rows
+
+T = TypeVar("T")
 
 
 def record_attempt(record: dict[str, Any]) -> int:
@@ -72,6 +75,45 @@ def read_record_file(path: Path) -> RecordFile:
     if state.torn_tail:
         out.bad_lines.append(rows + 1)
     return out
+
+
+@dataclass
+class RecordGroups:
+    """A pass over a records file a level at a time: runs of consecutive rows of one
+    (level, attempt) (``None``: rows with no level index), and after it what else it met."""
+
+    path: Path
+    exists: bool = True
+    bad_lines: list[int] = field(default_factory=list)
+
+    def groups(self) -> Iterator[tuple[tuple[int, int] | None, list[dict[str, Any]]]]:
+        """Each run of consecutive rows with the same key, in file order (a level's rows are
+        consecutive unless two writers interleaved them: a key may then come back). Memory is
+        one run; ``exists`` and ``bad_lines`` are set once the pass ends."""
+        state = ReadState()
+        key: tuple[int, int] | None = None
+        run: list[dict[str, Any]] = []
+        rows = 0
+        try:
+            for record in iter_rows(self.path, state=state):
+                rows += 1
+                level = record.get("level")
+                found = None
+                if isinstance(level, int) and not isinstance(level, bool):
+                    found = (level, record_attempt(record))
+                if run and found != key:
+                    yield key, run
+                    run = []
+                key = found
+                run.append(record)
+        except FileNotFoundError:
+            self.exists = False
+            return
+        if run:
+            yield key, run
+        self.bad_lines = list(state.bad_lines)
+        if state.torn_tail:
+            self.bad_lines.append(rows + 1)
 
 
 def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[dict[str, Any]]:
@@ -130,19 +172,21 @@ def disk_full_reason(records_path: Path | str) -> str:
 
 # One pass per records file per build: a comparison reads each level of each arm (and again
 # for goodput, latency and the schedule), which parsed the whole file once per level (53% of
-# a comparison's time at 10k requests). Inside ``records_read_once()`` a file is parsed once
-# and kept while unchanged (same size and mtime); the two most recent files are kept, the two
-# arms a comparison alternates between, so memory stays at two parsed files.
+# a comparison's time at 10k requests). Inside ``records_read_once()`` a file is read once
+# and kept while unchanged (same size and mtime); the two most recent files of each kind are
+# kept, the two arms a comparison alternates between, so memory stays at two read files:
+# their rows (``read_record_file``, what the audit recomputes a level's summary from) or their
+# columns (``benchlib.arrays.columns``, all the comparison reads of each request).
 _ONCE_KEEP = 2
-_once: ContextVar[OrderedDict[tuple[str, int, int], RecordFile] | None] = ContextVar(
+_once: ContextVar[OrderedDict[tuple[str, str, int, int], Any] | None] = ContextVar(
     "record_files_read_once", default=None
 )
 
 
 @contextmanager
 def records_read_once() -> Iterator[None]:
-    """Within the block, ``read_record_file_once`` parses each unchanged file once (a block
-    inside another shares the outer one's files)."""
+    """Within the block, ``read_record_file_once`` and ``read_record_columns_once`` read each
+    unchanged file once (a block inside another shares the outer one's files)."""
     if _once.get() is not None:
         yield
         return
@@ -153,22 +197,39 @@ def records_read_once() -> Iterator[None]:
         _once.reset(token)
 
 
-def read_record_file_once(path: Path) -> RecordFile:
-    """``read_record_file(path)``, parsed once per ``records_read_once()`` block (a new parse
-    outside one, or when the file changed since)."""
+def _read_once(kind: str, path: Path, read: Callable[[], T], fits: Callable[[T], bool]) -> T:
     cache = _once.get()
     if cache is None:
-        return read_record_file(path)
+        return read()
     try:
         stat = path.stat()
     except FileNotFoundError:
-        return read_record_file(path)
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
+        return read()
+    key = (kind, str(path), stat.st_mtime_ns, stat.st_size)
     found = cache.get(key)
-    if found is None:
-        found = read_record_file(path)
+    if found is None or not fits(found):
+        found = read()
         cache[key] = found
-        while len(cache) > _ONCE_KEEP:
-            cache.popitem(last=False)
+        same_kind = [k for k in cache if k[0] == kind]
+        for old in same_kind[: max(0, len(same_kind) - _ONCE_KEEP)]:
+            del cache[old]
     cache.move_to_end(key)
-    return found
+    result: T = found
+    return result
+
+
+def read_record_file_once(path: Path) -> RecordFile:
+    """``read_record_file(path)``, parsed once per ``records_read_once()`` block (a new parse
+    outside one, or when the file changed since)."""
+    return _read_once("rows", path, lambda: read_record_file(path), lambda _: True)
+
+
+def read_record_columns_once(path: Path, *, gaps: bool = False) -> RecordColumns:
+    """``read_record_columns(path)``, read once per ``records_read_once()`` block (again when
+    ``gaps`` is asked of a file first read without them)."""
+    return _read_once(
+        "columns",
+        path,
+        lambda: read_record_columns(path, gaps=gaps),
+        lambda found: found.gaps or not gaps,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
 from benchmarks import audit, services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
@@ -51,8 +53,22 @@ def _measure(simulator: Simulator, levels: list[int], **fields: Any) -> Sweep:
 
 
 def _rewrite(path: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    path.write_text("".join(json.dumps(r) + "\n" for r in change(records)))
+    """The file's rows changed and written back in its format (told by its suffix)."""
+    records = list(iter_rows(path))
+    writer = RecordWriter(path, append=False)
+    for row in change(records):
+        writer.write(row)
+    writer.close()
+
+
+def _tear(path: Path) -> None:
+    """A last record cut mid-write, as a killed writer leaves it in the file's format."""
+    torn = {"level": 1, "id": "torn", "start": 1.0}
+    with path.open("ab") as f:
+        if is_compact(path):
+            f.write(encode_block([torn])[:-4])
+        else:
+            f.write(json.dumps(torn).encode()[:-10])
 
 
 def test_a_sweep_as_measured_passes_the_audit(measured: Sweep) -> None:
@@ -121,13 +137,31 @@ def test_an_altered_or_duplicated_record_and_a_torn_line_are_reported(measured: 
         return [*records, records[-1]]
 
     _rewrite(path, alter)
-    with path.open("a") as f:
-        f.write('{"level": 1, "id": "torn')
+    _tear(path)
     problems = audit.audit_sweep(sweep=measured).problems
     assert any("level 0" in p and "output_tokens" in p for p in problems), problems
     assert any("level 1" in p and "requests total: stored 9, records give 10" in p
                for p in problems), problems  # fmt: skip
     assert any("is not a record" in p for p in problems), problems
+
+
+def test_levels_whose_records_are_interleaved_are_audited_whole(measured: Sweep) -> None:
+    """Two writers appending at once (a level's shards) can interleave its rows with
+    another's: the level-at-a-time pass then falls back to the whole file grouped."""
+    path = Path(measured.records_path)
+
+    def interleave(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        zero = [r for r in records if r["level"] == 0]
+        one = [r for r in records if r["level"] == 1]
+        return [r for pair in itertools.zip_longest(zero, one) for r in pair if r is not None]
+
+    _rewrite(path, interleave)
+    report = audit.audit_sweep(sweep=measured)
+    assert report.problems == []
+    assert report.levels_checked == 2 and report.records_checked == 18
+    # A changed row is still found in an interleaved file.
+    _rewrite(path, lambda rs: [{**rs[0], "out": rs[0]["out"] + 50}, *rs[1:]])
+    assert any("output_tokens" in p for p in audit.audit_sweep(sweep=measured).problems)
 
 
 def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs.worker import Worker, WorkerSettings
@@ -65,7 +66,7 @@ async def test_shard_jobs_run_on_another_worker_and_merge_into_one_level(
     # One summary over both shards' requests, every one of the 24 accounted for.
     assert level.requests_ok == 24 == sum(s["requests_ok"] for s in split)
     assert len(level.summary["split"]["shards"]) == 2 and level.summary["processes"] == 2
-    records = (await asyncio.to_thread(Path(sweep.records_path).read_text)).splitlines()
+    records = await asyncio.to_thread(lambda: list(iter_rows(Path(sweep.records_path))))
     assert len(records) == 24
 
 

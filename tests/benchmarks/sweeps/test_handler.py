@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,6 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler
@@ -88,8 +88,8 @@ async def test_a_worker_runs_a_sweep_to_completion_and_keeps_levels_samples_and_
     # deliveries (docs/measurement.md), but the per-event figure is there.
     assert all(lv.summary["itl_event_ms"]["p50"] is not None for lv in levels.values())
     assert levels[1].summary["requests"]["ok"] == 20 and levels[1].started_at is not None
-    records = (await sync_to_async(Path(sweep.records_path).read_text)()).splitlines()
-    assert len(records) == 40 and json.loads(records[0])["level"] == 0
+    records = await sync_to_async(lambda: list(iter_rows(Path(sweep.records_path))))()
+    assert len(records) == 40 and records[0]["level"] == 0
     assert sweep.finished_at is not None and sweep.current_level_index == 1
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from benchlib.arrays import columns
 from benchmarks.sweeps import recordfile
 
 
@@ -57,3 +58,49 @@ def test_a_changed_file_is_parsed_again_and_nothing_is_kept_outside_a_block(
     recordfile.read_record_file_once(a)
     recordfile.read_record_file_once(a)
     assert len(parsed) == 4
+
+
+def test_columns_are_read_once_per_block_and_again_when_token_gaps_are_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[tuple[Path, bool]] = []
+    real = columns.read_record_columns
+
+    def counting(path: Path, *, gaps: bool = False) -> columns.RecordColumns:
+        read.append((path, gaps))
+        return real(path, gaps=gaps)
+
+    monkeypatch.setattr(recordfile, "read_record_columns", counting)
+    a = tmp_path / "a.jsonl"
+    _write(a, 8)
+    with recordfile.records_read_once():
+        for level in range(8):
+            found = recordfile.read_record_columns_once(a).level(level, 1)
+            assert found is not None and len(found) == 1
+        recordfile.read_record_columns_once(a, gaps=True)  # the first read had no gaps
+        recordfile.read_record_columns_once(a)  # the read with gaps serves both
+        recordfile.read_record_file_once(a)  # rows are a kind of their own
+    assert read == [(a, False), (a, True)]
+
+
+def test_groups_are_the_runs_of_consecutive_rows_of_one_level_attempt(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    rows = [
+        {"level": 0, "id": "a"},
+        {"level": 0, "id": "b"},
+        {"id": "no level"},
+        {"level": 1, "attempt": 2, "id": "c"},
+        {"level": 0, "id": "d"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
+    scan = recordfile.RecordGroups(path)
+    groups = [(key, [r["id"] for r in run]) for key, run in scan.groups()]
+    assert groups == [
+        ((0, 1), ["a", "b"]),
+        (None, ["no level"]),
+        ((1, 2), ["c"]),
+        ((0, 1), ["d"]),
+    ]
+    assert scan.exists and scan.bad_lines == [6]
+    gone = recordfile.RecordGroups(tmp_path / "gone.jsonl")
+    assert list(gone.groups()) == [] and not gone.exists

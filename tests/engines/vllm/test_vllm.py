@@ -29,6 +29,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.prompts import _WORDS
+from benchlib.loadgen.recordstore import iter_rows
 from benchlib.stats.speculative_schedule import vllm_speculative_config
 from benchmarks.experiments import report
 from benchmarks.experiments import services as experiment_services
@@ -88,8 +89,7 @@ def constructed_accept_length() -> float:
 
 def records_by_level(sweep: Sweep) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
-    for line in Path(sweep.records_path).read_text().splitlines():
-        record = json.loads(line)
+    for record in iter_rows(Path(sweep.records_path)):
         out.setdefault(int(record["level"]), []).append(record)
     return out
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
+from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import report
@@ -70,7 +71,7 @@ def _swept(base_url: str) -> Sweep:
 
 
 def _measured_out(sweep: Sweep, index: int) -> list[int]:
-    rows = [json.loads(line) for line in Path(sweep.records_path).read_text().splitlines()]
+    rows = list(iter_rows(Path(sweep.records_path)))
     return [r["out"] for r in rows if r["level"] == index and not r.get("warmup")]
 
 

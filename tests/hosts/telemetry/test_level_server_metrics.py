@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.loadgen.recordstore import iter_rows
 from benchlib.simulator.profiles import PROFILES
 from benchmarks import services
 from benchmarks.models import SweepLevel, SweepState
@@ -140,8 +141,7 @@ async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_re
 
 def level_records(path: Path) -> dict[int, list[dict[str, Any]]]:
     by_level: dict[int, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
+    for record in iter_rows(path):
         by_level.setdefault(int(record["level"]), []).append(record)
     return by_level
 
