@@ -342,7 +342,31 @@ class Worker:
 
     async def _execute(self, ctx: JobContext) -> None:
         handler = handler_for(ctx.kind)
-        fenced = store.ajob_finish
+
+        async def fenced(
+            *,
+            job_id: int,
+            worker_id: str,
+            state: str,
+            result: dict[str, Any] | None = None,
+            error: str = "",
+            hook_owed: str = "",
+        ) -> bool:
+            recorded = await store.ajob_finish(
+                job_id=job_id,
+                worker_id=worker_id,
+                state=state,
+                result=result,
+                error=error,
+                hook_owed=hook_owed,
+            )
+            if recorded:
+                # Its end is written: no lease is held from here on, so a renewal (which now
+                # matches no running row) must not take it for lost and cancel what follows,
+                # the kind's owed hook (the server's run adopted) among it.
+                self._contexts.pop(ctx.job_id, None)
+            return recorded
+
         try:
             if handler is None:
                 raise LookupError(f"no handler for job kind {ctx.kind!r}")

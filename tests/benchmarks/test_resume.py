@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import audit, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
@@ -151,7 +151,7 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.state == SweepState.INTERRUPTED
     records = Path(sweep.records_path)
-    before = await asyncio.to_thread(records.read_text)
+    before = await asyncio.to_thread(records.read_bytes)
     cut = await SweepLevel.objects.aget(sweep=sweep, index=1)
     assert cut.state == LevelState.PARTIAL
 
@@ -162,9 +162,9 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
     result = await asyncio.wait_for(handler.run_sweep(ctx), 120)
     assert result["state"] == SweepState.COMPLETED
 
-    after = await asyncio.to_thread(records.read_text)
+    after = await asyncio.to_thread(records.read_bytes)
     assert after.startswith(before), "the resume rewrote what the first run had written"
-    lines = [json.loads(line) for line in after.splitlines() if line.strip()]
+    lines = await asyncio.to_thread(lambda: list(iter_rows(records)))
     counts = collections.Counter((r["level"], r["attempt"]) for r in lines if not r.get("warmup"))
     levels = {lv.index: lv async for lv in SweepLevel.objects.filter(sweep=sweep)}
     assert [levels[i].attempt for i in range(3)] == [1, 2, 2]

@@ -75,11 +75,15 @@ def _fields(old: Any, new: Any, where: str = "") -> list[str]:
     return [] if old == new else [f"{where}: {old!r}, then {new!r}"]
 
 
+@pytest.mark.parametrize("per_arm", [1_000, 10_000])
 @pytest.mark.django_db(transaction=True)
-def test_comparison_schedule_and_audit_at_1k_requests_are_the_old_figures(
-    make_profile: Callable[..., ServerProfile], tmp_path: Path, old_path: Callable[[], None]
+def test_comparison_schedule_and_audit_are_the_old_figures(
+    make_profile: Callable[..., ServerProfile],
+    tmp_path: Path,
+    old_path: Callable[[], None],
+    per_arm: int,
 ) -> None:
-    experiment = _experiment(make_profile, tmp_path, per_arm=1000)
+    experiment = _experiment(make_profile, tmp_path, per_arm=per_arm)
     inputs = builds.comparison_inputs(experiment_id=experiment.pk)
     # New: the worker's way, in a child process with the array bootstrap.
     new = async_to_sync(builds.experiment_store_comparison_off_worker)(experiment_id=experiment.pk)

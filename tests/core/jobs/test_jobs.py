@@ -23,6 +23,7 @@ from core.jobs import (
     job_handler,
     on_cancel_forced,
     on_interrupted,
+    store,
 )
 from core.jobs.fence import job_finish, job_publish
 from core.jobs.queue import claim_next_job, reap_expired_jobs, renew_leases
@@ -155,13 +156,47 @@ async def test_a_job_cut_by_the_database_refusing_writes_is_interrupted_with_its
     job = await sync_to_async(job_enqueue)(kind="test.db_refused")
 
     def done() -> bool:
-        return not Job.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).exists()
+        # Ended and its hook run: the end is written before the hook runs, and a worker told
+        # to stop in between would leave the hook to a reaper.
+        return not Job.objects.filter(pk=job.pk, hook_owed__gt="").exists() and not (
+            Job.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).exists()
+        )
 
     await _run_worker_until(done)
     job = await Job.objects.aget(pk=job.pk)
     assert job.state == JobState.INTERRUPTED, (job.state, job.error)
     assert job.error.startswith("the database refused the job's writes: database is locked")
     assert job.hook_owed == "" and db_refused_hooks == [job.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_lease_renewal_after_the_end_is_written_does_not_cancel_the_owed_hook(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Between the job's end (written, hook owed) and its hook, the heartbeat renews the leases
+    # of the jobs still in hand; the ended job's row matches no running row then, which must not
+    # read as "reaped by another worker" and cancel the hook (seen: the worker stopped with the
+    # hook still owed; a reaper runs an owed hook later, so only the worker's word shows it).
+    real_hook = store.arun_owed_hook
+
+    async def hook_after_a_heartbeat(job_id: int) -> None:
+        await asyncio.sleep(0.6)  # three heartbeats of _run_worker_until's worker
+        await real_hook(job_id)
+
+    monkeypatch.setattr(store, "arun_owed_hook", hook_after_a_heartbeat)
+    db_refused_hooks.clear()
+    job = await sync_to_async(job_enqueue)(kind="test.db_refused")
+
+    def done() -> bool:
+        return not Job.objects.filter(pk=job.pk, hook_owed__gt="").exists() and not (
+            Job.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).exists()
+        )
+
+    await _run_worker_until(done)
+    job = await Job.objects.aget(pk=job.pk)
+    assert job.state == JobState.INTERRUPTED, (job.state, job.error)
+    assert job.hook_owed == "" and db_refused_hooks == [job.pk]
+    assert "lost by worker" not in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)
