@@ -7,7 +7,8 @@ sweep of an endpoint profile registered on the host begins (a server specdash di
 sampled as a managed one is), and when a page showing the host's telemetry opens; pages renew
 a `TelemetryWatch` while they stay open. The job re-reads its plan every second: the host is
 needed while it has an active instance, a running endpoint sweep or an unexpired watch; the
-READY instances are the ones scraped. When nothing has
+READY instances, and the metrics URLs of endpoints whose sweep runs, are the ones scraped
+(an endpoint's rows are kept with its sweep). When nothing has
 needed the host for `linger_s` the job ends, and its probes with it.
 
 Batches: the GPU stream's tick is the batch clock. Everything buffered since the previous
@@ -117,7 +118,10 @@ class HostTelemetry:
     batches: int = 0
     _buffer: list[Sample] = field(default_factory=list)
     _tick: asyncio.Event = field(default_factory=asyncio.Event)
-    _scrapers: dict[int, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
+    # keyed by ScrapeTarget.key: (instance id, None) or, for an endpoint's sweep, (None, sweep id)
+    _scrapers: dict[tuple[int | None, int | None], tuple[str, asyncio.Task[None]]] = field(
+        default_factory=dict
+    )
 
     def add(self, sample: Sample) -> None:
         self._buffer.append(sample)
@@ -187,22 +191,24 @@ class HostTelemetry:
         }
 
     def _sync_scrapers(self, plan: selectors.HostPlan, client: httpx.AsyncClient) -> None:
-        wanted = {t.instance_id: t.metrics_url for t in plan.scrape}
-        for instance_id, (url, task) in list(self._scrapers.items()):
-            if wanted.get(instance_id) != url:
+        wanted = {t.key: t.metrics_url for t in plan.scrape}
+        for key, (url, task) in list(self._scrapers.items()):
+            if wanted.get(key) != url:
                 task.cancel()
-                del self._scrapers[instance_id]
-        for instance_id, url in wanted.items():
-            if instance_id not in self._scrapers:
+                del self._scrapers[key]
+        for key, url in wanted.items():
+            if key not in self._scrapers:
+                instance_id, sweep_id = key
                 probe = ServerMetricsProbe(
                     client,
                     url,
                     instance_id=instance_id,
+                    sweep_id=sweep_id,
                     sink=self.add,
                     interval_s=self.conf.scrape_interval_s,
                     clock=self.clock,
                 )
-                self._scrapers[instance_id] = (url, asyncio.create_task(probe.run()))
+                self._scrapers[key] = (url, asyncio.create_task(probe.run()))
 
     async def _flush(self, plan: selectors.HostPlan) -> None:
         if not self._buffer:

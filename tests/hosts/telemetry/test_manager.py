@@ -83,7 +83,7 @@ async def test_ready_instances_are_scraped_and_dropped_when_they_leave_the_plan(
     async with asyncio.timeout(10):
         while not runner._scrapers:
             await asyncio.sleep(0.02)
-    assert list(runner._scrapers) == [7]
+    assert list(runner._scrapers) == [(7, None)]
     store.current = PLAN_NEEDED
     async with asyncio.timeout(10):
         while runner._scrapers:
