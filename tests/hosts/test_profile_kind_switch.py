@@ -96,6 +96,7 @@ def test_an_endpoint_form_with_a_bad_url_is_still_refused_on_that_field(
 
 
 def _instance_of(profile: ServerProfile, state: InstanceState) -> ServerInstance:
+    assert profile.host is not None
     return ServerInstance.objects.create(
         profile=profile, host=profile.host, port=30000, gpu_ids=[], state=state,
         run_id=f"sd-test-{state}", launch_argv=profile.launch_argv,
