@@ -7,9 +7,10 @@ from pathlib import Path
 
 from hosts.lifecycle.remote import with_host_env
 from hosts.telemetry.conf import TelemetrySettings
-from hosts.telemetry.manager import HostTarget, HostTelemetry
+from hosts.telemetry.manager import HostTelemetry
 from hosts.telemetry.probes import Sample
 from hosts.telemetry.selectors import HostPlan, ScrapeTarget
+from hosts.telemetry.targets import HostTarget
 from hosts.transports import LocalTransport
 from tests.hosts.lifecycle.conftest import SIM_BIN
 
