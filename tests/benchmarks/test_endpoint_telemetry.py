@@ -145,7 +145,7 @@ def _assert_page_charts_the_server(sweep: Sweep) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_an_endpoint_sweep_on_the_local_host_samples_its_gpus_and_load(
+async def test_an_endpoint_sweep_on_the_local_host_samples_its_gpus_load_and_server_metrics(
     simulator: Simulator, tmp_path: Path, settings: Any, worker: Worker
 ) -> None:
     for name, value in SHORT_PROBES.items():
