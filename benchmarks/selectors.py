@@ -29,15 +29,21 @@ def sweeps_running_on_host(host_id: int) -> HostSweeps:
     rows = Sweep.objects.filter(
         state=SweepState.RUNNING, instance__host_id=host_id, instance__isnull=False
     ).values_list("instance_id", "pk")
-    endpoint_rows = Sweep.objects.filter(
+    endpoint_sweeps = Sweep.objects.filter(
         state=SweepState.RUNNING,
         instance__isnull=True,
         profile__kind=ProfileKind.ENDPOINT,
         profile__host_id=host_id,
-    ).values_list("pk", flat=True)
+    ).select_related("profile")
+    endpoint_metrics = {
+        sweep.pk: sweep.profile.endpoint_metrics_url
+        for sweep in endpoint_sweeps
+        if sweep.profile is not None
+    }
     return HostSweeps(
         by_instance={int(i): int(pk) for i, pk in rows if i is not None},
-        endpoints=tuple(sorted(int(pk) for pk in endpoint_rows)),
+        endpoints=tuple(sorted(endpoint_metrics)),
+        endpoint_metrics=endpoint_metrics,
     )
 
 

@@ -24,6 +24,7 @@ from hosts.models import (
     ServerInstance,
     ServerProfile,
 )
+from hosts.services import profile_kind_switch_check
 
 if TYPE_CHECKING:
     from django.contrib.admin.filters import _ListFilterChoices
@@ -180,6 +181,8 @@ class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
+        if kind := cleaned.get("kind"):
+            profile_kind_switch_check(profile=self.instance, kind=kind)
         unused = (
             LAUNCH_ONLY_FIELDS
             if cleaned.get("kind") == ProfileKind.ENDPOINT

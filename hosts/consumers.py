@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-from typing import Any, cast
-
-from channels.db import database_sync_to_async
+from typing import Any
 
 from core import realtime
 from core.consumers import ViewerConsumer
-from hosts import selectors
-from hosts.telemetry import selectors as telemetry_selectors
-from hosts.telemetry import service as telemetry_service
+from hosts import store
+from hosts.telemetry import store as telemetry_store
 
 
 class InstanceConsumer(ViewerConsumer):
@@ -19,10 +16,7 @@ class InstanceConsumer(ViewerConsumer):
 
     async def snapshot(self) -> dict[str, Any] | None:
         instance_id = self.scope["url_route"]["kwargs"]["instance_id"]
-        snapshot = await database_sync_to_async(selectors.instance_snapshot)(
-            instance_id=instance_id
-        )
-        return cast(dict[str, Any] | None, snapshot)
+        return await store.ainstance_snapshot(instance_id=instance_id)
 
     async def instance_state(self, event: dict[str, Any]) -> None:
         await self.forward(event)
@@ -53,9 +47,7 @@ class TelemetryConsumer(ViewerConsumer):
 
     async def resolve_group(self) -> str | None:
         kwargs = self.scope["url_route"]["kwargs"]
-        window = await database_sync_to_async(telemetry_selectors.telemetry_window)(
-            target=kwargs["target"], pk=kwargs["pk"]
-        )
+        window = await telemetry_store.atelemetry_window(target=kwargs["target"], pk=kwargs["pk"])
         if window is None:
             return None
         self.host_id = window.host_id
@@ -63,17 +55,17 @@ class TelemetryConsumer(ViewerConsumer):
 
     async def snapshot(self) -> dict[str, Any] | None:
         kwargs = self.scope["url_route"]["kwargs"]
-        snapshot = await database_sync_to_async(telemetry_service.telemetry_subscribe)(
+        snapshot = await telemetry_store.atelemetry_subscribe(
             target=kwargs["target"], pk=kwargs["pk"], user=self.scope["user"]
         )
         if snapshot is not None:
             self.host_id = int(snapshot["host_id"])
-        return cast(dict[str, Any] | None, snapshot)
+        return snapshot
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         keepalive = isinstance(content, dict) and content.get("type") == "keepalive"
         if keepalive and self.host_id is not None:
-            await database_sync_to_async(telemetry_service.telemetry_keepalive)(
+            await telemetry_store.atelemetry_keepalive(
                 host_id=self.host_id, user=self.scope["user"]
             )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -53,6 +53,36 @@ def host_test_connection(*, host: Host, user: Any) -> ProbeReport:
     if not user.has_perm("hosts.change_host"):
         raise PermissionDenied("Testing a connection needs the right to change hosts.")
     return host_probe(host=host)
+
+
+def profile_kind_switch_check(*, profile: ServerProfile, kind: str) -> None:
+    """Refuse to switch the Kind of a saved profile while one of its instances still holds
+    its host's port and GPUs (anything but stopped, failed, crashed or lost): a managed
+    server that became an endpoint could no longer be stopped from the dashboard, nor
+    an endpoint's fields describe a process specdash is running. The message names the
+    instance to stop first. Called by every interface that edits a profile (admin, API)."""
+    if profile.pk is None:
+        return
+    stored = ServerProfile.objects.filter(pk=profile.pk).values_list("kind", flat=True).first()
+    if stored is None or stored == kind:
+        return
+    holder = (
+        ServerInstance.objects.filter(profile_id=profile.pk, state__in=sorted(HOLDING_STATES))
+        .select_related("host")
+        .order_by("pk")
+        .first()
+    )
+    if holder is None:
+        return
+    raise ValidationError(
+        {
+            "kind": (
+                f"The Kind cannot change while instance #{holder.pk} of this profile is "
+                f"{holder.get_state_display().lower()} on {holder.host.name}: stop it first, "
+                "then switch the Kind."
+            )
+        }
+    )
 
 
 def instance_lock_key(instance_id: int) -> str:

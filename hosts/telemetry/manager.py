@@ -7,7 +7,8 @@ sweep of an endpoint profile registered on the host begins (a server specdash di
 sampled as a managed one is), and when a page showing the host's telemetry opens; pages renew
 a `TelemetryWatch` while they stay open. The job re-reads its plan every second: the host is
 needed while it has an active instance, a running endpoint sweep or an unexpired watch; the
-READY instances are the ones scraped. When nothing has
+READY instances, and the metrics URLs of endpoints whose sweep runs, are the ones scraped
+(an endpoint's rows are kept with its sweep). When nothing has
 needed the host for `linger_s` the job ends, and its probes with it.
 
 Batches: the GPU stream's tick is the batch clock. Everything buffered since the previous
@@ -24,16 +25,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol
 
 import httpx
-from asgiref.sync import sync_to_async
 
 from core.jobs import JobContext, job_handler
-from hosts.lifecycle.remote import Agent, transport_for, with_host_env
-from hosts.models import Host, HostKind
-from hosts.telemetry import selectors, service
+from hosts.lifecycle.remote import Agent
+from hosts.telemetry import selectors, service, store
 from hosts.telemetry.conf import TelemetrySettings
 from hosts.telemetry.nvidia_smi import gpu_query_argv
 from hosts.telemetry.probes import (
@@ -46,7 +44,8 @@ from hosts.telemetry.probes import (
     gpu_query_once,
     gpu_sample_data,
 )
-from hosts.transports import Transport, TransportError
+from hosts.telemetry.targets import HostTarget
+from hosts.transports import TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -54,26 +53,6 @@ PLAN_INTERVAL_S = 1.0
 PRUNE_INTERVAL_S = 300.0
 # A batch waits at most this long for the next GPU tick.
 MAX_BATCH_WAIT_S = 1.0
-
-
-@dataclass(frozen=True)
-class HostTarget:
-    host_id: int
-    local: bool
-    transport: Transport
-    wrap: Callable[[list[str]], list[str]]
-
-
-def load_target(host_id: int) -> HostTarget | None:
-    host = Host.objects.filter(pk=host_id).first()
-    if host is None:
-        return None
-    return HostTarget(
-        host_id=host.pk,
-        local=host.kind == HostKind.LOCAL,
-        transport=transport_for(host, None),
-        wrap=partial(with_host_env, path_prepend=host.path_prepend, env=dict(host.command_env)),
-    )
 
 
 class TelemetryStore(Protocol):
@@ -87,13 +66,13 @@ class TelemetryStore(Protocol):
 
 
 class DatabaseStore:
-    """The services and selectors, called off the event loop."""
+    """The services and selectors, through the telemetry app's async face."""
 
     async def plan(self, host_id: int) -> selectors.HostPlan:
-        return await sync_to_async(selectors.telemetry_host_plan)(host_id=host_id)
+        return await store.atelemetry_host_plan(host_id=host_id)
 
     async def record(self, host_id: int, samples: list[Sample], plan: selectors.HostPlan) -> None:
-        await sync_to_async(service.telemetry_samples_record)(
+        await store.atelemetry_samples_record(
             host_id=host_id,
             samples=samples,
             sweep_ids=plan.sweep_ids,
@@ -101,9 +80,7 @@ class DatabaseStore:
         )
 
     async def prune(self, host_id: int, now: float, thinned_until: float | None) -> float:
-        return await sync_to_async(service.telemetry_prune)(
-            host_id=host_id, now=now, thinned_until=thinned_until
-        )
+        return await store.atelemetry_prune(host_id=host_id, now=now, thinned_until=thinned_until)
 
 
 @dataclass
@@ -117,7 +94,10 @@ class HostTelemetry:
     batches: int = 0
     _buffer: list[Sample] = field(default_factory=list)
     _tick: asyncio.Event = field(default_factory=asyncio.Event)
-    _scrapers: dict[int, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
+    # keyed by ScrapeTarget.key: (instance id, None) or, for an endpoint's sweep, (None, sweep id)
+    _scrapers: dict[tuple[int | None, int | None], tuple[str, asyncio.Task[None]]] = field(
+        default_factory=dict
+    )
 
     def add(self, sample: Sample) -> None:
         self._buffer.append(sample)
@@ -187,22 +167,24 @@ class HostTelemetry:
         }
 
     def _sync_scrapers(self, plan: selectors.HostPlan, client: httpx.AsyncClient) -> None:
-        wanted = {t.instance_id: t.metrics_url for t in plan.scrape}
-        for instance_id, (url, task) in list(self._scrapers.items()):
-            if wanted.get(instance_id) != url:
+        wanted = {t.key: t.metrics_url for t in plan.scrape}
+        for key, (url, task) in list(self._scrapers.items()):
+            if wanted.get(key) != url:
                 task.cancel()
-                del self._scrapers[instance_id]
-        for instance_id, url in wanted.items():
-            if instance_id not in self._scrapers:
+                del self._scrapers[key]
+        for key, url in wanted.items():
+            if key not in self._scrapers:
+                instance_id, sweep_id = key
                 probe = ServerMetricsProbe(
                     client,
                     url,
                     instance_id=instance_id,
+                    sweep_id=sweep_id,
                     sink=self.add,
                     interval_s=self.conf.scrape_interval_s,
                     clock=self.clock,
                 )
-                self._scrapers[instance_id] = (url, asyncio.create_task(probe.run()))
+                self._scrapers[key] = (url, asyncio.create_task(probe.run()))
 
     async def _flush(self, plan: selectors.HostPlan) -> None:
         if not self._buffer:
@@ -218,7 +200,7 @@ class HostTelemetry:
 @job_handler(service.TELEMETRY_JOB)
 async def run_host_telemetry(ctx: JobContext) -> dict[str, Any]:
     host_id = int(ctx.params["host_id"])
-    target = await sync_to_async(load_target)(host_id)
+    target = await store.aload_target(host_id)
     if target is None:
         return {"outcome": "no such host"}
     runner = HostTelemetry(target, conf=TelemetrySettings.load())
@@ -229,7 +211,7 @@ async def ensure_for_host(host_id: int) -> None:
     """Queue the host's telemetry job if none runs (called when an instance is started and
     when a sweep of an endpoint registered on the host begins)."""
     try:
-        await sync_to_async(service.telemetry_host_ensure)(host_id=host_id)
+        await store.atelemetry_host_ensure(host_id=host_id)
     except Exception:
         logger.warning("could not queue telemetry for host %s", host_id, exc_info=True)
 
@@ -251,7 +233,7 @@ async def gpu_record_now(*, agent: Agent, host_id: int, instance_id: int) -> dic
         kind="gpu", t=time.time(), data=gpu_sample_data(result.gpus), instance_id=instance_id
     )
     try:
-        await sync_to_async(service.telemetry_samples_record)(host_id=host_id, samples=[sample])
+        await store.atelemetry_samples_record(host_id=host_id, samples=[sample])
     except Exception:
         logger.warning("GPU reading for instance %s not stored", instance_id, exc_info=True)
     return sample.data

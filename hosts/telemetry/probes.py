@@ -59,6 +59,9 @@ class Sample:
     t: float  # epoch seconds on the dashboard's clock, when the probe got it
     data: dict[str, Any]
     instance_id: int | None = None
+    # Known when the probe runs for one sweep only (an endpoint's server scrape): the row is
+    # kept with that sweep whatever else runs on the host.
+    sweep_id: int | None = None
 
 
 Sink = Callable[[Sample], None]
@@ -315,21 +318,25 @@ async def scrape_metrics(
 
 
 class ServerMetricsProbe:
-    """Scrapes one instance's Prometheus endpoint every `interval_s` until cancelled."""
+    """Scrapes one server's Prometheus endpoint every `interval_s` until cancelled: a managed
+    instance's (`instance_id`), or an endpoint profile's during one of its sweeps (`sweep_id`,
+    no instance)."""
 
     def __init__(
         self,
         client: httpx.AsyncClient,
         url: str,
         *,
-        instance_id: int,
+        instance_id: int | None,
         sink: Sink,
         interval_s: float = 1.0,
         clock: Clock = time.time,
+        sweep_id: int | None = None,
     ) -> None:
         self.client = client
         self.url = url
         self.instance_id = instance_id
+        self.sweep_id = sweep_id
         self.sink = sink
         self.interval_s = interval_s
         self.clock = clock
@@ -360,6 +367,7 @@ class ServerMetricsProbe:
             t=metrics.scraped_at,
             data=server_sample_data(previous, metrics),
             instance_id=self.instance_id,
+            sweep_id=self.sweep_id,
         )
         self.sink(sample)
         return sample

@@ -35,8 +35,16 @@ TARGETS = ("hosts", "instances", "sweeps")
 
 @dataclass(frozen=True)
 class ScrapeTarget:
-    instance_id: int
+    """A server to scrape: a managed instance, or an endpoint profile's server while one of
+    its sweeps runs (no instance; its rows are kept with that sweep)."""
+
+    instance_id: int | None
     metrics_url: str
+    sweep_id: int | None = None
+
+    @property
+    def key(self) -> tuple[int | None, int | None]:
+        return (self.instance_id, self.sweep_id)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class Window:
     instance_id: int | None
     since: float
     until: float | None
+    # An endpoint sweep's page: the server rows it charts are that sweep's (no instance).
+    endpoint_sweep_id: int | None = None
 
 
 def sample_as_dict(
@@ -83,10 +93,16 @@ def telemetry_host_plan(*, host_id: int, now: datetime | None = None) -> HostPla
     return HostPlan(
         # An endpoint's sweep has no instance to keep the host needed: its running sweep does.
         needed=bool(instances) or watched or bool(sweeps.endpoints),
-        scrape=tuple(
-            ScrapeTarget(instance_id=i.pk, metrics_url=metrics_url(i))
-            for i in instances
-            if i.state == InstanceState.READY
+        scrape=(
+            *(
+                ScrapeTarget(instance_id=i.pk, metrics_url=metrics_url(i))
+                for i in instances
+                if i.state == InstanceState.READY
+            ),
+            *(
+                ScrapeTarget(instance_id=None, metrics_url=url, sweep_id=sweep_id)
+                for sweep_id, url in sorted(sweeps.endpoint_metrics.items())
+            ),
         ),
         sweep_ids=sweeps.by_instance,
         host_sweep_id=min(sweep_ids) if sweep_ids else None,
@@ -122,6 +138,7 @@ def telemetry_window(*, target: str, pk: int, now: float | None = None) -> Windo
             instance_id=span.instance_id,
             since=span.started - LEAD_IN_S,
             until=span.finished + LEAD_IN_S if span.finished is not None else None,
+            endpoint_sweep_id=pk if span.instance_id is None else None,
         )
     return None
 
@@ -132,9 +149,11 @@ def telemetry_history(
     since: float,
     until: float | None = None,
     instance_id: int | None = None,
+    endpoint_sweep_id: int | None = None,
     limit: int = MAX_SNAPSHOT_POINTS,
 ) -> list[dict[str, Any]]:
-    """GPU and host rows of the host, and server rows of `instance_id`, oldest first."""
+    """GPU and host rows of the host, and server rows of `instance_id` (or, for an endpoint,
+    of its sweep `endpoint_sweep_id`), oldest first."""
     rows = TelemetrySample.objects.filter(host_id=host_id, t__gte=since)
     if until is not None:
         rows = rows.filter(t__lte=until)
@@ -144,6 +163,12 @@ def telemetry_history(
     ]
     if instance_id is not None:
         parts.append(rows.filter(kind=TelemetryKind.SERVER, instance_id=instance_id))
+    elif endpoint_sweep_id is not None:
+        parts.append(
+            rows.filter(
+                kind=TelemetryKind.SERVER, instance__isnull=True, sweep_id=endpoint_sweep_id
+            )
+        )
     samples: list[dict[str, Any]] = []
     for part in parts:
         latest = part.order_by("-t").values_list("kind", "t", "data", "instance_id")[:limit]
@@ -164,6 +189,7 @@ def telemetry_snapshot(*, window: Window) -> dict[str, Any]:
             since=window.since,
             until=window.until,
             instance_id=window.instance_id,
+            endpoint_sweep_id=window.endpoint_sweep_id,
         ),
         "keepalive_s": conf.watch_ttl_s / 3,
         "gpu_interval_ms": conf.gpu_interval_ms,

@@ -50,7 +50,8 @@ def telemetry_samples_record(
         TelemetrySample(
             host_id=host_id,
             instance_id=s.instance_id,
-            sweep_id=sweep_ids.get(s.instance_id) if s.instance_id is not None else host_sweep_id,
+            sweep_id=s.sweep_id
+            or (sweep_ids.get(s.instance_id) if s.instance_id is not None else host_sweep_id),
             t=s.t,
             kind=s.kind,
             data=s.data,

@@ -32,6 +32,9 @@ class HostSweeps:
     # Sweeps of endpoint profiles registered on the host: no instance, but the host is theirs
     # to sample as a managed server's is (its GPUs and load are what the sweep loads).
     endpoints: tuple[int, ...] = ()
+    # {sweep id: metrics URL} of those endpoint sweeps: the server is scraped there while its
+    # sweep runs, as a managed instance's /metrics is.
+    endpoint_metrics: dict[int, str] = field(default_factory=dict)
 
     @property
     def ids(self) -> list[int]:

@@ -10,6 +10,7 @@ from ninja import Query, Router, Schema
 from ninja.responses import Status
 
 from hosts.models import Container, Host, ServerProfile
+from hosts.services import profile_kind_switch_check
 from specdash.api import selectors, services
 from specdash.api.auth import require_staff, require_viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, paginate, path_id, responses
@@ -139,4 +140,7 @@ def profile_update(
     """Change the given fields of a profile (staff); a running instance keeps its launch."""
     require_staff(request, "hosts.change_serverprofile")
     profile = get_object_or_404(ServerProfile.objects.select_related("host"), pk=profile_id)
-    return services.registry_update(obj=profile, data=_changes(payload))
+    changes = _changes(payload)
+    if "kind" in changes:
+        profile_kind_switch_check(profile=profile, kind=changes["kind"])
+    return services.registry_update(obj=profile, data=changes)

@@ -20,7 +20,12 @@ from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, Swee
 from benchmarks.models.experiments import ExperimentState
 from core.jobs.worker import Worker
 from hosts.models import Host, HostKind, ServerProfile, TelemetryKind, TelemetrySample
-from hosts.telemetry.selectors import telemetry_host_plan, telemetry_window
+from hosts.telemetry.selectors import (
+    ScrapeTarget,
+    telemetry_host_plan,
+    telemetry_snapshot,
+    telemetry_window,
+)
 from tests.benchmarks.conftest import Simulator
 from tests.fixtures.servers import SIM_BIN
 from tests.fixtures.sshd import SshServer
@@ -59,9 +64,14 @@ def test_a_running_endpoint_sweep_makes_its_host_needed_and_owns_its_samples(
     assert plan.needed
     # GPU and host rows (no instance) are kept with the sweep, as for a managed server.
     assert plan.host_sweep_id == sweep.pk and plan.sweep_ids == {}
+    # Its server is scraped at the base URL's /metrics (no metrics URL given), for this sweep.
+    assert plan.scrape == (
+        ScrapeTarget(instance_id=None, metrics_url="http://127.0.0.1:30999/metrics", sweep_id=sweep.pk),
+    )  # fmt: skip
     window = telemetry_window(target="sweeps", pk=sweep.pk)
     assert window is not None
     assert (window.host_id, window.instance_id) == (local_host.pk, None)
+    assert window.endpoint_sweep_id == sweep.pk
 
     Sweep.objects.filter(pk=sweep.pk).update(state=SweepState.COMPLETED)
     assert not telemetry_host_plan(host_id=local_host.pk).needed
@@ -83,6 +93,7 @@ def test_the_sweep_page_charts_the_endpoints_host_or_says_why_it_cannot(
     page = client.get(f"/sweeps/{on_host.pk}/").content.decode()
     assert f'data-telemetry-ws="/ws/telemetry/sweeps/{on_host.pk}/"' in page
     assert 'data-testid="chart-gpu-memory"' in page
+    assert 'data-testid="chart-server"' in page
     assert 'data-testid="no-host-telemetry"' not in page
 
     nowhere = _running_sweep(endpoint_on(None, "http://10.0.0.5:30000", "no host"))
@@ -114,13 +125,27 @@ def _assert_sampled_during(sweep: Sweep) -> None:
     assert sweep.started_at is not None and sweep.finished_at is not None
     began, ended = sweep.started_at.timestamp(), sweep.finished_at.timestamp()
     samples = _samples_of(sweep.pk)
-    for kind in (TelemetryKind.GPU, TelemetryKind.HOST):
+    # GPUs and load of the host, and the endpoint's own /metrics scraped by the same probe
+    # and parser a managed instance's are.
+    for kind in (TelemetryKind.GPU, TelemetryKind.HOST, TelemetryKind.SERVER):
         during = [t for t in samples.get(kind, []) if began <= t <= ended]
         assert len(during) >= 3, (kind, samples)
 
 
+def _assert_page_charts_the_server(sweep: Sweep) -> None:
+    """What the sweep page draws first (its telemetry snapshot) holds the server's samples
+    taken during the sweep, with no instance (the chart's filter for an endpoint)."""
+    window = telemetry_window(target="sweeps", pk=sweep.pk)
+    assert window is not None and window.endpoint_sweep_id == sweep.pk
+    server = [s for s in telemetry_snapshot(window=window)["samples"] if s["k"] == "server"]
+    assert len(server) >= 3, server
+    assert {s["i"] for s in server} == {None}
+    # The simulator counts what the load generator sent it: the scrapes saw it running.
+    assert max(s["d"]["running"] for s in server) >= 1, server
+
+
 @pytest.mark.django_db(transaction=True)
-async def test_an_endpoint_sweep_on_the_local_host_samples_its_gpus_and_load(
+async def test_an_endpoint_sweep_on_the_local_host_samples_its_gpus_load_and_server_metrics(
     simulator: Simulator, tmp_path: Path, settings: Any, worker: Worker
 ) -> None:
     for name, value in SHORT_PROBES.items():
@@ -136,7 +161,9 @@ async def test_an_endpoint_sweep_on_the_local_host_samples_its_gpus_and_load(
     sweep = await sync_to_async(services.sweep_create)(
         endpoint=profile, levels=[1], load=LEVEL_LOAD
     )
-    await sync_to_async(_assert_sampled_during)(await _finished(sweep.pk))
+    finished = await _finished(sweep.pk)
+    await sync_to_async(_assert_sampled_during)(finished)
+    await sync_to_async(_assert_page_charts_the_server)(finished)
     assert simulator.process.poll() is None  # nothing stopped the server
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 
-from hosts.models import Host, ProfileKind, ServerProfile
+from hosts.models import Host, InstanceState, ProfileKind, ServerInstance, ServerProfile
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +93,52 @@ def test_an_endpoint_form_with_a_bad_url_is_still_refused_on_that_field(
     errors = response.context["adminform"].form.errors
     assert set(errors) == {"base_url"}, errors
     assert not ServerProfile.objects.filter(name="bad").exists()
+
+
+def _instance_of(profile: ServerProfile, state: InstanceState) -> ServerInstance:
+    assert profile.host is not None
+    return ServerInstance.objects.create(
+        profile=profile, host=profile.host, port=30000, gpu_ids=[], state=state,
+        run_id=f"sd-test-{state}", launch_argv=profile.launch_argv,
+    )  # fmt: skip
+
+
+def test_switching_the_kind_of_a_profile_with_a_ready_instance_is_refused_naming_it(
+    admin_client: Any, local_host: Host
+) -> None:
+    managed = ServerProfile.objects.create(
+        name="busy", host=local_host, launch_argv=ARGV, port=30000
+    )
+    ready = _instance_of(managed, InstanceState.READY)
+    data = _form(name="busy", kind="endpoint", host=local_host.pk,
+                 base_url="http://127.0.0.1:30000", launch_argv=ARGV, port=30000)  # fmt: skip
+    response = admin_client.post(f"/admin/hosts/serverprofile/{managed.pk}/change/", data)
+    assert response.status_code == 200  # the form again, the error on Kind
+    errors = response.context["adminform"].form.errors
+    assert set(errors) == {"kind"}, errors
+    [message] = errors["kind"]
+    assert f"instance #{ready.pk}" in message and "stop it first" in message, message
+    managed.refresh_from_db()
+    assert managed.kind == ProfileKind.MANAGED and managed.launch_argv == ARGV
+
+    # Stopped (or failed) instances do not hold it: the same switch then saves.
+    ServerInstance.objects.filter(pk=ready.pk).update(state=InstanceState.STOPPED)
+    _instance_of(managed, InstanceState.FAILED)
+    response = admin_client.post(f"/admin/hosts/serverprofile/{managed.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    managed.refresh_from_db()
+    assert managed.kind == ProfileKind.ENDPOINT
+
+
+def test_an_edit_that_keeps_the_kind_is_not_held_up_by_a_running_instance(
+    admin_client: Any, local_host: Host
+) -> None:
+    managed = ServerProfile.objects.create(
+        name="busy", host=local_host, launch_argv=ARGV, port=30000
+    )
+    _instance_of(managed, InstanceState.LOADING)
+    data = _form(name="busy", host=local_host.pk, launch_argv=ARGV, port=30000, notes="rack 4")
+    response = admin_client.post(f"/admin/hosts/serverprofile/{managed.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    managed.refresh_from_db()
+    assert managed.notes == "rack 4"

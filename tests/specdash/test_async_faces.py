@@ -21,7 +21,7 @@ FACE_NAME = "store.py"
 
 # The wraps left outside the faces. It only goes down: lower it when a module moves its wraps
 # into its app's face, never raise it (add a twin to the face instead).
-CEILING = 12
+CEILING = 2
 
 # Modules whose async functions go through a face for every database read and write: no wrap
 # and no ``Model.objects`` in an ``async def`` (sync hooks in the same module may use the ORM).
@@ -36,8 +36,10 @@ OFF_THE_ORM = (
     "core/consumers.py",
     "core/jobs/registry.py",
     "core/jobs/worker.py",
+    "hosts/consumers.py",
     "hosts/lifecycle/jobs.py",
     "hosts/lifecycle/stopping.py",
+    "hosts/telemetry/manager.py",
 )
 
 WRAP = re.compile(r"sync_to_async\(")
@@ -78,6 +80,8 @@ def test_the_faces_exist_and_wrap() -> None:
         "core/jobs/store.py",
         "core/store.py",
         "hosts/lifecycle/store.py",
+        "hosts/store.py",
+        "hosts/telemetry/store.py",
     }
     for face in faces:
         assert WRAP.search(face.read_text()), face

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from hosts.lifecycle.remote import with_host_env
 from hosts.telemetry.conf import TelemetrySettings
-from hosts.telemetry.manager import HostTarget, HostTelemetry
+from hosts.telemetry.manager import HostTelemetry
 from hosts.telemetry.probes import Sample
 from hosts.telemetry.selectors import HostPlan, ScrapeTarget
+from hosts.telemetry.targets import HostTarget
 from hosts.transports import LocalTransport
 from tests.hosts.lifecycle.conftest import SIM_BIN
 
@@ -83,7 +84,7 @@ async def test_ready_instances_are_scraped_and_dropped_when_they_leave_the_plan(
     async with asyncio.timeout(10):
         while not runner._scrapers:
             await asyncio.sleep(0.02)
-    assert list(runner._scrapers) == [7]
+    assert list(runner._scrapers) == [(7, None)]
     store.current = PLAN_NEEDED
     async with asyncio.timeout(10):
         while runner._scrapers:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hosts.models import Container, Host, ServerProfile
+from hosts.models import Container, Host, InstanceState, ServerInstance, ServerProfile
 from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db
@@ -201,3 +201,27 @@ def test_ssh_option_paths_are_validated_by_the_model(
     assert patched.status_code == 422 and field in error_of(patched)["fields"]
     local_host.refresh_from_db()
     assert getattr(local_host, field) == ""
+
+
+def test_switching_a_profiles_kind_while_an_instance_is_active_is_refused(
+    as_staff: ApiClient, local_host: Host
+) -> None:
+    profile = ServerProfile.objects.create(
+        name="busy", host=local_host, launch_argv=[sys.executable, "-m", "x"], port=30000
+    )
+    instance = ServerInstance.objects.create(
+        profile=profile, host=local_host, port=30000, gpu_ids=[], state=InstanceState.STOPPING,
+        run_id="sd-test-busy", launch_argv=profile.launch_argv,
+    )  # fmt: skip
+    switch = {"kind": "endpoint", "base_url": "http://127.0.0.1:30000", "launch_argv": []}
+    response = as_staff.patch(f"/api/v1/profiles/{profile.pk}", switch)
+    assert response.status_code == 422, response.content
+    [message] = error_of(response)["fields"]["kind"]
+    assert f"instance #{instance.pk}" in message and "stop it first" in message, message
+    profile.refresh_from_db()
+    assert profile.kind == "managed"
+
+    ServerInstance.objects.filter(pk=instance.pk).update(state=InstanceState.STOPPED)
+    response = as_staff.patch(f"/api/v1/profiles/{profile.pk}", switch)
+    assert response.status_code == 200, response.content
+    assert response.json()["kind"] == "endpoint"
