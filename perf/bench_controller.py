@@ -122,7 +122,9 @@ def main() -> int:
     all_found: list[float] = []
     all_flaps: list[float] = []
     all_tier_gaps: list[float] = []
-    totals = dict.fromkeys(("truth", "found", "hidden", "visible_missed", "stray"), 0)
+    totals = dict.fromkeys(
+        ("truth", "found", "hidden", "visible_missed", "stray", "between_readings"), 0
+    )
     with tempfile.TemporaryDirectory(prefix="bench-controller-") as name:
         tmp = Path(name)
         for seed in seeds:
@@ -131,13 +133,17 @@ def main() -> int:
             found = [d for d in match.nearest_s if d is not None and d <= TOLERANCE_S]
             all_found += found
             missed_visible = [t for t in match.missed if t not in run["hidden"]]
+            totals["between_readings"] += len(run["hidden"])
             print(
                 f"seed {seed}: {len(truth)} true switches, {len(found)} found within "
                 f"{TOLERANCE_S:g} s (median {statistics.median(found) if found else 0:.2f} s, "
                 f"max {max(found) if found else 0:.2f} s), {len(match.missed)} missed "
-                f"({len(missed_visible)} outside a sub-second flap), "
+                f"({len(missed_visible)} outside a flap between two readings), "
                 f"{len(match.unmatched_detected)} stray detections; "
-                f"{len(level['controller']['switches'])} detected; scrapes every "
+                f"{len(level['controller']['switches'])} detected, {len(run['hidden'])} true "
+                f"ones in a flap between two tier readings (no reading inside it; "
+                f"{len([t for t in run['hidden'] if t not in match.missed])} of them within "
+                f"{TOLERANCE_S:g} s of a neighbour's detection); scrapes every "
                 f"{statistics.mean(run['gaps']):.3f} s (max {max(run['gaps']):.3f}), "
                 f"{level['controller']['failed_scrapes']} failed; tier read every "
                 f"{_gap_figures(run['tier_gaps'])}, "
@@ -159,7 +165,16 @@ def main() -> int:
                 print(
                     f"  {s['t_s']:6.1f} s  {s['before']:g} -> {s['after']:g}  tok/s "
                     f"{_num(s['throughput_before'])} -> {_num(s['throughput_after'])}"
-                    + (f" ({change:+.1%})" if change is not None else " (next switch within 1 s)")
+                    + (
+                        f" ({change:+.1%})"
+                        if change is not None
+                        else " (no clean second on a side)"
+                    )
+                    + (
+                        f" [1 of an episode of {s['episode_switches']}]"
+                        if s.get("episode_s")
+                        else ""
+                    )
                     + (f", acceptance drop {drop:+.3f}" if drop is not None else "")
                 )
             adaptive = _throughput(level)
@@ -182,7 +197,8 @@ def main() -> int:
     print(
         f"all seeds: tier read every {_gap_figures(all_tier_gaps)}; flaps out and back: "
         f"{len(all_flaps)}, shortest {_shortest(all_flaps)}, "
-        f"{sum(f < 1.0 for f in all_flaps)} under 1 s"
+        f"{sum(f < 1.0 for f in all_flaps)} under 1 s; {totals['between_readings']} true "
+        f"switches in flaps between two readings"
     )
     print(
         f"all seeds: {totals['truth']} true switches, {totals['found']} found within "
