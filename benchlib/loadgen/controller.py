@@ -68,7 +68,11 @@ class ControllerTracker:
     async def _read_tier(self) -> bool:
         assert self._tier_reader is not None
         try:
-            text = await asyncio.wait_for(self._tier_reader.get(), SCRAPE_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+            # lands as the answer completes, and at 20 readings a second stop() then waited on
+            # a reading loop that never ended.
+            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+                text = await self._tier_reader.get()
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
             await self._tier_reader.close()  # the next reading opens a new connection
             self.tier_failed += 1
