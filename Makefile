@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -157,6 +157,10 @@ bench-breakeven: $(VENV)/.dev-installed
 # arms on the same workload (docs/measurement.md, "Controller tracking"); ~4 minutes a seed.
 bench-controller: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_controller $(ARGS)
+# Not part of `bench`: what controller tracking's fast tier reading and per-second scrape cost
+# the client and the server (CPU per second), against an idle simulator.
+bench-tier-reading: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_tier_reading $(ARGS)
 # Not part of `bench`: a finished experiment's build, pages, API answers and audit at 1k, 10k
 # and 100k requests per arm, the cost of 8 against 16 levels, and the end-of-run build beside
 # a running sweep (docs/operations.md, "Cost at scale"); tens of minutes on 2 cores.

@@ -137,6 +137,13 @@ def switch_text(s: Mapping[str, Any]) -> str:
     if isinstance(drop, int | float):
         text += f", acceptance {_fmt(s.get('acceptance_before'), '.2f')} -> "
         text += f"{_fmt(s.get('acceptance_after'), '.2f')}"
+    episode = s.get("episode_s")
+    if isinstance(episode, list) and len(episode) == 2:
+        # No whole second lies between these switches: the cost is the episode's.
+        text += (
+            f"; one of {s.get('episode_switches')} switches from {_fmt(episode[0], '.1f')} to "
+            f"{_fmt(episode[1], '.1f')} s, costed together"
+        )
     return text
 
 

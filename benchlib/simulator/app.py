@@ -5,6 +5,7 @@ import collections
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,9 @@ class SimApp:
             await _respond(send, 200, b"", [(b"content-type", b"text/plain")])
         elif path == "/metrics":
             body = self.metrics.render(self.core)
+            names = _requested_families(scope.get("query_string", b""))
+            if names:
+                body = restrict_families(body, names)
             await _respond(send, 200, body, [(b"content-type", b"text/plain; version=0.0.4")])
         elif path == "/flush_cache":
             await _read_body(receive)
@@ -391,3 +395,24 @@ async def _respond(
 
 async def _json(send: Send, data: Any) -> None:
     await _respond(send, 200, json.dumps(data).encode(), list(JSON_HEADERS))
+
+
+def _requested_families(query_string: bytes) -> set[str]:
+    """The ``name[]`` parameters of a /metrics request: prometheus_client, which serves
+    SGLang's and vLLM's /metrics, answers with those families only when any are given."""
+    pairs = urllib.parse.parse_qsl(query_string.decode("latin-1"))
+    return {value for key, value in pairs if key == "name[]"}
+
+
+def restrict_families(body: bytes, names: set[str]) -> bytes:
+    """The exposition text cut to the families in ``names`` (their HELP, TYPE and samples)."""
+    kept: list[bytes] = []
+    for line in body.splitlines(keepends=True):
+        if line.startswith(b"# "):
+            parts = line.split(b" ", 3)
+            family = parts[2].decode() if len(parts) > 2 else ""
+        else:
+            family = line.split(b"{", 1)[0].split(b" ", 1)[0].decode()
+        if family in names:
+            kept.append(line)
+    return b"".join(kept)

@@ -26,6 +26,7 @@ Sources, per engine (the names as the engines export them, docs/engines.md):
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +57,10 @@ _PREFIXES = tuple(name + "{" for name in TRACKED) + tuple(name + " " for name in
 INTERVAL_S = 1.0
 # Seconds of series on each side of a switch that its cost is measured over.
 COST_WINDOW_S = 3
+# The fast read of SGLang's tier gauge alone (``/metrics?name[]=sglang:spec_num_steps``), from
+# which the switches are found: a flap out and back is seen when a reading falls inside it, so
+# the shortest flap always seen is this period (docs/measurement.md, "Controller tracking").
+TIER_INTERVAL_S = 0.05
 
 Source = Literal["sglang_gauges", "vllm_counters"]
 
@@ -82,6 +87,24 @@ def scrape_values(text: str) -> dict[str, float]:
         name: total if name.endswith("_total") else total / counts[name]
         for name, total in sums.items()
     }
+
+
+def tier_reading(text: str) -> float | None:
+    """SGLang's active tier in one /metrics text (the mean over its rank series), or None
+    where the server exports no tier (no speculation, or another engine)."""
+    total, count = 0.0, 0
+    for line in text.splitlines():
+        if line.startswith(_TIER_PREFIXES):
+            try:
+                value = float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            if math.isfinite(value):
+                total, count = total + value, count + 1
+    return total / count if count else None
+
+
+_TIER_PREFIXES = (SGLANG_TIER + "{", SGLANG_TIER + " ")
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,12 @@ class Switch:
     acceptance_before: float | None
     acceptance_after: float | None
     acceptance_drop: float | None  # before - after, where both drafted
+    # Fast tier readings only: switches with no whole per-second point between them form one
+    # episode (a flap out and back, or a tier crossed several times in a second); each carries
+    # the episode's cost, its first reading before to its last after, as no second is clean
+    # between them. None for a switch that stands alone.
+    episode: tuple[float, float] | None = None
+    episode_switches: int = 1
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -200,44 +229,113 @@ def detect_switches(
         hi = edges[n + 1][0] + 1 if n + 1 < len(edges) else len(points)
         before = points[max(lo, i + 1 - window) : i + 1]
         after = points[j + 1 : min(hi, j + 1 + window)]
-        tp_before = _mean(p.throughput for p in before)
-        tp_after = _mean(p.throughput for p in after)
-        acc_before = _mean(p.acceptance for p in before)
-        acc_after = _mean(p.acceptance for p in after)
         switches.append(
-            Switch(
-                t=(points[i].t + points[j].t) / 2,
-                window=(points[i].t, points[j].t),
-                before=float(points[i].drafted_per_step or 0.0),
-                after=float(points[j].drafted_per_step or 0.0),
-                throughput_before=tp_before,
-                throughput_after=tp_after,
-                throughput_change=(
-                    tp_after / tp_before - 1.0 if tp_before and tp_after is not None else None
-                ),
-                acceptance_before=acc_before,
-                acceptance_after=acc_after,
-                acceptance_drop=(
-                    acc_before - acc_after
-                    if acc_before is not None and acc_after is not None
-                    else None
-                ),
+            _costed(
+                points[i].t,
+                points[j].t,
+                float(points[i].drafted_per_step or 0.0),
+                float(points[j].drafted_per_step or 0.0),
+                before,
+                after,
             )
         )
     return switches
 
 
+def detect_tier_switches(
+    tier_times: Sequence[float],
+    tiers: Sequence[float],
+    points: Sequence[ControllerPoint],
+    *,
+    window: int = COST_WINDOW_S,
+) -> list[Switch]:
+    """Every change of the tier between consecutive fast readings, placed at the middle of the
+    two; its cost from the per-second ``points``: the ``window`` points wholly before it against
+    the ``window`` wholly after (a point covers the interval from the previous point's scrape
+    to its own; the one that straddles the switch belongs to neither side). Switches with no
+    whole point between them form an episode, costed as one: the points before its first
+    switch against those after its last, each side stopping at a neighbouring episode."""
+    levels = [round(t, 3) for t in tiers]
+    edges = [(i, j) for i, j in itertools.pairwise(range(len(levels))) if levels[i] != levels[j]]
+    starts = [points[0].t - INTERVAL_S, *(p.t for p in points[:-1])] if points else []
+    spans = list(zip(starts, points, strict=True))
+
+    def clean(lo: float, hi: float) -> list[ControllerPoint]:
+        return [p for start, p in spans if start >= lo and p.t <= hi]
+
+    episodes: list[list[tuple[int, int]]] = []
+    for edge in edges:
+        if episodes and not clean(tier_times[episodes[-1][-1][1]], tier_times[edge[0]]):
+            episodes[-1].append(edge)
+        else:
+            episodes.append([edge])
+    switches: list[Switch] = []
+    for n, episode in enumerate(episodes):
+        lo, hi = tier_times[episode[0][0]], tier_times[episode[-1][1]]
+        previous = tier_times[episodes[n - 1][-1][1]] if n else -math.inf
+        following = tier_times[episodes[n + 1][0][0]] if n + 1 < len(episodes) else math.inf
+        before, after = clean(previous, lo)[-window:], clean(hi, following)[:window]
+        for i, j in episode:
+            switch = _costed(
+                tier_times[i], tier_times[j], float(tiers[i]), float(tiers[j]), before, after
+            )
+            if len(episode) > 1:
+                switch = dataclasses.replace(
+                    switch, episode=(lo, hi), episode_switches=len(episode)
+                )
+            switches.append(switch)
+    return switches
+
+
+def _costed(
+    lo: float,
+    hi: float,
+    level_before: float,
+    level_after: float,
+    before: Sequence[ControllerPoint],
+    after: Sequence[ControllerPoint],
+) -> Switch:
+    tp_before = _mean(p.throughput for p in before)
+    tp_after = _mean(p.throughput for p in after)
+    acc_before = _mean(p.acceptance for p in before)
+    acc_after = _mean(p.acceptance for p in after)
+    return Switch(
+        t=(lo + hi) / 2,
+        window=(lo, hi),
+        before=level_before,
+        after=level_after,
+        throughput_before=tp_before,
+        throughput_after=tp_after,
+        throughput_change=(
+            tp_after / tp_before - 1.0 if tp_before and tp_after is not None else None
+        ),
+        acceptance_before=acc_before,
+        acceptance_after=acc_after,
+        acceptance_drop=(
+            acc_before - acc_after if acc_before is not None and acc_after is not None else None
+        ),
+    )
+
+
 def controller_figures(
-    times: Sequence[float], scrapes: Sequence[Mapping[str, float]], *, opened_at: float
+    times: Sequence[float],
+    scrapes: Sequence[Mapping[str, float]],
+    *,
+    opened_at: float,
+    tier_times: Sequence[float] = (),
+    tiers: Sequence[float] = (),
+    tier_interval_s: float = TIER_INTERVAL_S,
 ) -> dict[str, Any] | None:
     """What a level's summary keeps (plain JSON): the series, as seconds since the level
     opened, and the switches with their costs; None when the scrapes carry neither engine's
-    figures."""
+    figures. With fast readings of SGLang's tier (``tier_times``, ``tiers``) the switches come
+    from them, which sees flaps shorter than the per-second scrape; without, from the series."""
     source, points = controller_series(times, scrapes)
     if source is None:
         return None
-    switches = detect_switches(points)
-    return {
+    fast = source == "sglang_gauges" and len(tiers) >= 2
+    switches = detect_tier_switches(tier_times, tiers, points) if fast else detect_switches(points)
+    figures: dict[str, Any] = {
         "source": source,
         "interval_s": INTERVAL_S,
         "opened_at": opened_at,
@@ -249,10 +347,24 @@ def controller_figures(
             "throughput": [p.throughput for p in points],
         },
         "switches": [
-            {**asdict(s), "t_s": round(s.t - opened_at, 3), "window": list(s.window)}
+            {
+                **asdict(s),
+                "t_s": round(s.t - opened_at, 3),
+                "window": list(s.window),
+                "episode": list(s.episode) if s.episode else None,
+                "episode_s": [round(t - opened_at, 3) for t in s.episode] if s.episode else None,
+            }
             for s in switches
         ],
+        "switches_from": "tier_readings" if fast else "series",
     }
+    if fast:
+        figures["tier_readings"] = {
+            "interval_s": tier_interval_s,
+            "t_s": [round(t - opened_at, 3) for t in tier_times],
+            "drafted_per_step": list(tiers),
+        }
+    return figures
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,32 @@ def test_the_sweep_page_draws_each_tracked_level_with_its_switch_and_cost(
     assert rows == ["+150.0%"]
 
 
+def test_a_flap_from_the_tier_readings_shows_as_one_episode_with_its_cost(
+    client: Client, viewer: User, make_profile: Callable[..., ServerProfile], tmp_path: Path
+) -> None:
+    # K=3 throughout the per-second scrapes, but the 50 ms readings saw a flap to 1 from 3.52
+    # to 3.62 s: two switches, no whole second between them, costed together.
+    readings = [100.0 + i * 0.05 for i in range(160)]
+    tiers = [1.0 if 3.52 <= r - 100.0 < 3.62 else 3.0 for r in readings]
+    figures = controller_figures(
+        [100.0 + t for t in range(8)],
+        [_gauges(3, 200)] * 4 + [_gauges(3, 260)] + [_gauges(3, 300)] * 3,
+        opened_at=100.0,
+        tier_times=readings,
+        tiers=tiers,
+    )
+    client.force_login(viewer)
+    sweep = make_sweep(make_profile(), {16: 500}, tmp=tmp_path, records=False)
+    _store(sweep.pk, 16, figures)
+    body = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    [figure] = _figures(body)
+    [marker] = [t for t in figure["data"] if t["name"].endswith(": switch")]
+    assert marker["x"] == [3.525, 3.625]
+    assert all("one of 2 switches from 3.5 to 3.6 s, costed together" in t for t in marker["text"])
+    assert re.findall(r'data-testid="controller-switch-change">([^<]*)<', body) == ["+50.0%"] * 2
+    assert body.count('data-testid="controller-switch-episode"') == 2
+
+
 def test_the_experiment_page_puts_the_static_arm_beside_the_adaptive_one(
     client: Client, viewer: User, make_profile: Callable[..., ServerProfile], tmp_path: Path
 ) -> None:

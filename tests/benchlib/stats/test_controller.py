@@ -12,9 +12,11 @@ from benchlib.stats.controller import (
     controller_figures,
     controller_series,
     detect_switches,
+    detect_tier_switches,
     hidden_between_scrapes,
     match_switches,
     scrape_values,
+    tier_reading,
 )
 
 SGLANG_TEXT = """\
@@ -155,3 +157,75 @@ def test_a_server_without_speculation_is_tracked_as_drafting_nothing() -> None:
     vllm = [{"vllm:generation_tokens_total": 0.0}, {"vllm:generation_tokens_total": 480.0}]
     source, [point] = controller_series([1.0, 2.0], vllm)
     assert (source, point.drafted_per_step, point.throughput) == ("vllm_counters", 0.0, 480.0)
+
+
+def _readings(changes: Sequence[tuple[float, float]], end: float, step: float = 0.05):
+    """Tier readings every ``step`` from 0 to ``end``: ``changes`` are (time, new tier)."""
+    times = [round(i * step, 3) for i in range(int(end / step) + 1)]
+    tiers = [next(k for t0, k in reversed(changes) if t0 <= t) for t in times]
+    return times, [float(k) for k in tiers]
+
+
+def test_the_tier_reading_is_the_mean_over_ranks_of_that_gauge_alone() -> None:
+    assert tier_reading(SGLANG_TEXT) == 3.0  # not the _unrelated family with the same prefix
+    assert tier_reading("sglang:gen_throughput 200.0\n") is None
+
+
+def test_a_flap_shorter_than_a_second_is_found_in_the_fast_readings_and_costed_as_one_episode() -> (
+    None
+):
+    # Tier 3, a flap to 1 from 5.02 to 5.17 s (150 ms, both inside the per-second interval
+    # (5, 6]), then a lasting switch to 0 at 9.51 s.
+    times, tiers = _readings([(0.0, 3), (5.02, 1), (5.17, 3), (9.51, 0)], end=14.0)
+    points = _points(
+        [3] * 10 + [0] * 5,
+        [100, 100, 100, 110, 100, 120, 100, 100, 100, 100, 300, 310, 320, 330, 340],
+        [0.6] * 10 + [None] * 5,
+    )
+    # Once a second the flap leaves no trace: both scrapes around it read 3.
+    assert [(s.before, s.after) for s in detect_switches(points)] == [(3.0, 0.0)]
+    out, back, off = detect_tier_switches(times, tiers, points)
+    assert (out.before, out.after, back.before, back.after) == (3.0, 1.0, 1.0, 3.0)
+    # Placed in the middle of the two readings around it: within half a reading of the truth.
+    assert out.t == pytest.approx(5.025) and back.t == pytest.approx(5.175)
+    assert off.t == pytest.approx(9.525) and off.window == pytest.approx((9.5, 9.55))
+    # No whole second lies between the flap's two switches: one episode, costed from the
+    # seconds wholly before it (points 3, 4, 5 cover (2, 5]) to those wholly after (points 7,
+    # 8, 9 over (6, 9]); the point at 6 s straddles the flap and is in neither side.
+    for switch in (out, back):
+        assert switch.episode == pytest.approx((5.0, 5.2)) and switch.episode_switches == 2
+        assert switch.throughput_before == pytest.approx(110.0)
+        assert switch.throughput_after == pytest.approx(100.0)
+        assert switch.acceptance_drop == pytest.approx(0.0)
+    # The lasting switch stands alone: after the episode (points 7-9) against 11-13 (the
+    # point at 10 s straddles it).
+    assert off.episode is None and off.episode_switches == 1
+    assert off.throughput_before == pytest.approx(100.0)
+    assert off.throughput_after == pytest.approx(320.0)
+    assert off.acceptance_before == pytest.approx(0.6) and off.acceptance_after is None
+
+
+def test_figures_take_the_switches_from_the_tier_readings_where_there_are_any() -> None:
+    texts = [SGLANG_TEXT] * 3
+    scrapes = [scrape_values(t) for t in texts]
+    times, tiers = _readings([(0.0, 3), (0.52, 1), (0.61, 3)], end=2.0)
+    figures = controller_figures(
+        [100.0, 101.0, 102.0],
+        scrapes,
+        opened_at=100.0,
+        tier_times=[100.0 + t for t in times],
+        tiers=tiers,
+        tier_interval_s=0.05,
+    )
+    assert figures is not None and figures["switches_from"] == "tier_readings"
+    assert [(s["t_s"], s["before"], s["after"]) for s in figures["switches"]] == [
+        (0.525, 3.0, 1.0),
+        (0.625, 1.0, 3.0),
+    ]
+    assert figures["switches"][0]["episode_s"] == [0.5, 0.65]
+    assert figures["tier_readings"]["interval_s"] == 0.05
+    assert figures["tier_readings"]["t_s"][:2] == [0.0, 0.05]
+    # Without tier readings (vLLM, or a server without the tier gauge): from the series.
+    plain = controller_figures([100.0, 101.0, 102.0], scrapes, opened_at=100.0)
+    assert plain is not None and plain["switches_from"] == "series" and plain["switches"] == []
+    assert "tier_readings" not in plain
