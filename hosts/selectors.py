@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Count, Prefetch, QuerySet
 
 from hosts.masking import masked_text, masked_tree
-from hosts.models import Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
+from hosts.models import Container, Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 
 
@@ -60,6 +61,23 @@ def instance_detail(*, instance_id: int) -> ServerInstance | None:
         .filter(pk=instance_id)
         .first()
     )
+
+
+def host_detail(*, host_id: int) -> Host | None:
+    return Host.objects.filter(pk=host_id).first()
+
+
+def container_detail(*, container_id: int) -> Container | None:
+    return Container.objects.select_related("host").filter(pk=container_id).first()
+
+
+def profile_detail(*, profile_id: int) -> ServerProfile | None:
+    return ServerProfile.objects.select_related("host").filter(pk=profile_id).first()
+
+
+def profiles_by_id(*, profile_ids: Iterable[int]) -> dict[int, ServerProfile]:
+    """The profiles among ``profile_ids`` that exist, by id (a caller names the missing)."""
+    return {p.pk: p for p in ServerProfile.objects.filter(pk__in=list(profile_ids))}
 
 
 def instance_events(*, instance_id: int) -> list[InstanceEvent]:
