@@ -6,8 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
@@ -212,10 +211,7 @@ def sweep_abandon(
 @requires(viewer)
 def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
     """Level summaries as CSV (the columns of the UI's export)."""
-    sweep = _sweep(sweep_id)
-    response = HttpResponse(exports.levels_csv(sweep=sweep), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.csv"'
-    return response
+    return exports.levels_csv_response(sweep=_sweep(sweep_id))
 
 
 @router.get(
@@ -226,8 +222,7 @@ def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) 
 @requires(viewer)
 def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
     """The sweep with its load, environment and every level's full summary."""
-    sweep = _sweep(sweep_id)
-    return JsonResponse(exports.levels_json(sweep=sweep))
+    return exports.levels_json_response(sweep=_sweep(sweep_id))
 
 
 @router.get(
@@ -240,11 +235,7 @@ def sweep_export_records(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> StreamingHttpResponse:
     """Every request's record as JSON lines (404 until the sweep has written some)."""
-    sweep = _sweep(sweep_id)
-    path = exports.records_file(sweep=sweep)
-    if path is None:
+    response = exports.records_response(request=request, sweep=_sweep(sweep_id))
+    if response is None:
         raise errors.ApiError(404, errors.NOT_FOUND, "This sweep has no request records yet.")
-    content = (
-        exports.aiter_file(path) if isinstance(request, ASGIRequest) else exports.iter_file(path)
-    )
-    return StreamingHttpResponse(content, content_type="application/x-ndjson")
+    return response
