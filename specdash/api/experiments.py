@@ -10,12 +10,13 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from hosts import selectors as host_selectors
-from specdash.api import errors, selectors
+from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
 from specdash.api.schemas import (
@@ -67,7 +68,7 @@ def experiment_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, state, tag and creation time."""
-    qs = selectors.experiments(
+    qs = bench_selectors.experiment_filter(
         profile_id=filters.profile,
         state=filters.state,
         tag=filters.tag,

@@ -9,8 +9,8 @@ from ninja import Query, Router, Schema
 from ninja.responses import Status
 
 from hosts import selectors as host_selectors
+from hosts import services
 from hosts.models import Container, Host, ServerProfile
-from specdash.api import selectors, services
 from specdash.api.auth import requires, staff, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, found, paginate, path_id, responses
 from specdash.api.schemas import (
@@ -49,7 +49,7 @@ def _changes(payload: Schema) -> dict[str, Any]:
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
 @requires(viewer)
 def host_list(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
-    return paginate(request, selectors.hosts(), page)
+    return paginate(request, host_selectors.host_list(), page)
 
 
 @router.post("/hosts", response=responses({201: HostOut}, WRITE_ERRORS), summary="Create a host")
@@ -79,7 +79,7 @@ def host_update(
 def container_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ContainerFilters]
 ) -> dict[str, Any]:
-    return paginate(request, selectors.containers(host_id=filters.host), page)
+    return paginate(request, host_selectors.container_list(host_id=filters.host), page)
 
 
 @router.post("/containers", response=responses({201: ContainerOut}, WRITE_ERRORS))
@@ -119,7 +119,8 @@ def container_update(
 def profile_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ProfileFilters]
 ) -> dict[str, Any]:
-    return paginate(request, selectors.profiles(host_id=filters.host, tag=filters.tag), page)
+    profiles = host_selectors.profile_list(host_id=filters.host, tag=filters.tag)
+    return paginate(request, profiles, page)
 
 
 @router.post("/profiles", response=responses({201: ProfileOut}, WRITE_ERRORS))

@@ -9,10 +9,11 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from core.jobs import selectors as job_selectors
 from hosts import selectors as host_selectors
 from hosts import services
 from hosts.models import InstanceState, ServerInstance
-from specdash.api import errors, selectors
+from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, found, paginate, path_id, responses
 from specdash.api.schemas import (
@@ -51,7 +52,7 @@ def _instance(instance_id: int) -> ServerInstance:
 
 def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
     instance = _instance(instance.pk)
-    job = selectors.instance_job(instance_id=instance.pk)
+    job = job_selectors.job_newest(lock_key=services.instance_lock_key(instance.pk))
     body = {
         "instance": instance,
         "job": job,
@@ -66,7 +67,7 @@ def instance_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, host, state, profile tag and creation time."""
-    qs = selectors.instances(
+    qs = host_selectors.instance_filter(
         profile_id=filters.profile,
         host_id=filters.host,
         state=filters.state,
@@ -149,7 +150,7 @@ def instance_events(
 ) -> dict[str, Any]:
     """State history and operator actions, oldest first."""
     _instance(instance_id)
-    return paginate(request, selectors.instance_events(instance_id=instance_id), page)
+    return paginate(request, host_selectors.instance_event_list(instance_id=instance_id), page)
 
 
 @router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))

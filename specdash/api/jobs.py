@@ -10,7 +10,7 @@ from ninja import Field, Query, Router, Schema
 from core.jobs import selectors as job_selectors
 from core.jobs.health import worker_health
 from core.models import Job, JobState
-from specdash.api import errors, selectors
+from specdash.api import errors
 from specdash.api.auth import requires, viewer
 from specdash.api.common import PageQuery, paginate, path_id, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
@@ -28,7 +28,7 @@ class JobFilters(Schema):
 def job_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[JobFilters]
 ) -> dict[str, Any]:
-    return paginate(request, selectors.jobs(kind=filters.kind, state=filters.state), page)
+    return paginate(request, job_selectors.job_filter(kind=filters.kind, state=filters.state), page)
 
 
 @router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")

@@ -15,7 +15,7 @@ from benchmarks import services
 from benchmarks.models import Sweep, SweepState
 from benchmarks.sweeps import exports
 from hosts import selectors as host_selectors
-from specdash.api import errors, selectors
+from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
 from specdash.api.schemas import (
@@ -82,7 +82,7 @@ def sweep_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, instance, state, tag and creation time."""
-    qs = selectors.sweeps(
+    qs = bench_selectors.sweep_filter(
         profile_id=filters.profile,
         instance_id=filters.instance,
         state=filters.state,
@@ -157,7 +157,7 @@ def sweep_samples(
     sweep_id: int = path_id("Sweep id"),
 ) -> dict[str, Any]:
     """The live samples (about one a second), oldest first."""
-    qs = selectors.sweep_samples(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
+    qs = bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
     return paginate(request, qs, page)
 
 
