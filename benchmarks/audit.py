@@ -30,11 +30,9 @@ from django.utils import timezone
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchmarks.experiments import builds
 from benchmarks.experiments import comparison as comparisons
-from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import selectors as experiment_selectors
-from benchmarks.experiments.environment import experiment_environment_differences
-from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import (
@@ -407,22 +405,13 @@ def _mismatches(stored: Any, fresh: Any, path: str) -> list[str]:
 
 
 def comparison_rebuilt(*, experiment: Experiment, with_schedule: bool = False) -> dict[str, Any]:
-    """The experiment's comparison built afresh from its levels and records, exactly as
-    ``experiment_store_comparison`` builds it (same drift record, seed and bootstrap size);
-    ``with_schedule``: with the speculation schedule kept beside it when the experiment ended."""
-    protocol = experiment_protocol(experiment=experiment)
-    fresh = comparisons.comparison_build(
-        series=experiment_selectors.experiment_series(experiment=experiment),
-        equivalence_runs=experiment_selectors.experiment_equivalence_runs(experiment=experiment),
-        slo=(experiment.load or {}).get("slo"),
-        drift=protocol_drift(protocol),
-    )
-    fresh["protocol"] = protocol
-    fresh["environment_differences"] = experiment_environment_differences(
-        experiment_id=experiment.pk
-    )
-    if with_schedule:
-        fresh["schedule"] = speculation_schedule.experiment_schedule(experiment=experiment)
+    """The experiment's comparison built afresh from its levels and records by the very
+    functions ``experiment_store_comparison`` builds it with (same drift record, seed and
+    bootstrap size); ``with_schedule``: with the speculation schedule kept beside it when the
+    experiment ended."""
+    fresh = builds.comparison_from_inputs(builds.comparison_inputs(experiment_id=experiment.pk))
+    if not with_schedule:
+        del fresh["schedule"]
     return fresh
 
 

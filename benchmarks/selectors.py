@@ -18,6 +18,7 @@ from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSa
 from benchmarks.phases import phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
+from core.listing import run_filters
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import HostSweeps, SweepSpan
 
@@ -380,3 +381,55 @@ def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> dict[str, Any] 
 
 def experiment_list() -> QuerySet[Experiment]:
     return Experiment.objects.prefetch_related("arms__profile")
+
+
+def sweep_filter(
+    *,
+    profile_id: int | None = None,
+    instance_id: int | None = None,
+    state: str | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Sweep]:
+    """Sweeps, newest first, narrowed by profile, instance, state, tag and creation time."""
+    qs = sweep_list().select_related("created_by").order_by("-created_at", "-pk")
+    if profile_id is not None:
+        qs = qs.filter(profile_id=profile_id)
+    if instance_id is not None:
+        qs = qs.filter(instance_id=instance_id)
+    return run_filters(
+        qs,
+        state=state,
+        tag_field="tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
+
+
+def sweep_sample_list(*, sweep_id: int, level_index: int | None = None) -> QuerySet[SweepSample]:
+    qs = SweepSample.objects.filter(sweep_id=sweep_id).order_by("t", "pk")
+    return qs.filter(level_index=level_index) if level_index is not None else qs
+
+
+def experiment_filter(
+    *,
+    profile_id: int | None = None,
+    state: str | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Experiment]:
+    """Experiments, newest first, narrowed by an arm's profile, state, tag and creation."""
+    qs = experiment_list().select_related("created_by").order_by("-created_at", "-pk")
+    if profile_id is not None:
+        qs = qs.filter(arms__profile_id=profile_id).distinct()
+    return run_filters(
+        qs,
+        state=state,
+        tag_field="tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )

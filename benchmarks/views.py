@@ -7,12 +7,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.handlers.asgi import ASGIRequest
 from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
-    JsonResponse,
     StreamingHttpResponse,
 )
 from django.shortcuts import redirect, render
@@ -123,32 +121,19 @@ def _interrupted_action(request: HttpRequest, sweep_id: int, action: Any) -> Htt
 
 @roles.viewer_required
 def sweep_export_csv(request: HttpRequest, sweep_id: int) -> HttpResponse:
-    sweep = _sweep_or_404(sweep_id)
-    response = HttpResponse(exports.levels_csv(sweep=sweep), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.csv"'
-    return response
+    return exports.levels_csv_response(sweep=_sweep_or_404(sweep_id))
 
 
 @roles.viewer_required
 def sweep_export_json(request: HttpRequest, sweep_id: int) -> HttpResponse:
-    sweep = _sweep_or_404(sweep_id)
-    response = JsonResponse(exports.levels_json(sweep=sweep), json_dumps_params={"indent": 1})
-    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.json"'
-    return response
+    return exports.levels_json_response(sweep=_sweep_or_404(sweep_id))
 
 
 @roles.viewer_required
 def sweep_export_records(request: HttpRequest, sweep_id: int) -> StreamingHttpResponse:
-    sweep = _sweep_or_404(sweep_id)
-    path = exports.records_file(sweep=sweep)
-    if path is None:
+    response = exports.records_response(request=request, sweep=_sweep_or_404(sweep_id))
+    if response is None:
         raise Http404("This sweep has no request records yet")
-    # Django serves async iterators under ASGI and sync ones under WSGI without a warning.
-    content = (
-        exports.aiter_file(path) if isinstance(request, ASGIRequest) else exports.iter_file(path)
-    )
-    response = StreamingHttpResponse(content, content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-records.jsonl"'
     return response
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Prefetch, QuerySet
 
+from core.listing import run_filters, tag_q
 from hosts.masking import masked_text, masked_tree
-from hosts.models import Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
+from hosts.models import Container, Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 
 
@@ -60,6 +63,71 @@ def instance_detail(*, instance_id: int) -> ServerInstance | None:
         .filter(pk=instance_id)
         .first()
     )
+
+
+def host_detail(*, host_id: int) -> Host | None:
+    return Host.objects.filter(pk=host_id).first()
+
+
+def container_detail(*, container_id: int) -> Container | None:
+    return Container.objects.select_related("host").filter(pk=container_id).first()
+
+
+def profile_detail(*, profile_id: int) -> ServerProfile | None:
+    return ServerProfile.objects.select_related("host").filter(pk=profile_id).first()
+
+
+def profiles_by_id(*, profile_ids: Iterable[int]) -> dict[int, ServerProfile]:
+    """The profiles among ``profile_ids`` that exist, by id (a caller names the missing)."""
+    return {p.pk: p for p in ServerProfile.objects.filter(pk__in=list(profile_ids))}
+
+
+def host_list() -> QuerySet[Host]:
+    return Host.objects.order_by("name", "pk")
+
+
+def container_list(*, host_id: int | None = None) -> QuerySet[Container]:
+    qs = Container.objects.select_related("host").order_by("host__name", "ident", "pk")
+    return qs.filter(host_id=host_id) if host_id is not None else qs
+
+
+def profile_list(*, host_id: int | None = None, tag: str | None = None) -> QuerySet[ServerProfile]:
+    qs = ServerProfile.objects.select_related("host").order_by("name", "pk")
+    if host_id is not None:
+        qs = qs.filter(host_id=host_id)
+    if tag:
+        qs = qs.filter(tag_q("tags", tag))
+    return qs
+
+
+def instance_filter(
+    *,
+    profile_id: int | None = None,
+    host_id: int | None = None,
+    state: str | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[ServerInstance]:
+    """Instances, newest first, narrowed by profile, host, state, profile tag and creation."""
+    qs = instance_list().order_by("-created_at", "-pk")
+    if profile_id is not None:
+        qs = qs.filter(profile_id=profile_id)
+    if host_id is not None:
+        qs = qs.filter(host_id=host_id)
+    return run_filters(
+        qs,
+        state=state,
+        tag_field="profile__tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
+
+
+def instance_event_list(*, instance_id: int) -> QuerySet[InstanceEvent]:
+    """An instance's events as a queryset (to page through); ``instance_events`` lists them."""
+    return InstanceEvent.objects.filter(instance_id=instance_id).select_related("actor")
 
 
 def instance_events(*, instance_id: int) -> list[InstanceEvent]:

@@ -4,10 +4,10 @@ after commit; the slow work happens in a background job, never in the request.""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from core import realtime
@@ -15,7 +15,7 @@ from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
 from hosts.lifecycle.probe import ProbeReport, host_probe
-from hosts.masking import masked_text, masked_tree
+from hosts.masking import MASK, masked_text, masked_tree, unmask_argv, unmask_env
 from hosts.models import (
     GpuClaim,
     Host,
@@ -365,3 +365,85 @@ def instance_begin_cleanup(*, instance_id: int, message: str) -> tuple[str, list
 def instance_release_claims(*, instance_id: int) -> None:
     """Free the GPUs of an instance whose clean-up verified them free (after a crash)."""
     GpuClaim.objects.filter(instance_id=instance_id).delete()
+
+
+M = TypeVar("M", bound=models.Model)
+
+# Registry writes (the REST API's): the model's own validation (``full_clean``) decides, as
+# in the admin, so the API accepts exactly what the admin accepts.
+
+
+def _check_references(model: type[models.Model], data: dict[str, Any]) -> None:
+    # A missing host or container is a field error, not a crash inside the model's clean().
+    errors: dict[str, str] = {}
+    for field in model._meta.concrete_fields:
+        if isinstance(field, models.ForeignKey) and data.get(field.attname) is not None:
+            related = field.related_model
+            assert isinstance(related, type)
+            if not related._default_manager.filter(pk=data[field.attname]).exists():
+                errors[field.attname] = f"No {related._meta.verbose_name} #{data[field.attname]}."
+    if errors:
+        raise ValidationError(errors)
+
+
+def _refuse_nulls(model: type[models.Model], data: dict[str, Any]) -> None:
+    # full_clean() skips blank-able fields whose value is empty, None included, so an explicit
+    # null would reach the NOT NULL column and fail there: it is a field error here instead.
+    errors = {
+        field.attname: "This field cannot be null"
+        + ('; send "" to clear it.' if isinstance(field, models.CharField) and field.blank else ".")
+        for field in model._meta.concrete_fields
+        if not field.null and field.attname in data and data[field.attname] is None
+    }
+    if errors:
+        raise ValidationError(errors)
+
+
+def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
+    """Create a Host, Container or ServerProfile; raises ValidationError keyed by field."""
+    _refuse_nulls(model, data)
+    _check_references(model, data)
+    obj = model(**data)
+    obj.full_clean()
+    with transaction.atomic():
+        obj.save()
+    return obj
+
+
+def _keep_masked_secrets(obj: models.Model, data: dict[str, Any]) -> None:
+    # The API shows secrets as "***" (hosts.masking): a body read and sent back carries the
+    # mask, which must leave the stored secret as it is, never replace it.
+    errors: dict[str, str] = {}
+    for name in ("env", "command_env"):
+        if isinstance(data.get(name), dict):
+            data[name], unknown = unmask_env(data[name], getattr(obj, name))
+            if unknown:
+                errors[name] = (
+                    f"{', '.join(unknown)}: {MASK} stands for a stored secret that is not "
+                    "there; send the value itself"
+                )
+    if isinstance(data.get("launch_argv"), list):
+        data["launch_argv"], positions = unmask_argv(data["launch_argv"], obj.launch_argv)  # type: ignore[attr-defined]
+        if positions:
+            errors["launch_argv"] = (
+                f"item {', '.join(str(i) for i in positions)}: {MASK} stands for a stored "
+                "secret that is not there; send the value itself"
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+def registry_update(*, obj: M, data: dict[str, Any]) -> M:
+    """Apply the given fields, validate the whole object, save. A secret sent back as its
+    mask (``***``) keeps its stored value."""
+    _refuse_nulls(type(obj), data)
+    _check_references(type(obj), data)
+    _keep_masked_secrets(obj, data)
+    if isinstance(obj, ServerProfile) and "kind" in data:
+        profile_kind_switch_check(profile=obj, kind=data["kind"])
+    for name, value in data.items():
+        setattr(obj, name, value)
+    obj.full_clean()
+    with transaction.atomic():
+        obj.save()
+    return obj

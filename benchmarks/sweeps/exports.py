@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
 from benchlib.loadgen.recordstore import iter_jsonl_bytes
 from benchmarks import selectors
@@ -149,3 +151,36 @@ async def aiter_file(path: Path) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         await asyncio.to_thread(chunks.close)
+
+
+# The downloads as responses, built here once for the HTML views and the REST API alike, so
+# both serve the same file under the same name.
+
+
+def _attachment(response: HttpResponse | StreamingHttpResponse, filename: str) -> None:
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+
+
+def levels_csv_response(*, sweep: Sweep) -> HttpResponse:
+    response = HttpResponse(levels_csv(sweep=sweep), content_type="text/csv")
+    _attachment(response, f"sweep-{sweep.pk}-levels.csv")
+    return response
+
+
+def levels_json_response(*, sweep: Sweep) -> HttpResponse:
+    response = JsonResponse(levels_json(sweep=sweep), json_dumps_params={"indent": 1})
+    _attachment(response, f"sweep-{sweep.pk}-levels.json")
+    return response
+
+
+def records_response(*, request: HttpRequest, sweep: Sweep) -> StreamingHttpResponse | None:
+    """The records file streamed as JSON lines, or None while the sweep has none (each
+    surface answers its own 404)."""
+    path = records_file(sweep=sweep)
+    if path is None:
+        return None
+    # Django serves async iterators under ASGI and sync ones under WSGI without a warning.
+    content = aiter_file(path) if isinstance(request, ASGIRequest) else iter_file(path)
+    response = StreamingHttpResponse(content, content_type="application/x-ndjson")
+    _attachment(response, f"sweep-{sweep.pk}-records.jsonl")
+    return response

@@ -8,9 +8,10 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from benchmarks import audit
-from benchmarks.models import Experiment, Sweep
+from benchmarks import selectors as bench_selectors
+from benchmarks.experiments import selectors as exp_selectors
 from specdash.api import errors
-from specdash.api.auth import require_viewer
+from specdash.api.auth import requires, viewer
 from specdash.api.common import responses
 from specdash.api.schemas import Id
 
@@ -33,24 +34,24 @@ class AuditOut(Schema):
 
 
 @router.get("/audit", response=responses({200: AuditOut}), summary="Audit stored figures")
+@requires(viewer)
 def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> dict[str, Any]:
     """Recompute every level summary (counts, tokens, tok/s, percentiles) from the records
     and every comparison (ratios, intervals, crossover, saturation) from those levels;
     ``ok`` is false and ``problems`` lists each disagreement. Give exactly one of
     ``sweep``, ``experiment`` or ``all=true``."""
-    require_viewer(request)
     chosen = [query.sweep is not None, query.experiment is not None, query.all]
     if sum(chosen) != 1:
         raise errors.ApiError(
             422, errors.VALIDATION, "Give exactly one of sweep, experiment or all=true."
         )
     if query.sweep is not None:
-        sweep = Sweep.objects.filter(pk=query.sweep).first()
+        sweep = bench_selectors.sweep_detail(sweep_id=query.sweep)
         if sweep is None:
             raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{query.sweep}.")
         return audit.audit_sweep(sweep=sweep).as_dict()
     if query.experiment is not None:
-        experiment = Experiment.objects.filter(pk=query.experiment).first()
+        experiment = exp_selectors.experiment_detail(experiment_id=query.experiment)
         if experiment is None:
             raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{query.experiment}.")
         return audit.audit_experiment(experiment=experiment).as_dict()

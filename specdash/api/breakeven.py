@@ -12,7 +12,7 @@ from ninja.responses import Status
 
 from benchmarks.experiments import breakeven, breakeven_report
 from specdash.api import errors
-from specdash.api.auth import require_operator, require_sweeper, require_viewer
+from specdash.api.auth import caller, operator, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
@@ -59,11 +59,11 @@ def _map(experiment_id: int) -> breakeven.MapData:
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
     summary="Run a break-even map: forced acceptance x levels against speculation off",
 )
+@requires(operator, sweeper)
 def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
     """One arm per forced accept length and one with speculation off (arm A), default
     protocol; 422 for an engine without a way to force the acceptance."""
-    require_operator(request)
-    user = require_sweeper(request)
+    user = caller(request)
     base = base_profile_or_404(payload.profile)
     try:
         experiment = breakeven.map_create(
@@ -87,6 +87,7 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
     response=responses({200: dict[str, Any]}),
     summary="A break-even map, a placed workload and the map's checks",
 )
+@requires(viewer)
 def map_read(
     request: HttpRequest,
     query: Query[SourceQuery],
@@ -94,7 +95,6 @@ def map_read(
 ) -> dict[str, Any]:
     """The map's cells (B/A, interval, the decision's status), its contour and band; with
     ?experiment= or ?sweep=, that workload's categories placed on it; every check."""
-    require_viewer(request)
     data = _map(experiment_id)
     placement = None
     if query.experiment is not None or query.sweep is not None:
@@ -113,11 +113,11 @@ def map_read(
     response=responses({202: CheckAccepted}, WRITE_ERRORS),
     summary="Verify a placed prediction: the real A/B of one category",
 )
+@requires(operator, sweeper)
 def check_create(
     request: HttpRequest, payload: CheckIn, experiment_id: int = path_id("Map experiment id")
 ) -> Status[dict[str, Any]]:
-    require_operator(request)
-    user = require_sweeper(request)
+    user = caller(request)
     data = _map(experiment_id)
     try:
         placement = breakeven.placement_source(

@@ -17,6 +17,7 @@ from specdash.api import errors
 from specdash.api.schemas import MAX_ID, ErrorOut
 
 M = TypeVar("M", bound=Model)
+T = TypeVar("T")
 
 MAX_LIMIT = 200
 # Deep offsets are refused rather than turned into huge SQL OFFSETs.
@@ -71,6 +72,14 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 422)
 def responses(ok: dict[int, Any], errors_: tuple[int, ...] = READ_ERRORS) -> dict[int, Any]:
     """The operation's success schemas plus the error shape for every documented failure."""
     return {**ok, **dict.fromkeys(errors_, ErrorOut)}
+
+
+def found(obj: T | None, message: str) -> T:
+    """``obj``, or a 404 in the API's error shape saying what was not there (a selector's
+    ``None`` turned into the answer, as ``get_object_or_404`` does for a queryset)."""
+    if obj is None:
+        raise errors.ApiError(404, errors.NOT_FOUND, message)
+    return obj
 
 
 def with_headline(exc: ValidationError) -> ValidationError:

@@ -10,13 +10,14 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
-from hosts.models import ServerProfile
-from specdash.api import errors, selectors
-from specdash.api.auth import require_sweeper, require_viewer
+from hosts import selectors as host_selectors
+from specdash.api import errors
+from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
 from specdash.api.schemas import (
     ComparisonOut,
@@ -62,12 +63,12 @@ def experiment_accepted(experiment: Experiment) -> Status[dict[str, Any]]:
 
 
 @router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
+@requires(viewer)
 def experiment_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, state, tag and creation time."""
-    require_viewer(request)
-    qs = selectors.experiments(
+    qs = bench_selectors.experiment_filter(
         profile_id=filters.profile,
         state=filters.state,
         tag=filters.tag,
@@ -82,11 +83,12 @@ def experiment_list(
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
     summary="Start an A/B experiment",
 )
+@requires(sweeper)
 def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dict[str, Any]]:
     """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
     verified stop; then build the comparison. 202 with the experiment and its job."""
-    user = require_sweeper(request)
-    found = {p.pk: p for p in ServerProfile.objects.filter(pk__in=payload.profiles)}
+    user = caller(request)
+    found = host_selectors.profiles_by_id(profile_ids=payload.profiles)
     missing = [pk for pk in payload.profiles if pk not in found]
     if missing:
         raise ValidationError({"profiles": [f"No profile #{pk}." for pk in missing]})
@@ -108,11 +110,11 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dic
 
 
 @router.get("/experiments/{experiment_id}", response=responses({200: ExperimentDetailOut}))
+@requires(viewer)
 def experiment_detail(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> Experiment:
     """Status of an experiment and of each of its steps."""
-    require_viewer(request)
     return experiment_or_404(experiment_id)
 
 
@@ -120,11 +122,12 @@ def experiment_detail(
     "/experiments/{experiment_id}/cancel",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
 )
+@requires(sweeper)
 def experiment_cancel(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> Status[dict[str, Any]]:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
-    user = require_sweeper(request)
+    user = caller(request)
     return experiment_accepted(
         services.experiment_cancel(experiment=experiment_or_404(experiment_id), user=user)
     )
@@ -134,12 +137,13 @@ def experiment_cancel(
     "/experiments/{experiment_id}/resume",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
 )
+@requires(sweeper)
 def experiment_resume(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> Status[dict[str, Any]]:
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
-    user = require_sweeper(request)
+    user = caller(request)
     return experiment_accepted(
         services.experiment_resume(experiment=experiment_or_404(experiment_id), user=user)
     )
@@ -149,24 +153,25 @@ def experiment_resume(
     "/experiments/{experiment_id}/rerun",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
 )
+@requires(sweeper)
 def experiment_rerun(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> Status[dict[str, Any]]:
     """Retry a failed experiment, or re-run any finished one: a new experiment with the same
     profiles, levels, load and protocol (the original is kept). 422 while it runs."""
-    user = require_sweeper(request)
+    user = caller(request)
     return experiment_accepted(
         services.experiment_rerun(experiment=experiment_or_404(experiment_id), user=user)
     )
 
 
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
+@requires(viewer)
 def experiment_comparison(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> dict[str, Any]:
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
-    require_viewer(request)
     return stored.experiment_comparison_read(experiment=experiment_or_404(experiment_id))
 
 
@@ -188,13 +193,13 @@ class ProtocolOut(Schema):
     response=responses({200: ProtocolOut}),
     summary="Protocol, drift and environment",
 )
+@requires(viewer)
 def experiment_protocol(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> dict[str, Any]:
     """How the experiment ran its arms (repeats, order, the interval and what it includes),
     each level's drift and order effect, and each run's environment record with what differs
     between the arms besides their launch (docs/measurement.md, "Protocols")."""
-    require_viewer(request)
     return protocol.experiment_protocol_report(experiment=experiment_or_404(experiment_id))
 
 
@@ -203,6 +208,7 @@ def experiment_protocol(
     response=responses({200: ScheduleOut}),
     summary="Speculation schedule",
 )
+@requires(viewer)
 def experiment_schedule(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
 ) -> dict[str, Any]:
@@ -210,15 +216,14 @@ def experiment_schedule(
     concurrency band with each band's gain and interval, and the engine configuration to
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
     read from their profiles' launch argv."""
-    require_viewer(request)
     return stored.experiment_schedule_read(experiment=experiment_or_404(experiment_id))
 
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")
+@requires(viewer)
 def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dict[str, Any]:
     """Compare finished sweeps (``?sweep=A&sweep=B``), each against the first: ratios with
     intervals, crossover, saturation and the verdict, as for an experiment."""
-    require_viewer(request)
     sweeps = exp_selectors.sweeps_by_ids(sweep_ids=query.sweep)
     missing = sorted(set(query.sweep) - {s.pk for s in sweeps})
     if missing:

@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema
 from ninja.responses import Status
 
+from hosts import selectors as host_selectors
+from hosts import services
 from hosts.models import Container, Host, ServerProfile
-from hosts.services import profile_kind_switch_check
-from specdash.api import selectors, services
-from specdash.api.auth import require_staff, require_viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, paginate, path_id, responses
+from specdash.api.auth import requires, staff, viewer
+from specdash.api.common import WRITE_ERRORS, PageQuery, found, paginate, path_id, responses
 from specdash.api.schemas import (
     ContainerIn,
     ContainerOut,
@@ -48,99 +47,105 @@ def _changes(payload: Schema) -> dict[str, Any]:
 
 
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
+@requires(viewer)
 def host_list(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
-    require_viewer(request)
-    return paginate(request, selectors.hosts(), page)
+    return paginate(request, host_selectors.host_list(), page)
 
 
 @router.post("/hosts", response=responses({201: HostOut}, WRITE_ERRORS), summary="Create a host")
+@requires(staff("hosts.add_host"))
 def host_create(request: HttpRequest, payload: HostIn) -> Status[Host]:
-    require_staff(request, "hosts.add_host")
     return Status(201, services.registry_create(model=Host, data=payload.model_dump()))
 
 
 @router.get("/hosts/{host_id}", response=responses({200: HostOut}), summary="One host")
+@requires(viewer)
 def host_detail(request: HttpRequest, host_id: int = path_id("Host id")) -> Host:
-    require_viewer(request)
-    return get_object_or_404(Host, pk=host_id)
+    return found(host_selectors.host_detail(host_id=host_id), f"No host #{host_id}.")
 
 
 @router.patch("/hosts/{host_id}", response=responses({200: HostOut}, WRITE_ERRORS))
+@requires(staff("hosts.change_host"))
 def host_update(
     request: HttpRequest, payload: HostPatch, host_id: int = path_id("Host id")
 ) -> Host:
     """Change the given fields of a host (staff)."""
-    require_staff(request, "hosts.change_host")
-    host = get_object_or_404(Host, pk=host_id)
+    host = found(host_selectors.host_detail(host_id=host_id), f"No host #{host_id}.")
     return services.registry_update(obj=host, data=_changes(payload))
 
 
 @router.get("/containers", response=responses({200: ContainerPage}), summary="List containers")
+@requires(viewer)
 def container_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ContainerFilters]
 ) -> dict[str, Any]:
-    require_viewer(request)
-    return paginate(request, selectors.containers(host_id=filters.host), page)
+    return paginate(request, host_selectors.container_list(host_id=filters.host), page)
 
 
 @router.post("/containers", response=responses({201: ContainerOut}, WRITE_ERRORS))
+@requires(staff("hosts.add_container"))
 def container_create(request: HttpRequest, payload: ContainerIn) -> Status[Container]:
     """Register a container on a host (staff)."""
-    require_staff(request, "hosts.add_container")
     return Status(201, services.registry_create(model=Container, data=payload.model_dump()))
 
 
 @router.get("/containers/{container_id}", response=responses({200: ContainerOut}))
+@requires(viewer)
 def container_detail(
     request: HttpRequest, container_id: int = path_id("Container id")
 ) -> Container:
     """One container."""
-    require_viewer(request)
-    return get_object_or_404(Container.objects.select_related("host"), pk=container_id)
+    return found(
+        host_selectors.container_detail(container_id=container_id),
+        f"No container #{container_id}.",
+    )
 
 
 @router.patch("/containers/{container_id}", response=responses({200: ContainerOut}, WRITE_ERRORS))
+@requires(staff("hosts.change_container"))
 def container_update(
     request: HttpRequest, payload: ContainerPatch, container_id: int = path_id("Container id")
 ) -> Container:
     """Change the given fields of a container (staff)."""
-    require_staff(request, "hosts.change_container")
-    container = get_object_or_404(Container.objects.select_related("host"), pk=container_id)
+    container = found(
+        host_selectors.container_detail(container_id=container_id),
+        f"No container #{container_id}.",
+    )
     return services.registry_update(obj=container, data=_changes(payload))
 
 
 @router.get("/profiles", response=responses({200: ProfilePage}), summary="List server profiles")
+@requires(viewer)
 def profile_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ProfileFilters]
 ) -> dict[str, Any]:
-    require_viewer(request)
-    return paginate(request, selectors.profiles(host_id=filters.host, tag=filters.tag), page)
+    profiles = host_selectors.profile_list(host_id=filters.host, tag=filters.tag)
+    return paginate(request, profiles, page)
 
 
 @router.post("/profiles", response=responses({201: ProfileOut}, WRITE_ERRORS))
+@requires(staff("hosts.add_serverprofile"))
 def profile_create(request: HttpRequest, payload: ProfileIn) -> Status[ServerProfile]:
     """Create a server profile (staff)."""
-    require_staff(request, "hosts.add_serverprofile")
     # Unset optionals (an endpoint's host and port) take the model's defaults.
     data = payload.model_dump(exclude_none=True)
     return Status(201, services.registry_create(model=ServerProfile, data=data))
 
 
 @router.get("/profiles/{profile_id}", response=responses({200: ProfileOut}))
+@requires(viewer)
 def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")) -> ServerProfile:
     """One server profile."""
-    require_viewer(request)
-    return get_object_or_404(ServerProfile.objects.select_related("host"), pk=profile_id)
+    return found(host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}.")
 
 
 @router.patch("/profiles/{profile_id}", response=responses({200: ProfileOut}, WRITE_ERRORS))
+@requires(staff("hosts.change_serverprofile"))
 def profile_update(
     request: HttpRequest, payload: ProfilePatch, profile_id: int = path_id("Profile id")
 ) -> ServerProfile:
     """Change the given fields of a profile (staff); a running instance keeps its launch."""
-    require_staff(request, "hosts.change_serverprofile")
-    profile = get_object_or_404(ServerProfile.objects.select_related("host"), pk=profile_id)
-    changes = _changes(payload)
-    if "kind" in changes:
-        profile_kind_switch_check(profile=profile, kind=changes["kind"])
-    return services.registry_update(obj=profile, data=changes)
+    profile = found(
+        host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}."
+    )
+    return services.registry_update(obj=profile, data=_changes(payload))

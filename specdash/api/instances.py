@@ -6,16 +6,16 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from core.jobs import selectors as job_selectors
 from hosts import selectors as host_selectors
 from hosts import services
-from hosts.models import InstanceState, ServerInstance, ServerProfile
-from specdash.api import errors, selectors
-from specdash.api.auth import require_operator, require_viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from hosts.models import InstanceState, ServerInstance
+from specdash.api import errors
+from specdash.api.auth import caller, operator, requires, viewer
+from specdash.api.common import WRITE_ERRORS, PageQuery, aware, found, paginate, path_id, responses
 from specdash.api.schemas import (
     Id,
     InstanceAccepted,
@@ -52,7 +52,7 @@ def _instance(instance_id: int) -> ServerInstance:
 
 def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
     instance = _instance(instance.pk)
-    job = selectors.instance_job(instance_id=instance.pk)
+    job = job_selectors.job_newest(lock_key=services.instance_lock_key(instance.pk))
     body = {
         "instance": instance,
         "job": job,
@@ -62,12 +62,12 @@ def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
 
 
 @router.get("/instances", response=responses({200: InstancePage}), summary="List instances")
+@requires(viewer)
 def instance_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, host, state, profile tag and creation time."""
-    require_viewer(request)
-    qs = selectors.instances(
+    qs = host_selectors.instance_filter(
         profile_id=filters.profile,
         host_id=filters.host,
         state=filters.state,
@@ -83,33 +83,37 @@ def instance_list(
     response=responses({202: InstanceAccepted}, WRITE_ERRORS),
     summary="Start a server from a profile",
 )
+@requires(operator)
 def profile_start(
     request: HttpRequest, profile_id: int = path_id("Profile id")
 ) -> Status[dict[str, Any]]:
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
-    user = require_operator(request)
-    profile = get_object_or_404(ServerProfile.objects.select_related("host"), pk=profile_id)
+    user = caller(request)
+    profile = found(
+        host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}."
+    )
     return _accepted(services.instance_start(profile=profile, user=user))
 
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))
+@requires(viewer)
 def instance_detail(
     request: HttpRequest, instance_id: int = path_id("Instance id")
 ) -> ServerInstance:
     """Status of one instance."""
-    require_viewer(request)
     return _instance(instance_id)
 
 
 @router.post(
     "/instances/{instance_id}/stop", response=responses({202: InstanceAccepted}, WRITE_ERRORS)
 )
+@requires(operator)
 def instance_stop(
     request: HttpRequest, instance_id: int = path_id("Instance id")
 ) -> Status[dict[str, Any]]:
     """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
-    user = require_operator(request)
+    user = caller(request)
     return _accepted(services.instance_stop(instance=_instance(instance_id), user=user))
 
 
@@ -117,12 +121,13 @@ def instance_stop(
     "/instances/{instance_id}/kill-holders",
     response=responses({202: InstanceAccepted}, WRITE_ERRORS),
 )
+@requires(operator)
 def instance_kill_holders(
     request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
 ) -> Status[dict[str, Any]]:
     """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
     verification listed, by pid and start time)."""
-    user = require_operator(request)
+    user = caller(request)
     instance = _instance(instance_id)
     holders = [h.model_dump() for h in payload.holders]
     try:
@@ -139,21 +144,21 @@ def instance_kill_holders(
 
 
 @router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))
+@requires(viewer)
 def instance_events(
     request: HttpRequest, page: Query[PageQuery], instance_id: int = path_id("Instance id")
 ) -> dict[str, Any]:
     """State history and operator actions, oldest first."""
-    require_viewer(request)
     _instance(instance_id)
-    return paginate(request, selectors.instance_events(instance_id=instance_id), page)
+    return paginate(request, host_selectors.instance_event_list(instance_id=instance_id), page)
 
 
 @router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))
+@requires(viewer)
 def instance_log(
     request: HttpRequest, query: Query[LogQuery], instance_id: int = path_id("Instance id")
 ) -> dict[str, Any]:
     """The last lines of the server's log, as the lifecycle job last read them."""
-    require_viewer(request)
     instance = _instance(instance_id)
     lines = instance.log_tail.splitlines()[-query.lines :]
     return {"instance_id": instance.pk, "state": instance.state, "lines": lines}

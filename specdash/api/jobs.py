@@ -7,10 +7,11 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
+from core.jobs import selectors as job_selectors
 from core.jobs.health import worker_health
 from core.models import Job, JobState
-from specdash.api import errors, selectors
-from specdash.api.auth import require_viewer
+from specdash.api import errors
+from specdash.api.auth import requires, viewer
 from specdash.api.common import PageQuery, paginate, path_id, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
 
@@ -23,26 +24,26 @@ class JobFilters(Schema):
 
 
 @router.get("/jobs", response=responses({200: JobPage}), summary="List jobs")
+@requires(viewer)
 def job_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[JobFilters]
 ) -> dict[str, Any]:
-    require_viewer(request)
-    return paginate(request, selectors.jobs(kind=filters.kind, state=filters.state), page)
+    return paginate(request, job_selectors.job_filter(kind=filters.kind, state=filters.state), page)
 
 
 @router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")
+@requires(viewer)
 def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
-    require_viewer(request)
-    job = Job.objects.filter(pk=job_id).first()
+    job = job_selectors.job_detail(job_id=job_id)
     if job is None:
         raise errors.ApiError(404, errors.NOT_FOUND, f"No job #{job_id}.")
     return job
 
 
 @router.get("/health", response=responses({200: HealthOut}), summary="Job worker health")
+@requires(viewer)
 def health(request: HttpRequest) -> dict[str, Any]:
     """Whether a healthy job worker is alive (new work is refused with 503 while none is)."""
-    require_viewer(request)
     found = worker_health()
     return {
         "ok": found.ok,

@@ -6,8 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
@@ -15,9 +14,9 @@ from benchmarks import selectors as bench_selectors
 from benchmarks import services
 from benchmarks.models import Sweep, SweepState
 from benchmarks.sweeps import exports
-from hosts.models import ServerInstance, ServerProfile
-from specdash.api import errors, selectors
-from specdash.api.auth import require_sweeper, require_viewer
+from hosts import selectors as host_selectors
+from specdash.api import errors
+from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
 from specdash.api.schemas import (
     Id,
@@ -78,12 +77,12 @@ _JSONL = {
 
 
 @router.get("/sweeps", response=responses({200: SweepPage}), summary="List sweeps")
+@requires(viewer)
 def sweep_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
 ) -> dict[str, Any]:
     """Newest first; filter by profile, instance, state, tag and creation time."""
-    require_viewer(request)
-    qs = selectors.sweeps(
+    qs = bench_selectors.sweep_filter(
         profile_id=filters.profile,
         instance_id=filters.instance,
         state=filters.state,
@@ -99,17 +98,18 @@ def sweep_list(
     response=responses({202: SweepAccepted}, WRITE_ERRORS),
     summary="Start a concurrency sweep",
 )
+@requires(sweeper)
 def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any]]:
     """Queue a sweep of a ready instance (or a base URL); 202 with the sweep and its job."""
-    user = require_sweeper(request)
+    user = caller(request)
     instance = None
     if payload.instance_id is not None:
-        instance = ServerInstance.objects.filter(pk=payload.instance_id).first()
+        instance = host_selectors.instance_detail(instance_id=payload.instance_id)
         if instance is None:
             raise ValidationError({"instance_id": f"No server instance #{payload.instance_id}."})
     endpoint = None
     if payload.profile_id is not None:
-        endpoint = ServerProfile.objects.filter(pk=payload.profile_id).first()
+        endpoint = host_selectors.profile_detail(profile_id=payload.profile_id)
         if endpoint is None:
             raise ValidationError({"profile_id": f"No server profile #{payload.profile_id}."})
     try:
@@ -135,20 +135,21 @@ def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any
 
 
 @router.get("/sweeps/{sweep_id}", response=responses({200: SweepDetailOut}))
+@requires(viewer)
 def sweep_detail(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> Sweep:
     """Status and progress of one sweep."""
-    require_viewer(request)
     return _sweep(sweep_id)
 
 
 @router.get("/sweeps/{sweep_id}/levels", response=responses({200: list[LevelOut]}))
+@requires(viewer)
 def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> list[Any]:
     """Per-level results (headline figures and the full summary), by level index."""
-    require_viewer(request)
     return bench_selectors.sweep_levels(sweep_id=_sweep(sweep_id).pk)
 
 
 @router.get("/sweeps/{sweep_id}/samples", response=responses({200: SamplePage}))
+@requires(viewer)
 def sweep_samples(
     request: HttpRequest,
     page: Query[PageQuery],
@@ -156,46 +157,49 @@ def sweep_samples(
     sweep_id: int = path_id("Sweep id"),
 ) -> dict[str, Any]:
     """The live samples (about one a second), oldest first."""
-    require_viewer(request)
-    qs = selectors.sweep_samples(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
+    qs = bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
     return paginate(request, qs, page)
 
 
 @router.post("/sweeps/{sweep_id}/cancel", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@requires(sweeper)
 def sweep_cancel(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> Status[dict[str, Any]]:
     """Cancel: a queued sweep at once, a running one after its current level (partial)."""
-    user = require_sweeper(request)
+    user = caller(request)
     return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
 
 
 @router.post("/sweeps/{sweep_id}/resume", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@requires(sweeper)
 def sweep_resume(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> Status[dict[str, Any]]:
     """Continue an interrupted sweep from its first level that did not complete."""
-    user = require_sweeper(request)
+    user = caller(request)
     return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
 
 
 @router.post("/sweeps/{sweep_id}/rerun", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@requires(sweeper)
 def sweep_rerun(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> Status[dict[str, Any]]:
     """A new sweep with a finished sweep's settings against the same target (its server if
     still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
     runs or when no server of its profile is ready."""
-    user = require_sweeper(request)
+    user = caller(request)
     return _accepted(services.sweep_rerun(sweep=_sweep(sweep_id), user=user))
 
 
 @router.post("/sweeps/{sweep_id}/abandon", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@requires(sweeper)
 def sweep_abandon(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> Status[dict[str, Any]]:
     """Close an interrupted sweep for good (cancelled, every level kept)."""
-    user = require_sweeper(request)
+    user = caller(request)
     return _accepted(services.sweep_abandon(sweep=_sweep(sweep_id), user=user))
 
 
@@ -204,13 +208,10 @@ def sweep_abandon(
     response=responses({}),
     openapi_extra={"responses": _CSV},
 )
+@requires(viewer)
 def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
     """Level summaries as CSV (the columns of the UI's export)."""
-    require_viewer(request)
-    sweep = _sweep(sweep_id)
-    response = HttpResponse(exports.levels_csv(sweep=sweep), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}-levels.csv"'
-    return response
+    return exports.levels_csv_response(sweep=_sweep(sweep_id))
 
 
 @router.get(
@@ -218,11 +219,10 @@ def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) 
     response=responses({}),
     openapi_extra={"responses": _JSON_FILE},
 )
+@requires(viewer)
 def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
     """The sweep with its load, environment and every level's full summary."""
-    require_viewer(request)
-    sweep = _sweep(sweep_id)
-    return JsonResponse(exports.levels_json(sweep=sweep))
+    return exports.levels_json_response(sweep=_sweep(sweep_id))
 
 
 @router.get(
@@ -230,16 +230,12 @@ def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id"))
     response=responses({}),
     openapi_extra={"responses": _JSONL},
 )
+@requires(viewer)
 def sweep_export_records(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
 ) -> StreamingHttpResponse:
     """Every request's record as JSON lines (404 until the sweep has written some)."""
-    require_viewer(request)
-    sweep = _sweep(sweep_id)
-    path = exports.records_file(sweep=sweep)
-    if path is None:
+    response = exports.records_response(request=request, sweep=_sweep(sweep_id))
+    if response is None:
         raise errors.ApiError(404, errors.NOT_FOUND, "This sweep has no request records yet.")
-    content = (
-        exports.aiter_file(path) if isinstance(request, ASGIRequest) else exports.iter_file(path)
-    )
-    return StreamingHttpResponse(content, content_type="application/x-ndjson")
+    return response

@@ -17,7 +17,7 @@ from ninja.responses import Status
 from pydantic import StringConstraints
 
 from benchmarks import traces
-from specdash.api.auth import require_sweeper, require_viewer
+from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, responses
 from specdash.api.schemas.base import In
 
@@ -41,18 +41,19 @@ class TraceIn(In):
 
 
 @router.get("/traces", response=responses({200: list[TraceOut]}), summary="List traces")
+@requires(viewer)
 def trace_list(request: HttpRequest) -> list[dict[str, Any]]:
     """The traces in the dashboard's trace folder, with each one's detected format."""
-    require_viewer(request)
     return [t.as_dict() for t in traces.trace_list()]
 
 
 @router.post("/traces", response=responses({201: TraceOut}, WRITE_ERRORS), summary="Upload a trace")
+@requires(sweeper)
 def trace_upload(request: HttpRequest, payload: TraceIn) -> Status[dict[str, Any]]:
     """Store a trace file in the trace folder once every line reads in its detected format;
     201 with its format, requests and rate. 422 naming `name` (not a plain trace file name, or
     a different file stored under it), `file` (empty, or over SPECDASH_TRACE_MAX_BYTES) or
     `trace` (not a trace: the loader's message with the line at fault)."""
-    user = require_sweeper(request)
+    user = caller(request)
     stored = traces.trace_upload(user=user, name=payload.name, chunks=[payload.content.encode()])
     return Status(201, stored.as_dict())

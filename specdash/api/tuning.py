@@ -12,9 +12,10 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchmarks.experiments import tuning
+from hosts import selectors as host_selectors
 from hosts.models import ServerProfile
 from specdash.api import errors
-from specdash.api.auth import require_operator, require_sweeper, require_viewer
+from specdash.api.auth import caller, operator, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
@@ -96,7 +97,7 @@ class VerificationOut(Schema):
 
 def base_profile_or_404(pk: int) -> ServerProfile:
     """The profile a matrix or a map varies; 404 when there is none."""
-    base = ServerProfile.objects.filter(pk=pk).first()
+    base = host_selectors.profile_detail(profile_id=pk)
     if base is None:
         raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{pk}.")
     return base
@@ -107,11 +108,11 @@ def base_profile_or_404(pk: int) -> ServerProfile:
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
     summary="Run a parameter matrix of one profile",
 )
+@requires(operator, sweeper)
 def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, Any]]:
     """Create (or reuse) one variant profile per combination of the axes' values, and queue
     an experiment with the variants as arms. 422 for an axis that cannot be applied."""
-    require_operator(request)
-    user = require_sweeper(request)
+    user = caller(request)
     base = base_profile_or_404(payload.profile)
     try:
         experiment = tuning.matrix_create(
@@ -136,6 +137,7 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, A
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
     summary="Verify the speculation schedule of a matrix experiment",
 )
+@requires(operator, sweeper)
 def verification_create(
     request: HttpRequest,
     payload: VerifyIn | None = None,
@@ -145,8 +147,7 @@ def verification_create(
     it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load,
     each level ``repeats`` times (default 3) so the verdict's intervals hold run-to-run spread.
     The body may be empty."""
-    require_operator(request)
-    user = require_sweeper(request)
+    user = caller(request)
     repeats = payload.repeats if payload is not None else None
     try:
         with transaction.atomic():
@@ -163,6 +164,7 @@ def verification_create(
     response=responses({200: VerificationOut}),
     summary="Tuned schedule vs every fixed variant, per level",
 )
+@requires(viewer)
 def verification_report(
     request: HttpRequest,
     query: Query[VerificationQuery],
@@ -170,7 +172,6 @@ def verification_report(
 ) -> dict[str, Any]:
     """Per level: tuned / best fixed variant with its interval, the fixed variants
     conclusively ahead of the schedule, and the verdict."""
-    require_viewer(request)
     try:
         return tuning.verification_report(
             experiment=experiment_or_404(experiment_id), margin=query.margin
