@@ -35,12 +35,11 @@ import numpy.typing as npt
 from benchlib.loadgen.goodput import Slo, request_figures
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
-    _BLOCK,
-    _BLOCK_TAG,
     _PAYLOAD,
     MAGIC,
     ReadState,
     decode_block,
+    iter_compact_blocks,
     iter_jsonl,
 )
 from benchlib.stats.types import RequestColumns, RequestPoint
@@ -368,28 +367,6 @@ def _block_columns(body: bytes) -> tuple[list[Any], list[Any], dict[str, npt.NDA
     return _column(other, "level", n, None), _column(other, "attempt", n, 1), out
 
 
-def _iter_compact_blocks(path: Path, state: ReadState) -> Iterator[bytes]:
-    """Each whole block's compressed body; a torn last block is reported in ``state``."""
-    with path.open("rb") as f:
-        if f.read(len(MAGIC)) != MAGIC:
-            raise ValueError(f"{path} is not a compact records file")
-        while True:
-            head = f.read(_BLOCK.size)
-            if not head:
-                return
-            body = b""
-            if len(head) == _BLOCK.size:
-                tag, length, crc = _BLOCK.unpack(head)
-                if tag == _BLOCK_TAG:
-                    body = f.read(length)
-                    if len(body) != length or zlib.crc32(body) != crc:
-                        body = b""
-            if not body:
-                state.torn_tail = True
-                return
-            yield body
-
-
 def _split(
     builders: dict[tuple[int, int], _Builder],
     levels: list[Any],
@@ -427,7 +404,7 @@ def read_record_columns(path: Path, *, gaps: bool = False) -> RecordColumns:
         with path.open("rb") as f:
             compact = f.read(len(MAGIC)) == MAGIC
         if compact:
-            for body in _iter_compact_blocks(path, state):
+            for body in iter_compact_blocks(path, state=state):
                 if gaps:
                     rows = decode_block(body)
                     levels = [r.get("level") for r in rows]

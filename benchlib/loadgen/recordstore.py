@@ -203,6 +203,16 @@ def iter_compact(
 ) -> Iterator[dict[str, Any]]:
     """The rows of a compact file from the block at byte `offset` (0: the first); a torn last
     block (a writer killed mid-write) is left out and reported in `state`."""
+    for body in iter_compact_blocks(path, offset=offset, state=state):
+        yield from decode_block(body)
+
+
+def iter_compact_blocks(
+    path: Path, *, offset: int = 0, state: ReadState | None = None
+) -> Iterator[bytes]:
+    """Each whole block's compressed body (``decode_block`` reads its rows) from byte `offset`
+    (0: the first block); a torn last block is left out and reported in `state`, with the
+    offset the whole blocks end at."""
     state = state or ReadState()
     with path.open("rb") as f:
         if offset <= 0:
@@ -227,7 +237,7 @@ def iter_compact(
                 state.torn_tail = True
                 state.end_offset = at
                 return
-            yield from decode_block(body)
+            yield body
 
 
 def iter_jsonl(
