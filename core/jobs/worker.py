@@ -154,6 +154,9 @@ class Worker:
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}
         self._forced: set[int] = set()
+        # Jobs whose end is being written: a renewal that matches no row meanwhile is the end
+        # itself landing first, not a reap (the end's own write says if it was a reap).
+        self._ending: set[int] = set()
         self._next_heartbeat = 0.0
         self._failures = 0
         self.started_at = timezone.now()
@@ -320,12 +323,14 @@ class Worker:
             if ctx is not None and job_id not in lost and not ctx.lost:
                 ctx.lease_deadline = started + self.settings.lease_seconds
         for job_id in lost:
+            if job_id in self._ending:
+                continue
             self._lose(job_id, "its lease renewal matched no row (reaped by another worker)")
 
     def _fence_expired(self) -> None:
         now = time.monotonic()
         for job_id, ctx in list(self._contexts.items()):
-            if now > ctx.lease_deadline:
+            if now > ctx.lease_deadline and job_id not in self._ending:
                 self._lose(job_id, "its lease expired before it was renewed")
 
     def _lose(self, job_id: int, why: str) -> None:
@@ -352,14 +357,18 @@ class Worker:
             error: str = "",
             hook_owed: str = "",
         ) -> bool:
-            recorded = await store.ajob_finish(
-                job_id=job_id,
-                worker_id=worker_id,
-                state=state,
-                result=result,
-                error=error,
-                hook_owed=hook_owed,
-            )
+            self._ending.add(ctx.job_id)
+            try:
+                recorded = await store.ajob_finish(
+                    job_id=job_id,
+                    worker_id=worker_id,
+                    state=state,
+                    result=result,
+                    error=error,
+                    hook_owed=hook_owed,
+                )
+            finally:
+                self._ending.discard(ctx.job_id)
             if recorded:
                 # Its end is written: no lease is held from here on, so a renewal (which now
                 # matches no running row) must not take it for lost and cancel what follows,

@@ -183,7 +183,17 @@ async def test_a_lease_renewal_after_the_end_is_written_does_not_cancel_the_owed
         await asyncio.sleep(0.6)  # three heartbeats of _run_worker_until's worker
         await real_hook(job_id)
 
+    real_finish = store.ajob_finish
+
+    async def finish_returning_after_a_heartbeat(**kwargs: Any) -> bool:
+        # The end is committed, and its await resumes only after a renewal has found no
+        # running row (the order seen on a loaded machine): still not a reap.
+        recorded = await real_finish(**kwargs)
+        await asyncio.sleep(0.6)
+        return recorded
+
     monkeypatch.setattr(store, "arun_owed_hook", hook_after_a_heartbeat)
+    monkeypatch.setattr(store, "ajob_finish", finish_returning_after_a_heartbeat)
     db_refused_hooks.clear()
     job = await sync_to_async(job_enqueue)(kind="test.db_refused")
 
