@@ -12,16 +12,65 @@ from __future__ import annotations
 # `first_answer - start`; the reasoning phase's mean token gap is
 # (first_answer - first_token) / reasoning_tokens (the first answer token is that many tokens
 # after the first one), the answer phase's (end of its last chunk - first_answer) / (answer
-# tokens - 1). Acceptance per phase needs per-phase figures from the engine, which neither vLLM
-# nor SGLang reports per request: it is not given.
-from collections.abc import Iterable
-from typing import Any
+# tokens - 1).
+#
+# Acceptance per phase: neither vLLM nor SGLang reports a request's speculative figures split by
+# phase, but both stream one chunk per verify step holding the tokens it accepted, so tokens per
+# chunk in each phase is the client's reading of that phase's accept length (docs/measurement.md,
+# "Acceptance per phase", says when it is not one). No record field is needed for it: the
+# handler sets `reasoning_tokens` to the tokens counted before the first answer chunk, so the
+# reasoning's chunks are the leading ones whose tokens add up to it.
+from collections.abc import Iterable, Sequence
 
 from benchlib.loadgen.metrics import distribution
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.summary import PhaseAcceptance, ReasoningFigures
 
 
-def reasoning_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+def answer_chunk_index(chunk_tokens: Sequence[int], reasoning_tokens: int) -> int:
+    """Index of the request's first answer chunk (its chunk count when the stream ended while
+    still reasoning): the chunks before it carry the `reasoning_tokens`."""
+    counted = 0
+    for i, n in enumerate(chunk_tokens):
+        if counted >= reasoning_tokens:
+            return i
+        counted += n
+    return len(chunk_tokens)
+
+
+def _acceptance(tokens: int, chunks: int, requests: int) -> PhaseAcceptance:
+    return {
+        "tokens_per_chunk": tokens / chunks if chunks else None,
+        "tokens": tokens,
+        "chunks": chunks,
+        "requests": requests,
+    }
+
+
+def phase_acceptance(records: Iterable[RequestRecord]) -> tuple[PhaseAcceptance, PhaseAcceptance]:
+    """Tokens per streamed chunk in the reasoning phase and in the answer phase, summed over the
+    requests before dividing (a request's weight is its chunks).
+
+    The reasoning phase leaves out the stream's first chunk: it carries the token the prefill
+    made, which no verify step produced. Requests whose chunk counts were estimated (a server
+    without per-chunk usage: one token per chunk by assumption) and those with no reasoning token
+    are left out of both; the answer phase counts only requests whose answer started."""
+    r_tokens = r_chunks = r_requests = a_tokens = a_chunks = a_requests = 0
+    for r in records:
+        if r.chunk_tokens_estimated or not r.reasoning_tokens or not r.chunk_tokens:
+            continue
+        k = answer_chunk_index(r.chunk_tokens, r.reasoning_tokens)
+        r_requests += 1
+        r_tokens += sum(r.chunk_tokens[1:k])
+        r_chunks += max(0, k - 1)
+        if r.first_answer is not None:
+            a_requests += 1
+            a_tokens += sum(r.chunk_tokens[k:])
+            a_chunks += len(r.chunk_tokens) - k
+    return _acceptance(r_tokens, r_chunks, r_requests), _acceptance(a_tokens, a_chunks, a_requests)
+
+
+def reasoning_figures(records: Iterable[RequestRecord]) -> ReasoningFigures | None:
     """The level's reasoning-phase figures (ms), or None when no request streamed reasoning."""
     recs = [
         r
@@ -41,6 +90,7 @@ def reasoning_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None
         answer_tokens = r.output_tokens - r.reasoning_tokens
         if answer_tokens > 1 and r.chunk_times:
             itl_answer.append((r.chunk_times[-1] - r.first_answer) / (answer_tokens - 1))
+    accept_reasoning, accept_answer = phase_acceptance(recs)
     return {
         "requests": len(recs),
         "answered": len(ttft_answer),
@@ -49,4 +99,6 @@ def reasoning_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None
         "ttft_answer_ms": distribution(ttft_answer, scale=1e3),
         "itl_reasoning_ms": distribution(itl_reasoning, scale=1e3),
         "itl_answer_ms": distribution(itl_answer, scale=1e3),
+        "accept_reasoning": accept_reasoning,
+        "accept_answer": accept_answer,
     }
