@@ -22,6 +22,7 @@ from benchlib.loadgen.level import LevelConfig, run_level
 from benchlib.loadgen.prompts import SyntheticPrompts
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.summary import PhaseAcceptance, ReasoningFigures
 from benchlib.simulator.encode import StreamEncoder
 from benchlib.simulator.profiles import PROFILES
 from benchlib.simulator.protocol import GenRequest
@@ -274,6 +275,9 @@ def test_tokens_per_chunk_per_phase_leave_out_the_prefill_chunk_and_estimated_co
     # A record stored before these figures were kept reads back with everything they need.
     anchor = ClockAnchor(t0_wall=1.7e9, t0_perf=0.0)
     again = RequestRecord.from_json(rec.to_json(anchor, level_index=0), anchor)
+    # The figures have exactly the declared shape.
+    assert set(figures) == set(ReasoningFigures.__required_keys__)
+    assert set(figures["accept_answer"]) == set(PhaseAcceptance.__required_keys__)
     original, read_back = reasoning_figures([rec]), reasoning_figures([again])
     assert original is not None and read_back is not None
     assert read_back["accept_reasoning"] == original["accept_reasoning"]
