@@ -59,7 +59,8 @@ def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
     ``<figure>_<quantile>`` for each of REASONING_SHOWN, and where the summaries have them
     ``accept_reasoning`` / ``accept_answer`` (tokens per chunk in each phase, the mean over
     repeats like the other figures) with ``accept_reasoning_chunks`` / ``accept_answer_chunks``
-    (the chunks behind them, summed)."""
+    (the chunks behind them, summed) and ``accept_reasoning_per_delivery`` /
+    ``accept_answer_per_delivery`` (tokens per delivery, averaged)."""
     found = [s["reasoning"] for s in summaries if isinstance(s.get("reasoning"), Mapping)]
     if not found:
         return None
@@ -75,6 +76,9 @@ def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
         for phase in ("accept_reasoning", "accept_answer"):
             row[phase] = _mean([_dig(f, phase, "tokens_per_chunk") for f in found])
             row[f"{phase}_chunks"] = sum(int(_dig(f, phase, "chunks") or 0) for f in found)
+            row[f"{phase}_per_delivery"] = _mean(
+                [_dig(f, phase, "tokens_per_delivery") for f in found]
+            )
     return row
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 # reasoning's chunks are the leading ones whose tokens add up to it.
 from collections.abc import Iterable, Sequence
 
-from benchlib.loadgen.metrics import distribution
+from benchlib.loadgen.metrics import deliveries, distribution
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.summary import PhaseAcceptance, ReasoningFigures
 
@@ -38,36 +38,51 @@ def answer_chunk_index(chunk_tokens: Sequence[int], reasoning_tokens: int) -> in
     return len(chunk_tokens)
 
 
-def _acceptance(tokens: int, chunks: int, requests: int) -> PhaseAcceptance:
-    return {
-        "tokens_per_chunk": tokens / chunks if chunks else None,
-        "tokens": tokens,
-        "chunks": chunks,
-        "requests": requests,
-    }
+class _Phase:
+    """One phase's sums over the level's requests."""
+
+    __slots__ = ("chunks", "deliveries", "requests", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = self.chunks = self.deliveries = self.requests = 0
+
+    def add(self, times: Sequence[float], tokens: Sequence[int]) -> None:
+        self.requests += 1
+        self.tokens += sum(tokens)
+        self.chunks += len(tokens)
+        self.deliveries += len(deliveries(times, tokens))
+
+    def figures(self) -> PhaseAcceptance:
+        return {
+            "tokens_per_chunk": self.tokens / self.chunks if self.chunks else None,
+            "tokens_per_delivery": self.tokens / self.deliveries if self.deliveries else None,
+            "tokens": self.tokens,
+            "chunks": self.chunks,
+            "deliveries": self.deliveries,
+            "requests": self.requests,
+        }
 
 
 def phase_acceptance(records: Iterable[RequestRecord]) -> tuple[PhaseAcceptance, PhaseAcceptance]:
-    """Tokens per streamed chunk in the reasoning phase and in the answer phase, summed over the
-    requests before dividing (a request's weight is its chunks).
+    """Tokens per streamed chunk (and per delivery, metrics.deliveries) in the reasoning phase
+    and in the answer phase, summed over the requests before dividing (a request's weight is its
+    chunks).
 
     The reasoning phase leaves out the stream's first chunk: it carries the token the prefill
     made, which no verify step produced. Requests whose chunk counts were estimated (a server
     without per-chunk usage: one token per chunk by assumption) and those with no reasoning token
     are left out of both; the answer phase counts only requests whose answer started."""
-    r_tokens = r_chunks = r_requests = a_tokens = a_chunks = a_requests = 0
+    reasoning, answer = _Phase(), _Phase()
     for r in records:
         if r.chunk_tokens_estimated or not r.reasoning_tokens or not r.chunk_tokens:
             continue
         k = answer_chunk_index(r.chunk_tokens, r.reasoning_tokens)
-        r_requests += 1
-        r_tokens += sum(r.chunk_tokens[1:k])
-        r_chunks += max(0, k - 1)
+        # Each phase's deliveries are grouped on their own: a step whose events cross the
+        # boundary is cut there, as its chunks are.
+        reasoning.add(r.chunk_times[1:k], r.chunk_tokens[1:k])
         if r.first_answer is not None:
-            a_requests += 1
-            a_tokens += sum(r.chunk_tokens[k:])
-            a_chunks += len(r.chunk_tokens) - k
-    return _acceptance(r_tokens, r_chunks, r_requests), _acceptance(a_tokens, a_chunks, a_requests)
+            answer.add(r.chunk_times[k:], r.chunk_tokens[k:])
+    return reasoning.figures(), answer.figures()
 
 
 def reasoning_figures(records: Iterable[RequestRecord]) -> ReasoningFigures | None:

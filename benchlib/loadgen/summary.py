@@ -48,11 +48,15 @@ class PhaseAcceptance(TypedDict):
     """One reasoning phase's tokens per streamed chunk (``benchlib.loadgen.reasoning``): the
     client's reading of the accept length where the server sends a verify step's tokens in one
     chunk (docs/measurement.md, "Acceptance per phase"). ``tokens_per_chunk`` is ``tokens`` /
-    ``chunks`` (None without chunks) over the ``requests`` that had exact per-chunk counts."""
+    ``chunks`` (None without chunks) over the ``requests`` that had exact per-chunk counts;
+    ``tokens_per_delivery`` is ``tokens`` / ``deliveries``, the reading where a server sends a
+    step's tokens as separate events arriving together (llama-server)."""
 
     tokens_per_chunk: float | None
+    tokens_per_delivery: float | None
     tokens: int
     chunks: int
+    deliveries: int
     requests: int
 
 

@@ -121,8 +121,11 @@ def test_the_sweep_page_shows_reasoning_turn_session_and_ramp_figures_of_the_lev
     # Tokens per chunk: the reasoning's 3 and 2 after the prefill's chunk, the answer's 1 each.
     assert _cell(reasoning[0], "accept-reasoning") == [2.5]
     assert _cell(reasoning[0], "accept-answer") == [1.0]
-    assert 'title="4 chunks" data-testid="accept-reasoning">' in reasoning[0]
-    assert 'title="6 chunks" data-testid="accept-answer">' in reasoning[0]
+    # Its tooltip: the chunks behind it and tokens per delivery (chunks 10 ms apart: the same).
+    assert (
+        'title="4 chunks; 2.50 tokens per delivery" data-testid="accept-reasoning">' in reasoning[0]
+    )
+    assert 'title="6 chunks; 1.00 tokens per delivery" data-testid="accept-answer">' in reasoning[0]
     assert _cell(reasoning[0], "ttft-answer-p50")[0] > _cell(reasoning[0], "ttft-reasoning-p50")[0]
 
     turns = re.search(r'data-testid="turns-table" data-level="1">(.*?)</table>', page, re.S)

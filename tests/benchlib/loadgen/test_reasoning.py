@@ -266,11 +266,14 @@ def test_tokens_per_chunk_per_phase_leave_out_the_prefill_chunk_and_estimated_co
     )  # fmt: skip
     figures = reasoning_figures([rec, unanswered, estimated])
     assert figures is not None
+    # Chunks 100 ms apart: every chunk is its own delivery.
     assert figures["accept_reasoning"] == {
-        "tokens_per_chunk": (5 + 4) / 3, "tokens": 9, "chunks": 3, "requests": 2,
+        "tokens_per_chunk": (5 + 4) / 3, "tokens_per_delivery": (5 + 4) / 3,
+        "tokens": 9, "chunks": 3, "deliveries": 3, "requests": 2,
     }  # fmt: skip
     assert figures["accept_answer"] == {
-        "tokens_per_chunk": 5 / 3, "tokens": 5, "chunks": 3, "requests": 1,
+        "tokens_per_chunk": 5 / 3, "tokens_per_delivery": 5 / 3,
+        "tokens": 5, "chunks": 3, "deliveries": 3, "requests": 1,
     }  # fmt: skip
     # A record stored before these figures were kept reads back with everything they need.
     anchor = ClockAnchor(t0_wall=1.7e9, t0_perf=0.0)
@@ -305,3 +308,27 @@ def test_an_event_carrying_the_last_reasoning_and_the_first_answer_counts_as_rea
     assert figures is not None
     assert figures["accept_reasoning"]["tokens_per_chunk"] == 3.0  # (3 + 3) / 2
     assert figures["accept_answer"]["tokens_per_chunk"] == 2.0
+
+
+def test_token_by_token_streams_read_one_per_chunk_and_a_step_per_delivery() -> None:
+    # llama-server's shape (docs/engines.md): each token of a verify step its own SSE event,
+    # tens of microseconds apart, the steps 20 ms apart. The prefill's token, then reasoning
+    # steps of 3 tokens (the last one crossing: 2 reasoning, 1 answer), then answer steps of 2.
+    times: list[float] = [0.1]
+    tokens: list[int] = [1]
+    step_at = 0.1
+    for size in (3, 3, 3, 2 + 1, 2, 2):
+        step_at += 0.02
+        times += [step_at + 50e-6 * j for j in range(size)]
+        tokens += [1] * size
+    rec = RequestRecord(
+        request_id="l", start=0.0, end=times[-1], first_token=0.1, first_answer=times[12],
+        reasoning_tokens=12, output_tokens=len(tokens), chunk_times=times, chunk_tokens=tokens,
+    )  # fmt: skip
+    figures = reasoning_figures([rec])
+    assert figures is not None
+    reasoning, answer = figures["accept_reasoning"], figures["accept_answer"]
+    assert reasoning["tokens_per_chunk"] == answer["tokens_per_chunk"] == 1.0
+    # The reasoning's deliveries: 3, 3, 3 and the crossing step's 2; the answer's 1, 2 and 2.
+    assert (reasoning["tokens"], reasoning["deliveries"]) == (11, 4)
+    assert (answer["tokens"], answer["deliveries"]) == (5, 3)

@@ -26,9 +26,7 @@ def _serve(core: SchedulerCore, n: int, length: int, reasoning: int) -> list[Sim
     return reqs
 
 
-def test_reasoning_steps_accept_at_the_reasoning_length_and_answer_steps_at_the_answer_length() -> (
-    None
-):
+def test_each_phase_accepts_at_its_own_configured_length() -> None:
     profile = PROFILES["eagle3"]
     assert profile.reasoning_accept_length is not None
     assert profile.reasoning_accept_length != profile.accept_length  # the effect shows by default

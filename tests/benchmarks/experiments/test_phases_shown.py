@@ -166,6 +166,7 @@ def test_a_reasoning_row_from_summaries_stored_before_tokens_per_chunk_has_no_su
     ]  # fmt: skip
     kept = series_rows(repeats)[0]["reasoning"]
     assert (kept["accept_reasoning"], kept["accept_answer"]) == (2.5, 1.0)
+    assert (kept["accept_reasoning_per_delivery"], kept["accept_answer_per_delivery"]) == (2.5, 1.0)
     assert (kept["accept_reasoning_chunks"], kept["accept_answer_chunks"]) == (
         8,
         12,
