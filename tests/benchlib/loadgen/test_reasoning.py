@@ -232,6 +232,13 @@ async def test_tokens_per_chunk_per_phase_read_each_phases_accept_length_from_th
     s_a = sum(row["answer_verify_steps"] for row in rows)
     merged = sum(row["spec_verify_steps"] + 1 - len(row["chunks"]) for row in rows)
     assert s_r + s_a == sum(row["spec_verify_steps"] for row in rows)
+    # The figures docs/measurement.md quotes (`-s` shows them).
+    print(
+        f"{style}: reasoning {read_reasoning:.3f} ({reasoning['tokens']} tokens / "
+        f"{reasoning['chunks']} chunks), truth {t_r / s_r:.3f} ({t_r} / {s_r} verify steps); "
+        f"answer {read_answer:.3f} ({answer['tokens']} / {answer['chunks']}), truth "
+        f"{t_a / s_a:.3f} ({t_a} / {s_a}); sent together: {merged}"
+    )
     assert (t_r - DRAFTS * n) / s_r <= read_reasoning <= t_r / (s_r - merged)
     assert t_a / (s_a + n) <= read_answer <= (t_a + DRAFTS * n) / (s_a - merged)
 
