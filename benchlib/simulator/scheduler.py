@@ -68,7 +68,8 @@ class SimRequest:
         # none). A verify step that starts among them draws at the reasoning accept length, and
         # `phase_steps` counts per phase [reasoning steps, their tokens, answer steps, their
         # tokens] (a step crossing into the answer counts, all its tokens, as reasoning: its
-        # draft was drafted on reasoning text). The truth log's `phase_steps`.
+        # draft was drafted on reasoning text): the truth log's `reasoning_verify_steps`,
+        # `reasoning_step_tokens`, `answer_verify_steps` and `answer_step_tokens`.
         self.reasoning_tokens = reasoning_tokens
         self.phase_steps = [0, 0, 0, 0]
         # Prompt tokens the prefix cache held (--prefix-cache): not prefilled again.

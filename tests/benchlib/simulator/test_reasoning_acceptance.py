@@ -1,6 +1,7 @@
 """Reasoning mode's per-phase acceptance: the verify steps that start in a request's reasoning
 draw at the profile's reasoning accept length, the rest at the answer's, and each request
-counts its steps and their tokens per phase (what the truth log's `phase_steps` keys hold)."""
+counts its steps and their tokens per phase (what the truth log's `reasoning_verify_steps`,
+`reasoning_step_tokens`, `answer_verify_steps` and `answer_step_tokens` hold)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_each_phase_accepts_at_its_own_configured_length() -> None:
     r_tokens = sum(r.phase_steps[1] for r in reqs)
     a_steps = sum(r.phase_steps[2] for r in reqs)
     a_tokens = sum(r.phase_steps[3] for r in reqs)
-    # ~4,000 steps a phase: the standard error of a mean of draws from 1..4 is under 0.015.
+    # 5,000-6,000 steps a phase: the standard error of a mean of draws from 1..4 is under 0.015.
     assert r_tokens / r_steps == pytest.approx(profile.reasoning_accept_length, rel=0.03)
     assert a_tokens / a_steps == pytest.approx(profile.accept_length, rel=0.03)
     for r in reqs:
