@@ -309,8 +309,16 @@ class SimApp:
                 "finish_reason": reason,
                 "error": error,
                 # Reasoning mode: how many of its first tokens were reasoning (chat streams).
+                # Its verify steps per phase and the tokens they made: a step that starts in
+                # the reasoning counts there whole, though its last tokens may be the answer's.
                 **(
-                    {"reasoning_tokens": min(reasoning_tokens, sim.generated)}
+                    {
+                        "reasoning_tokens": min(reasoning_tokens, sim.generated),
+                        "reasoning_verify_steps": sim.phase_steps[0],
+                        "reasoning_step_tokens": sim.phase_steps[1],
+                        "answer_verify_steps": sim.phase_steps[2],
+                        "answer_step_tokens": sim.phase_steps[3],
+                    }
                     if reasoning_tokens
                     else {}
                 ),

@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. chat=2.7,code=1.9",
     )
     m.add_argument(
+        "--reasoning-accept-length",
+        type=float,
+        help="speculative, reasoning mode: accept length of the verify steps that start in a "
+        "request's reasoning (eagle3: 3.2 against the answer's 2.6; dropped when --spec-steps "
+        "leaves it impossible)",
+    )
+    m.add_argument(
         "--spec-steps",
         type=int,
         help="speculative: draft tokens per step (max accepted); 0 disables",
@@ -274,6 +281,7 @@ _PROFILE_FLAGS = (
     "accept_length",
     "spec_steps",
     "category_accept_length",
+    "reasoning_accept_length",
     "off_t0_ms",
     "off_k_ms",
 )
@@ -309,6 +317,14 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
     for name, length in profile.category_accept_length:
         if not profile.speculative or not 1.0 <= length <= profile.spec_steps + 1:
             parser.error(f"--category-accept-length {name}: needs speculation, 1..spec-steps + 1")
+    reasoning = profile.reasoning_accept_length
+    fits = profile.speculative and (reasoning is None or 1.0 <= reasoning <= profile.spec_steps + 1)
+    if "reasoning_accept_length" in overrides and not fits:
+        parser.error("--reasoning-accept-length: needs speculation, 1..spec-steps + 1")
+    if not fits:
+        # The profile's own value where --spec-steps made it impossible (or turned speculation
+        # off): the reasoning then accepts as the answer does.
+        profile = profile.replace(reasoning_accept_length=None)
     if args.workers < 0 or profile.max_running < 1 or profile.kv_tokens < 2:
         parser.error("--workers must be >= 0, --max-running >= 1, --kv-tokens >= 2")
     try:

@@ -21,6 +21,10 @@ class Profile:
     # Accept length per prompt category (the X-Specdash-Category request header): acceptance
     # depends on what is asked (filler, chat, code). Other categories use `accept_length`.
     category_accept_length: tuple[tuple[str, float], ...] = ()
+    # Accept length of the verify steps that start in a request's reasoning phase (reasoning
+    # mode, --reasoning-tokens): speculation behaves differently on reasoning text than on the
+    # answer. None: as the answer (the category's or `accept_length`).
+    reasoning_accept_length: float | None = None
     # The step cost of the same server when a step drafts nothing (a load-adaptive schedule's
     # K=0): the cost model per draft length (adaptive.profile_for_draft_length) runs from it to
     # t0/k at `spec_steps`. None: not calibrated, so no other draft length can be simulated.
@@ -79,6 +83,9 @@ PROFILES: dict[str, Profile] = {
         speculative=True,
         accept_length=_EAGLE_L,
         spec_steps=3,
+        # Differs from the answer's 2.6 so that per-phase figures show the effect in reasoning
+        # mode; an illustration, not a measurement of any drafter on reasoning text.
+        reasoning_accept_length=3.2,
         # A step without drafts costs a baseline step (the same target model, same server).
         off_t0_ms=round(_BASE_T0, 4),
         off_k_ms=round(_BASE_K, 5),
