@@ -294,9 +294,10 @@ def test_tokens_per_chunk_per_phase_leave_out_the_prefill_chunk_and_estimated_co
     assert read_back["accept_answer"] == original["accept_answer"]
 
 
-def test_an_event_carrying_the_last_reasoning_and_the_first_answer_counts_as_reasoning() -> None:
+def test_an_event_carrying_the_last_reasoning_and_the_first_answer_starts_the_answer() -> None:
     # vLLM's reasoning parsers return one delta with both fields when a step's tokens cross the
-    # end of the reasoning (vllm/reasoning/deepseek_r1_reasoning_parser.py).
+    # end of the reasoning (vllm/reasoning/deepseek_r1_reasoning_parser.py): its answer token
+    # arrived with it, so the time to the first answer token is that event's, not the next's.
     rec = RequestRecord(request_id="r")
     handler = OpenAIHandler(rec, None, chat=True)
 
@@ -309,12 +310,13 @@ def test_an_event_carrying_the_last_reasoning_and_the_first_answer_counts_as_rea
     handler.handle(chunk({"reasoning": "e", "content": "XY"}, 7), 1.2)
     handler.handle(chunk({"content": "ZW"}, 9), 1.3)
     handler.finish()
-    assert (rec.reasoning_tokens, rec.first_answer) == (7, 1.3)
+    assert (rec.reasoning_tokens, rec.first_answer) == (4, 1.2)
     rec.start, rec.end = 0.9, 1.4
     figures = reasoning_figures([rec])
     assert figures is not None
-    assert figures["accept_reasoning"]["tokens_per_chunk"] == 3.0  # (3 + 3) / 2
-    assert figures["accept_answer"]["tokens_per_chunk"] == 2.0
+    assert figures["ttft_answer_ms"]["p50"] == pytest.approx(300.0)
+    assert figures["accept_reasoning"]["tokens_per_chunk"] == 3.0  # the prefill's chunk left out
+    assert figures["accept_answer"]["tokens_per_chunk"] == 2.5  # (3 + 2) / 2
 
 
 def test_token_by_token_streams_read_one_per_chunk_and_a_step_per_delivery() -> None:
