@@ -92,7 +92,12 @@ def step_ms(variant: CostVariant, batch: int, notes: list[str]) -> float | None:
     fallbacks are said in ``notes``, None when no step can be read."""
     level = variant.evidence.get(batch)
     if level is None:
-        notes.append(f"no {variant.short} level at C={batch} to read its step from")
+        tested = batch in variant.points
+        notes.append(
+            f"no step figures recorded for {variant.short} at C={batch}"
+            if tested
+            else f"no {variant.short} level at C={batch} to read its step from"
+        )
         return None
     tokens = level.accept_length
     if tokens is None or tokens <= 0:

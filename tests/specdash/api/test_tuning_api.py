@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from benchmarks.experiments import services
 from benchmarks.experiments.matrix import matrix_variants
@@ -17,6 +18,7 @@ from benchmarks.models import Experiment, SweepLevel
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
+from tests.fixtures.statements import html_statements, normalized
 from tests.specdash.api.conftest import ApiClient, error_of
 
 
@@ -252,7 +254,7 @@ def _with_step_evidence(experiment: Experiment, steps: dict[int, dict[int, tuple
 
 def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside_the_measured(
     as_operator: ApiClient, as_viewer: ApiClient, make_profile: Callable[..., ServerProfile],
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Client, viewer: Any,
 ) -> None:  # fmt: skip
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
@@ -276,6 +278,12 @@ def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside
     assert cost["sentence"] in decision["statements"]
     trade_off = "This is a trade-off, not a schedule never behind a fixed choice"
     assert trade_off in decision["recommendation"]
+    # The page's schedule section and the HTML report print the decision's statements, the
+    # cost among them, and write none of their own.
+    client.force_login(viewer)
+    for surface in ("comparison/", "report.html"):
+        html = client.get(f"/experiments/{first.pk}/{surface}").content.decode()
+        assert html_statements(html, "schedule-statement") == normalized(decision["statements"])
 
     response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify", {"repeats": 2})
     assert response.status_code == 202, response.content
@@ -302,3 +310,5 @@ def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside
         f"K=1 step at batch 1), measured {measured['point']:.3f} (95% {measured['low']:.3f}-"
         f"{measured['high']:.3f})"
     ) in body["verdict"]
+    page = client.get(f"/experiments/{follow_up.pk}/comparison/").content.decode()
+    assert html_statements(page, "verification-verdict") == normalized([body["verdict"]])
