@@ -16,6 +16,7 @@ from benchmarks.experiments import services
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.models import Experiment, SweepLevel
 from hosts.models import ServerProfile
+from perf.bench_schedule import print_check
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
 from tests.fixtures.statements import html_statements, normalized
@@ -255,6 +256,7 @@ def _with_step_evidence(experiment: Experiment, steps: dict[int, dict[int, tuple
 def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside_the_measured(
     as_operator: ApiClient, as_viewer: ApiClient, make_profile: Callable[..., ServerProfile],
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Client, viewer: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
     base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
@@ -312,3 +314,15 @@ def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside
     ) in body["verdict"]
     page = client.get(f"/experiments/{follow_up.pk}/comparison/").content.decode()
     assert html_statements(page, "verification-verdict") == normalized([body["verdict"]])
+
+    # The strict check's table prints the prediction beside the measured ratio, and still
+    # counts C=2 as a failure (so it exits 1).
+    comparison = as_viewer.get(f"/api/v1/experiments/{follow_up.pk}/comparison").json()
+    failures, unjudged = print_check(body, comparison)
+    text = f"{measured['point']:.3f} ({measured['low']:.3f}-{measured['high']:.3f})"
+    guess = f"{cost['predicted_ratio']:.3f}"
+    assert failures[0] == f"C=2: off ahead, {text}, predicted {guess} (a stated trade-off)"
+    assert [f.split(":")[0] for f in failures] == ["C=2", "C=2"] and not unjudged
+    printed = capsys.readouterr().out.splitlines()
+    row = next(line.split() for line in printed if line.split()[:1] == ["2"] and "off" in line)
+    assert row[row.index(text.split()[0]) + 2] == guess
