@@ -59,9 +59,10 @@ def test_the_quiet_run_at_c2_is_predicted_from_its_turnarounds_on_the_k1_step() 
     assert cost.cost == pytest.approx(0.0271, abs=5e-4)
     # Measured: 0.974 (0.969-0.978); the prediction falls inside that interval.
     assert cost.predicted_ratio == pytest.approx(0.9736, abs=5e-4)
-    assert 0.969 <= cost.predicted_ratio <= 0.978
+    assert cost.predicted_ratio is not None and 0.969 <= cost.predicted_ratio <= 0.978
     assert cost.trade_off
-    assert cost.gains == ((1, pytest.approx(101.8 / 90.9 - 1.0)),)
+    ((gained_at, gain),) = cost.gains
+    assert gained_at == 1 and gain == pytest.approx(101.8 / 90.9 - 1.0)
     assert cost.sentence == (
         "K=1 at batch 1 costs C=2 about 2.7% (its turnarounds run the K=1 step: 4.97 "
         "completions/s x 5.5 ms, steps at batch 1 K=1 16.3 ms, off 10.8 ms; predicted "

@@ -240,7 +240,9 @@ QUIET_STEPS = {
 }
 
 
-def _with_step_evidence(experiment: Experiment, steps: dict[int, dict[int, tuple]]) -> None:
+def _with_step_evidence(
+    experiment: Experiment, steps: dict[int, dict[int, tuple[float, float]]]
+) -> None:
     for step in experiment.steps.select_related("arm"):
         for level in SweepLevel.objects.filter(sweep__experiment_step=step):
             tpot, accept = steps[step.arm.position][level.concurrency]
