@@ -242,7 +242,8 @@ class ScheduleOut(Schema):
         None,
         description="The matrix decision the page renders: its bands, steps (batch-size "
         "switches placed on the running batch sizes each level's server reported), "
-        "thresholds (where the switches come from), batch_ranges and statements",
+        "thresholds (where the switches come from), batch_ranges, switch_costs (what each "
+        "switch point is predicted to cost the level above it) and statements",
     )
     configs: list[dict[str, Any]] = Field(
         default_factory=list,
