@@ -62,6 +62,7 @@ async def serve_generation(
         loop=asyncio.get_running_loop(),
         category=category_from(scope),
         cached_tokens=app.cached_tokens(req.prefixes),
+        sampled=req.sampled,
     )
     app.scheduler.submit(sim)
     app.live.add(sim)

@@ -38,6 +38,7 @@ class SimRequest:
         "pending",
         "prompt_tokens",
         "request_id",
+        "sampled",
         "spec_accepted",
         "spec_drafted",
         "spec_steps",
@@ -59,8 +60,11 @@ class SimRequest:
         loop: asyncio.AbstractEventLoop | None = None,
         category: str | None = None,
         cached_tokens: int = 0,
+        sampled: bool = False,
     ) -> None:
         self.request_id = request_id
+        # Sampled (temperature > 0): drafts accepted less often (Profile.sampled_accept_share).
+        self.sampled = sampled
         # Prompt tokens the prefix cache held (--prefix-cache): not prefilled again.
         self.cached_tokens = cached_tokens
         self.category = category
@@ -110,7 +114,7 @@ class DraftTier:
     """What a step drafting ``k`` tokens per request costs and emits: its profile
     (``adaptive.profile_for_draft_length``) and seeded draws, one per prompt category."""
 
-    __slots__ = ("category_draws", "draw", "k", "profile")
+    __slots__ = ("category_draws", "draw", "k", "profile", "sampled_category_draws", "sampled_draw")
 
     def __init__(self, profile: Profile, k: int, seed: str) -> None:
         self.k = k
@@ -118,6 +122,22 @@ class DraftTier:
         self.draw = TokenDraw(profile, random.Random(f"{seed}:accept"))
         self.category_draws = {
             name: TokenDraw(profile, random.Random(f"{seed}:accept:{name}"), accept_length=length)
+            for name, length in profile.category_accept_length
+        }
+        # Sampled requests draw from their own seeded streams: a greedy request's draws stay
+        # what they were without any sampled request beside it.
+        sampled = profile.sampled_accept_length
+        self.sampled_draw = TokenDraw(
+            profile,
+            random.Random(f"{seed}:accept:sampled"),
+            accept_length=sampled(profile.accept_length),
+        )
+        self.sampled_category_draws = {
+            name: TokenDraw(
+                profile,
+                random.Random(f"{seed}:accept:sampled:{name}"),
+                accept_length=sampled(length),
+            )
             for name, length in profile.category_accept_length
         }
 
@@ -253,6 +273,10 @@ class SchedulerCore:
             first = req.generated == 0
             if first:
                 n = 1
+            elif req.sampled:
+                by_category = tier.sampled_category_draws
+                own = by_category.get(req.category) if req.category is not None else None
+                n = (own or tier.sampled_draw).draw()
             else:
                 own = categories.get(req.category) if req.category is not None else None
                 n = own.draw() if own is not None else (draw() if drafting else 1)
