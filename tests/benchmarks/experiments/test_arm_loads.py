@@ -3,11 +3,13 @@ what it stores, and what its comparison says the arms differ in."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchlib.loadgen.settings import LoadSettings
@@ -16,6 +18,7 @@ from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
+from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.test_views import FORM
 
 pytestmark = pytest.mark.django_db
@@ -165,3 +168,22 @@ def test_the_declared_axis_names_the_launch_and_each_load_setting_that_differs()
         "load: api",
         "load: temperature",
     ]
+
+
+def test_the_command_line_sends_each_arms_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+
+    def post(self: Any, path: str, body: Any = None) -> Any:
+        sent.append(body)
+        return {"experiment": {"id": 1, "state": "queued"}}
+
+    monkeypatch.setattr(SpecdashClient, "post", post)
+    monkeypatch.setattr(SpecdashClient, "profile_id", lambda self, p: int(p))
+    call_command("specdash", "--token", "t", "experiment", "create", "3", "3", "--levels", "1",
+                 "--arm-load", "temperature=0", "--arm-load", "temperature=1 api=chat",
+                 stdout=io.StringIO())  # fmt: skip
+    assert sent[0]["profiles"] == [3, 3]
+    assert sent[0]["arm_loads"] == [{"temperature": 0.0}, {"temperature": 1.0, "api": "chat"}]
+    with pytest.raises(CommandError, match="--arm-load: 'temperature': write key=value"):
+        call_command("specdash", "--token", "t", "experiment", "create", "3", "3",
+                     "--levels", "1", "--arm-load", "temperature")  # fmt: skip
