@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.template.loader import render_to_string
 from django.test import Client
 
 from benchlib.loadgen.settings import LoadSettings
@@ -187,3 +188,19 @@ def test_the_command_line_sends_each_arms_load(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(CommandError, match="--arm-load: 'temperature': write key=value"):
         call_command("specdash", "--token", "t", "experiment", "create", "3", "3",
                      "--levels", "1", "--arm-load", "temperature")  # fmt: skip
+
+
+def test_the_comparison_page_says_what_the_arms_are_declared_to_differ_in() -> None:
+    comparison = {
+        "declared_axis": ["load: temperature"],
+        "arm_loads": {"A": {"api": "completions", "temperature": 0.0},
+                      "B": {"api": "completions", "temperature": None}},
+        "verdicts": [], "series": [], "rows": [], "warnings": [],
+    }  # fmt: skip
+    html = render_to_string("benchmarks/comparison_body.html", {"comparison": comparison})
+    assert (
+        "The arms are declared to differ in: load: temperature (A: completions API, temperature "
+        "0.0; B: completions API, temperature server default)."
+    ) in " ".join(html.split())
+    plain = render_to_string("benchmarks/comparison_body.html", {"comparison": {"verdicts": []}})
+    assert 'data-testid="declared-axis"' not in plain
