@@ -131,6 +131,9 @@ def test_the_form_runs_one_profile_greedy_against_sampled(
         {"temperature": 0.0},
         {"temperature": 1.0, "api": "chat"},
     ]
+    page = client.get(response["Location"]).content.decode()
+    assert '<span data-testid="arm-load"' in page
+    assert "temperature=1.0 api=chat" in page
     refused = client.post("/experiments/new/", {**data, "load_b": "temperature"})
     assert refused.status_code == 400
     assert b"write key=value, e.g. temperature=0 or api=chat" in refused.content
