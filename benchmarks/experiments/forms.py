@@ -102,6 +102,14 @@ class ExperimentForm(LoadPlanForm):
     def clean_load_d(self) -> dict[str, Any]:
         return self._clean_arm_load("load_d")
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for profile, arm_load in zip(self.PROFILE_FIELDS, self.ARM_LOAD_FIELDS, strict=True):
+            if data.get(arm_load) and data.get(profile) is None:
+                letter = profile[-1].upper()
+                self.add_error(arm_load, f"Choose profile {letter} for this arm's load.")
+        return data
+
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         chosen = [

@@ -137,6 +137,10 @@ def test_the_form_runs_one_profile_greedy_against_sampled(
     refused = client.post("/experiments/new/", {**data, "load_b": "temperature"})
     assert refused.status_code == 400
     assert b"write key=value, e.g. temperature=0 or api=chat" in refused.content
+    orphan = client.post("/experiments/new/", {**data, "load_c": "temperature=0.5"})
+    assert orphan.status_code == 400
+    assert b"Choose profile C for this arm&#x27;s load." in orphan.content
+    assert Experiment.objects.count() == 1
 
 
 def _series(label: str, load: dict[str, Any]) -> SeriesData:
