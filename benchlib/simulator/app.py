@@ -323,6 +323,8 @@ class SimApp:
                     else {}
                 ),
                 **({"cached_tokens": sim.cached_tokens} if self.config.prefix_cache else {}),
+                # Sampled (temperature > 0): its drafts were accepted at the sampled rate.
+                **({"sampled": True} if sim.sampled else {}),
                 # Under a schedule: which draft length each of its verify steps used, and
                 # the running batch it was chosen from.
                 **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),

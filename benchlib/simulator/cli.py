@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculative: mean tokens per step (1 + accepted drafts)",
     )
     m.add_argument(
+        "--sampled-accept-share",
+        type=float,
+        help="speculative: share of the drafts' gain (accept length - 1) a request that samples "
+        "(temperature > 0) keeps (default 0.6; 1: sampling costs nothing)",
+    )
+    m.add_argument(
         "--category-accept-length",
         type=_category_lengths,
         default=None,
@@ -282,6 +288,7 @@ _PROFILE_FLAGS = (
     "spec_steps",
     "category_accept_length",
     "reasoning_accept_length",
+    "sampled_accept_share",
     "off_t0_ms",
     "off_k_ms",
 )
@@ -325,6 +332,8 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         # The profile's own value where --spec-steps made it impossible (or turned speculation
         # off): the reasoning then accepts as the answer does.
         profile = profile.replace(reasoning_accept_length=None)
+    if not 0.0 <= profile.sampled_accept_share <= 1.0:
+        parser.error("--sampled-accept-share must lie between 0 and 1")
     if args.workers < 0 or profile.max_running < 1 or profile.kv_tokens < 2:
         parser.error("--workers must be >= 0, --max-running >= 1, --kv-tokens >= 2")
     try:

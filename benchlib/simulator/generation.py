@@ -64,6 +64,7 @@ async def serve_generation(
         cached_tokens=app.cached_tokens(req.prefixes),
         # Reasoning mode applies to streamed chat (encode.StreamEncoder).
         reasoning_tokens=app.config.reasoning_tokens if req.kind == "chat" and req.stream else 0,
+        sampled=req.sampled,
     )
     app.scheduler.submit(sim)
     app.live.add(sim)

@@ -25,6 +25,13 @@ class Profile:
     # mode, --reasoning-tokens): speculation behaves differently on reasoning text than on the
     # answer. None: as the answer (the category's or `accept_length`).
     reasoning_accept_length: float | None = None
+    # Sampling weakens speculation: a request that samples (temperature > 0) keeps this share of
+    # the drafted tokens' gain, accept length 1 + share * (L - 1), its category's L included
+    # (``sampled_accept_length``). A simulator default that makes sampling cost acceptance, not a
+    # measurement of any engine: set it from a real server's greedy and sampled figures. A
+    # request without a temperature is treated as greedy here (engines' own default is
+    # usually 1.0: the load generator sends one only when it is given).
+    sampled_accept_share: float = 0.6
     # The step cost of the same server when a step drafts nothing (a load-adaptive schedule's
     # K=0): the cost model per draft length (adaptive.profile_for_draft_length) runs from it to
     # t0/k at `spec_steps`. None: not calibrated, so no other draft length can be simulated.
@@ -37,6 +44,10 @@ class Profile:
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
         return (self.prefill_base_ms + self.prefill_per_token_us * prompt_tokens / 1000.0) / 1000.0
+
+    def sampled_accept_length(self, accept_length: float) -> float:
+        """The accept length of a sampled request where a greedy one's is ``accept_length``."""
+        return 1.0 + self.sampled_accept_share * (accept_length - 1.0)
 
     def tokens_per_step(self) -> float:
         return self.accept_length if self.speculative else 1.0

@@ -98,6 +98,10 @@ class ExperimentArm(models.Model):
     profile = models.ForeignKey(ServerProfile, on_delete=models.PROTECT, related_name="+")
     label = models.CharField(max_length=20, help_text="A, B, ...")
     position = models.PositiveSmallIntegerField(default=0)
+    # The arm's own load settings over the experiment's, limited to the acceptance axes (the
+    # API: chat template or raw prompt; the sampling temperature): its sweeps run the
+    # experiment's load with these merged in (benchmarks.experiments.axes). {}: none.
+    load = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["experiment", "position"]
