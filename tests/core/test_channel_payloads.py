@@ -36,7 +36,7 @@ from hosts.models import Host, InstanceState, ServerProfile
 from hosts.telemetry import service as telemetry_service
 from hosts.telemetry.channel import TELEMETRY_SAMPLES
 from hosts.telemetry.probes import Sample
-from tests.benchmarks.conftest import load, start_simulator
+from tests.benchmarks.conftest import Simulator, load, start_simulator
 
 # The events each producer test below must see; together they must be every declared event,
 # so a new declaration needs a producer that exercises it here.
@@ -200,6 +200,25 @@ async def _until(check: Callable[[], bool], timeout: float = 90) -> None:
         await asyncio.sleep(0.1)
 
 
+async def _sweep_through_the_worker(simulator: Simulator, levels: list[int]) -> None:
+    # Levels of two seconds: each leaves live samples (about one a second) behind.
+    sweep = await sync_to_async(sweep_services.sweep_create)(
+        base_url=simulator.base_url, levels=levels,
+        load=load(model=simulator.model, requests_per_level=None, duration=2, max_tokens=4),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    worker = Worker(worker_id="payload-worker", settings=WorkerSettings(poll_interval=0.1))
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until(lambda: Job.objects.get(pk=sweep.job_id or 0).is_finished)
+    finally:
+        stop.set()
+        await task
+    sweep = await Sweep.objects.aget(pk=sweep.pk)
+    assert sweep.state == SweepState.COMPLETED, sweep.reason
+    assert await SweepSample.objects.filter(sweep_id=sweep.pk).aexists()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_simulated_sweep_through_the_worker_sends_only_declared_payloads(
     sent: list[dict[str, Any]], local_host: Host, tmp_path: Path, settings: Any
@@ -208,25 +227,16 @@ async def test_a_simulated_sweep_through_the_worker_sends_only_declared_payloads
     settings.SPECDASH_DATA_DIR = tmp_path / "data"
     simulator = start_simulator(tmp_path, "--profile", "fast")
     try:
-        # Levels of two seconds: each leaves live samples (about one a second) behind.
-        sweep = await sync_to_async(sweep_services.sweep_create)(
-            base_url=simulator.base_url, levels=[1, 2],
-            load=load(model=simulator.model, requests_per_level=None, duration=2, max_tokens=4),
-        )  # fmt: skip
-        stop = asyncio.Event()
-        worker = Worker(worker_id="payload-worker", settings=WorkerSettings(poll_interval=0.1))
-        task = asyncio.create_task(worker.run(stop))
-        try:
-            await _until(lambda: Job.objects.get(pk=sweep.job_id or 0).is_finished)
-        finally:
-            stop.set()
-            await task
+        await _sweep_through_the_worker(simulator, [1])
+        # A level run as two load generators whose samples are summed into one
+        # (benchmarks.sweeps.split): the other shape of a live sample.
+        settings.SPECDASH_LOADGEN_MAX_STREAMS = 1
+        await _sweep_through_the_worker(simulator, [2])
     finally:
         simulator.kill()
-    sweep = await Sweep.objects.aget(pk=sweep.pk)
-    assert sweep.state == SweepState.COMPLETED, sweep.reason
-    assert await SweepSample.objects.filter(sweep_id=sweep.pk).aexists()
     assert _checked(sent) >= SWEEP_EVENTS
+    samples = [s for m in sent if m["type"] == SWEEP_SAMPLES.name for s in m["payload"]["samples"]]
+    assert {s.get("shards") for s in samples} == {None, 2}
 
 
 @pytest.mark.django_db
