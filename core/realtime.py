@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -90,7 +90,14 @@ SAMPLE_BATCH_SECONDS = 1.0
 # its name here, rather than these with a name of their own.
 
 
-def _message(event_type: str, payload: Mapping[str, object]) -> dict[str, Any]:
+class ChannelMessage(TypedDict):
+    """What goes through the layer; consumers forward ``{"type": type, **payload}``."""
+
+    type: str
+    payload: Mapping[str, object]
+
+
+def _message(event_type: str, payload: Mapping[str, object]) -> ChannelMessage:
     return {"type": event_type, "payload": payload}
 
 
