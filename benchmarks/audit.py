@@ -32,7 +32,7 @@ from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchmarks.experiments import builds
 from benchmarks.experiments import comparison as comparisons
-from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.experiments.series import LEVEL_FIGURES
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel
 from benchmarks.services import level_fields_from_summary
 from benchmarks.sweeps.recordfile import (
@@ -68,7 +68,7 @@ NESTED = (
                     "acceptance_rate")),
 )  # fmt: skip
 GOODPUT = ("requests", "met", "share", "goodput_req_s", "goodput_tok_s", "meets_slo")
-COLUMNS = (*experiment_selectors.LEVEL_FIGURES, "requests_ok", "requests_failed")
+COLUMNS = (*LEVEL_FIGURES, "requests_ok", "requests_failed")
 # The server figures recomputed from a level's kept boundary scrapes.
 SERVER_FIGURES = (
     "duration_s",

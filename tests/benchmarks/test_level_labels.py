@@ -14,8 +14,9 @@ from django.test import Client
 
 from benchlib.loadgen.metrics import summarize_level
 from benchmarks import services
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import comparison
 from benchmarks.experiments.report import comparison_csv
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import SweepLevel
 from hosts.models import ServerInstance, ServerProfile
 from tests.benchlib.loadgen.conftest import make_record
@@ -66,7 +67,7 @@ def test_the_comparison_shows_each_levels_failed_requests(
     SweepLevel.objects.filter(sweep=b, concurrency=4).update(
         summary={"requests": {"ok": 36, "failed": 4}}
     )
-    built = comparison.comparison_build(series=selectors.sweep_series(sweeps=[a, b]))
+    built = comparison.comparison_build(series=sweep_series(sweeps=[a, b]))
     (row,) = [r for r in built["rows"] if r["concurrency"] == 4]
     assert [(c["requests_ok"], c["requests_failed"]) for c in row["cells"]] == [(40, 0), (36, 4)]
     table = list(csv.DictReader(io.StringIO(comparison_csv(built))))
