@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import audit, services
+from benchmarks import audit_levels, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
@@ -183,7 +183,7 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
     )
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.attempts == 2
-    report = await sync_to_async(audit.audit_sweep)(sweep=sweep)
+    report = await sync_to_async(audit_levels.audit_sweep)(sweep=sweep)
     assert report.problems == [] and report.levels_checked == 3
 
 
