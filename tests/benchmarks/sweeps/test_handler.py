@@ -246,7 +246,7 @@ async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancel
     slow_simulator: Simulator,
 ) -> None:
     from core.jobs import job_cancel
-    from core.jobs.worker import FORCED_REASON
+    from core.jobs.execution import FORCED_REASON
 
     sweep = await sync_to_async(services.sweep_create)(
         base_url=slow_simulator.base_url, levels=[2],
