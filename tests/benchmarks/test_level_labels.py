@@ -18,6 +18,7 @@ from benchmarks.experiments import comparison
 from benchmarks.experiments.report import comparison_csv
 from benchmarks.experiments.series import sweep_series
 from benchmarks.models import SweepLevel
+from benchmarks.sweeps import recording
 from hosts.models import ServerInstance, ServerProfile
 from tests.benchlib.loadgen.conftest import make_record
 from tests.benchmarks.conftest import load
@@ -42,12 +43,12 @@ def test_the_sweep_page_marks_steady_windows_that_are_not_all_c_in_flight(
     # 3 requests on 8 slots: C is never reached (the records say so, not the code).
     short = _summary(8, 3)
     assert short["steady"]["reached"] is False and short["steady"]["in_flight_level"] == 3
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=short | {"level_index": 0})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=short | {"level_index": 0})
     full = _summary(2, 2)
     assert full["steady"]["reached"] is True
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=full | {"level_index": 1})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=full | {"level_index": 1})
     rate = _summary(4, 3, mode="rate")
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=rate | {"level_index": 2})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=rate | {"level_index": 2})
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     rows = page.split('data-testid="level-row"')[1:]
