@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from benchlib.loadgen.cli import build_parser
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level import level_plan
 from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
