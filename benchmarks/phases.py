@@ -1,6 +1,7 @@
 """What the pages show of a level's workload phases, from its stored summary (no ORM, no
-records read): reasoning-phase first-token times and token gaps, figures per turn and per
-session of a multi-turn level, and a ramped level's figures per time slice with its chart.
+records read): reasoning-phase first-token times, token gaps and tokens per chunk, figures per
+turn and per session of a multi-turn level, and a ramped level's figures per time slice with
+its chart.
 
 The load generator computed these once from the records (benchlib.loadgen.reasoning,
 sessions, ramp) and the recorder stored them in ``SweepLevel.summary``; the sweep page reads
@@ -54,8 +55,12 @@ def _dig(data: Any, *path: str) -> Any:
 
 def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The level's reasoning-phase figures (ms; the mean over repeats of each), or None when
-    no repeat streamed reasoning. Keys: ``requests`` and ``answered`` (summed), and
-    ``<figure>_<quantile>`` for each of REASONING_SHOWN."""
+    no repeat streamed reasoning. Keys: ``requests`` and ``answered`` (summed),
+    ``<figure>_<quantile>`` for each of REASONING_SHOWN, and where the summaries have them
+    ``accept_reasoning`` / ``accept_answer`` (tokens per chunk in each phase, the mean over
+    repeats like the other figures) with ``accept_reasoning_chunks`` / ``accept_answer_chunks``
+    (the chunks behind them, summed) and ``accept_reasoning_per_delivery`` /
+    ``accept_answer_per_delivery`` (tokens per delivery, averaged)."""
     found = [s["reasoning"] for s in summaries if isinstance(s.get("reasoning"), Mapping)]
     if not found:
         return None
@@ -65,6 +70,15 @@ def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
     }
     for name, q in REASONING_SHOWN:
         row[f"{name.removesuffix('_ms')}_{q}"] = _mean([_dig(f, name, q) for f in found])
+    # Tokens per chunk per phase, where the level kept them: a row built from summaries stored
+    # before then stays as it was (so a comparison stored then still audits clean).
+    if any(isinstance(f.get("accept_reasoning"), Mapping) for f in found):
+        for phase in ("accept_reasoning", "accept_answer"):
+            row[phase] = _mean([_dig(f, phase, "tokens_per_chunk") for f in found])
+            row[f"{phase}_chunks"] = sum(int(_dig(f, phase, "chunks") or 0) for f in found)
+            row[f"{phase}_per_delivery"] = _mean(
+                [_dig(f, phase, "tokens_per_delivery") for f in found]
+            )
     return row
 
 

@@ -165,8 +165,11 @@ def _codes(n: int, dim: int, seed: int) -> np.ndarray:
     return unit
 
 
-def write_model(path: Path, shape: Shape, next_of: list[int], *, name: str) -> None:
-    """One GGUF file: a Llama whose greedy next token after token t is next_of[t]."""
+def write_model(
+    path: Path, shape: Shape, next_of: list[int], *, name: str, scale: float = _SCALE
+) -> None:
+    """One GGUF file: a Llama whose greedy next token after token t is next_of[t]; ``scale``
+    sets how peaked its next-token distribution is (``write_pair``'s ``target_scale``)."""
     import gguf  # imported here: only the engine tests and `make engines` need it
 
     tokens, scores, types = vocabulary()
@@ -174,7 +177,7 @@ def write_model(path: Path, shape: Shape, next_of: list[int], *, name: str) -> N
     d = shape.n_embd
     codes = _codes(n_vocab, d, seed=11)  # shared by both models: one code per token
     embd = codes[np.asarray(next_of)]  # a token's embedding is the code of its successor
-    output = (_SCALE * codes).astype(np.float32)
+    output = (scale * codes).astype(np.float32)
     output[: n_vocab - CYCLE_LENGTH] = 0.0  # only words are ever predicted (never EOS)
 
     w = gguf.GGUFWriter(str(path), "llama")
@@ -220,14 +223,24 @@ def write_model(path: Path, shape: Shape, next_of: list[int], *, name: str) -> N
 
 
 def write_pair(
-    out_dir: Path, *, agreement: float = 2 / 3, seed: int = 0, spread: str = "even"
+    out_dir: Path,
+    *,
+    agreement: float = 2 / 3,
+    seed: int = 0,
+    spread: str = "even",
+    target_scale: float = _SCALE,
 ) -> ModelPair:
     """Write target.gguf and a draft for this agreement into `out_dir` (kept if present: the
-    files are a pure function of the arguments)."""
+    files are a pure function of the arguments). A `target_scale` below the default flattens
+    the target's next-token distribution (its greedy choice unchanged), so that sampling at a
+    temperature picks other tokens and rejects drafts: at the default a sampled token is the
+    greedy one all but always (softmax ~ 1)."""
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _write_pair(out_dir, agreement=agreement, seed=seed, spread=spread)
+        return _write_pair(
+            out_dir, agreement=agreement, seed=seed, spread=spread, target_scale=target_scale
+        )
     except BaseException:
         # A failed first write leaves nothing behind: no empty directory that looks like models.
         if created:
@@ -235,7 +248,9 @@ def write_pair(
         raise
 
 
-def _write_pair(out_dir: Path, *, agreement: float, seed: int, spread: str) -> ModelPair:
+def _write_pair(
+    out_dir: Path, *, agreement: float, seed: int, spread: str, target_scale: float
+) -> ModelPair:
     tokens, _, _ = vocabulary()
     first_word = len(tokens) - CYCLE_LENGTH
     agrees = agreement_pattern(agreement, seed, spread=spread)
@@ -245,17 +260,19 @@ def _write_pair(out_dir: Path, *, agreement: float, seed: int, spread: str) -> M
         target_next[first_word + i] = first_word + (i + 1) % CYCLE_LENGTH
         wrong = (i + 1 + CYCLE_LENGTH // 2) % CYCLE_LENGTH
         draft_next[first_word + i] = first_word + ((i + 1) % CYCLE_LENGTH if agrees[i] else wrong)
-    target = out_dir / "target.gguf"
+    target = out_dir / (
+        "target.gguf" if target_scale == _SCALE else f"target-s{target_scale:g}.gguf"
+    )
     tag = f"{agreement:.4f}-{spread}" + (f"-{seed}" if spread == "random" else "")
     draft = out_dir / f"draft-{tag}.gguf"
-    for path, shape, next_of, name in (
-        (target, TARGET_SHAPE, target_next, "specdash-tiny-target"),
-        (draft, DRAFT_SHAPE, draft_next, f"specdash-tiny-draft-{tag}"),
+    for path, shape, next_of, name, scale in (
+        (target, TARGET_SHAPE, target_next, "specdash-tiny-target", target_scale),
+        (draft, DRAFT_SHAPE, draft_next, f"specdash-tiny-draft-{tag}", _SCALE),
     ):
         if not path.exists():
             tmp = path.with_name(path.name + ".tmp")
             try:
-                write_model(tmp, shape, next_of, name=name)
+                write_model(tmp, shape, next_of, name=name, scale=scale)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise

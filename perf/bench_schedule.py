@@ -7,8 +7,10 @@ times (interleaved), its schedule (switches placed on the running batch sizes th
 reported per level, docs/measurement.md), then the verification of that schedule (the
 schedule against every fixed variant, three sweeps each) judged at margin 0.
 
-Printed: the matrix, the schedule with the decision's statements, and per level the schedule
-against each fixed variant (tok/s, schedule / fixed with its interval, the pair's status),
+Printed: the matrix, the schedule with the decision's statements (among them what each switch
+point is predicted to cost the level above it), and per level the schedule against each fixed
+variant (tok/s, schedule / fixed with its interval, the ratio the schedule's decision predicted
+there before the verification ran, the pair's status),
 then PASS when no level has a fixed variant conclusively ahead of the schedule (the pair's
 status *behind*: schedule / fixed wholly below 1), else FAIL naming the levels; NO VERDICT
 when a pair was not comparable (a client-limited level, say: nothing was measured there) or
@@ -60,12 +62,19 @@ def short(name: str) -> str:
 
 
 def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Per level the schedule against each fixed variant; returns the failures
-    ("C=2: off ahead, 0.972 (0.969-0.976)") and the pairs not judged (not comparable: the
-    check did not measure them)."""
+    """Per level the schedule against each fixed variant, with the ratio the schedule's
+    decision predicted where it predicted one (a known trade-off reads as one; it changes no
+    status); returns the failures ("C=2: off ahead, 0.972 (0.969-0.976)", with the prediction
+    when there was one) and the pairs not judged (not comparable: the check did not measure
+    them)."""
     by_name = figures(comparison)
     tuned = by_name[report["tuned"]]
     pairs = report["decision"]["pairwise"]
+    predicted = {
+        (row["concurrency"], row["predicted"]["fixed"]): row["predicted"]["ratio"]
+        for row in report["levels"]
+        if row.get("predicted")
+    }
     levels = sorted({lv["concurrency"] for pair in pairs for lv in pair["levels"]})
     say(
         f"Schedule against each fixed variant: schedule / fixed output tok/s, "
@@ -81,16 +90,21 @@ def print_check(report: dict[str, Any], comparison: dict[str, Any]) -> tuple[lis
             status = level["status"]
             # The pair's candidate is the schedule: "behind" = the fixed variant is ahead.
             shown = {"behind": "FIXED AHEAD", "ahead": "schedule ahead"}.get(status, status)
+            guess = predicted.get((c, fixed))
             rows.append([
                 str(c), f"{tuned.get(c, {}).get('output_tok_s') or 0:.1f}", short(fixed),
                 f"{by_name[fixed].get(c, {}).get('output_tok_s') or 0:.1f}", _ratio(level),
-                str(level["repeats"]), shown,
+                "-" if guess is None else f"{guess:.3f}", str(level["repeats"]), shown,
             ])  # fmt: skip
             if status == "behind":
-                failures.append(f"C={c}: {short(fixed)} ahead, {_ratio(level)}")
+                known = "" if guess is None else f", predicted {guess:.3f} (a stated trade-off)"
+                failures.append(f"C={c}: {short(fixed)} ahead, {_ratio(level)}{known}")
             if status == "not_comparable":
                 unjudged.append(f"C={c} vs {short(fixed)}: {level['reason']}")
-    table(["C", "schedule", "fixed", "its tok/s", "ratio (interval)", "runs", "status"], rows)
+    table(
+        ["C", "schedule", "fixed", "its tok/s", "ratio (interval)", "predicted", "runs", "status"],
+        rows,
+    )
     return failures, unjudged
 
 

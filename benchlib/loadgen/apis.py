@@ -246,10 +246,15 @@ class OpenAIHandler(ChunkHandler):
         """Note the reasoning phase and where the answer starts, before this chunk's tokens
         are added: the tokens counted so far are the reasoning's."""
         rec = self.rec
-        if delta.get("reasoning_content") or delta.get("reasoning"):
-            if rec.reasoning_tokens is None:
-                rec.reasoning_tokens = 0
-        elif (delta.get("content") or delta.get("tool_calls")) and not self.answered:
+        if (delta.get("reasoning_content") or delta.get("reasoning")) and (
+            rec.reasoning_tokens is None
+        ):
+            rec.reasoning_tokens = 0
+        # Not `elif`: vLLM's reasoning parsers send one delta with both fields when a step's
+        # tokens cross the end of the reasoning. Its answer token arrived now, so the answer
+        # starts here; the delta's tokens count as the answer's (the split inside one delta is
+        # not in the stream), which moves at most one step between the phases.
+        if (delta.get("content") or delta.get("tool_calls")) and not self.answered:
             self.answered = True
             if rec.reasoning_tokens is not None:
                 rec.first_answer = now

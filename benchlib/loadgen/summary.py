@@ -44,6 +44,39 @@ class Estimated(TypedDict):
     any: bool
 
 
+class PhaseAcceptance(TypedDict):
+    """One reasoning phase's tokens per streamed chunk (``benchlib.loadgen.reasoning``): the
+    client's reading of the accept length where the server sends a verify step's tokens in one
+    chunk (docs/measurement.md, "Acceptance per phase"). ``tokens_per_chunk`` is ``tokens`` /
+    ``chunks`` (None without chunks) over the ``requests`` that had exact per-chunk counts;
+    ``tokens_per_delivery`` is ``tokens`` / ``deliveries``, the reading where a server sends a
+    step's tokens as separate events arriving together (llama-server)."""
+
+    tokens_per_chunk: float | None
+    tokens_per_delivery: float | None
+    tokens: int
+    chunks: int
+    deliveries: int
+    requests: int
+
+
+class ReasoningFigures(TypedDict):
+    """A level's reasoning-phase figures (``benchlib.loadgen.reasoning.reasoning_figures``).
+
+    ``accept_reasoning`` and ``accept_answer`` are absent from summaries stored before they
+    were kept: read them with ``.get``."""
+
+    requests: int
+    answered: int
+    reasoning_tokens: Distribution
+    ttft_reasoning_ms: Distribution
+    ttft_answer_ms: Distribution
+    itl_reasoning_ms: Distribution
+    itl_answer_ms: Distribution
+    accept_reasoning: PhaseAcceptance
+    accept_answer: PhaseAcceptance
+
+
 class _Figures(TypedDict):
     """What every level summary has."""
 
@@ -98,9 +131,9 @@ class LevelSummary(_Figures, total=False):
     # --controller-tracking (benchlib.stats.controller.controller_figures): the per-second
     # series and the switches with their cost; None when the server does not speculate.
     controller: dict[str, Any] | None
-    # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times and token
-    # gaps per phase.
-    reasoning: dict[str, Any]
+    # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times, token
+    # gaps and tokens per chunk per phase.
+    reasoning: ReasoningFigures
     # Multi-turn sessions (benchlib.loadgen.sessions): figures per turn index, and per session.
     turns: list[dict[str, Any]]
     sessions: dict[str, Any]

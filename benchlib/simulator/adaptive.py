@@ -182,8 +182,9 @@ def profile_for_draft_length(profile: Profile, draft_length: int) -> Profile:
 
     K = spec_steps is the profile itself; K = 0 costs the profile's ``off_t0_ms``/``off_k_ms``
     and emits one token; in between and beyond, t0 and k move linearly in K (each draft token
-    adds one fixed draft pass and one verify token per request) and the accept length is that
-    of a chain of K at the profile's per-token acceptance (``accept_length_for``)."""
+    adds one fixed draft pass and one verify token per request) and the accept length (each
+    category's and the reasoning phase's alike) is that of a chain of K at the profile's
+    per-token acceptance (``accept_length_for``)."""
     if draft_length < 0:
         raise ValueError(f"draft length {draft_length} is below 0")
     steps = profile.spec_steps
@@ -210,6 +211,7 @@ def profile_for_draft_length(profile: Profile, draft_length: int) -> Profile:
             accept_length=1.0,
             spec_steps=0,
             category_accept_length=(),
+            reasoning_accept_length=None,
         )
     share = draft_length / steps
     return profile.replace(
@@ -220,5 +222,10 @@ def profile_for_draft_length(profile: Profile, draft_length: int) -> Profile:
         category_accept_length=tuple(
             (name, accept_length_for(length, steps, draft_length))
             for name, length in profile.category_accept_length
+        ),
+        reasoning_accept_length=(
+            None
+            if profile.reasoning_accept_length is None
+            else accept_length_for(profile.reasoning_accept_length, steps, draft_length)
         ),
     )

@@ -309,12 +309,22 @@ class SimApp:
                 "finish_reason": reason,
                 "error": error,
                 # Reasoning mode: how many of its first tokens were reasoning (chat streams).
+                # Its verify steps per phase and the tokens they made: a step that starts in
+                # the reasoning counts there whole, though its last tokens may be the answer's.
                 **(
-                    {"reasoning_tokens": min(reasoning_tokens, sim.generated)}
+                    {
+                        "reasoning_tokens": min(reasoning_tokens, sim.generated),
+                        "reasoning_verify_steps": sim.phase_steps[0],
+                        "reasoning_step_tokens": sim.phase_steps[1],
+                        "answer_verify_steps": sim.phase_steps[2],
+                        "answer_step_tokens": sim.phase_steps[3],
+                    }
                     if reasoning_tokens
                     else {}
                 ),
                 **({"cached_tokens": sim.cached_tokens} if self.config.prefix_cache else {}),
+                # Sampled (temperature > 0): its drafts were accepted at the sampled rate.
+                **({"sampled": True} if sim.sampled else {}),
                 # Under a schedule: which draft length each of its verify steps used, and
                 # the running batch it was chosen from.
                 **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),

@@ -116,11 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculative: mean tokens per step (1 + accepted drafts)",
     )
     m.add_argument(
+        "--sampled-accept-share",
+        type=float,
+        help="speculative: share of the drafts' gain (accept length - 1) a request that samples "
+        "(temperature > 0) keeps (default 0.6; 1: sampling costs nothing)",
+    )
+    m.add_argument(
         "--category-accept-length",
         type=_category_lengths,
         default=None,
         help="speculative: accept length per prompt category (X-Specdash-Category header), "
         "e.g. chat=2.7,code=1.9",
+    )
+    m.add_argument(
+        "--reasoning-accept-length",
+        type=float,
+        help="speculative, reasoning mode: accept length of the verify steps that start in a "
+        "request's reasoning (eagle3: 3.2 against the answer's 2.6; dropped when --spec-steps "
+        "leaves it impossible)",
     )
     m.add_argument(
         "--spec-steps",
@@ -274,6 +287,8 @@ _PROFILE_FLAGS = (
     "accept_length",
     "spec_steps",
     "category_accept_length",
+    "reasoning_accept_length",
+    "sampled_accept_share",
     "off_t0_ms",
     "off_k_ms",
 )
@@ -309,6 +324,16 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
     for name, length in profile.category_accept_length:
         if not profile.speculative or not 1.0 <= length <= profile.spec_steps + 1:
             parser.error(f"--category-accept-length {name}: needs speculation, 1..spec-steps + 1")
+    reasoning = profile.reasoning_accept_length
+    fits = profile.speculative and (reasoning is None or 1.0 <= reasoning <= profile.spec_steps + 1)
+    if "reasoning_accept_length" in overrides and not fits:
+        parser.error("--reasoning-accept-length: needs speculation, 1..spec-steps + 1")
+    if not fits:
+        # The profile's own value where --spec-steps made it impossible (or turned speculation
+        # off): the reasoning then accepts as the answer does.
+        profile = profile.replace(reasoning_accept_length=None)
+    if not 0.0 <= profile.sampled_accept_share <= 1.0:
+        parser.error("--sampled-accept-share must lie between 0 and 1")
     if args.workers < 0 or profile.max_running < 1 or profile.kv_tokens < 2:
         parser.error("--workers must be >= 0, --max-running >= 1, --kv-tokens >= 2")
     try:

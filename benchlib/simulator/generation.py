@@ -62,6 +62,9 @@ async def serve_generation(
         loop=asyncio.get_running_loop(),
         category=category_from(scope),
         cached_tokens=app.cached_tokens(req.prefixes),
+        # Reasoning mode applies to streamed chat (encode.StreamEncoder).
+        reasoning_tokens=app.config.reasoning_tokens if req.kind == "chat" and req.stream else 0,
+        sampled=req.sampled,
     )
     app.scheduler.submit(sim)
     app.live.add(sim)
@@ -94,9 +97,7 @@ async def serve_generation(
         if sim.finish_reason == "abort" and error is None:
             error = app.abort_reason
         app.live.discard(sim)
-        # Reasoning mode applies to streamed chat (encode.StreamEncoder).
-        reasoning = app.config.reasoning_tokens if req.kind == "chat" and req.stream else 0
-        app.request_finished(sim, chunks, error, reasoning_tokens=reasoning)
+        app.request_finished(sim, chunks, error, reasoning_tokens=sim.reasoning_tokens)
 
 
 def spec_meta(sim: SimRequest) -> dict[str, Any]:

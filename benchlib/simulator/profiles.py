@@ -21,6 +21,17 @@ class Profile:
     # Accept length per prompt category (the X-Specdash-Category request header): acceptance
     # depends on what is asked (filler, chat, code). Other categories use `accept_length`.
     category_accept_length: tuple[tuple[str, float], ...] = ()
+    # Accept length of the verify steps that start in a request's reasoning phase (reasoning
+    # mode, --reasoning-tokens): speculation behaves differently on reasoning text than on the
+    # answer. None: as the answer (the category's or `accept_length`).
+    reasoning_accept_length: float | None = None
+    # Sampling weakens speculation: a request that samples (temperature > 0) keeps this share of
+    # the drafted tokens' gain, accept length 1 + share * (L - 1), its category's L included
+    # (``sampled_accept_length``). A simulator default that makes sampling cost acceptance, not a
+    # measurement of any engine: set it from a real server's greedy and sampled figures. A
+    # request without a temperature is treated as greedy here (engines' own default is
+    # usually 1.0: the load generator sends one only when it is given).
+    sampled_accept_share: float = 0.6
     # The step cost of the same server when a step drafts nothing (a load-adaptive schedule's
     # K=0): the cost model per draft length (adaptive.profile_for_draft_length) runs from it to
     # t0/k at `spec_steps`. None: not calibrated, so no other draft length can be simulated.
@@ -33,6 +44,10 @@ class Profile:
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
         return (self.prefill_base_ms + self.prefill_per_token_us * prompt_tokens / 1000.0) / 1000.0
+
+    def sampled_accept_length(self, accept_length: float) -> float:
+        """The accept length of a sampled request where a greedy one's is ``accept_length``."""
+        return 1.0 + self.sampled_accept_share * (accept_length - 1.0)
 
     def tokens_per_step(self) -> float:
         return self.accept_length if self.speculative else 1.0
@@ -79,6 +94,9 @@ PROFILES: dict[str, Profile] = {
         speculative=True,
         accept_length=_EAGLE_L,
         spec_steps=3,
+        # Differs from the answer's 2.6 so that per-phase figures show the effect in reasoning
+        # mode; an illustration, not a measurement of any drafter on reasoning text.
+        reasoning_accept_length=3.2,
         # A step without drafts costs a baseline step (the same target model, same server).
         off_t0_ms=round(_BASE_T0, 4),
         off_k_ms=round(_BASE_K, 5),

@@ -52,6 +52,9 @@ class GenRequest:
     # Chat: each message prefix as (digest of the messages so far, their tokens), for the
     # prefix cache (--prefix-cache): a later turn that repeats the history finds it cached.
     prefixes: tuple[tuple[bytes, int], ...] = ()
+    # The request samples (a temperature above 0): speculation accepts less of its drafts
+    # (Profile.sampled_accept_share). No temperature counts as greedy here.
+    sampled: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,12 @@ def _check_number(data: dict[str, Any], name: str) -> None:
     value = data.get(name)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise _wrong_type(name, "a number")
+
+
+def _samples(data: dict[str, Any]) -> bool:
+    """Whether the (checked) body asks for sampling: a temperature above 0."""
+    temperature = data.get("temperature")
+    return temperature is not None and temperature > 0
 
 
 def _text_tokens(text: str) -> int:
@@ -237,6 +246,7 @@ def parse_openai(kind: Kind, data: dict[str, Any], limits: Limits) -> GenRequest
         continuous_usage=continuous,
         spec_details=_opt_bool(data, "return_spec_tokens_details"),
         prefixes=_message_prefixes(data["messages"]) if kind == "chat" else (),
+        sampled=_samples(data),
     )
 
 
@@ -275,4 +285,5 @@ def parse_generate(data: dict[str, Any], limits: Limits) -> GenRequest:
         ignore_eos=_opt_bool(params, "ignore_eos"),
         include_usage=False,
         continuous_usage=False,
+        sampled=_samples(params),
     )

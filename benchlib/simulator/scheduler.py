@@ -36,8 +36,11 @@ class SimRequest:
         "loop",
         "max_tokens",
         "pending",
+        "phase_steps",
         "prompt_tokens",
+        "reasoning_tokens",
         "request_id",
+        "sampled",
         "spec_accepted",
         "spec_drafted",
         "spec_steps",
@@ -59,8 +62,20 @@ class SimRequest:
         loop: asyncio.AbstractEventLoop | None = None,
         category: str | None = None,
         cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        sampled: bool = False,
     ) -> None:
         self.request_id = request_id
+        # Reasoning mode: the first `reasoning_tokens` output tokens stream as reasoning (0:
+        # none). A verify step that starts among them draws at the reasoning accept length, and
+        # `phase_steps` counts per phase [reasoning steps, their tokens, answer steps, their
+        # tokens] (a step crossing into the answer counts, all its tokens, as reasoning: its
+        # draft was drafted on reasoning text): the truth log's `reasoning_verify_steps`,
+        # `reasoning_step_tokens`, `answer_verify_steps` and `answer_step_tokens`.
+        self.reasoning_tokens = reasoning_tokens
+        self.phase_steps = [0, 0, 0, 0]
+        # Sampled (temperature > 0): drafts accepted less often (Profile.sampled_accept_share).
+        self.sampled = sampled
         # Prompt tokens the prefix cache held (--prefix-cache): not prefilled again.
         self.cached_tokens = cached_tokens
         self.category = category
@@ -110,7 +125,16 @@ class DraftTier:
     """What a step drafting ``k`` tokens per request costs and emits: its profile
     (``adaptive.profile_for_draft_length``) and seeded draws, one per prompt category."""
 
-    __slots__ = ("category_draws", "draw", "k", "profile")
+    __slots__ = (
+        "category_draws",
+        "draw",
+        "k",
+        "profile",
+        "reasoning_draw",
+        "sampled_category_draws",
+        "sampled_draw",
+        "sampled_reasoning_draw",
+    )
 
     def __init__(self, profile: Profile, k: int, seed: str) -> None:
         self.k = k
@@ -120,6 +144,39 @@ class DraftTier:
             name: TokenDraw(profile, random.Random(f"{seed}:accept:{name}"), accept_length=length)
             for name, length in profile.category_accept_length
         }
+        reasoning = profile.reasoning_accept_length
+        self.reasoning_draw = (
+            None
+            if reasoning is None
+            else TokenDraw(
+                profile, random.Random(f"{seed}:accept:reasoning"), accept_length=reasoning
+            )
+        )
+        # Sampled requests draw from their own seeded streams: a greedy request's draws stay
+        # what they were without any sampled request beside it.
+        sampled = profile.sampled_accept_length
+        self.sampled_draw = TokenDraw(
+            profile,
+            random.Random(f"{seed}:accept:sampled"),
+            accept_length=sampled(profile.accept_length),
+        )
+        self.sampled_category_draws = {
+            name: TokenDraw(
+                profile,
+                random.Random(f"{seed}:accept:sampled:{name}"),
+                accept_length=sampled(length),
+            )
+            for name, length in profile.category_accept_length
+        }
+        self.sampled_reasoning_draw = (
+            None
+            if reasoning is None
+            else TokenDraw(
+                profile,
+                random.Random(f"{seed}:accept:sampled:reasoning"),
+                accept_length=sampled(reasoning),
+            )
+        )
 
 
 class SchedulerCore:
@@ -241,6 +298,8 @@ class SchedulerCore:
         drafting = tier.draw.speculative
         draw = tier.draw.draw
         categories = tier.category_draws
+        reasoning_draw = tier.reasoning_draw
+        sampled_reasoning = tier.sampled_reasoning_draw
         emitted = 0
         steps = tier.k
         verifies = 0
@@ -249,13 +308,28 @@ class SchedulerCore:
         for req in self.running:
             # A request's first token comes from its prefill, as in the engines: one token,
             # no draft, no verify step. Every later step is a verify step when speculating,
-            # drawn from the request's own category when it has one.
+            # drawn in a reasoning phase at the reasoning accept length when the profile has
+            # one, else from the request's own category when it has one.
             first = req.generated == 0
+            reasoning = req.generated < req.reasoning_tokens
             if first:
                 n = 1
             else:
-                own = categories.get(req.category) if req.category is not None else None
-                n = own.draw() if own is not None else (draw() if drafting else 1)
+                # A sampled request draws from the sampled streams (Profile.sampled_accept_share)
+                # and is a verify step like any other: it counts in the server's counters.
+                if req.sampled:
+                    by_category, phase_draw = tier.sampled_category_draws, sampled_reasoning
+                else:
+                    by_category, phase_draw = categories, reasoning_draw
+                own = by_category.get(req.category) if req.category is not None else None
+                if reasoning and phase_draw is not None:
+                    own = phase_draw
+                if own is not None:
+                    n = own.draw()
+                elif not drafting:
+                    n = 1
+                else:
+                    n = tier.sampled_draw.draw() if req.sampled else draw()
                 req.steps += 1
                 verifies += 1
                 if record:
@@ -272,6 +346,11 @@ class SchedulerCore:
                 finished.append(req)
             else:
                 keep.append(req)
+            if req.reasoning_tokens and not first:
+                phase = req.phase_steps
+                at = 0 if reasoning else 2
+                phase[at] += 1
+                phase[at + 1] += n
             req.generated += n
             req.pending += n
             if spec and not first:

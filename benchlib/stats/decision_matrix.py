@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchlib.stats.batch_thresholds import (
@@ -41,6 +41,13 @@ from benchlib.stats.decision import (
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 from benchlib.stats.schedule import Step
 from benchlib.stats.schedule_configs import EngineSchedule, engine_schedules
+from benchlib.stats.switch_costs import (
+    CostVariant,
+    StepEvidence,
+    SwitchCost,
+    predict_switch_costs,
+    trade_off_text,
+)
 from benchlib.stats.types import Curve
 
 
@@ -49,6 +56,9 @@ class MatrixVariant:
     arm: Arm
     curve: Curve
     draft_length: int  # 0 = speculation off
+    # Per C what the level says about this variant's engine step (``switch_costs``): the
+    # evidence a switch point's cost to its neighbouring level is predicted from.
+    steps: Mapping[int, StepEvidence] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,9 +76,16 @@ class MatrixDecision:
     # (``batch_thresholds``), or on C where there were no readings; the ranges behind it.
     thresholds: str = ""
     batch_ranges: tuple[LevelBatches, ...] = ()
+    # What each switch costs the level just above it (its turnarounds run the other variant's
+    # step), predicted from the matrix before any verification (``switch_costs``).
+    switch_costs: tuple[SwitchCost, ...] = ()
 
     def statements(self) -> tuple[str, ...]:
-        out = (*(band.sentence for band in self.bands), self.recommendation)
+        out = (
+            *(band.sentence for band in self.bands),
+            self.recommendation,
+            *(cost.sentence for cost in self.switch_costs),
+        )
         return (*out, self.thresholds) if self.thresholds else out
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,6 +221,20 @@ def decide_matrix(
         else:
             steps.append(Step(band.start, band.end, k))
     configs = engine_schedules(steps, engine, vllm_base=vllm_base, max_num_seqs=max_num_seqs)
+    costs = predict_switch_costs(
+        [
+            CostVariant(
+                v.arm.name,
+                v.draft_length,
+                {lv.concurrency: lv.value for lv in v.curve.levels},
+                v.steps,
+            )
+            for v in ordered
+        ],
+        steps,
+        common,
+        margin=margin,
+    )
     return MatrixDecision(
         reference=names[0],
         margin=margin,
@@ -213,9 +244,10 @@ def decide_matrix(
         steps=tuple(steps),
         configs=configs,
         untested=untested,
-        recommendation=_recommendation(bands, steps, cond),
+        recommendation=_recommendation(bands, steps, cond) + trade_off_text(costs, margin),
         thresholds=_thresholds(plan, min_share),
         batch_ranges=plan.ranges,
+        switch_costs=costs,
     )
 
 

@@ -9,6 +9,11 @@ no fixed variant is ahead of it at any level both measured. A level whose pair i
 failure on its own. ``equivalent`` with an interval wholly below 1 is "behind within the
 margin" (only possible with a margin above 0).
 
+Where the schedule's decision predicted, before the run, what a switch point costs a level
+(``switch_costs``: its turnarounds run the other variant's step), the verdict puts that
+prediction beside the measured ratio against the same fixed variant, so a loss that was a
+known trade-off reads as one. The prediction never changes a status or the verdict's pass.
+
 The margin defaults to 0 (``VERIFY_MARGIN``): a verification runs each level several times by
 default, so its intervals already hold the run-to-run spread, and a schedule that is
 conclusively behind a fixed choice by any amount fails. Neither arm is treated as "the
@@ -19,7 +24,7 @@ choice, not whether to switch speculation on, so no pair carries a speculation r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +36,28 @@ VERIFY_MARGIN = 0.0
 
 
 @dataclass(frozen=True)
+class Predicted:
+    """Schedule / ``fixed`` at ``concurrency`` as the schedule's decision predicted it."""
+
+    concurrency: int
+    fixed: str  # the fixed variant's name: the level's own variant in the schedule
+    ratio: float
+    cause: str  # "its turnarounds run the K=1 step"
+
+    @classmethod
+    def from_switch_cost(cls, cost: Mapping[str, Any]) -> Predicted | None:
+        """From a ``SwitchCost`` as stored (its dict); None where nothing was predicted."""
+        if cost.get("predicted_ratio") is None:
+            return None
+        return cls(
+            int(cost["concurrency"]),
+            str(cost["own"]),
+            float(cost["predicted_ratio"]),
+            f"its turnarounds run the {cost['turnaround_label']} step at batch {cost['batch']}",
+        )
+
+
+@dataclass(frozen=True)
 class VerificationLevel:
     concurrency: int
     best_fixed: str  # the fixed variant tuned is furthest behind (lowest tuned / fixed point)
@@ -39,6 +66,7 @@ class VerificationLevel:
     behind_within_margin: tuple[str, ...]
     undecided: tuple[str, ...]  # "name: reason" for inconclusive / not comparable pairs
     ok: bool
+    predicted: Predicted | None = None  # what the schedule's decision predicted here
 
 
 @dataclass(frozen=True)
@@ -68,15 +96,24 @@ def _fmt(ratio: Ratio) -> str:
     return f"{ratio.point:.3f}x, {ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f}x"
 
 
+def _measured(ratio: Ratio) -> str:
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.point:.3f} (no interval)"
+    return f"{ratio.point:.3f} ({ratio.confidence:.0%} {ratio.low:.3f}-{ratio.high:.3f})"
+
+
 def verification_from(
     tuned: str,
     pairwise: Sequence[Decision],
     *,
     margin: float,
     confidence: float = DEFAULT_CONFIDENCE,
+    predicted: Sequence[Predicted] = (),
 ) -> VerificationDecision:
     """The verification's levels and verdict from the pairs' decisions (each with tuned as
-    the candidate)."""
+    the candidate); ``predicted`` the schedule's predicted ratios, set beside the measured."""
+    foretold = {p.concurrency: p for p in predicted}
+    beside: list[str] = []
     concurrencies = sorted({lv.concurrency for d in pairwise for lv in d.levels})
     levels: list[VerificationLevel] = []
     failing: list[str] = []
@@ -96,10 +133,18 @@ def verification_from(
             for name, lv in present
             if lv.status in ("inconclusive", "not_comparable")
         )
-        levels.append(
-            VerificationLevel(c, best, best_level.ratio, ahead, within, undecided, not ahead)
-        )
         by_name = dict(present)
+        guess = foretold.get(c)
+        if guess is not None and guess.fixed in by_name:
+            beside.append(
+                f"C={c} against {guess.fixed}: predicted {guess.ratio:.3f} ({guess.cause}), "
+                f"measured {_measured(by_name[guess.fixed].ratio)}"
+            )
+        else:
+            guess = None
+        levels.append(
+            VerificationLevel(c, best, best_level.ratio, ahead, within, undecided, not ahead, guess)
+        )
         if ahead:
             failing.append(f"C={c} ({'; '.join(f'{n}: {_fmt(by_name[n].ratio)}' for n in ahead)})")
         if within:
@@ -126,6 +171,11 @@ def verification_from(
             + ", ".join(close)
             + "."
         )
+    if beside:
+        verdict += (
+            " Predicted by the schedule's decision before this run (a switch point's cost to "
+            "the level above it): " + "; ".join(beside) + "."
+        )
     if undecided_text:
         verdict += " Not decided: " + ", ".join(undecided_text) + "."
     if any(d.within_run for d in pairwise):
@@ -150,9 +200,11 @@ def decide_verification(
     confidence: float = DEFAULT_CONFIDENCE,
     n_boot: int = DEFAULT_N_BOOT,
     health: dict[str, dict[int, ArmHealth]] | None = None,
+    predicted: Sequence[Predicted] = (),
 ) -> VerificationDecision:
     """``tuned`` against each of ``fixed`` on their throughput curves (``decide_curves``);
-    ``health`` maps a curve's name to its levels' health."""
+    ``health`` maps a curve's name to its levels' health, ``predicted`` the schedule
+    decision's predicted ratios (set beside the measured ones)."""
     by_name = health or {}
     pairwise = []
     for curve in fixed:
@@ -171,4 +223,6 @@ def decide_verification(
                 arms=(Arm(curve.name, engine=curve.engine), Arm(tuned.name, engine=tuned.engine)),
             )
         )
-    return verification_from(tuned.name, pairwise, margin=margin, confidence=confidence)
+    return verification_from(
+        tuned.name, pairwise, margin=margin, confidence=confidence, predicted=predicted
+    )

@@ -22,7 +22,7 @@ from typing import Any
 import django
 from asgiref.sync import sync_to_async
 
-from benchmarks.experiments import comparison, schedule, selectors
+from benchmarks.experiments import axes, comparison, schedule, selectors
 from benchmarks.experiments.comparison import SeriesData
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
@@ -40,6 +40,8 @@ class ComparisonInputs:
     slo: dict[str, Any] | None
     protocol: dict[str, Any]
     environment_differences: Any
+    # What the arms are declared to differ in, and their acceptance-axis loads (axes).
+    axes: dict[str, Any]
     # Each arm's series (its levels) and its profile's launch argv, for the schedule.
     schedule_arms: Sequence[tuple[SeriesData, list[str]]]
     # The running-batch readings per level the schedule's switches are placed from.
@@ -50,8 +52,12 @@ def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
     """The experiment's levels, output checks, SLO, protocol and environments (queries only)."""
     experiment = Experiment.objects.get(pk=experiment_id)
     arms = experiment_arm_series(experiment=experiment)
+    declared = axes.experiment_axes(experiment=experiment)
     return ComparisonInputs(
-        series=experiment_series(experiment=experiment),
+        series=axes.series_judged(
+            experiment_series(experiment=experiment), declared["declared_axis"]
+        ),
+        axes=declared,
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
         slo=(experiment.load or {}).get("slo"),
         protocol=experiment_protocol(experiment=experiment),
@@ -79,6 +85,7 @@ def comparison_from_inputs(inputs: ComparisonInputs) -> dict[str, Any]:
         result["protocol"] = inputs.protocol
         # What else than their declared launch differs between the arms' runs.
         result["environment_differences"] = inputs.environment_differences
+        result.update(inputs.axes)
         # Built now with the comparison so that no GET derives it from the records.
         result["schedule"] = schedule.schedule_build(inputs.schedule_arms, inputs.observed)
     return result

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from benchmarks.experiments import selectors, services
+from benchmarks.experiments import axes, selectors, services
 from benchmarks.experiments.tuning import DEFAULT_MARGIN
 from benchmarks.forms import LoadPlanForm
 from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
@@ -35,6 +35,17 @@ class ExperimentForm(LoadPlanForm):
     profile_d = ProfileChoiceField(
         queryset=ServerProfile.objects.none(), label="Profile D", required=False
     )
+    # Each arm's own acceptance-axis load (benchmarks.experiments.axes), typed as key=value.
+    load_a = forms.CharField(
+        required=False,
+        label="Arm A load",
+        help_text="This arm's own api and temperature over the load below, e.g. temperature=0 "
+        "or api=chat temperature=1 (empty: the load's); the same profile may be chosen twice "
+        "with different arm loads (greedy vs sampled, chat template vs raw prompt)",
+    )
+    load_b = forms.CharField(required=False, label="Arm B load")
+    load_c = forms.CharField(required=False, label="Arm C load")
+    load_d = forms.CharField(required=False, label="Arm D load")
     repeats = forms.IntegerField(
         initial=DEFAULT_REPEATS,
         min_value=1,
@@ -62,10 +73,11 @@ class ExperimentForm(LoadPlanForm):
     )
 
     PROFILE_FIELDS = ("profile_a", "profile_b", "profile_c", "profile_d")
+    ARM_LOAD_FIELDS = ("load_a", "load_b", "load_c", "load_d")
     field_order = [
-        "name", *PROFILE_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS, *LoadPlanForm.SLO_FIELDS,
-        "repeats", "order", "continue_on_start_failure", "check_output_equivalence",
-        "auto_resume", "notes", "tags",
+        "name", *PROFILE_FIELDS, *ARM_LOAD_FIELDS, "levels", *LoadPlanForm.LOAD_FIELDS,
+        *LoadPlanForm.SLO_FIELDS, "repeats", "order", "continue_on_start_failure",
+        "check_output_equivalence", "auto_resume", "notes", "tags",
     ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -75,10 +87,39 @@ class ExperimentForm(LoadPlanForm):
             assert isinstance(field, ProfileChoiceField)
             field.queryset = selectors.experiment_profiles()
 
+    def _clean_arm_load(self, name: str) -> dict[str, Any]:
+        return axes.parse_arm_load(self.cleaned_data.get(name) or "")
+
+    def clean_load_a(self) -> dict[str, Any]:
+        return self._clean_arm_load("load_a")
+
+    def clean_load_b(self) -> dict[str, Any]:
+        return self._clean_arm_load("load_b")
+
+    def clean_load_c(self) -> dict[str, Any]:
+        return self._clean_arm_load("load_c")
+
+    def clean_load_d(self) -> dict[str, Any]:
+        return self._clean_arm_load("load_d")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for profile, arm_load in zip(self.PROFILE_FIELDS, self.ARM_LOAD_FIELDS, strict=True):
+            if data.get(arm_load) and data.get(profile) is None:
+                letter = profile[-1].upper()
+                self.add_error(arm_load, f"Choose profile {letter} for this arm's load.")
+        return data
+
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
+        chosen = [
+            (data[p], data.get(a) or {})
+            for p, a in zip(self.PROFILE_FIELDS, self.ARM_LOAD_FIELDS, strict=True)
+            if data.get(p) is not None
+        ]
         return {
-            "profiles": [data[n] for n in self.PROFILE_FIELDS if data.get(n) is not None],
+            "profiles": [profile for profile, _ in chosen],
+            "arm_loads": [arm_load for _, arm_load in chosen],
             "name": data["name"],
             "repeats": data["repeats"],
             "order": data["order"],

@@ -4,7 +4,7 @@ job calls these through ``sync_to_async``. Re-exported by ``benchmarks.experimen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
-from benchmarks.experiments import builds
+from benchmarks.experiments import axes, builds
 from benchmarks.experiments.environment import (
     run_environment_record,
 )
@@ -34,6 +34,8 @@ class StepPlan:
     repeat: int
     profile_id: int
     profile_name: str
+    # The arm's own load settings (benchmarks.experiments.axes), over the experiment's.
+    arm_load: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
             repeat=s.repeat,
             profile_id=s.arm.profile_id,
             profile_name=s.arm.profile.name,
+            arm_load=dict(s.arm.load or {}),
         )
         for s in ExperimentStep.objects.filter(experiment_id=experiment_id)
         .select_related("arm__profile")
@@ -152,7 +155,8 @@ def experiment_step_sweep(
             instance=instance,
             endpoint=endpoint,
             levels=plan.levels,
-            load=plan.load,
+            # The sweep stores the load it ran: the experiment's with the arm's own over it.
+            load=axes.arm_run_load(plan.load, step.arm_load),
             name=f"{plan.name} · {step.label}{repeat}"[:200],
             notes=plan.notes,
             tags=[*plan.tags, f"experiment:{plan.experiment_id}", f"arm:{step.label}"],

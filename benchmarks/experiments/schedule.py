@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchlib.stats.decision import DEFAULT_MARGIN, Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
-from benchmarks.experiments.comparison import SeriesData, series_curve
+from benchlib.stats.switch_costs import StepEvidence
+from benchmarks.experiments.comparison import LevelRun, SeriesData, series_curve
 from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
 from benchmarks.experiments.series import experiment_arm_series, running_batches
+from benchmarks.experiments.workload import acceptance_row
 from benchmarks.models import Experiment
 
 
@@ -42,6 +46,37 @@ def _max_num_seqs(argvs: Sequence[Sequence[str]]) -> int | None:
     """The arms' common --max-num-seqs, so the last vLLM range ends there; None otherwise."""
     values = {count(option([str(a) for a in argv], "--max-num-seqs")) for argv in argvs}
     return values.pop() if len(values) == 1 else None
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    present = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    return statistics.fmean(present) if present else None
+
+
+def step_evidence(series: SeriesData) -> dict[int, StepEvidence]:
+    """Per completed level what its runs say about the variant's engine step (means over the
+    repeats; ``switch_costs``): output tok/s, output tokens per successful request, TPOT p50,
+    and the accept length as the comparison's acceptance row reads it (the servers' counters
+    over the level first)."""
+    grouped: dict[int, list[LevelRun]] = {}
+    for run in series.runs:
+        grouped.setdefault(run.concurrency, []).append(run)
+    out: dict[int, StepEvidence] = {}
+    for c, runs in sorted(grouped.items()):
+        tok_s = _mean([r.figures.get("output_tok_s") for r in runs])
+        if tok_s is None or tok_s <= 0:
+            continue
+        tokens = _mean([r.summary.get("output_tokens") for r in runs])
+        ok = _mean([(r.summary.get("requests") or {}).get("ok") for r in runs])
+        acceptance = acceptance_row(runs)
+        out[c] = StepEvidence(
+            output_tok_s=tok_s,
+            tokens_per_request=tokens / ok if tokens and ok else None,
+            tpot_ms=_mean([r.figures.get("tpot_p50_ms") for r in runs]),
+            accept_length=acceptance["accept_length"],
+            accept_source=str(acceptance["accept_length_source"] or ""),
+        )
+    return out
 
 
 # A schedule ranks the variants' throughput, which at a fixed request rate is the offered rate.
@@ -137,7 +172,7 @@ def schedule_build(
     # the schedule's own rule with the same margin: the same steps, said once.
     decision = decide_matrix(
         [
-            MatrixVariant(Arm(s.name, s.label, k > 0, engine_key), curve, k)
+            MatrixVariant(Arm(s.name, s.label, k > 0, engine_key), curve, k, step_evidence(s))
             for s, curve, k in curves
         ],
         engine=engine_key,

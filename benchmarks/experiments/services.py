@@ -10,7 +10,8 @@ commit, on the experiment's group of the channel layer (``benchmarks.experiments
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -18,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchmarks import services as sweep_services
+from benchmarks.experiments import axes
 from benchmarks.experiments.events import EXPERIMENT_STATE as EXPERIMENT_STATE
 from benchmarks.experiments.events import EXPERIMENT_STEP as EXPERIMENT_STEP
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
@@ -78,15 +80,17 @@ def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[
 
 def _validate(
     *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: dict[str, Any],
-    repeats: Any, order: str,
-) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+    repeats: Any, order: str, arm_loads: Sequence[Mapping[str, Any]],
+) -> tuple[list[int], dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
     errors: dict[str, list[str]] = {}
     if len(profiles) < 2:
         errors["profiles"] = ["Choose at least two server profiles."]
     elif len(profiles) > MAX_PROFILES:
         errors["profiles"] = [f"At most {MAX_PROFILES} profiles per experiment."]
-    elif len({p.pk for p in profiles}) != len(profiles):
-        errors["profiles"] = ["Each profile can appear once; use repeats to run it again."]
+    if len(arm_loads) > len(profiles):
+        errors["arm_loads"] = [
+            f"{len(arm_loads)} arm loads for {len(profiles)} profiles: one per profile at most."
+        ]
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
         errors["repeats"] = [f"Repeats must be a whole number from 1 to {MAX_REPEATS}."]
     if order not in ExperimentOrder.values:
@@ -107,9 +111,53 @@ def _validate(
             "An experiment compares its profiles level by level at each concurrency: give one "
             "request rate (or none). A rate sweep (several rates) runs as a sweep of each server."
         ]
+    # Without a valid load the arms are told apart by what they set themselves.
+    valid_load = cleaned_load if not errors else None
+    cleaned_arm_loads = _validate_arms(profiles, cleaned_levels, valid_load, arm_loads, errors)
     if errors:
         raise ValidationError(errors)
-    return cleaned_levels, cleaned_load
+    return cleaned_levels, cleaned_load, cleaned_arm_loads
+
+
+def _validate_arms(
+    profiles: Sequence[ServerProfile],
+    levels: list[int],
+    load: dict[str, Any] | None,
+    arm_loads: Sequence[Mapping[str, Any]],
+    errors: dict[str, list[str]],
+) -> list[dict[str, Any]]:
+    """Each arm's own load settings (``axes.arm_load_clean``; ``load`` None: the experiment's
+    was refused, so only compared), and no two arms alike: an arm may run another's profile
+    only with another load (same server, other load)."""
+    cleaned: list[dict[str, Any]] = []
+    seen: dict[tuple[int, str], str] = {}
+    for i, profile in enumerate(profiles[: len(LABELS)]):
+        label = LABELS[i]
+        given = dict(arm_loads[i]) if i < len(arm_loads) else {}
+        own, runs = given, given
+        if load is not None:
+            try:
+                own, runs = axes.arm_load_clean(levels=levels, load=load, arm_load=given)
+            except ValidationError as exc:
+                errors[axes.arm_load_field(label)] = [f"Arm {label}: {m}" for m in exc.messages]
+                cleaned.append({})
+                continue
+        cleaned.append(own)
+        key = (profile.pk, json.dumps(runs, sort_keys=True))
+        if key in seen:
+            errors["profiles"] = [
+                f"Arms {seen[key]} and {label} run the same profile ({profile.name}) with the same "
+                f"load: give one of them its own {' or '.join(axes.ARM_LOAD_AXES)}, or use repeats "
+                "to run it again."
+            ]
+        seen.setdefault(key, label)
+    return cleaned
+
+
+def _load_text(arm_load: Mapping[str, Any]) -> str:
+    """An arm's own load for its default title: "temperature 1", "api chat"."""
+    items = (f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in arm_load.items())
+    return ", ".join(items)
 
 
 def experiment_create(
@@ -125,9 +173,15 @@ def experiment_create(
     notes: str = "",
     tags: Sequence[str] = (),
     auto_resume: bool = False,
+    arm_loads: Sequence[Mapping[str, Any]] = (),
     user: Any = None,
 ) -> Experiment:
     """Validate, plan the steps and queue the ``experiment.run`` job.
+
+    ``arm_loads``: each arm's own load settings, in profile order (fewer: the rest have none),
+    limited to the acceptance axes (``axes.ARM_LOAD_AXES``: the API and the temperature); its
+    sweeps run ``load`` with them merged in. A profile may appear twice when the two arms'
+    loads differ (same server, other load); the same profile with the same load is refused.
 
     ``auto_resume``: a worker that finds this experiment interrupted (its own restart, or a
     dead worker's expired lease) resumes it by itself, up to MAX_AUTO_RESUMES times.
@@ -138,10 +192,17 @@ def experiment_create(
     ValidationError with errors keyed by field name.
     """
     profiles = list(profiles)
-    cleaned_levels, cleaned_load = _validate(
-        profiles=profiles, levels=levels, load=load, repeats=repeats, order=order
+    cleaned_levels, cleaned_load, cleaned_arm_loads = _validate(
+        profiles=profiles, levels=levels, load=load, repeats=repeats, order=order,
+        arm_loads=list(arm_loads),
+    )  # fmt: skip
+    title = (
+        name.strip()[:200]
+        or " vs ".join(
+            p.name + (f" ({_load_text(own)})" if own else "")
+            for p, own in zip(profiles, cleaned_arm_loads, strict=True)
+        )[:200]
     )
-    title = name.strip()[:200] or " vs ".join(p.name for p in profiles)[:200]
     worker_require(kind=EXPERIMENT_JOB_KIND)
     with transaction.atomic():
         experiment = Experiment.objects.create(
@@ -159,7 +220,13 @@ def experiment_create(
         )
         arms = ExperimentArm.objects.bulk_create(
             [
-                ExperimentArm(experiment=experiment, profile=p, label=LABELS[i], position=i)
+                ExperimentArm(
+                    experiment=experiment,
+                    profile=p,
+                    label=LABELS[i],
+                    position=i,
+                    load=cleaned_arm_loads[i],
+                )
                 for i, p in enumerate(profiles)
             ]
         )
@@ -325,6 +392,7 @@ def experiment_rerun(*, experiment: Experiment, user: Any = None) -> Experiment:
     arms = experiment.arms.select_related("profile").order_by("position")
     again = experiment_create(
         profiles=[arm.profile for arm in arms],
+        arm_loads=[dict(arm.load or {}) for arm in arms],
         levels=list(experiment.levels),
         load=dict(experiment.load),
         name=experiment.name,

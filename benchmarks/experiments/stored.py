@@ -22,7 +22,7 @@ from typing import Any
 from django.core.cache import cache
 from django.db import transaction
 
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.comparison import SeriesData
 from benchmarks.experiments.series import (
@@ -95,11 +95,15 @@ def experiment_comparison_read(*, experiment: Experiment) -> dict[str, Any]:
     completed level."""
     if experiment.is_finished and experiment.comparison:
         return dict(experiment.comparison)
-    return comparison_cached(
-        series=experiment_series(experiment=experiment),
+    declared = axes.experiment_axes(experiment=experiment)
+    built = comparison_cached(
+        series=axes.series_judged(
+            experiment_series(experiment=experiment), declared["declared_axis"]
+        ),
         slo=(experiment.load or {}).get("slo"),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
     )
+    return {**built, **declared}
 
 
 def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:

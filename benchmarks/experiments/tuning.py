@@ -19,6 +19,7 @@ level, or the levels where some fixed choice is conclusively ahead. No sentence 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -33,7 +34,7 @@ from django.db import transaction
 
 from benchlib.stats.decision import DEFAULT_MARGIN as DECISION_MARGIN
 from benchlib.stats.decision import ArmHealth
-from benchlib.stats.decision_verification import VERIFY_MARGIN, decide_verification
+from benchlib.stats.decision_verification import VERIFY_MARGIN, Predicted, decide_verification
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.schedule_configs import (
@@ -53,7 +54,7 @@ from benchmarks.experiments.matrix import (
     set_flag,
     variant_profile,
 )
-from benchmarks.experiments.schedule import RATE_MODE_MESSAGE
+from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
 from benchmarks.experiments.series import experiment_series, running_batches
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
@@ -255,7 +256,7 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
         if not ServerProfile.objects.filter(name=wanted).exclude(pk=tuned.pk).exists():
             tuned.name = wanted
             tuned.save(update_fields=["name"])
-    return services.experiment_create(
+    verification = services.experiment_create(
         profiles=[tuned, *derived.fixed],
         levels=experiment.levels,
         load=dict(experiment.load),
@@ -266,6 +267,12 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
         tags=[VERIFY_TAG],
         user=user,
     )
+    # What the schedule's decision predicts each switch costs the level above it, kept from
+    # before the run so that the report sets the measured ratio beside it.
+    decision = experiment_schedule(experiment=experiment).get("decision") or {}
+    verification.schedule_prediction = list(decision.get("switch_costs") or [])
+    verification.save(update_fields=["schedule_prediction"])
+    return verification
 
 
 def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
@@ -282,11 +289,13 @@ def level_verdicts(
     fixed: Sequence[Curve],
     margin: float = DEFAULT_MARGIN,
     health: dict[str, dict[int, ArmHealth]] | None = None,
+    predicted: Sequence[Predicted] = (),
 ) -> dict[str, Any]:
     """The verification's decision (``decide_verification``) rendered as rows: per level
     tuned / best fixed with its interval, the fixed variants ahead of tuned there and those it
-    is behind within the margin; the verdict is the decision's own sentence."""
-    decision = decide_verification(tuned, fixed, margin=margin, health=health)
+    is behind within the margin, the schedule decision's predicted ratio where it made one;
+    the verdict is the decision's own sentence."""
+    decision = decide_verification(tuned, fixed, margin=margin, health=health, predicted=predicted)
     curves = {c.name: c for c in fixed}
     rows: list[dict[str, Any]] = []
     for level in decision.levels:
@@ -304,6 +313,9 @@ def level_verdicts(
                 "behind_within_margin": list(level.behind_within_margin),
                 "undecided": list(level.undecided),
                 "ok": level.ok,
+                "predicted": (
+                    dataclasses.asdict(level.predicted) if level.predicted is not None else None
+                ),
             }
         )
     return {
@@ -331,7 +343,12 @@ def verification_report(
     if len(curves) < 2:
         raise _invalid(f"Experiment #{experiment.pk} has fewer than two arms.")
     health = {curve.name: _health(s) for curve, s in zip(curves, series, strict=True)}
-    report = level_verdicts(curves[0], curves[1:], margin, health)
+    predicted = [
+        p
+        for cost in experiment.schedule_prediction or []
+        if (p := Predicted.from_switch_cost(cost)) is not None
+    ]
+    report = level_verdicts(curves[0], curves[1:], margin, health, predicted)
     return {
         "experiment_id": experiment.pk,
         "state": experiment.state,

@@ -70,6 +70,10 @@ class Experiment(models.Model):
     # The last audit's outcome (its sweeps and its stored comparison), stored when the
     # experiment ends and by ``manage.py specdash audit``: pages show it, never rerun it.
     audit = models.JSONField(default=dict, blank=True)
+    # A schedule verification only: what the schedule's decision predicted, before this ran,
+    # that each switch point costs its neighbouring level (``switch_costs.SwitchCost`` dicts),
+    # so the report puts the predicted and the measured ratio side by side.
+    schedule_prediction = models.JSONField(default=list, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -94,6 +98,10 @@ class ExperimentArm(models.Model):
     profile = models.ForeignKey(ServerProfile, on_delete=models.PROTECT, related_name="+")
     label = models.CharField(max_length=20, help_text="A, B, ...")
     position = models.PositiveSmallIntegerField(default=0)
+    # The arm's own load settings over the experiment's, limited to the acceptance axes (the
+    # API: chat template or raw prompt; the sampling temperature): its sweeps run the
+    # experiment's load with these merged in (benchmarks.experiments.axes). {}: none.
+    load = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["experiment", "position"]

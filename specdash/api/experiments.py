@@ -96,6 +96,7 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dic
         profiles=[found[pk] for pk in payload.profiles],
         levels=payload.levels,
         load=payload.load.model_dump(exclude_none=True),
+        arm_loads=[arm.model_dump(exclude_none=True) for arm in payload.arm_loads],
         name=payload.name,
         repeats=payload.repeats,
         order=payload.order,

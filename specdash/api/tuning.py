@@ -52,6 +52,13 @@ class RatioOut(Schema):
     method: str
 
 
+class PredictedOut(Schema):
+    concurrency: int
+    fixed: str = Field(description="The fixed variant the prediction is against")
+    ratio: float = Field(description="Predicted schedule / fixed")
+    cause: str
+
+
 class VerificationLevelOut(Schema):
     concurrency: int
     tuned: float
@@ -64,6 +71,11 @@ class VerificationLevelOut(Schema):
         description="'variant: reason' where the pair is inconclusive or not comparable"
     )
     ok: bool
+    predicted: PredictedOut | None = Field(
+        None,
+        description="What the schedule's decision predicted here before the run (a switch "
+        "point's cost to the level above it); null where it predicted none",
+    )
 
 
 class VerificationQuery(Schema):

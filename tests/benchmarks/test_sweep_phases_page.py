@@ -30,12 +30,14 @@ PHASE_TESTIDS = ("reasoning-table", "turns-table", "session-figures", "ramps", "
 
 
 def reasoning_records() -> list[RequestRecord]:
-    """Two requests: 3 reasoning tokens, then 3 answer tokens."""
+    """Two requests: 6 reasoning tokens in chunks of 1 (the prefill's), 3 and 2, then 3 answer
+    tokens one a chunk; a chunk every 10 ms."""
     records = []
     for i, (start, first) in enumerate([(0.0, 0.05), (0.1, 0.25)]):
-        chunks = [(start + first + 0.01 * k, 1) for k in range(6)]
+        tokens = (1, 3, 2, 1, 1, 1)
+        chunks = [(start + first + 0.01 * k, n) for k, n in enumerate(tokens)]
         rec = make_record(f"r{i}", start, chunks)
-        rec.reasoning_tokens, rec.first_answer = 3, chunks[3][0]
+        rec.reasoning_tokens, rec.first_answer = 6, chunks[3][0]
         records.append(rec)
     return records
 
@@ -113,10 +115,18 @@ def test_the_sweep_page_shows_reasoning_turn_session_and_ramp_figures_of_the_lev
         round(figures["ttft_reasoning_ms"]["p50"], 1)
     ]
     assert _cell(reasoning[0], "ttft-answer-p50") == [round(figures["ttft_answer_ms"]["p50"], 1)]
-    # 30 ms from the first reasoning token to the first answer token, over 3 tokens; the answer's
+    # 30 ms from the first reasoning token to the first answer token, over 6 tokens; the answer's
     # two gaps of 10 ms.
-    assert _cell(reasoning[0], "itl-reasoning-p50") == [10.0]
+    assert _cell(reasoning[0], "itl-reasoning-p50") == [5.0]
     assert _cell(reasoning[0], "itl-answer-p50") == [10.0]
+    # Tokens per chunk: the reasoning's 3 and 2 after the prefill's chunk, the answer's 1 each.
+    assert _cell(reasoning[0], "accept-reasoning") == [2.5]
+    assert _cell(reasoning[0], "accept-answer") == [1.0]
+    # Its tooltip: the chunks behind it and tokens per delivery (chunks 10 ms apart: the same).
+    assert (
+        'title="4 chunks; 2.50 tokens per delivery" data-testid="accept-reasoning">' in reasoning[0]
+    )
+    assert 'title="6 chunks; 1.00 tokens per delivery" data-testid="accept-answer">' in reasoning[0]
     assert _cell(reasoning[0], "ttft-answer-p50")[0] > _cell(reasoning[0], "ttft-reasoning-p50")[0]
 
     turns = re.search(r'data-testid="turns-table" data-level="1">(.*?)</table>', page, re.S)

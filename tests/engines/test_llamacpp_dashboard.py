@@ -21,7 +21,7 @@ from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, Swee
 from benchmarks.models.experiments import ExperimentState
 from core.jobs.worker import Worker
 from engines.llamacpp import llamacpp_argv
-from engines.models import ModelPair
+from engines.models import ModelPair, write_pair
 from hosts import services
 from hosts.models import Engine, Host, HostKind, InstanceState, ServerInstance, ServerProfile
 from tests.engines.conftest import AGREEMENTS, N_MAX, THREADS, pids_alive
@@ -277,3 +277,52 @@ async def test_experiment_baseline_against_draft_has_identical_outputs_and_names
     else:
         assert "(llama.cpp: --spec-type, --spec-draft-n-max)" in decision["recommendation"]
     assert "vLLM" not in text and "SGLang" not in text and "TensorRT-LLM" not in text
+
+
+# A target whose next-token distribution is flat enough that llama-server's default sampling
+# chain (top_k 40, top_p 0.95, min_p 0.05) leaves other tokens to sample at temperature 1: at the
+# default scale (4.0) and down to 0.3 the greedy token holds all but all of the mass and min_p
+# removes the rest, so a sampled request accepts exactly what a greedy one does (measured:
+# 42 of 62 drafted tokens per 64-token request both ways). At 0.2: 42/62 greedy, about 10-15 of
+# 140-155 sampled. The greedy choice (and so the greedy expectation) is the same at any scale.
+FLAT_TARGET_SCALE = 0.2
+
+
+async def test_a_sampled_arm_accepts_fewer_drafts_than_a_greedy_arm_of_the_same_profile(
+    worker: Worker, local_host: Host, llama_server_bin: Path, tmp_path: Path
+) -> None:
+    pair = write_pair(tmp_path / "flat", agreement=AGREEMENTS[0], target_scale=FLAT_TARGET_SCALE)
+    port = free_port()
+    argv = llamacpp_argv(
+        str(llama_server_bin), str(pair.target), port=port, draft=str(pair.draft),
+        draft_n_max=N_MAX, slots=4, context=4 * 512, threads=THREADS,
+    )  # fmt: skip
+    profile = await ServerProfile.objects.acreate(
+        name="llama.cpp flat draft", engine=Engine.LLAMACPP, host=local_host, launch_argv=argv,
+        port=port, gpu_ids=[], readiness_timeout_s=120, speculative=True,
+        metrics_path="/metrics", readiness_path="/health",
+    )  # fmt: skip
+    load = {"api": "completions", "requests_per_level": 8, "max_tokens": MAX_TOKENS,
+            "input_tokens": 6}  # fmt: skip
+    experiment = await sync_to_async(experiment_services.experiment_create)(
+        profiles=[profile, profile], levels=[1], load=load, repeats=1,
+        arm_loads=[{"temperature": 0.0}, {"temperature": 1.0}],
+    )  # fmt: skip
+    await until(lambda: Experiment.objects.get(pk=experiment.pk).is_finished, timeout=INNER_WAIT_S)
+    experiment = await Experiment.objects.aget(pk=experiment.pk)
+    assert experiment.state == ExperimentState.COMPLETED, experiment.reason
+    assert experiment.comparison["declared_axis"] == ["load: temperature"]
+    server: dict[str, dict[str, Any]] = {}
+    for step in await sync_to_async(_steps)(experiment.pk):
+        sweep = await Sweep.objects.aget(experiment_step=step)
+        (level,) = await sync_to_async(_levels)(sweep.pk)
+        label = await sync_to_async(lambda s=step: s.arm.label)()
+        server[label] = level.server_metrics
+        assert sweep.load["temperature"] == {"A": 0.0, "B": 1.0}[label]
+    # The server's own counters (llama-server /metrics over each level).
+    for label in ("A", "B"):
+        assert server[label]["available"] and server[label]["accept_length_source"] == "counters"
+    expected = pair.expected(n_max=N_MAX, max_tokens=MAX_TOKENS).accept_length
+    assert server["A"]["accept_length"] == pytest.approx(expected, rel=0.05)
+    # Sampled: the target's sampled token often is not the draft's, so far fewer drafts pass.
+    assert server["B"]["accept_length"] < 0.8 * server["A"]["accept_length"], server

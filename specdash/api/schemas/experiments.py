@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from ninja import Field, Schema
-from pydantic import StringConstraints
+from pydantic import StringConstraints, create_model
 
+from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.experiments.axes import ARM_LOAD_AXES
 from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
 from specdash.api.schemas.base import _TEXT, Id, In, Page
 from specdash.api.schemas.decisions import DecisionOut
@@ -38,9 +40,32 @@ class ProtocolIn(In):
     )
 
 
+# An arm's own load settings: the acceptance axes of the one model (benchmarks.experiments.axes).
+if TYPE_CHECKING:
+
+    class ArmLoadIn(In): ...
+
+else:
+    ArmLoadIn = create_model(
+        "ArmLoadIn",
+        __base__=In,
+        **{k: v for k, v in input_fields(LoadSettings).items() if k in ARM_LOAD_AXES},
+    )
+
+
 class ExperimentIn(ProtocolIn):
     profiles: list[Id] = Field(
-        min_length=2, max_length=8, description="Profile ids; the first is A, the reference"
+        min_length=2,
+        max_length=8,
+        description="Profile ids; the first is A, the reference. A profile may appear twice "
+        "when the two arms' arm_loads differ",
+    )
+    arm_loads: list[ArmLoadIn] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Each arm's own load settings, in profile order (fewer: the rest have "
+        "none): the API (chat: the chat template applied; completions: the raw prompt) and the "
+        "temperature (0: greedy), merged over `load` for that arm's sweeps",
     )
     continue_on_start_failure: bool = True
     check_output_equivalence: bool = False
@@ -55,6 +80,9 @@ class ArmOut(Schema):
     label: str
     profile_id: int
     profile: str
+    load: dict[str, Any] = Field(
+        default_factory=dict, description="The arm's own load settings over the experiment's"
+    )
 
     @staticmethod
     def resolve_profile(obj: Any) -> str:
@@ -207,6 +235,16 @@ class ComparisonOut(Schema):
     equivalence: dict[str, Any] | None
     warnings: list[str]
     built_at: str
+    declared_axis: list[str] = Field(
+        default_factory=list,
+        description="What the arms are declared to differ in: launch (their profiles), "
+        "load: api, load: temperature (their own load settings)",
+    )
+    arm_loads: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per arm label, its api and temperature (when the axis includes a load "
+        "setting)",
+    )
 
 
 class ScheduleOut(Schema):
@@ -242,7 +280,8 @@ class ScheduleOut(Schema):
         None,
         description="The matrix decision the page renders: its bands, steps (batch-size "
         "switches placed on the running batch sizes each level's server reported), "
-        "thresholds (where the switches come from), batch_ranges and statements",
+        "thresholds (where the switches come from), batch_ranges, switch_costs (what each "
+        "switch point is predicted to cost the level above it) and statements",
     )
     configs: list[dict[str, Any]] = Field(
         default_factory=list,

@@ -14,10 +14,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from benchlib.loadgen.settings_args import add_load_arguments, given_settings
+from benchmarks.experiments.axes import parse_arm_load
 from benchmarks.models.experiments import (
     DEFAULT_ORDER,
     DEFAULT_REPEATS,
@@ -120,8 +122,17 @@ class Command(BaseCommand):
         experiment = sub.add_parser("experiment", help="A/B experiments: create, wait, ...")
         verbs = experiment.add_subparsers(dest="verb", required=True)
         create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
-        create.add_argument("profiles", nargs="+", help="Profile names or ids, A first")
+        create.add_argument(
+            "profiles", nargs="+",
+            help="Profile names or ids, A first (one twice: two arms of one server, each with "
+            "its own --arm-load)",
+        )  # fmt: skip
         _load_arguments(create)
+        create.add_argument(
+            "--arm-load", action="append", default=[], metavar="SETTINGS",
+            help="One per profile, in order: that arm's own api and temperature over the load, "
+            "e.g. --arm-load temperature=0 --arm-load temperature=1 ('' for none)",
+        )  # fmt: skip
         create.add_argument(
             "--repeats",
             type=int,
@@ -237,10 +248,15 @@ class Command(BaseCommand):
         verb = options["verb"]
         if verb == "create":
             load = _load(options)
+            try:
+                arm_loads = [parse_arm_load(text) for text in options["arm_load"]]
+            except ValidationError as exc:
+                raise CommandError(f"--arm-load: {'; '.join(exc.messages)}") from None
             body = client.post(
                 "/experiments",
                 {
                     "profiles": [client.profile_id(p) for p in options["profiles"]],
+                    "arm_loads": arm_loads,
                     "levels": options["levels"], "load": load, "name": options["name"],
                     "repeats": options["repeats"], "order": options["order"],
                     "tags": options["tag"], "auto_resume": options["auto_resume"],

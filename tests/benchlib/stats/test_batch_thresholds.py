@@ -130,6 +130,12 @@ def test_without_a_margin_a_variant_below_by_the_points_is_not_held() -> None:
     d = decide_matrix(MATRIX, margin=0.0, observed=OBSERVED)
     assert d.steps == schedule.steps()
     assert "C=2 runs batch sizes 1-2 across the switch at 2" in d.thresholds
+    # C=2's turnarounds (batch 1) run K=1: the decision says so, and with no step figures
+    # in this matrix it claims no amount.
+    (cost,) = d.switch_costs
+    assert (cost.concurrency, cost.batch, cost.cost) == (2, 1, None)
+    assert cost.sentence.startswith("K=1 at batch 1 costs C=2 an amount not predicted (no step")
+    assert d.statements()[-2:] == (cost.sentence, d.thresholds)
 
 
 def test_an_unbeaten_variant_well_below_by_the_points_is_not_held() -> None:

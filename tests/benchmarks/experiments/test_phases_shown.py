@@ -96,6 +96,9 @@ def test_the_comparison_shows_each_sides_phase_figures_and_one_ramp_chart_per_le
         assert _cells(row, "ttft-answer-p50") == [round(reasoning["ttft_answer_ms"]["p50"], 1)]
         assert _cells(row, "itl-reasoning-p50") == [round(reasoning["itl_reasoning_ms"]["p50"], 2)]
         assert _cells(row, "itl-answer-p50") == [round(reasoning["itl_answer_ms"]["p50"], 2)]
+        # Tokens per chunk per phase: the same chunking on both sides (only the times differ).
+        assert _cells(row, "accept-reasoning") == [2.5]
+        assert _cells(row, "accept-answer") == [1.0]
         sessions = _row(page, "comparison-session-row", label)
         assert _cells(sessions, "turn-ttft-p50") == [
             round(t["ttft_p50_ms"], 1) for t in phases["turns"]
@@ -144,3 +147,27 @@ def test_a_plain_levels_comparison_row_carries_no_phase_keys() -> None:
                       summary=_phases(1.0))  # fmt: skip
     assert not {"reasoning", "turns", "sessions", "ramp"} & series_rows([plain])[0].keys()
     assert {"reasoning", "turns", "sessions", "ramp"} <= series_rows([phased])[0].keys()
+
+
+def test_a_reasoning_row_from_summaries_stored_before_tokens_per_chunk_has_no_such_keys() -> None:
+    # The audit rebuilds a stored comparison from its levels' summaries: keys the stored rows
+    # never had would read as differences.
+    phases = _phases(1.0)
+    old = {k: v for k, v in phases["reasoning"].items() if not k.startswith("accept_")}
+    before = LevelRun(sweep_id=1, index=0, concurrency=4, figures={"output_tok_s": 100.0},
+                      summary={**phases, "reasoning": old})  # fmt: skip
+    row = series_rows([before])[0]["reasoning"]
+    assert row["ttft_reasoning_p50"] is not None
+    assert not {k for k in row if k.startswith("accept_")}
+    repeats = [
+        LevelRun(sweep_id=sweep, index=0, concurrency=4, figures={"output_tok_s": 90.0},
+                 summary=phases)
+        for sweep in (2, 3)
+    ]  # fmt: skip
+    kept = series_rows(repeats)[0]["reasoning"]
+    assert (kept["accept_reasoning"], kept["accept_answer"]) == (2.5, 1.0)
+    assert (kept["accept_reasoning_per_delivery"], kept["accept_answer_per_delivery"]) == (2.5, 1.0)
+    assert (kept["accept_reasoning_chunks"], kept["accept_answer_chunks"]) == (
+        8,
+        12,
+    )  # 4 and 6 a repeat

@@ -83,14 +83,14 @@ def test_operator_creates_an_experiment_from_the_form(
     assert page.status_code == 200 and b'data-testid="step-row"' in page.content
 
 
-def test_the_form_refuses_one_profile_twice_and_a_bad_load(
+def test_the_form_refuses_one_profile_twice_with_one_load_and_a_bad_load(
     client: Client, operator: Any, pair: Any
 ) -> None:
     client.force_login(operator)
     data = {**FORM, "profile_a": pair[0].pk, "profile_b": pair[0].pk, "requests_per_level": ""}
     response = client.post("/experiments/new/", data)
     assert response.status_code == 400
-    assert b"Each profile can appear once" in response.content
+    assert b"Arms A and B run the same profile (baseline) with the same load" in response.content
     assert b"Give either requests per level or a duration" in response.content
     assert not Experiment.objects.exists()
 

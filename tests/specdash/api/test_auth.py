@@ -143,7 +143,10 @@ VALID_BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
     ("POST", "/api/v1/experiments/1/verify"): {},
     ("POST", "/api/v1/experiments/breakeven"): {"profile": 1, "acceptances": [2.0, 3.0], "levels": [1]},
     ("POST", "/api/v1/experiments/1/breakeven/checks"): {"category": "chat", "experiment": 2},
-    ("POST", "/api/v1/experiments"): {"profiles": [1, 2], "levels": [1]},
+    ("POST", "/api/v1/experiments"): {
+        "profiles": [1, 1], "levels": [1],
+        "arm_loads": [{"temperature": 0}, {"api": "chat", "temperature": 1.0}],
+    },
     ("POST", "/api/v1/experiments/1/cancel"): None,
     ("POST", "/api/v1/experiments/1/resume"): None,
 }  # fmt: skip

@@ -198,3 +198,28 @@ def test_the_protocol_gives_the_run_order_drift_and_what_differs_besides_the_lau
         (1, "A", 0), (2, "B", 0), (3, "B", 1), (4, "A", 1),
     ]  # fmt: skip
     assert body["runs"][2]["records"] == [{"driver_version": "575.0", "argv": ["B"]}]
+
+
+def test_the_api_takes_each_arms_load_and_returns_it(
+    as_operator: ApiClient, make_profile: Any
+) -> None:
+    profile = make_profile(name="eagle", speculative=True)
+    body = {"profiles": [profile.pk, profile.pk], "levels": [1], "load": LOAD, "repeats": 1,
+            "arm_loads": [{"api": "completions"}, {"api": "chat"}]}  # fmt: skip
+    response = as_operator.post("/api/v1/experiments", body)
+    assert response.status_code == 202, response.content
+    arms = response.json()["experiment"]["arms"]
+    assert [(a["label"], a["load"]) for a in arms] == [
+        ("A", {"api": "completions"}),
+        ("B", {"api": "chat"}),
+    ]
+    experiment = Experiment.objects.get()
+    comparison = as_operator.get(f"/api/v1/experiments/{experiment.pk}/comparison").json()
+    assert comparison["declared_axis"] == ["load: api"]
+    # A setting outside the axes is not in the arm's schema; a bad value is the model's error.
+    extra = as_operator.post("/api/v1/experiments", {**body, "arm_loads": [{}, {"max_tokens": 5}]})
+    assert extra.status_code == 422
+    assert any(f.startswith("body.") for f in error_of(extra)["fields"])
+    bad = as_operator.post("/api/v1/experiments", {**body, "arm_loads": [{}, {"temperature": 9}]})
+    assert bad.status_code == 422
+    assert error_of(bad)["fields"]["load_b"] == ["Arm B: temperature: Must be between 0 and 2."]

@@ -10,13 +10,16 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from benchmarks.experiments import services
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.models import Experiment
+from benchmarks.models import Experiment, SweepLevel
 from hosts.models import ServerProfile
+from perf.bench_schedule import print_check
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
+from tests.fixtures.statements import html_statements, normalized
 from tests.specdash.api.conftest import ApiClient, error_of
 
 
@@ -219,3 +222,109 @@ def test_the_management_command_verifies_with_the_repeat_count_and_prints_the_ve
         ("/experiments/7/verification", {"margin": 0.0}),
     ]
     assert "C=8: tuned / Sim [off] 0.900x [0.850, 0.930]" in out.getvalue()
+
+
+# The strict check's quiet run, condensed to levels 1, 2 and 8 (docs/measurement.md): K=1 ahead
+# at C=1, off ahead from C=2. Two repeats per level per arm (off, K=1, K=3).
+QUIET_MATRIX = {
+    1: ((90.9, 91.0), (101.8, 101.7), (84.4, 84.5)),
+    2: ((159.0, 159.2), (157.7, 157.5), (132.0, 132.2)),
+    8: ((400.0, 401.0), (330.0, 331.0), (250.0, 251.0)),
+}
+# What each stored level says about its step: TPOT p50 (ms) and the accept length the
+# servers' counters gave, per arm position, per C.
+QUIET_STEPS = {
+    0: {1: (10.80, 1.0), 2: (12.09, 1.0), 8: (20.0, 1.0)},
+    1: {1: (9.44, 1.722), 2: (11.35, 1.687), 8: (24.0, 1.70)},
+    2: {1: (11.36, 2.436), 2: (13.18, 2.51), 8: (32.0, 2.56)},
+}
+
+
+def _with_step_evidence(
+    experiment: Experiment, steps: dict[int, dict[int, tuple[float, float]]]
+) -> None:
+    for step in experiment.steps.select_related("arm"):
+        for level in SweepLevel.objects.filter(sweep__experiment_step=step):
+            tpot, accept = steps[step.arm.position][level.concurrency]
+            level.tpot_p50_ms = tpot
+            level.summary = {
+                "output_tokens": 32 * level.requests_ok,
+                "requests": {"total": level.requests_ok, "ok": level.requests_ok, "failed": 0},
+            }
+            level.server_metrics = {"accept_length": accept, "accept_length_source": "counters"}
+            level.save(update_fields=["tpot_p50_ms", "summary", "server_metrics"])
+
+
+def test_the_schedule_states_its_switch_cost_and_the_verification_sets_it_beside_the_measured(
+    as_operator: ApiClient, as_viewer: ApiClient, make_profile: Callable[..., ServerProfile],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Client, viewer: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setattr(settings, "SPECDASH_DATA_DIR", tmp_path / "data")
+    base = make_profile(name="Sim", launch_argv=SIM, speculative=True)
+    variants = matrix_variants(
+        user=None, base=base, axes={"--speculative-num-steps": [1, 3]}, include_off=True
+    )
+    first = services.experiment_create(profiles=variants, levels=[1, 2, 8], load=LOAD, repeats=2)
+    complete_with(first, QUIET_MATRIX, tmp_path)
+    _with_step_evidence(first, QUIET_STEPS)
+
+    schedule = as_viewer.get(f"/api/v1/experiments/{first.pk}/schedule").json()
+    decision = schedule["decision"]
+    assert [(s["start"], s["end"], s["draft_length"]) for s in decision["steps"]] == [
+        (1, 1, 1), (2, None, 0),
+    ]  # fmt: skip
+    (cost,) = decision["switch_costs"]
+    # 159.1 / 32 completions a second x (1.722 x 9.44 - 10.80) ms at batch 1.
+    assert (cost["concurrency"], cost["own"], cost["turnaround"]) == (2, "Sim [off]", "Sim [K=1]")
+    assert cost["predicted_ratio"] == pytest.approx(1 / (1 + 159.1 / 32 * 5.4557e-3), abs=2e-4)
+    assert cost["trade_off"] is True
+    assert cost["sentence"] in decision["statements"]
+    trade_off = "This is a trade-off, not a schedule never behind a fixed choice"
+    assert trade_off in decision["recommendation"]
+    # The page's schedule section and the HTML report print the decision's statements, the
+    # cost among them, and write none of their own.
+    client.force_login(viewer)
+    for surface in ("comparison/", "report.html"):
+        html = client.get(f"/experiments/{first.pk}/{surface}").content.decode()
+        assert html_statements(html, "schedule-statement") == normalized(decision["statements"])
+
+    response = as_operator.post(f"/api/v1/experiments/{first.pk}/verify", {"repeats": 2})
+    assert response.status_code == 202, response.content
+    follow_up = Experiment.objects.get(pk=response.json()["experiment"]["id"])
+    # Kept from before the run: what the report compares the measurement with.
+    assert follow_up.schedule_prediction == decision["switch_costs"]
+    tuned = {1: (101.7, 101.8), 2: (154.8, 154.9), 8: (400.4, 400.6)}
+    complete_with(follow_up, {c: (tuned[c], *QUIET_MATRIX[c]) for c in tuned}, tmp_path)
+    body = as_viewer.get(f"/api/v1/experiments/{follow_up.pk}/verification").json()
+    # The strict check stays strict: off is conclusively ahead at C=2, predicted or not.
+    assert body["ok"] is False
+    by_c = {row["concurrency"]: row for row in body["levels"]}
+    # (K=1 too, as in the quiet run: 0.983 there.)
+    assert by_c[2]["conclusively_worse_than"] == ["Sim [off]", "Sim [K=1]"]
+    predicted = by_c[2]["predicted"]
+    assert (predicted["fixed"], predicted["ratio"]) == ("Sim [off]", cost["predicted_ratio"])
+    assert by_c[1]["predicted"] is None and by_c[8]["predicted"] is None
+    off_pair = next(
+        p for p in body["decision"]["pairwise"] if p["reference"]["name"] == "Sim [off]"
+    )
+    measured = next(lv for lv in off_pair["levels"] if lv["concurrency"] == 2)["ratio"]
+    assert (
+        f"C=2 against Sim [off]: predicted {cost['predicted_ratio']:.3f} (its turnarounds run the "
+        f"K=1 step at batch 1), measured {measured['point']:.3f} (95% {measured['low']:.3f}-"
+        f"{measured['high']:.3f})"
+    ) in body["verdict"]
+    page = client.get(f"/experiments/{follow_up.pk}/comparison/").content.decode()
+    assert html_statements(page, "verification-verdict") == normalized([body["verdict"]])
+
+    # The strict check's table prints the prediction beside the measured ratio, and still
+    # counts C=2 as a failure (so it exits 1).
+    comparison = as_viewer.get(f"/api/v1/experiments/{follow_up.pk}/comparison").json()
+    failures, unjudged = print_check(body, comparison)
+    text = f"{measured['point']:.3f} ({measured['low']:.3f}-{measured['high']:.3f})"
+    guess = f"{cost['predicted_ratio']:.3f}"
+    assert failures[0] == f"C=2: off ahead, {text}, predicted {guess} (a stated trade-off)"
+    assert [f.split(":")[0] for f in failures] == ["C=2", "C=2"] and not unjudged
+    printed = capsys.readouterr().out.splitlines()
+    row = next(line.split() for line in printed if line.split()[:1] == ["2"] and "off" in line)
+    assert row[row.index(text.split()[0]) + 2] == guess
