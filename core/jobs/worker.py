@@ -5,7 +5,8 @@ generator runs in its own process), so one worker process runs many of them conc
 as asyncio tasks. All ORM access goes through the queue's async face (``core.jobs.store``):
 the jobs' on the one shared thread, the loop's own (claim, reap, beat, leases, cancels) on a
 thread of its own, so that a job whose writes wait out a locked database never holds up the
-beat that says so.
+beat that says so. What happens inside each job's task, up to its one fenced end, is in
+``core.jobs.execution``.
 """
 
 from __future__ import annotations
