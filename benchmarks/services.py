@@ -1,15 +1,14 @@
 """Write-side actions on sweeps.
 
-Web requests create and cancel sweeps; the ``sweep.run`` job (benchmarks/sweeps/) records
-what the load generator reports through the ``sweep_*`` recording functions of
-``benchmarks.sweeps.recording``, re-exported here. Each change emits its event after
+Web requests create, cancel, resume, re-run and abandon sweeps; the ``sweep.run`` job
+(benchmarks/sweeps/) records what the load generator reports through the ``sweep_*`` recording
+functions of ``benchmarks.sweeps.recording`` (imported from there), and what a sweep runs
+against is snapshotted by ``benchmarks.sweeps.environment``. Each change emits its event after
 commit (see core.realtime for the payloads).
 """
 
 from __future__ import annotations
 
-import platform
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,29 +18,16 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.utils import timezone
 
-from benchlib.loadgen.settings import APIS as APIS  # the form's choices
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import targets
-from benchmarks.sweeps.recording import (  # the job's recording services, re-exported
-    CRASH_ERROR_KINDS as CRASH_ERROR_KINDS,
-)
-from benchmarks.sweeps.recording import SweepPlan as SweepPlan
+from benchmarks.sweeps.environment import sweep_environment, target_model
 from benchmarks.sweeps.recording import broadcast_sweep_state
-from benchmarks.sweeps.recording import level_fields_from_summary as level_fields_from_summary
-from benchmarks.sweeps.recording import sweep_begin as sweep_begin
-from benchmarks.sweeps.recording import sweep_finish as sweep_finish
-from benchmarks.sweeps.recording import sweep_level_finished as sweep_level_finished
-from benchmarks.sweeps.recording import sweep_level_started as sweep_level_started
-from benchmarks.sweeps.recording import sweep_levels_cut_by_crash as sweep_levels_cut_by_crash
-from benchmarks.sweeps.recording import sweep_records_file as sweep_records_file
-from benchmarks.sweeps.recording import sweep_samples_add as sweep_samples_add
 from benchmarks.traces import trace_format_of
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState
-from hosts.masking import masked_argv, masked_env, masked_tree
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 
 SWEEP_JOB_KIND = "sweep.run"
@@ -134,69 +120,6 @@ def sweep_clean_plan(
     return cleaned_levels, cleaned_load
 
 
-def sweep_environment(
-    *,
-    instance: ServerInstance | None,
-    base_url: str,
-    model: str,
-    endpoint: ServerProfile | None = None,
-) -> dict[str, Any]:
-    """What makes a run comparable, frozen at creation: the server's launch and the client."""
-    env: dict[str, Any] = {
-        "target": {"base_url": base_url, "model": model},
-        "client": {"python": platform.python_version(), "executable": sys.executable},
-        "dashboard_host": platform.node(),
-    }
-    if instance is not None:
-        profile = instance.profile
-        env["instance"] = {
-            "id": instance.pk,
-            "run_id": instance.run_id,
-            "host": instance.host.name,
-            "port": instance.port,
-            # Secret values are not copied (a flag's value, an env var, a URL's password).
-            "launch_argv": masked_argv(instance.launch_argv),
-            "env": masked_env(dict(instance.env)),
-            "gpu_ids": list(instance.gpu_ids),
-            "server_info": masked_tree(dict(instance.server_info)),
-            "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,
-        }
-        env["profile"] = {
-            "id": profile.pk,
-            "name": profile.name,
-            "engine": profile.engine,
-            "speculative": profile.speculative,
-            "served_model_name": profile.served_model_name,
-            "tags": list(profile.tags),
-        }
-    if endpoint is not None:
-        # Nothing of its launch is known: the profile (whose process is not specdash's) and
-        # where its metrics are read.
-        env["target"]["metrics_url"] = endpoint.endpoint_metrics_url
-        env["profile"] = {
-            "id": endpoint.pk,
-            "name": endpoint.name,
-            "kind": endpoint.kind,
-            "engine": endpoint.engine,
-            "speculative": endpoint.speculative,
-            "served_model_name": endpoint.served_model_name,
-            "tags": list(endpoint.tags),
-        }
-    return env
-
-
-def _target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
-    if load["model"]:
-        return str(load["model"])
-    if instance is not None:
-        served = instance.profile.served_model_name or instance.server_info.get(
-            "served_model_name", ""
-        )
-        if served:
-            return str(served)
-    return ""  # not known: the sweep job asks the server (/v1/models) before the first level
-
-
 def _clean_tags(tags: Sequence[str]) -> list[str]:
     """Stripped, cut to 50 characters, then de-duplicated: two long tags that share their
     first 50 characters are one tag as stored. Experiments store their tags the same way."""
@@ -259,7 +182,7 @@ def sweep_create(
         except ValidationError:
             raise ValidationError({"base_url": "Enter an http(s) URL."}) from None
     cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
-    model = _target_model(instance, cleaned_load) or (
+    model = target_model(instance, cleaned_load) or (
         endpoint.served_model_name if endpoint is not None else ""
     )
     if require_worker:
@@ -338,7 +261,7 @@ def sweep_resume(
         fresh = sweep_environment(
             instance=instance,
             base_url=instance.base_url,
-            model=str(target.get("model") or _target_model(instance, sweep.load)),
+            model=str(target.get("model") or target_model(instance, sweep.load)),
         )
         if target.get("model_source") and target.get("model"):
             fresh["target"]["model_source"] = target["model_source"]

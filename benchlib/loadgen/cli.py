@@ -4,6 +4,7 @@ from __future__ import annotations
 #
 # Exit status: 0 when the run completed or was cancelled (SIGTERM/SIGINT), 3 when it failed (the
 # server-error policy stopped it, or a level could not run), 2 for bad arguments.
+# Its flags and what they make are in cli_args.py; a level's summary in level_summary.py.
 import argparse
 import asyncio
 import contextlib
@@ -15,10 +16,17 @@ import sys
 import time
 import traceback
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from benchlib.loadgen.apis import Api
+from benchlib.loadgen.cli_args import (
+    build_parser,
+    prompts_from_args,
+    run_params,
+    start_epoch,
+    trace_event,
+    trace_from_args,
+)
 from benchlib.loadgen.cli_io import (
     LevelRecords,
     boundary_scrape,
@@ -26,242 +34,22 @@ from benchlib.loadgen.cli_io import (
     sleep_until,
     stdin_line,
     summary_line,
+    write_output,
 )
-from benchlib.loadgen.cli_io import write_output as write_output  # its first home
-from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.events import EventWriter, dumps, silence_stdout
-from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.level import LevelConfig, LevelResult, RecordSink, run_level
-from benchlib.loadgen.level import level_plan as level_plan  # where it was first defined
-from benchlib.loadgen.metrics import RecordSource, summarize_level, summarize_level_passes
+from benchlib.loadgen.level import LevelConfig, RecordSink, level_plan, run_level
+from benchlib.loadgen.level_summary import level_summary
 from benchlib.loadgen.multiproc import run_level_multiprocess
-from benchlib.loadgen.prefixes import SharedPrefixPrompts
-from benchlib.loadgen.prompts import PromptSource, load_dataset
 from benchlib.loadgen.ramp import slice_figures
-from benchlib.loadgen.reasoning import reasoning_figures
-from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchlib.loadgen.sessions import session_figures, turn_figures
-from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
-from benchlib.loadgen.settings_args import (
-    rate_list as rate_list,  # the specdash CLI parses with it
-)
+from benchlib.loadgen.settings_args import settings_from_args
 from benchlib.loadgen.summary import LevelSummary
-from benchlib.loadgen.traces import Trace, TracePrompts, load_trace
 
 if TYPE_CHECKING:
     from benchlib.loadgen.controller import ControllerTracker
 
 EXIT_OK = 0
 EXIT_FAILED = 3
-# --start-at further ahead than this is taken for a mistake (epoch milliseconds, a typo).
-MAX_START_AHEAD_S = 7 * 24 * 3600.0
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,5,10: {text!r}") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
-    return values
-
-
-def _epoch(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        msg = f"expected epoch seconds like 1767225600.5: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from exc
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive epoch seconds: {text!r}")
-    if value > time.time() + MAX_START_AHEAD_S:
-        raise argparse.ArgumentTypeError(
-            f"{text} is more than 7 days ahead (epoch seconds, not milliseconds?)"
-        )
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchlib.loadgen",
-        description="Closed-loop (or Poisson) streaming load against an LLM inference server.",
-    )
-    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000")
-    p.add_argument("--concurrency", type=_int_list, default=[1], help="levels, e.g. 1,2,5,10")
-    add_load_arguments(p)
-    p.add_argument("--extra-body", type=json.loads, default=None, help="JSON merged into bodies")
-    p.add_argument("--dataset", type=Path, default=None)
-    p.add_argument("--dataset-format", choices=["jsonl", "sharegpt"], default="jsonl")
-    p.add_argument(
-        "--trace-dir",
-        type=Path,
-        default=Path("."),
-        help="folder a relative --trace is read from (a sweep: the dashboard's trace folder)",
-    )
-    p.add_argument("--processes", type=int, default=1, help="worker processes per level")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--drain-seconds", type=float, default=0.0, help="grace on cancel")
-    p.add_argument("--on-server-error", choices=["stop", "continue"], default="stop")
-    p.add_argument("--max-consecutive-connect-errors", type=int, default=10)
-    p.add_argument("--max-error-ratio", type=float, default=0.5)
-    p.add_argument("--sample-interval", type=float, default=1.0)
-    p.add_argument("--output", type=Path, default=None, help="results JSON")
-    p.add_argument(
-        "--records",
-        type=Path,
-        default=None,
-        help="per-request records, written as requests complete: JSON lines, or the compact "
-        "format when the name ends in .sdrec",
-    )
-    p.add_argument(
-        "--records-append",
-        action="store_true",
-        help="append to --records instead of replacing it (a resumed sweep keeps what exists)",
-    )
-    p.add_argument(
-        "--level-index-base",
-        type=int,
-        default=0,
-        help="index of the first level as the caller numbers them (a resumed sweep's offset)",
-    )
-    p.add_argument(
-        "--attempt", type=int, default=None, help="attempt number written into every record"
-    )
-    p.add_argument(
-        "--boundary-metrics-url",
-        default=None,
-        help="scrape this Prometheus URL after each level's warm-up, right before its first "
-        "measured request, and right after its last response, and put the text in its "
-        "measure_start / level_summary event (server_metrics_text): the server-side interval "
-        "is then exactly the level's measured requests",
-    )
-    p.add_argument("--events", default=None, help="event stream: a path, or - for stdout")
-    p.add_argument("--run-id", default=None)
-    p.add_argument(
-        "--start-at",
-        type=_epoch,
-        default=None,
-        help="epoch seconds (time.time() clock) at which the first level starts; "
-        "starts at once when already past",
-    )
-    p.add_argument(
-        "--start-at-stdin",
-        action="store_true",
-        help="after run_start, read the --start-at value as one line on stdin (a gang start "
-        "given once every process of the gang is up); end of input cancels the run",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    return p
-
-
-def _trace(args: argparse.Namespace) -> Trace | None:
-    """The --trace file read, windowed and scaled as the flags say (None: no trace)."""
-    if not args.trace:
-        return None
-    trace = load_trace(args.trace_dir / args.trace, args.trace_format)
-    return trace.replayed(
-        speed=args.trace_speed, start=args.trace_start, duration=args.trace_duration
-    )
-
-
-def _prompts(args: argparse.Namespace, trace: Trace | None = None) -> PromptSource:
-    base: PromptSource
-    if trace is not None:
-        base = TracePrompts(trace, seed=args.seed)
-    elif args.dataset is not None:
-        base = load_dataset(args.dataset, args.dataset_format, seed=args.seed)
-    else:
-        base = builtin_prompts(args.prompt_set, seed=args.seed, input_tokens=args.input_tokens)
-    if not args.prefix_count:
-        return base
-    return SharedPrefixPrompts(
-        base, args.prefix_count, args.prefix_tokens, args.prefix_share, seed=args.seed
-    )
-
-
-def slo_from_args(args: argparse.Namespace) -> Slo | None:
-    return settings_from_args(args).slo_target()
-
-
-def _params(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        out[key] = str(value) if isinstance(value, Path) else value
-    return out
-
-
-def level_summary(
-    result: LevelResult,
-    *,
-    processes: int,
-    slo: Slo | None = None,
-    stored: RecordSource | None = None,
-) -> LevelSummary:
-    """The level's summary, computed from its records exactly as the records file holds them
-    (epoch times rounded to 1 us): a threshold such as the delivery gap then decides the same
-    way here and in an audit that recomputes the summary from the file. `stored` reads the
-    level's records back from the file (several passes, one record in memory at a time); without
-    it they are `result.records`, rounded the same way."""
-    if stored is None:
-        as_stored = [
-            RequestRecord.from_json(r.to_json(result.anchor, level_index=0), result.anchor)
-            for r in result.records
-        ]
-        stored = lambda: as_stored  # noqa: E731 - the same reading for the figures below
-        summary = summarize_level(
-            as_stored,
-            concurrency=result.concurrency,
-            mode=result.mode,
-            partial=result.partial,
-            anchor=result.anchor,
-            slo=slo,
-        )
-    else:
-        summary = summarize_level_passes(
-            stored,
-            concurrency=result.concurrency,
-            mode=result.mode,
-            partial=result.partial,
-            anchor=result.anchor,
-            slo=slo,
-        )
-    summary["level_index"] = result.level_index
-    summary["status"] = result.status
-    summary["reason"] = result.reason
-    summary["processes"] = processes
-    summary["warmup_requests"] = len(result.warmup_records) or result.warmup_count
-    summary["client"] = result.client
-    summary["anchor"] = result.anchor.to_dict()
-    # One more pass each over the level's records (read back from the file when streamed).
-    reasoning = reasoning_figures(stored())
-    if reasoning is not None:
-        summary["reasoning"] = reasoning
-    turns = turn_figures(stored())
-    if turns:
-        summary["turns"] = turns
-    sessions = session_figures(stored())
-    if sessions is not None:
-        summary["sessions"] = sessions
-    return summary
-
-
-def _trace_event(args: argparse.Namespace, trace: Trace | None) -> dict[str, Any]:
-    """What a level replays, for its level_start event (empty without a trace)."""
-    if trace is None:
-        return {}
-    return {
-        "trace": {
-            "file": str(args.trace),
-            "format": args.trace_format,
-            "speed": args.trace_speed,
-            "start": args.trace_start,
-            "duration": args.trace_duration,
-            "requests": len(trace.requests),
-            "rate": trace.rate(),
-        }
-    }
 
 
 class _Stop:
@@ -297,8 +85,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             log = None  # progress is optional: a closed stderr must not stop the run
 
     run_id = args.run_id or uuid.uuid4().hex[:12]
-    trace = _trace(args)
-    prompts = _prompts(args, trace)
+    trace = trace_from_args(args)
+    prompts = prompts_from_args(args, trace)
     # The run starts now: asking the server for its model below is part of it.
     started = time.time()
     discovery_error = None
@@ -313,7 +101,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 discovery_error = f"no model name to send: {exc}"
     settings = settings_from_args(args)
     slo = settings.slo_target()
-    params = _params(args)
+    params = run_params(args)
     start: dict[str, Any] = {}
     if args.start_at is not None:
         # How far in the past the requested start already was (0 when it is still ahead).
@@ -325,7 +113,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         nonlocal start
         given = (await stdin_line(cancel)).strip()
         try:
-            args.start_at = _epoch(given) if given else None
+            args.start_at = start_epoch(given) if given else None
         except argparse.ArgumentTypeError as exc:
             say(f"[bad start on stdin: {exc}]")
             args.start_at = None
@@ -404,7 +192,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 request_rate=rate,
                 burstiness=args.burstiness,
                 processes=processes,
-                **_trace_event(args, trace),
+                **trace_event(args, trace),
             )
 
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
@@ -555,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error(str(exc))
     try:
         settings_from_args(args)  # the same rules as a sweep's settings, said per flag
-        _prompts(
-            args, _trace(args)
+        prompts_from_args(
+            args, trace_from_args(args)
         )  # a missing dataset package or a bad file: a clear error, not a traceback
     except (ValueError, OSError) as exc:
         build_parser().error(str(exc))

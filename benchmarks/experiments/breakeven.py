@@ -39,7 +39,7 @@ from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.comparison import _by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
-from benchmarks.experiments.selectors import experiment_arm_series, sweep_series
+from benchmarks.experiments.series import experiment_arm_series, sweep_series
 from benchmarks.experiments.workload import acceptance_row
 from benchmarks.models import BreakevenCheck, Experiment, Sweep
 from hosts.models import ServerProfile

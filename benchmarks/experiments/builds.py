@@ -26,6 +26,7 @@ from benchmarks.experiments import axes, comparison, schedule, selectors
 from benchmarks.experiments.comparison import SeriesData
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
+from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
 from benchmarks.models import Experiment
 from benchmarks.sweeps.recordfile import records_read_once
 
@@ -50,11 +51,11 @@ class ComparisonInputs:
 def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
     """The experiment's levels, output checks, SLO, protocol and environments (queries only)."""
     experiment = Experiment.objects.get(pk=experiment_id)
-    arms = selectors.experiment_arm_series(experiment=experiment)
+    arms = experiment_arm_series(experiment=experiment)
     declared = axes.experiment_axes(experiment=experiment)
     return ComparisonInputs(
         series=axes.series_judged(
-            selectors.experiment_series(experiment=experiment), declared["declared_axis"]
+            experiment_series(experiment=experiment), declared["declared_axis"]
         ),
         axes=declared,
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
@@ -64,9 +65,7 @@ def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
         schedule_arms=[(series, list(arm.profile.launch_argv)) for arm, series in arms],
         observed={
             level: dict(counts)
-            for level, counts in selectors.running_batches(
-                series=[series for _, series in arms]
-            ).items()
+            for level, counts in running_batches(series=[series for _, series in arms]).items()
         },
     )
 

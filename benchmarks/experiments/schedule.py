@@ -21,10 +21,10 @@ from benchlib.stats.decision import DEFAULT_MARGIN, Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.switch_costs import StepEvidence
-from benchmarks.experiments import selectors
 from benchmarks.experiments.comparison import LevelRun, SeriesData, series_curve
 from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
+from benchmarks.experiments.series import experiment_arm_series, running_batches
 from benchmarks.experiments.workload import acceptance_row
 from benchmarks.models import Experiment
 
@@ -126,7 +126,7 @@ def schedule_build(
 ) -> dict[str, Any]:
     """The schedule of arms given as (series, profile launch argv); ``available`` false with
     a ``message`` saying why when there is none. ``observed``: the running-batch readings per
-    level (``selectors.running_batches``) the switches are placed from."""
+    level (``series.running_batches``) the switches are placed from."""
     if len(arms) < 2:
         return _unavailable("A schedule needs at least two arms (variants of one server).")
     engines = sorted({series.engine for series, _ in arms})
@@ -188,8 +188,8 @@ def schedule_build(
 def experiment_schedule(*, experiment: Experiment) -> dict[str, Any]:
     """The schedule of an experiment's arms from their stored levels (a fixed number of
     queries whatever the number of arms)."""
-    arms = selectors.experiment_arm_series(experiment=experiment)
-    observed = selectors.running_batches(series=[series for _, series in arms])
+    arms = experiment_arm_series(experiment=experiment)
+    observed = running_batches(series=[series for _, series in arms])
     return schedule_build(
         [(series, list(arm.profile.launch_argv)) for arm, series in arms], observed
     )

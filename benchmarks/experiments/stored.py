@@ -25,6 +25,12 @@ from django.db import transaction
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.comparison import SeriesData
+from benchmarks.experiments.series import (
+    experiment_arm_series,
+    experiment_series,
+    running_batches,
+    sweep_series,
+)
 from benchmarks.models import Experiment, Sweep
 
 # Bumped when what is cached changes shape, so an old entry is never read as a new one.
@@ -92,7 +98,7 @@ def experiment_comparison_read(*, experiment: Experiment) -> dict[str, Any]:
     declared = axes.experiment_axes(experiment=experiment)
     built = comparison_cached(
         series=axes.series_judged(
-            selectors.experiment_series(experiment=experiment), declared["declared_axis"]
+            experiment_series(experiment=experiment), declared["declared_axis"]
         ),
         slo=(experiment.load or {}).get("slo"),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
@@ -111,8 +117,8 @@ def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
         built = speculation_schedule.experiment_schedule(experiment=experiment)
         experiment_store_schedule(experiment_id=experiment.pk, schedule=built)
         return built
-    arms = selectors.experiment_arm_series(experiment=experiment)
-    observed = selectors.running_batches(series=[series for _, series in arms])
+    arms = experiment_arm_series(experiment=experiment)
+    observed = running_batches(series=[series for _, series in arms])
     content = [
         series_fingerprint([series for _, series in arms]),
         [list(arm.profile.launch_argv) for arm, _ in arms],
@@ -141,4 +147,4 @@ def experiment_store_schedule(*, experiment_id: int, schedule: dict[str, Any]) -
 def sweeps_comparison_read(*, sweeps: Sequence[Sweep]) -> dict[str, Any]:
     """Picked sweeps compared against the first (judged by its SLO), built once per content."""
     slo = (sweeps[0].load or {}).get("slo") if sweeps else None
-    return comparison_cached(series=selectors.sweep_series(sweeps=sweeps), slo=slo)
+    return comparison_cached(series=sweep_series(sweeps=sweeps), slo=slo)

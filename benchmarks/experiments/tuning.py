@@ -55,6 +55,7 @@ from benchmarks.experiments.matrix import (
     variant_profile,
 )
 from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
+from benchmarks.experiments.series import experiment_series, running_batches
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
@@ -104,13 +105,13 @@ def derive(experiment: Experiment) -> Derived:
         if k in by_k:
             raise _invalid(f"{by_k[k].name} and {profile.name} both draft {k}: one per length.")
         by_k[k] = profile
-    series = selectors.experiment_series(experiment=experiment)
+    series = experiment_series(experiment=experiment)
     if any(is_rate_mode(s.runs) for s in series):
         raise _invalid(RATE_MODE_MESSAGE)
     curves = {s.profile_id: series_curve(s) for s in series}
     variants = [Variant(curves[by_k[k].pk], k) for k in sorted(by_k)]  # simplest first
     # The switches go where the server's running batch sizes say, as on the comparison page.
-    observed = selectors.running_batches(series=series)
+    observed = running_batches(series=series)
     try:
         schedule = derive_schedule(variants, margin=DECISION_MARGIN, observed=observed)
     except ValueError as exc:
@@ -337,7 +338,7 @@ def verification_report(
     """The per-level report of a verification experiment (arm A is the tuned schedule)."""
     if VERIFY_TAG not in (experiment.tags or []):
         raise _invalid(f"Experiment #{experiment.pk} is not a schedule verification.")
-    series = selectors.experiment_series(experiment=experiment)
+    series = experiment_series(experiment=experiment)
     curves = [series_curve(s) for s in series]
     if len(curves) < 2:
         raise _invalid(f"Experiment #{experiment.pk} has fewer than two arms.")

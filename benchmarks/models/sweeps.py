@@ -58,8 +58,8 @@ class Sweep(models.Model):
     # How many times a job began running this sweep (1 for a sweep never resumed): every
     # record and level carries the attempt that measured it.
     attempts = models.PositiveIntegerField(default=0)
-    # The last audit's outcome (benchmarks.audit.AuditReport.as_dict() and when it ran), stored
-    # when the sweep ends and by ``manage.py specdash audit``: pages show it, never rerun it.
+    # The last audit's outcome (benchmarks.audit_report.AuditReport.as_dict() and when it ran),
+    # stored when the sweep ends and by ``manage.py specdash audit``: pages show it, never rerun it.
     audit = models.JSONField(default=dict, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_by = models.ForeignKey(

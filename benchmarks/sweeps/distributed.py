@@ -32,9 +32,8 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import share
 from benchlib.loadgen.records import ClockAnchor
 from benchlib.loadgen.summary import LevelSummary
-from benchmarks import services
 from benchmarks.models import SweepState
-from benchmarks.sweeps import store
+from benchmarks.sweeps import recording, store
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess
@@ -166,7 +165,7 @@ async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
 
 async def _run_level(
     ctx: JobContext,
-    plan: services.SweepPlan,
+    plan: recording.SweepPlan,
     recorder: SweepRecorder,
     server: LevelServerMetrics,
     index: int,
@@ -320,7 +319,7 @@ async def _run_level(
     return summary, stop_reason
 
 
-async def run_split_sweep(ctx: JobContext, plan: services.SweepPlan) -> dict[str, Any]:
+async def run_split_sweep(ctx: JobContext, plan: recording.SweepPlan) -> dict[str, Any]:
     """The ``sweep.run`` job for a sweep with split levels: level by level, shards started
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""

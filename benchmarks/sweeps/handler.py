@@ -20,9 +20,8 @@ from typing import Any
 from django.conf import settings
 
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks import services
 from benchmarks.models import SweepState
-from benchmarks.sweeps import distributed, endpoints, store
+from benchmarks.sweeps import distributed, endpoints, recording, store
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
@@ -144,7 +143,7 @@ def _outcome(
 
 
 async def _supervise(
-    ctx: JobContext, plan: services.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
+    ctx: JobContext, plan: recording.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
     server = LevelServerMetrics.for_sweep(
         plan.sweep_id,
@@ -315,7 +314,7 @@ async def run_sweep(ctx: JobContext) -> dict[str, Any]:
 def sweep_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
     """Interrupt hook (sync): the worker died or shut down mid-sweep."""
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
-    services.sweep_finish(
+    recording.sweep_finish(
         sweep_id=int(params["sweep_id"]),
         state=SweepState.INTERRUPTED,
         reason=f"interrupted: {error or 'its job worker stopped'}",
@@ -327,7 +326,7 @@ def sweep_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
     was cancelled outright. The sweep ends cancelled, saying so; the level in progress stays
     as partial."""
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
-    services.sweep_finish(
+    recording.sweep_finish(
         sweep_id=int(params["sweep_id"]),
         state=SweepState.CANCELLED,
         reason=error or "cancelled; did not stop within the grace; forced",

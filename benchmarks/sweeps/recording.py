@@ -2,8 +2,8 @@
 calls as the load generator reports (sync; the async job awaits their twins in
 ``benchmarks.sweeps.store``).
 Each change emits its event after commit (see core.realtime for the payloads).
-
-``benchmarks.services`` re-exports them: callers keep importing them from there.
+Callers import them from here; the sweep services that web requests call are
+``benchmarks.services``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ generator runs in its own process), so one worker process runs many of them conc
 as asyncio tasks. All ORM access goes through the queue's async face (``core.jobs.store``):
 the jobs' on the one shared thread, the loop's own (claim, reap, beat, leases, cancels) on a
 thread of its own, so that a job whose writes wait out a locked database never holds up the
-beat that says so.
+beat that says so. What happens inside each job's task, up to its one fenced end, is in
+``core.jobs.execution``.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import logging
 import os
 import socket
 import time
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from core.jobs import store
+from core.jobs.execution import JobRuns
 from core.jobs.health import worker_beat, worker_gone
 from core.jobs.queue import (
     cancel_requested_ids,
@@ -38,22 +39,16 @@ from core.jobs.queue import (
 )
 from core.jobs.registry import (
     JobContext,
-    LeaseLost,
     PeriodicTask,
-    handler_for,
     load_handlers,
     periodic_tasks,
 )
-from core.models import Job, JobHook, JobState
+from core.models import Job
 
 logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-CANCELLED_REASON = "cancelled on request; stopped within the grace"
-FORCED_REASON = "cancelled on request; did not stop within the grace; forced"
 
 
 @dataclass(frozen=True)
@@ -153,10 +148,8 @@ class Worker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._contexts: dict[int, JobContext] = {}
         self._cancel_deadlines: dict[int, float] = {}
-        self._forced: set[int] = set()
-        # Jobs whose end is being written: a renewal that matches no row meanwhile is the end
-        # itself landing first, not a reap (the end's own write says if it was a reap).
-        self._ending: set[int] = set()
+        # How each job ends, and which ends are being written (execution.py).
+        self._runs = JobRuns(self.worker_id)
         self._next_heartbeat = 0.0
         self._failures = 0
         self.started_at = timezone.now()
@@ -323,14 +316,14 @@ class Worker:
             if ctx is not None and job_id not in lost and not ctx.lost:
                 ctx.lease_deadline = started + self.settings.lease_seconds
         for job_id in lost:
-            if job_id in self._ending:
+            if job_id in self._runs.ending:
                 continue
             self._lose(job_id, "its lease renewal matched no row (reaped by another worker)")
 
     def _fence_expired(self) -> None:
         now = time.monotonic()
         for job_id, ctx in list(self._contexts.items()):
-            if now > ctx.lease_deadline and job_id not in self._ending:
+            if now > ctx.lease_deadline and job_id not in self._runs.ending:
                 self._lose(job_id, "its lease expired before it was renewed")
 
     def _lose(self, job_id: int, why: str) -> None:
@@ -346,117 +339,15 @@ class Worker:
         task.cancel()
 
     async def _execute(self, ctx: JobContext) -> None:
-        handler = handler_for(ctx.kind)
-
-        async def fenced(
-            *,
-            job_id: int,
-            worker_id: str,
-            state: str,
-            result: dict[str, Any] | None = None,
-            error: str = "",
-            hook_owed: str = "",
-        ) -> bool:
-            self._ending.add(ctx.job_id)
-            try:
-                recorded = await store.ajob_finish(
-                    job_id=job_id,
-                    worker_id=worker_id,
-                    state=state,
-                    result=result,
-                    error=error,
-                    hook_owed=hook_owed,
-                )
-            finally:
-                self._ending.discard(ctx.job_id)
-            if recorded:
-                # Its end is written: no lease is held from here on, so a renewal (which now
-                # matches no running row) must not take it for lost and cancel what follows,
-                # the kind's owed hook (the server's run adopted) among it.
-                self._contexts.pop(ctx.job_id, None)
-            return recorded
-
         try:
-            if handler is None:
-                raise LookupError(f"no handler for job kind {ctx.kind!r}")
-            result = await handler(ctx)
-            ctx.check_lease()
-            if ctx.cancelled.is_set():
-                state, error = JobState.CANCELLED, CANCELLED_REASON
-            else:
-                state, error = JobState.SUCCEEDED, ""
-            if not await fenced(
-                job_id=ctx.job_id, worker_id=self.worker_id, state=state, result=result, error=error
-            ):
-                self._report_loss(ctx, f"not recording {state}")
-        except LeaseLost as exc:
-            ctx.lost = ctx.lost or str(exc)
-            self._report_loss(ctx, "stopped driving it")
-        except asyncio.CancelledError:
-            if ctx.lost:
-                self._report_loss(ctx, "stopped driving it")
-                return
-            if ctx.job_id in self._forced:
-                # The user asked for this cancel: the record says so, and the kind's clean-up
-                # (owed in the same write, so it survives this worker) deals with the rest.
-                await fenced(
-                    job_id=ctx.job_id,
-                    worker_id=self.worker_id,
-                    state=JobState.CANCELLED,
-                    error=FORCED_REASON,
-                    hook_owed=JobHook.CANCEL_FORCED,
-                )
-                await store.arun_owed_hook(ctx.job_id)
-                return
-            if await fenced(
-                job_id=ctx.job_id,
-                worker_id=self.worker_id,
-                state=JobState.INTERRUPTED,
-                error="worker shut down",
-                hook_owed=JobHook.INTERRUPTED,
-            ):
-                await store.arun_owed_hook(ctx.job_id)
-            raise
-        except Exception as exc:
-            logger.exception("job %s (%s) failed", ctx.job_id, ctx.kind)
-            error = f"{exc}\n{traceback.format_exc(limit=8)}"
-            # A job cut by the database refusing its writes did not fail at its own work: it
-            # is recorded interrupted with its kind's hook owed (a server's run is adopted, so
-            # a Stop issued meanwhile is carried out), as the reaper records an expired lease.
-            cut_by_database = isinstance(exc, DatabaseError)
-            try:
-                recorded = await fenced(
-                    job_id=ctx.job_id,
-                    worker_id=self.worker_id,
-                    state=JobState.INTERRUPTED if cut_by_database else JobState.FAILED,
-                    error=f"the database refused the job's writes: {error}"
-                    if cut_by_database
-                    else error,
-                    hook_owed=JobHook.INTERRUPTED if cut_by_database else "",
-                )
-            except DatabaseError as db_exc:
-                # Its row stays running with a lease nobody renews: the reaper records the
-                # interruption (and runs its hook) once the database takes writes again.
-                ctx.lost = ctx.lost or f"its failure could not be recorded ({db_exc})"
-                recorded = False
-            if not recorded:
-                self._report_loss(ctx, "not recording its failure")
-            elif cut_by_database:
-                await store.arun_owed_hook(ctx.job_id)
+            await self._runs.drive(
+                ctx, ended=functools.partial(self._contexts.pop, ctx.job_id, None)
+            )
         finally:
             self._tasks.pop(ctx.job_id, None)
             self._contexts.pop(ctx.job_id, None)
             self._cancel_deadlines.pop(ctx.job_id, None)
-            self._forced.discard(ctx.job_id)
-
-    def _report_loss(self, ctx: JobContext, what: str) -> None:
-        logger.warning(
-            "job %s is no longer run by worker %s (%s): %s",
-            ctx.job_id,
-            self.worker_id,
-            ctx.lost or "its row is no longer running under this worker",
-            what,
-        )
+            self._runs.forced.discard(ctx.job_id)
 
     async def _signal_cancels(self) -> None:
         cancel_ids = await self._db(cancel_requested_ids)(job_ids=list(self._tasks))
@@ -470,13 +361,13 @@ class Worker:
     def _enforce_cancel_grace(self, now: float) -> None:
         for job_id, deadline in list(self._cancel_deadlines.items()):
             task = self._tasks.get(job_id)
-            if task is not None and now > deadline and job_id not in self._forced:
+            if task is not None and now > deadline and job_id not in self._runs.forced:
                 logger.warning(
                     "job %s did not stop within the %g s cancel grace; forcing it",
                     job_id,
                     self.settings.cancel_grace,
                 )
-                self._forced.add(job_id)
+                self._runs.forced.add(job_id)
                 task.cancel()
 
     async def _shutdown(self) -> None:

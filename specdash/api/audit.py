@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from benchmarks import audit
+from benchmarks import audit, audit_levels
 from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import selectors as exp_selectors
 from specdash.api import errors
@@ -49,7 +49,7 @@ def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> dict[str, Any]:
         sweep = bench_selectors.sweep_detail(sweep_id=query.sweep)
         if sweep is None:
             raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{query.sweep}.")
-        return audit.audit_sweep(sweep=sweep).as_dict()
+        return audit_levels.audit_sweep(sweep=sweep).as_dict()
     if query.experiment is not None:
         experiment = exp_selectors.experiment_detail(experiment_id=query.experiment)
         if experiment is None:

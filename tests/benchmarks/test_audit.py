@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
-from benchmarks import audit, services
+from benchmarks import audit, audit_comparison, audit_levels, services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
@@ -72,7 +72,7 @@ def _tear(path: Path) -> None:
 
 
 def test_a_sweep_as_measured_passes_the_audit(measured: Sweep) -> None:
-    report = audit.audit_sweep(sweep=measured)
+    report = audit_levels.audit_sweep(sweep=measured)
     assert report.problems == []
     assert report.levels_checked == 2 and report.records_checked == 18
     # The sweep job audited the sweep at its end and kept the outcome.
@@ -97,8 +97,13 @@ def test_the_sweep_and_compare_pages_show_the_kept_outcome_of_a_failed_audit(
     def must_not_run(**_: Any) -> None:
         raise AssertionError("a GET ran the audit")
 
-    for name in ("audit_sweep", "audit_sweeps", "audit_experiment", "audit_comparison"):
-        monkeypatch.setattr(audit, name, must_not_run)
+    for module, name in (
+        (audit_levels, "audit_sweep"),
+        (audit, "audit_sweeps"),
+        (audit, "audit_experiment"),
+        (audit_comparison, "audit_comparison"),
+    ):
+        monkeypatch.setattr(module, name, must_not_run)
     for url in pages:
         page = client.get(url).content.decode()
         assert 'data-testid="audit-warning"' in page, url
@@ -120,7 +125,7 @@ def test_a_lost_record_is_reported_with_its_level_and_fails_the_command(measured
         return out
 
     _rewrite(path, drop_one_of_level_1)
-    report = audit.audit_sweep(sweep=measured)
+    report = audit_levels.audit_sweep(sweep=measured)
     assert any("level 1 (C=3, attempt 1): requests total: stored 9, records give 8" in p
                for p in report.problems), report.problems  # fmt: skip
     assert not any("level 0" in p for p in report.problems)
@@ -138,7 +143,7 @@ def test_an_altered_or_duplicated_record_and_a_torn_line_are_reported(measured: 
 
     _rewrite(path, alter)
     _tear(path)
-    problems = audit.audit_sweep(sweep=measured).problems
+    problems = audit_levels.audit_sweep(sweep=measured).problems
     assert any("level 0" in p and "output_tokens" in p for p in problems), problems
     assert any("level 1" in p and "requests total: stored 9, records give 10" in p
                for p in problems), problems  # fmt: skip
@@ -156,12 +161,12 @@ def test_levels_whose_records_are_interleaved_are_audited_whole(measured: Sweep)
         return [r for pair in itertools.zip_longest(zero, one) for r in pair if r is not None]
 
     _rewrite(path, interleave)
-    report = audit.audit_sweep(sweep=measured)
+    report = audit_levels.audit_sweep(sweep=measured)
     assert report.problems == []
     assert report.levels_checked == 2 and report.records_checked == 18
     # A changed row is still found in an interleaved file.
     _rewrite(path, lambda rs: [{**rs[0], "out": rs[0]["out"] + 50}, *rs[1:]])
-    assert any("output_tokens" in p for p in audit.audit_sweep(sweep=measured).problems)
+    assert any("output_tokens" in p for p in audit_levels.audit_sweep(sweep=measured).problems)
 
 
 def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(
@@ -169,7 +174,7 @@ def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(
 ) -> None:
     path = Path(measured.records_path)
     _rewrite(path, lambda rs: [*rs, {**rs[0], "level": 7}, {**rs[0], "attempt": 3}])
-    problems = audit.audit_sweep(sweep=measured).problems
+    problems = audit_levels.audit_sweep(sweep=measured).problems
     assert any("records of level 7 attempt 1 belong to no level" in p for p in problems)
     assert any("records of level 0 attempt 3 belong to no level" in p for p in problems)
 
@@ -179,7 +184,7 @@ def test_a_corrupted_summary_or_headline_column_is_reported(measured: Sweep) -> 
     level.summary = {**level.summary, "ttft_ms": {**level.summary["ttft_ms"], "p50": 1e6}}
     level.save(update_fields=["summary"])
     SweepLevel.objects.filter(sweep=measured, index=0).update(output_tok_s=12345.0)
-    problems = audit.audit_sweep(sweep=measured).problems
+    problems = audit_levels.audit_sweep(sweep=measured).problems
     assert any("level 1" in p and "ttft_ms p50: stored 1000000.0" in p for p in problems)
     assert any("level 0" in p and "column output_tok_s is 12345.0" in p for p in problems)
 
@@ -242,11 +247,11 @@ def test_stored_goodput_is_recomputed_and_a_tampered_figure_fails_the_audit(
     level = SweepLevel.objects.get(sweep=measured_with_slo, index=0)
     goodput = level.summary["goodput"]
     assert goodput["requests"] == 6 and goodput["goodput_tok_s"] > 0
-    assert audit.audit_sweep(sweep=measured_with_slo).problems == []
+    assert audit_levels.audit_sweep(sweep=measured_with_slo).problems == []
 
     level.summary = {**level.summary, "goodput": {**goodput, "goodput_tok_s": 9999.0}}
     level.save(update_fields=["summary"])
-    problems = audit.audit_sweep(sweep=measured_with_slo).problems
+    problems = audit_levels.audit_sweep(sweep=measured_with_slo).problems
     assert len(problems) == 1, problems
     assert (
         "level 0 (C=2, attempt 1): goodput goodput_tok_s: stored 9999.0, records give"
@@ -267,7 +272,7 @@ def test_goodput_stored_under_another_slo_than_the_sweeps_is_reported(
     tighter = {**level.summary["goodput"]["slo"], "ttft_ms": 1.0}
     level.summary = {**level.summary, "goodput": {**level.summary["goodput"], "slo": tighter}}
     level.save(update_fields=["summary"])
-    problems = audit.audit_sweep(sweep=measured_with_slo).problems
+    problems = audit_levels.audit_sweep(sweep=measured_with_slo).problems
     assert any("goodput slo: stored" in p for p in problems), problems
 
 
@@ -281,7 +286,7 @@ def test_a_tampered_steady_figure_or_acceptance_is_reported(measured: Sweep) -> 
     }
     level.summary["prompt_tokens"] = level.summary["prompt_tokens"] + 1
     level.save(update_fields=["summary"])
-    problems = audit.audit_sweep(sweep=measured).problems
+    problems = audit_levels.audit_sweep(sweep=measured).problems
     assert any("level 1" in p and "steady output_tok_s: stored" in p for p in problems)
     assert any("level 1" in p and "prompt_tokens: stored" in p for p in problems)
     assert not any("level 0" in p for p in problems)
@@ -297,13 +302,13 @@ def test_server_figures_are_recomputed_from_the_kept_boundary_scrapes(measured: 
         assert kept is not None and path.suffix == ".gz"
         assert "_total" in kept["open"]["text"] and kept["open"]["t"] < kept["close"]["t"]
         assert level.server_metrics["available"] is True
-    assert audit.audit_sweep(sweep=measured).problems == []
+    assert audit_levels.audit_sweep(sweep=measured).problems == []
     level = levels[1]
     level.server_metrics = {
         **level.server_metrics,
         "generation_tokens": level.server_metrics["generation_tokens"] + 5,
     }
     level.save(update_fields=["server_metrics"])
-    problems = audit.audit_sweep(sweep=measured).problems
+    problems = audit_levels.audit_sweep(sweep=measured).problems
     assert len(problems) == 1
     assert "level 1" in problems[0] and "server generation_tokens: stored" in problems[0]

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from benchmarks import audit
+from benchmarks import audit, audit_comparison, audit_levels
 from benchmarks.experiments import services as experiment_services
 from benchmarks.models import Experiment, Sweep, SweepLevel
 from hosts.models import ServerProfile
@@ -65,7 +65,7 @@ def _tamper(experiment: Experiment, change: Callable[[dict[str, Any]], None]) ->
     stored = Experiment.objects.get(pk=experiment.pk).comparison
     change(stored)
     Experiment.objects.filter(pk=experiment.pk).update(comparison=stored)
-    return audit.audit_comparison(experiment=experiment).problems
+    return audit_comparison.audit_comparison(experiment=experiment).problems
 
 
 def _row(comparison: dict[str, Any], concurrency: int) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def test_the_comparison_as_stored_passes_and_carries_every_audited_part(
     assert row["cells"][1]["tokens_per_step"] == pytest.approx(1.7)
     assert row["cells"][1]["steady_output_tok_s"] == pytest.approx(260 * 1.02)
     assert stored["verdicts"][0]["text"] and stored["verdicts"][0]["decision"]["levels"]
-    assert audit.audit_comparison(experiment=experiment).problems == []
+    assert audit_comparison.audit_comparison(experiment=experiment).problems == []
 
 
 def test_a_tampered_steady_figure_in_a_cell_is_reported(experiment: Experiment) -> None:
@@ -167,8 +167,13 @@ def test_the_outcome_is_kept_by_the_command_and_shown_without_rerunning(
     Experiment.objects.filter(pk=experiment.pk).update(comparison=stored)
     # Not audited since: the page shows the outcome kept (none); a GET runs no audit.
     with monkeypatch.context() as patched:
-        for name in ("audit_sweep", "audit_comparison", "audit_experiment", "audit_sweeps"):
-            patched.setattr(audit, name, _must_not_run)
+        for module, name in (
+            (audit_levels, "audit_sweep"),
+            (audit_comparison, "audit_comparison"),
+            (audit, "audit_experiment"),
+            (audit, "audit_sweeps"),
+        ):
+            patched.setattr(module, name, _must_not_run)
         page = client.get(url).content.decode()
         assert 'data-testid="audit-warning"' not in page
         assert client.get(f"/experiments/{experiment.pk}/report.html").status_code == 200

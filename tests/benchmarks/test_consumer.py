@@ -9,6 +9,7 @@ from django.conf import settings
 from django.test import Client
 
 from benchmarks import services
+from benchmarks.sweeps import recording
 from benchmarks.sweeps.channel import SWEEP_SAMPLES
 from core import realtime
 from specdash.asgi import application
@@ -50,8 +51,8 @@ async def test_viewer_gets_the_snapshot_first_then_live_events(
     sweep = await sync_to_async(services.sweep_create)(
         instance=ready_instance, levels=[1, 2], load=load()
     )
-    await sync_to_async(services.sweep_begin)(sweep_id=sweep.pk)
-    await sync_to_async(services.sweep_samples_add)(
+    await sync_to_async(recording.sweep_begin)(sweep_id=sweep.pk)
+    await sync_to_async(recording.sweep_samples_add)(
         sweep_id=sweep.pk, samples=[sample_event(0, 10.0)]
     )
     cookie = await sync_to_async(_session_cookie)(viewer)
@@ -74,7 +75,7 @@ async def test_viewer_gets_the_snapshot_first_then_live_events(
     assert message["type"] == "sweep.samples" and message["samples"][0]["t"] == 11.0
 
     # A service running in a worker thread reaches the client after its commit.
-    await sync_to_async(services.sweep_level_started)(
+    await sync_to_async(recording.sweep_level_started)(
         sweep_id=sweep.pk, index=0, concurrency=1, t=12.0
     )
     message = await communicator.receive_json_from(timeout=10)

@@ -14,9 +14,11 @@ from django.test import Client
 
 from benchlib.loadgen.metrics import summarize_level
 from benchmarks import services
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import comparison
 from benchmarks.experiments.report import comparison_csv
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import SweepLevel
+from benchmarks.sweeps import recording
 from hosts.models import ServerInstance, ServerProfile
 from tests.benchlib.loadgen.conftest import make_record
 from tests.benchmarks.conftest import load
@@ -41,12 +43,12 @@ def test_the_sweep_page_marks_steady_windows_that_are_not_all_c_in_flight(
     # 3 requests on 8 slots: C is never reached (the records say so, not the code).
     short = _summary(8, 3)
     assert short["steady"]["reached"] is False and short["steady"]["in_flight_level"] == 3
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=short | {"level_index": 0})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=short | {"level_index": 0})
     full = _summary(2, 2)
     assert full["steady"]["reached"] is True
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=full | {"level_index": 1})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=full | {"level_index": 1})
     rate = _summary(4, 3, mode="rate")
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=rate | {"level_index": 2})
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=rate | {"level_index": 2})
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     rows = page.split('data-testid="level-row"')[1:]
@@ -66,7 +68,7 @@ def test_the_comparison_shows_each_levels_failed_requests(
     SweepLevel.objects.filter(sweep=b, concurrency=4).update(
         summary={"requests": {"ok": 36, "failed": 4}}
     )
-    built = comparison.comparison_build(series=selectors.sweep_series(sweeps=[a, b]))
+    built = comparison.comparison_build(series=sweep_series(sweeps=[a, b]))
     (row,) = [r for r in built["rows"] if r["concurrency"] == 4]
     assert [(c["requests_ok"], c["requests_failed"]) for c in row["cells"]] == [(40, 0), (36, 4)]
     table = list(csv.DictReader(io.StringIO(comparison_csv(built))))

@@ -7,7 +7,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from benchmarks import audit, selectors, services
+from benchmarks import audit_levels, selectors, services
 from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
@@ -39,4 +39,4 @@ def test_a_rate_sweep_runs_one_open_loop_level_per_rate_under_its_cap(
     assert [lv.summary["burstiness"] for lv in levels] == [0.5, 0.5]
     sweep.refresh_from_db()
     assert selectors.sweep_progress(sweep=sweep, levels=levels)["level_count"] == 2
-    assert audit.audit_sweep(sweep=sweep).problems == []
+    assert audit_levels.audit_sweep(sweep=sweep).problems == []

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from benchmarks.models import Sweep, SweepState
-from benchmarks.services import sweep_records_file
+from benchmarks.sweeps.recording import sweep_records_file
 from core.tokens import api_token_create
 from hosts.models import ServerProfile
 

@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import audit, services
+from benchmarks import audit_levels, services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import handler
+from benchmarks.sweeps import handler, recording
 from core.jobs import JobContext
 from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, level_summary_event, load
@@ -29,10 +29,10 @@ def _loopback_is_a_registered_host(local_host: Any) -> None:
 
 def _interrupt_after_first_level(sweep: Sweep) -> None:
     """What a dead worker leaves behind: level 0 completed, level 1 partial, interrupted."""
-    services.sweep_begin(sweep_id=sweep.pk)
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
-    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
-    services.sweep_finish(
+    recording.sweep_begin(sweep_id=sweep.pk)
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
+    recording.sweep_finish(
         sweep_id=sweep.pk, state=SweepState.INTERRUPTED, reason="interrupted: worker gone"
     )
 
@@ -183,7 +183,7 @@ async def test_resuming_a_sweep_cut_mid_level_keeps_every_earlier_record(
     )
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.attempts == 2
-    report = await sync_to_async(audit.audit_sweep)(sweep=sweep)
+    report = await sync_to_async(audit_levels.audit_sweep)(sweep=sweep)
     assert report.problems == [] and report.levels_checked == 3
 
 

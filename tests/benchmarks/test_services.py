@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
+from benchmarks.sweeps import recording
 from core import realtime
 from core.models import Job, JobState
 from hosts.models import Host, InstanceState, ServerInstance
@@ -152,18 +153,18 @@ def test_cancel_of_a_running_sweep_asks_its_job(
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
     Job.objects.filter(pk=sweep.job_id or 0).update(state=JobState.RUNNING)
-    assert services.sweep_begin(sweep_id=sweep.pk) is not None
+    assert recording.sweep_begin(sweep_id=sweep.pk) is not None
     sweep = services.sweep_cancel(sweep=Sweep.objects.get(pk=sweep.pk), user=operator)
     assert sweep.state == SweepState.RUNNING  # the job finishes it
     assert Job.objects.get().cancel_requested
-    services.sweep_finish(sweep_id=sweep.pk, state=SweepState.CANCELLED, reason="cancelled")
+    recording.sweep_finish(sweep_id=sweep.pk, state=SweepState.CANCELLED, reason="cancelled")
     assert Sweep.objects.get(pk=sweep.pk).reason == "cancelled by op"
 
 
 def test_level_summary_fills_the_denormalised_columns(ready_instance: ServerInstance) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 4], load=load())
-    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=4, t=1_700_000_000.5)
-    level = services.sweep_level_finished(
+    recording.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=4, t=1_700_000_000.5)
+    level = recording.sweep_level_finished(
         sweep_id=sweep.pk, summary=level_summary_event(1, 4, ok=9, failed=1)["summary"]
     )
     level.refresh_from_db()
@@ -180,11 +181,11 @@ def test_level_summary_fills_the_denormalised_columns(ready_instance: ServerInst
 
 def test_finishing_a_sweep_turns_its_running_level_partial(ready_instance: ServerInstance) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 4], load=load())
-    services.sweep_begin(sweep_id=sweep.pk)
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
-    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=4, t=1.0)
-    assert services.sweep_finish(sweep_id=sweep.pk, state=SweepState.FAILED, reason="boom")
-    assert not services.sweep_finish(sweep_id=sweep.pk, state=SweepState.COMPLETED)
+    recording.sweep_begin(sweep_id=sweep.pk)
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=4, t=1.0)
+    assert recording.sweep_finish(sweep_id=sweep.pk, state=SweepState.FAILED, reason="boom")
+    assert not recording.sweep_finish(sweep_id=sweep.pk, state=SweepState.COMPLETED)
     states = dict(SweepLevel.objects.values_list("index", "state"))
     assert states == {0: LevelState.COMPLETED, 1: LevelState.PARTIAL}
     assert SweepLevel.objects.get(index=1).reason == "boom"
@@ -198,7 +199,7 @@ def test_begin_fails_a_sweep_whose_server_stopped_being_ready(
     ServerInstance.objects.filter(pk=ready_instance.pk).update(
         state=InstanceState.CRASHED, reason="exit 1"
     )
-    assert services.sweep_begin(sweep_id=sweep.pk) is None
+    assert recording.sweep_begin(sweep_id=sweep.pk) is None
     sweep.refresh_from_db()
     assert sweep.state == SweepState.FAILED and "crashed" in sweep.reason
 
@@ -211,9 +212,9 @@ def test_progress_estimates_the_time_left_from_durations_or_the_last_request_rat
     timed = services.sweep_create(
         instance=ready_instance, levels=[1, 2, 4], load=load(requests_per_level=None, duration=10)
     )
-    services.sweep_begin(sweep_id=timed.pk)
-    services.sweep_level_finished(sweep_id=timed.pk, summary=level_summary_event(0, 1)["summary"])
-    services.sweep_level_started(sweep_id=timed.pk, index=1, concurrency=2, t=1000.0)
+    recording.sweep_begin(sweep_id=timed.pk)
+    recording.sweep_level_finished(sweep_id=timed.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_started(sweep_id=timed.pk, index=1, concurrency=2, t=1000.0)
     timed.refresh_from_db()
     levels = selectors.sweep_levels(sweep_id=timed.pk)
     progress = selectors.sweep_progress(sweep=timed, levels=levels, now=1004.0)
@@ -223,7 +224,9 @@ def test_progress_estimates_the_time_left_from_durations_or_the_last_request_rat
     counted = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
     counted.refresh_from_db()
     assert selectors.sweep_progress(sweep=counted, levels=[])["eta_s"] is None  # no basis yet
-    services.sweep_level_finished(sweep_id=counted.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_finished(
+        sweep_id=counted.pk, summary=level_summary_event(0, 1)["summary"]
+    )
     levels = selectors.sweep_levels(sweep_id=counted.pk)
     # 20 requests at the last level's 5 requests/s: 4 s for the level still to run.
     assert selectors.sweep_progress(sweep=counted, levels=levels)["eta_s"] == pytest.approx(4.0)
@@ -236,7 +239,7 @@ def test_a_batch_of_samples_costs_the_same_queries_as_one_sample(
     counts = []
     for size in (1, 50):
         with CaptureQueriesContext(connection) as ctx:
-            services.sweep_samples_add(
+            recording.sweep_samples_add(
                 sweep_id=sweep.pk, samples=[sample_event(0, float(i)) for i in range(size)]
             )
         counts.append(len(ctx.captured_queries))

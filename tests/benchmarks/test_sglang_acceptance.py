@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.experiments import selectors as experiment_selectors
 from benchmarks.experiments import workload
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import read_record_file
 from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON
@@ -70,7 +70,7 @@ def test_sglang_acceptance_rate_per_level_is_within_2_percent_of_the_truth(
         sim, LEVELS, api="generate", requests_per_level=12, max_tokens=48, ignore_eos=True
     )
     truth = _truth_per_level(sweep, truth_path)
-    (series,) = experiment_selectors.sweep_series(sweeps=[sweep])
+    (series,) = sweep_series(sweeps=[sweep])
     grouped: dict[int, list[Any]] = {}
     for run in series.runs:
         grouped.setdefault(run.concurrency, []).append(run)

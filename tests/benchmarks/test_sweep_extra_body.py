@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import services
+from benchmarks.sweeps import recording
 from benchmarks.sweeps.runner import loadgen_argv
 from benchmarks.sweeps.split import Shard, shard_argv
 from hosts.models import ServerInstance
@@ -26,15 +27,15 @@ def _extra_body(argv: list[str]) -> dict[str, Any] | None:
     return value
 
 
-def _plan(make_ready_instance: Callable[..., ServerInstance], engine: str) -> services.SweepPlan:
+def _plan(make_ready_instance: Callable[..., ServerInstance], engine: str) -> recording.SweepPlan:
     instance = make_ready_instance(engine=engine, served_model_name="m")
     sweep = services.sweep_create(instance=instance, levels=[1, 2], load=load())
-    plan = services.sweep_begin(sweep_id=sweep.pk)
+    plan = recording.sweep_begin(sweep_id=sweep.pk)
     assert plan is not None
     return plan
 
 
-def _argv(plan: services.SweepPlan, tmp_path: Path, load: dict[str, Any]) -> list[str]:
+def _argv(plan: recording.SweepPlan, tmp_path: Path, load: dict[str, Any]) -> list[str]:
     return loadgen_argv(
         base_url=plan.base_url, model="m", levels=plan.levels, load=load,
         records_path=tmp_path / "r.jsonl", engine=plan.engine,

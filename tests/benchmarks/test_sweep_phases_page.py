@@ -19,6 +19,7 @@ from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.sessions import session_figures, turn_figures
 from benchmarks import services
 from benchmarks.models import Sweep
+from benchmarks.sweeps import recording
 from hosts.models import ServerInstance
 from tests.benchlib.loadgen.conftest import make_record
 from tests.benchmarks.conftest import level_summary_event, load
@@ -87,8 +88,8 @@ def phase_sweep(instance: ServerInstance) -> tuple[Sweep, dict[str, Any]]:
         },
     }
     sweep = services.sweep_create(instance=instance, levels=[1, 2], load=load())
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 1))
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 2, **phases))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 1))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 2, **phases))
     return sweep, phases
 
 
@@ -167,7 +168,7 @@ def test_a_plain_sweep_shows_no_phase_block(
     client: Client, viewer: Any, ready_instance: ServerInstance
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 1))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 1))
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert 'data-testid="levels-table"' in page

@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
-from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser, trace_from_args
 from benchmarks import services
 from benchmarks.sweeps.runner import loadgen_argv
 
@@ -48,6 +48,6 @@ def test_the_load_generator_reads_the_sweeps_trace_from_the_folder(tmp_path: Pat
             base_url="http://x", model="m", levels=[2], load=load, records_path=tmp_path / "r"
         )
     assert load["trace"] == "t.csv" and load["trace_speed"] == 3.0
-    args = cli.build_parser().parse_args(argv[3:])
+    args = build_parser().parse_args(argv[3:])
     assert (args.trace_dir, args.trace, args.trace_format) == (tmp_path, "t.csv", "burstgpt")
-    assert cli._trace(args) is not None
+    assert trace_from_args(args) is not None

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from benchmarks import selectors, services
 from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps import recording
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
 
@@ -48,7 +49,7 @@ def _sweep(instance: ServerInstance, levels: int, **extra: Any) -> Sweep:
         instance=instance, levels=list(range(1, levels + 1)), load=load(slo=SLO, **extra)
     )
     for i in range(levels):
-        services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(i, i + 1))
+        recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(i, i + 1))
     return sweep
 
 
@@ -97,7 +98,7 @@ def test_each_level_shows_the_servers_prefix_cache_hit_rate_with_its_source(
     client: Client, viewer: Any, ready_instance: ServerInstance
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
     metrics = {"available": True, "prefix_cache_hit_rate": 0.7182,
                "prefix_cache_hit_rate_source": "counters"}  # fmt: skip
     SweepLevel.objects.filter(sweep=sweep).update(server_metrics=metrics)
@@ -112,7 +113,7 @@ def test_a_sweep_without_slos_or_categories_shows_neither_table(
     client: Client, viewer: Any, ready_instance: ServerInstance
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1], load=load())
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert 'data-testid="goodput-table"' not in page
@@ -139,8 +140,8 @@ def test_a_rate_sweep_names_its_levels_by_offered_rate(
     sweep = services.sweep_create(
         instance=ready_instance, levels=[16], load=load(request_rate=[0.5, 2], slo=SLO)
     )
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 16, rate=2.0))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 16, rate=2.0))
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert "Rate (req/s)" in page
@@ -162,8 +163,8 @@ def test_a_rate_sweeps_live_snapshot_puts_levels_on_the_offered_rate_axis(
     sweep = services.sweep_create(
         instance=ready_instance, levels=[16], load=load(request_rate=[0.5, 2])
     )
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
-    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=16, t=0.0)
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
+    recording.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=16, t=0.0)
     snapshot = selectors.sweep_snapshot(sweep_id=sweep.pk)
     assert snapshot is not None
     assert snapshot["sweep"]["x_values"] == [0.5, 2.0]
@@ -174,7 +175,7 @@ def test_a_rate_sweeps_live_snapshot_puts_levels_on_the_offered_rate_axis(
         (2.0, "2 req/s"),
     ]
     closed = services.sweep_create(instance=ready_instance, levels=[1, 4], load=load())
-    services.sweep_level_finished(sweep_id=closed.pk, summary=_summary(0, 1))
+    recording.sweep_level_finished(sweep_id=closed.pk, summary=_summary(0, 1))
     snapshot = selectors.sweep_snapshot(sweep_id=closed.pk)
     assert snapshot is not None and snapshot["sweep"]["x_values"] == [1, 4]
     assert [(lv["x"], lv["label"]) for lv in snapshot["levels"]] == [(1, "C=1")]
@@ -187,7 +188,7 @@ def test_categories_without_reported_acceptance_show_no_acceptance_table(
     summary = level_summary_event(0, 1)["summary"]
     unreported = {"requests": 10, "accept_length": None, "acceptance_rate": None}
     summary["acceptance"] = {"accept_length": None, "by_category": {"synthetic": unreported}}
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert 'data-testid="category-table"' not in page
@@ -209,8 +210,8 @@ def test_a_levels_server_figures_arriving_keep_its_rate_label(
     sweep = services.sweep_create(
         instance=ready_instance, levels=[16], load=load(request_rate=[0.5, 2])
     )
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 16, rate=2.0))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(0, 16, rate=0.5))
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=_summary(1, 16, rate=2.0))
     sent.clear()
     assert recording.sweep_level_server_metrics_save(
         sweep_id=sweep.pk, index=1, metrics={"available": False, "reason": "test"}

@@ -15,6 +15,7 @@ from benchmarks import services
 from benchmarks.experiments.comparison import LevelRun
 from benchmarks.experiments.decisions import arm_health
 from benchmarks.models import Sweep, SweepLevel, SweepState
+from benchmarks.sweeps import recording
 from core.models import Job, JobState
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
@@ -118,7 +119,7 @@ def test_detail_page_and_its_htmx_levels_partial(
     client: Client, viewer: Any, ready_instance: ServerInstance
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert (
@@ -137,9 +138,9 @@ def test_exports_csv_json_and_records(
     client: Client, viewer: Any, ready_instance: ServerInstance, data_dir: Path
 ) -> None:
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
-    services.sweep_begin(sweep_id=sweep.pk)
+    recording.sweep_begin(sweep_id=sweep.pk)
     for i, c in enumerate([1, 2]):
-        services.sweep_level_finished(
+        recording.sweep_level_finished(
             sweep_id=sweep.pk, summary=level_summary_event(i, c)["summary"]
         )
     client.force_login(viewer)
@@ -218,7 +219,7 @@ def test_the_level_table_shows_each_levels_health_from_its_summary(
     short = level_summary_event(2, 64, ok=8)["summary"]
     short["achieved_concurrency"] = 7.75  # 8 requests never keep 64 in flight
     for summary in (stalled, failing, short):
-        services.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
+        recording.sweep_level_finished(sweep_id=sweep.pk, summary=summary)
     client.force_login(viewer)
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     assert _rows(page) == [

@@ -34,6 +34,7 @@ OFF_THE_ORM = (
     "benchmarks/sweeps/handler.py",
     "benchmarks/sweeps/shards.py",
     "core/consumers.py",
+    "core/jobs/execution.py",
     "core/jobs/registry.py",
     "core/jobs/worker.py",
     "hosts/consumers.py",

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
-from benchlib.loadgen.level import next_gap
+from benchlib.loadgen.level import level_plan, next_gap
 from tests.benchlib.loadgen.stub_server import StubServer
 
 
@@ -26,16 +27,16 @@ def test_arrival_gaps_keep_the_rate_and_have_the_burstiness_spread(
 
 
 def test_level_plan_pairs_rates_with_concurrency() -> None:
-    assert cli.level_plan([1, 4], None) == [(1, None), (4, None)]
-    assert cli.level_plan([1, 4], [2.0]) == [(1, 2.0), (4, 2.0)]
-    assert cli.level_plan([16], [1.0, 2.0, 4.0]) == [(16, 1.0), (16, 2.0), (16, 4.0)]
+    assert level_plan([1, 4], None) == [(1, None), (4, None)]
+    assert level_plan([1, 4], [2.0]) == [(1, 2.0), (4, 2.0)]
+    assert level_plan([16], [1.0, 2.0, 4.0]) == [(16, 1.0), (16, 2.0), (16, 4.0)]
     with pytest.raises(ValueError, match="as many rates"):
-        cli.level_plan([1, 2], [1.0, 2.0, 3.0])
+        level_plan([1, 2], [1.0, 2.0, 3.0])
 
 
 async def test_a_rate_sweep_runs_one_level_per_rate(tmp_path: Path, stub: StubServer) -> None:
     out = tmp_path / "out.json"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", stub.base_url, "--concurrency", "8", "--request-rate", "20,80",
          "--burstiness", "0.5", "--requests-per-level", "24", "--max-tokens", "4",
          "--prompt-set", "humaneval", "--output", str(out), "--quiet"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
 from benchlib.stats.controller import hidden_between_scrapes, match_switches
 from tests.fixtures.ports import free_port
@@ -72,7 +73,7 @@ async def test_every_tier_switch_under_a_rate_ramp_is_found_within_a_second_and_
 ) -> None:
     url, log = adaptive_simulator
     out = tmp_path / "out.json"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", url, "--concurrency", "64", "--request-rate", "40", "--ramp", "linear",
          "--ramp-start-rate", "2", "--requests-per-level", "150", "--max-tokens", "60",
          "--ignore-eos", "--controller-tracking", "--output", str(out), "--quiet"]

@@ -5,7 +5,7 @@ import stat
 import threading
 from pathlib import Path
 
-from benchlib.loadgen.cli import write_output
+from benchlib.loadgen.cli_io import write_output
 
 
 def test_output_to_a_regular_file_is_written_whole(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser, prompts_from_args
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import SyntheticPrompts
 
@@ -52,11 +52,11 @@ def test_settings_out_of_range_are_refused() -> None:
 
 
 def test_the_cli_wraps_its_prompts_in_the_shared_prefixes() -> None:
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", "http://x", "--requests-per-level", "4", "--input-tokens", "8",
          "--prefix-count", "2", "--prefix-tokens", "16", "--prefix-share", "0.5"]
     )  # fmt: skip
-    prompts = cli._prompts(args)
+    prompts = prompts_from_args(args)
     assert isinstance(prompts, SharedPrefixPrompts)
     assert (prompts.count, prompts.tokens, prompts.share) == (2, 16, 0.5)
     assert len(prompts.get(1).text.split(" ")) == 24

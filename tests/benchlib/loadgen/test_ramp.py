@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
 from benchlib.loadgen.ramp import ramp_rate, slice_figures
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
@@ -56,7 +57,7 @@ async def test_a_ramped_level_sends_faster_as_it_goes_and_reports_its_slices(
     tmp_path: Path, stub: StubServer
 ) -> None:
     out = tmp_path / "out.json"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", stub.base_url, "--concurrency", "64", "--request-rate", "200",
          "--ramp", "linear", "--ramp-start-rate", "20", "--ramp-slices", "4",
          "--requests-per-level", "120", "--max-tokens", "2", "--output", str(out), "--quiet"]

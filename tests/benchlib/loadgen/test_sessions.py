@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
 from benchlib.loadgen.prompts import estimate_tokens, sharegpt_prompt
 from benchlib.loadgen.records import RequestRecord
@@ -64,7 +65,7 @@ async def test_later_turns_find_their_history_cached_and_answer_sooner(
 ) -> None:
     url, truth_path = caching_simulator
     out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", url, "--model", "specdash-sim", "--api", "chat", "--concurrency", "2",
          "--requests-per-level", "8", "--input-tokens", "400", "--max-tokens", "16",
          "--ignore-eos", "--session-turns", "4", "--turn-tokens", "16", "--think-time", "0.05",
@@ -105,7 +106,7 @@ async def test_later_turns_find_their_history_cached_and_answer_sooner(
 
 
 async def test_each_turn_sends_the_whole_conversation(stub: StubServer) -> None:
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", stub.base_url, "--model", "m", "--api", "chat", "--concurrency", "1",
          "--requests-per-level", "3", "--input-tokens", "5", "--max-tokens", "4",
          "--session-turns", "3", "--turn-tokens", "2", "--quiet"]
@@ -197,7 +198,7 @@ async def test_sessions_from_sharegpt_replay_each_conversation_with_its_recorded
     data = tmp_path / "sharegpt.json"
     data.write_text(json.dumps(SHAREGPT))
     out = tmp_path / "out.json"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", stub.base_url, "--model", "m", "--api", "chat", "--concurrency", "1",
          "--requests-per-level", "5", "--dataset", str(data), "--dataset-format", "sharegpt",
          "--session-turns", "4", "--output", str(out), "--quiet"]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import pytest
 
-from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level import LevelConfig
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError, Option, flat_fields
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
@@ -77,12 +77,12 @@ def test_every_field_differs_from_its_default() -> None:
 
 def test_every_field_round_trips_through_the_load_generators_own_parser() -> None:
     argv = EVERY_FIELD.to_argv()
-    args = cli.build_parser().parse_args(["--base-url", "http://x", *argv])
+    args = build_parser().parse_args(["--base-url", "http://x", *argv])
     assert settings_from_args(args) == EVERY_FIELD
-    args = cli.build_parser().parse_args(["--base-url", "http://x", *EVERY_TRACE_FIELD.to_argv()])
+    args = build_parser().parse_args(["--base-url", "http://x", *EVERY_TRACE_FIELD.to_argv()])
     assert settings_from_args(args) == EVERY_TRACE_FIELD
     argv = EVERY_SESSION_FIELD.to_argv()
-    parsed = settings_from_args(cli.build_parser().parse_args(["--base-url", "x", *argv]))
+    parsed = settings_from_args(build_parser().parse_args(["--base-url", "x", *argv]))
     assert parsed == EVERY_SESSION_FIELD
     counted = LoadSettings.clean({"requests_per_level": 7, "api": "generate"})
     assert _parse(counted.to_argv()) == counted

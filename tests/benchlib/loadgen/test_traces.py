@@ -11,6 +11,7 @@ import pytest
 
 from benchlib.loadgen import cli
 from benchlib.loadgen.apis import Api
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
 from benchlib.loadgen.level import LevelConfig, run_level
 from benchlib.loadgen.metrics import quantile
@@ -159,7 +160,7 @@ async def test_the_cli_replays_a_window_of_a_mooncake_file_at_speed(
     ]
     write_jsonl(tmp_path / "m.jsonl", rows)
     out, records = tmp_path / "out.json", tmp_path / "records.jsonl"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", stub.base_url, "--concurrency", "8", "--trace", "m.jsonl",
          "--trace-dir", str(tmp_path), "--trace-format", "mooncake", "--trace-speed", "4",
          "--trace-start", "0.5", "--trace-duration", "1", "--requests-per-level", "100",

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from benchmarks.experiments import comparison, selectors, services
+from benchmarks.experiments import comparison, services
+from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment, Sweep
 from benchmarks.models.experiments import ExperimentState
 from core.jobs.worker import Worker
@@ -102,7 +103,7 @@ async def test_greedy_against_sampled_on_one_server_shows_the_acceptance_cost(
     assert "different workloads" not in json.dumps(level), level
     assert level["ratio"]["point"] < 0.9  # B/A tok/s, as the decision read it
     # ... which it would be had the arms' workloads been compared with the temperature in.
-    series = await sync_to_async(selectors.experiment_series)(experiment=experiment)
+    series = await sync_to_async(experiment_series)(experiment=experiment)
     raw = await sync_to_async(comparison.comparison_build)(series=series, n_boot=100)
     (raw_level,) = raw["verdicts"][0]["decision"]["levels"]
     assert raw_level["status"] == "not_comparable"

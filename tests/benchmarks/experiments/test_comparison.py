@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.experiments import comparison, equivalence, selectors, services
 from benchmarks.experiments.history import history_build
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import LevelState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -22,7 +23,7 @@ LOAD = {"requests_per_level": 10, "max_tokens": 16}
 
 
 def _compare(*sweeps: Any) -> dict[str, Any]:
-    return comparison.comparison_build(series=selectors.sweep_series(sweeps=list(sweeps)))
+    return comparison.comparison_build(series=sweep_series(sweeps=list(sweeps)))
 
 
 @pytest.fixture

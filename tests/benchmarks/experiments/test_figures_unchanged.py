@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from benchmarks import audit
+from benchmarks import audit, audit_levels
 from benchmarks.experiments import builds, records, workload
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
@@ -28,7 +28,7 @@ def old_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """A switch to the code as it was: every level read parsing its records file again."""
 
     def switch() -> None:
-        for module in (records, workload, audit):
+        for module in (records, workload, audit_levels):
             monkeypatch.setattr(module, "read_record_file_once", recordfile.read_record_file)
 
     return switch

@@ -72,11 +72,11 @@ def test_the_report_has_the_schedule_configs_and_readable_launches_in_the_apps_l
 def test_every_comparison_legend_sits_under_the_axis_title_with_room_for_its_rows(
     make_profile: Callable[..., ServerProfile], tmp_path: Path
 ) -> None:
-    from benchmarks.experiments import selectors
     from benchmarks.experiments.comparison import comparison_build
+    from benchmarks.experiments.series import experiment_series
 
     experiment = _three_arms(make_profile, tmp_path, 3)
-    comparison = comparison_build(series=selectors.experiment_series(experiment=experiment))  # type: ignore[arg-type]
+    comparison = comparison_build(series=experiment_series(experiment=experiment))  # type: ignore[arg-type]
     for name, figure in comparison_figures(comparison).items():
         legend = figure["layout"]["legend"]
         assert (legend["yref"], legend["y"], legend["yanchor"]) == ("container", 0, "bottom")

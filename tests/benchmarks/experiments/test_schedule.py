@@ -15,10 +15,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchlib.stats.engines import ENGINE_NAMES
-from benchmarks.experiments import selectors, services, tuning
+from benchmarks.experiments import services, tuning
 from benchmarks.experiments.drafts import draft_length
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
+from benchmarks.experiments.series import experiment_arm_series, running_batches
 from benchmarks.models import Experiment, SweepLevel
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import ServerProfile, TelemetrySample
@@ -297,8 +298,8 @@ def test_the_schedule_switches_on_the_batch_sizes_the_servers_reported(
     # a batch size needs), at C=64 never below 40.
     eight = [7] * 11 + [6] * 9 + [8]
     _record_running(experiment, {1: [1] * 10, 8: eight, 64: [64] * 8 + [40, 48]})
-    arms = selectors.experiment_arm_series(experiment=experiment)
-    observed = selectors.running_batches(series=[series for _, series in arms])
+    arms = experiment_arm_series(experiment=experiment)
+    observed = running_batches(series=[series for _, series in arms])
     # Both arms' readings pooled per level; the reading before the window and the host
     # sample are left out.
     assert observed == {1: {1: 20}, 8: {6: 18, 7: 22, 8: 2}, 64: {40: 2, 48: 2, 64: 16}}

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from benchmarks.experiments import comparison, selectors
+from benchmarks.experiments import comparison
 from benchmarks.experiments.figures import accept_figure
 from benchmarks.experiments.report import comparison_csv
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.exports import levels_csv
 from hosts.models import ServerProfile
@@ -75,7 +76,7 @@ def _cells(built: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
 
 
 def test_the_comparison_carries_both_figures_with_their_sources(sweeps: tuple[Sweep, ...]) -> None:
-    built = comparison.comparison_build(series=selectors.sweep_series(sweeps=list(sweeps)))
+    built = comparison.comparison_build(series=sweep_series(sweeps=list(sweeps)))
     for c in (1, 4):
         base, ngram, sglang = _cells(built, c)
         assert base["accept_length"] is None and base["tokens_per_step"] is None

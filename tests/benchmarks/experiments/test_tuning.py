@@ -20,9 +20,10 @@ from benchlib.stats.decision_verification import (
     verification_from,
 )
 from benchlib.stats.types import Ratio
-from benchmarks.experiments import selectors, services, tuning
+from benchmarks.experiments import services, tuning
 from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment
 from benchmarks.models.experiments import ExperimentState
 from hosts.models import Engine, ServerProfile
@@ -305,7 +306,7 @@ def test_the_report_renders_the_verification_decision_and_writes_no_sentence(
     values = {1: ((151, 149), (100, 102), (150, 152)), 8: ((450, 452), (600, 605), (500, 503))}
     experiment = _verification(make_profile, values, tmp_path)
     report = tuning.verification_report(experiment=experiment)
-    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    curves = [series_curve(s) for s in experiment_series(experiment=experiment)]
     decision = decide_verification(curves[0], curves[1:])
     assert report["verdict"] == decision.verdict
     assert report["decision"] == decision.to_dict()

@@ -13,9 +13,10 @@ from django.conf import settings
 from django.test import Client
 
 from benchlib.stats.decision_verification import decide_verification
-from benchmarks.experiments import forms, selectors, services, tuning
+from benchmarks.experiments import forms, services, tuning
 from benchmarks.experiments.comparison import series_curve
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
@@ -260,7 +261,7 @@ def test_a_verification_at_0_84x_never_says_keep_speculation_on(
     html = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()
     assert "keep speculation on" not in html.lower()
     assert 'data-testid="verification-verdict" data-ok="false"' in html
-    curves = [series_curve(s) for s in selectors.experiment_series(experiment=experiment)]
+    curves = [series_curve(s) for s in experiment_series(experiment=experiment)]
     decision = decide_verification(curves[0], curves[1:])
     # The page says the decision's own sentence, and it names K=1 ahead at both levels.
     assert _verdict(html) == decision.verdict

@@ -32,11 +32,11 @@ from django.template.loader import render_to_string
 from django.utils.html import escape
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.cli import level_summary
 from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.events import dumps
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level_summary import level_summary
 from benchmarks.experiments.comparison import LevelRun, SeriesData, comparison_build
 from tests.fixtures.ports import free_port
 from tests.fixtures.statements import html_statements, normalized

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from benchlib.loadgen.recordstore import MAGIC, iter_rows
 from benchmarks import services
 from benchmarks.models import Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import exports, handler
+from benchmarks.sweeps import exports, handler, recording
 from benchmarks.sweeps.recordfile import read_record_file
 from core.jobs import JobContext
 from tests.benchmarks.conftest import Simulator, load
@@ -51,7 +51,7 @@ async def test_a_compact_sweep_writes_sdrec_and_serves_the_same_rows_as_json_lin
     assert [json.loads(line) for line in body.decode().splitlines()] == rows
     # A resume appends to the same compact file even with the setting flipped back.
     settings.SPECDASH_RECORDS_FORMAT = "jsonl"
-    assert services.sweep_records_file(sweep_id=sweep.pk) == path
+    assert recording.sweep_records_file(sweep_id=sweep.pk) == path
 
 
 def _check_file(sweep: Sweep, path: Path) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps import recording
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.runner import parse_event
 from tests.benchmarks.conftest import level_summary_event, load, sample_event
@@ -98,7 +99,7 @@ async def test_hand_written_event_lines_are_persisted_with_a_partial_level_on_ca
     sweep = await sync_to_async(services.sweep_create)(
         instance=ready_instance, levels=[1, 4], load=load()
     )
-    await sync_to_async(services.sweep_begin)(sweep_id=sweep.pk)
+    await sync_to_async(recording.sweep_begin)(sweep_id=sweep.pk)
     lines = [
         {"event": "run_start", "run_id": "r", "t": 1.7e9, "params": {}},
         {"event": "level_start", "level_index": 0, "concurrency": 1, "t": 1.7e9},

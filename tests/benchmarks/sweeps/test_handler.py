@@ -17,7 +17,7 @@ from django.utils import timezone
 from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.sweeps import handler
+from benchmarks.sweeps import handler, recording
 from core.jobs import JobContext
 from core.jobs.queue import reap_expired_jobs
 from core.jobs.worker import Worker, WorkerSettings
@@ -199,9 +199,9 @@ def test_an_expired_job_lease_marks_the_sweep_interrupted_and_keeps_finished_lev
     import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
-    services.sweep_begin(sweep_id=sweep.pk)
-    services.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
-    services.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
+    recording.sweep_begin(sweep_id=sweep.pk)
+    recording.sweep_level_finished(sweep_id=sweep.pk, summary=level_summary_event(0, 1)["summary"])
+    recording.sweep_level_started(sweep_id=sweep.pk, index=1, concurrency=2, t=1.0)
     Job.objects.filter(pk=sweep.job_id or 0).update(
         state=JobState.RUNNING,
         worker_id="gone",
@@ -246,7 +246,7 @@ async def test_a_sweep_cancel_past_the_grace_is_forced_and_the_sweep_ends_cancel
     slow_simulator: Simulator,
 ) -> None:
     from core.jobs import job_cancel
-    from core.jobs.worker import FORCED_REASON
+    from core.jobs.execution import FORCED_REASON
 
     sweep = await sync_to_async(services.sweep_create)(
         base_url=slow_simulator.base_url, levels=[2],
@@ -354,7 +354,7 @@ async def test_a_full_records_disk_gives_a_clear_reason_and_no_torn_last_line(
     assert sweep.state == SweepState.FAILED
     assert sweep.reason.startswith("the disk holding the records is full"), sweep.reason
     assert "Traceback" not in sweep.reason and "resume" in sweep.reason
-    records = services.sweep_records_file(sweep_id=sweep.pk).read_text()
+    records = recording.sweep_records_file(sweep_id=sweep.pk).read_text()
     assert records == '{"level": 0, "id": "a"}\n'
 
 

@@ -25,9 +25,10 @@ from core.jobs import (
     on_interrupted,
     store,
 )
+from core.jobs.execution import CANCELLED_REASON, FORCED_REASON
 from core.jobs.fence import job_finish, job_publish
 from core.jobs.queue import claim_next_job, reap_expired_jobs, renew_leases
-from core.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
+from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job, JobHook, JobState
 
 ROOT = Path(__file__).resolve().parents[3]

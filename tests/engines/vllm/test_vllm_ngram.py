@@ -24,7 +24,7 @@ from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import report
-from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.experiments.series import sweep_series
 from benchmarks.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
@@ -92,7 +92,7 @@ def test_ngram_speculation_shows_both_figures_with_their_sources(
             assert m["spec_drafts"] > 0 and m["accept_length"] > 1.5, m
             # Per engine step at most what a drafted step gives (not every step drafts).
             assert 1.0 <= m["tokens_per_step"] <= m["accept_length"] + 1e-9, m
-    series = experiment_selectors.sweep_series(sweeps=sweeps)
+    series = sweep_series(sweeps=sweeps)
     comparison = comparisons.comparison_build(series=series, slo=None)
     lines = list(csv.DictReader(io.StringIO(report.comparison_csv(comparison))))
     assert len(lines) == len(comparison["rows"]) == 2

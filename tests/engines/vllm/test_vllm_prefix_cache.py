@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import SyntheticPrompts
@@ -52,7 +53,7 @@ async def test_shared_prefix_hit_rate_from_the_counters_is_the_workloads(
 ) -> None:
     base_url = vllm_prefix_caching
     events = tmp_path / "events.jsonl"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", base_url, "--model", "tiny", "--concurrency", "1",
          "--requests-per-level", str(REQUESTS), "--input-tokens", str(OWN_WORDS),
          "--max-tokens", "4", "--ignore-eos", "--prefix-count", str(PREFIXES),
@@ -95,7 +96,7 @@ async def test_later_turns_of_a_session_answer_sooner_than_its_first(
     the sessions, and over the sessions of each one's later/first ratio)."""
     base_url = vllm_prefix_caching
     events = tmp_path / "events.jsonl"
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--base-url", base_url, "--model", "tiny", "--api", "chat", "--concurrency", "1",
          "--requests-per-level", str(SESSIONS * TURNS), "--input-tokens", str(FIRST_WORDS),
          "--max-tokens", "4", "--ignore-eos", "--warmup-requests", "2",

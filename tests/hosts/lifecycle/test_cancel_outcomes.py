@@ -14,7 +14,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from core.jobs import job_cancel
-from core.jobs.worker import CANCELLED_REASON, FORCED_REASON, Worker, WorkerSettings
+from core.jobs.execution import CANCELLED_REASON, FORCED_REASON
+from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job, JobState
 from hosts.models import InstanceState, ServerInstance
 from tests.fixtures.procs import alive

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from benchmarks.models import Sweep, SweepLevel
-from benchmarks.services import sweep_environment
+from benchmarks.sweeps.environment import sweep_environment
 from hosts import services as host_services
 from hosts.models import Host, InstanceState, ServerInstance, ServerProfile
 from tests.specdash.api.conftest import ApiClient, error_of

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from benchlib.loadgen.cli import build_parser
+from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level import level_plan
 from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.forms import LoadPlanForm
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps import recording
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -151,7 +152,7 @@ def test_a_resumed_rate_sweep_runs_the_rates_it_had_left(ready: Any, tmp_path: A
     SweepLevel.objects.create(sweep=sweep, index=0, concurrency=8, state=LevelState.COMPLETED)
     resumed = services.sweep_resume(sweep=sweep)
     assert "from level 2 (2 req/s)" in resumed.reason
-    plan = services.sweep_begin(sweep_id=sweep.pk, resume_from=1)
+    plan = recording.sweep_begin(sweep_id=sweep.pk, resume_from=1)
     assert plan is not None
     argv = loadgen_argv(
         base_url=plan.base_url, model="m", levels=plan.levels, load=plan.load,

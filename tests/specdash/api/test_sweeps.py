@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks.models import Sweep, SweepLevel, SweepSample
-from benchmarks.services import sweep_records_file
+from benchmarks.sweeps.recording import sweep_records_file
 from hosts.models import InstanceState
 from tests.specdash.api.conftest import ApiClient, error_of
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchlib.loadgen.cli import build_parser, slo_from_args
+from benchlib.loadgen.cli_args import build_parser, slo_from_args
 from benchmarks.forms import LoadPlanForm
 from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.distributed import split_needed
