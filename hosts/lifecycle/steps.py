@@ -17,6 +17,7 @@ from django.conf import settings
 from core import realtime
 from core.models import Job, JobState
 from hosts import services
+from hosts.channel import INSTANCE_LOG, INSTANCE_READINESS
 from hosts.lifecycle.readiness import ReadinessTarget
 from hosts.masking import masked_argv
 from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
@@ -233,10 +234,8 @@ def stop_requested(instance_id: int) -> bool:
 
 
 def readiness_progress(plan: Plan, stage: str, detail: str) -> None:
-    realtime.broadcast(
-        realtime.instance_group(plan.instance_id),
-        "instance.readiness",
-        {"stage": stage, "detail": detail},
+    INSTANCE_READINESS.broadcast(
+        realtime.instance_group(plan.instance_id), {"stage": stage, "detail": detail}
     )
 
 
@@ -264,9 +263,7 @@ def update_log(plan: Plan, status: dict[str, Any]) -> None:
     if text and text != plan.last_log:
         plan.last_log = text
         ServerInstance.objects.filter(pk=plan.instance_id).update(log_tail=text)
-        realtime.broadcast(
-            realtime.instance_group(plan.instance_id), "instance.log", {"log_tail": text}
-        )
+        INSTANCE_LOG.broadcast(realtime.instance_group(plan.instance_id), {"log_tail": text})
 
 
 def mark_stopping(plan: Plan, reason: str) -> None:
