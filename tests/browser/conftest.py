@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from specdash.api.client import SpecdashClient
 from tests.fixtures.dashboard import serving
 from tests.fixtures.ports import free_port
 
@@ -45,6 +46,34 @@ class Dashboard:
         ).stdout  # fmt: skip
 
 
+# The states of an instance that still holds its port and its (simulated) GPUs.
+HOLDING = ("starting", "loading", "ready", "stopping")
+# What a stop ends in (specdash.management.commands.specdash.STOP_SETTLED).
+STOP_SETTLED = frozenset({"stopped", "dirty", "failed", "lost"})
+
+
+def stop_leftover_instances(board: Dashboard) -> list[int]:
+    """Stop, through the dashboard's own API, every instance a test left holding its port:
+    the dashboard is shared by the session, and a test that failed half-way would otherwise
+    leave its server on the profile's port for the next test's start to be refused on."""
+    token = board.manage("specdash", "token", "--user", board.username, "--name", "teardown")
+    client = SpecdashClient(board.url, token.strip())
+    try:
+        left = [
+            item["id"]
+            for state in HOLDING
+            for item in client.get("/instances", state=state, limit=200)["items"]
+        ]
+        for instance_id in left:
+            if client.get(f"/instances/{instance_id}")["state"] != "stopping":
+                client.post(f"/instances/{instance_id}/stop")
+        for instance_id in left:
+            client.wait_instance(instance_id, states=STOP_SETTLED, timeout=60)
+    finally:
+        client.close()
+    return left
+
+
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     var = tmp_path_factory.mktemp("dashboard")
@@ -75,6 +104,14 @@ def browser() -> Iterator[Browser]:
         instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield instance
         instance.close()
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "dashboard" in request.fixturenames:
+        board: Dashboard = request.getfixturevalue("dashboard")
+        stop_leftover_instances(board)
 
 
 @pytest.fixture

@@ -21,12 +21,15 @@ def test_instance_header_drops_waiting_once_ready_and_a_stopped_instance_offers_
     page.locator("tr", has_text="Simulated SGLang EAGLE-3").locator(
         "button", has_text="Start"
     ).click()
-    page.wait_for_url(re.compile(r".*/servers/instances/\d+/$"))
+    # The page as first served, not once every script and stylesheet is in: the simulator
+    # "loads" for 3 s (answering /health with 503), and on a busy machine the page's load
+    # event can come after that; the readiness line rendered with the page still says so.
+    page.wait_for_url(re.compile(r".*/servers/instances/\d+/$"), wait_until="commit")
     first = page.url
-    page.evaluate("window.__noReload = true")
     readiness = page.locator("#instance-readiness")
-    # The simulator "loads" for 3 s, answering /health with 503 meanwhile.
     expect(readiness).to_contain_text("waiting:", timeout=30_000)
+    page.wait_for_load_state("load")
+    page.evaluate("window.__noReload = true")
     expect(page.get_by_test_id("instance-state")).to_have_text("ready", timeout=60_000)
     expect(readiness).to_have_text("")
     expect(page.get_by_test_id("start-again")).to_have_count(0)
