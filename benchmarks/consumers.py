@@ -18,13 +18,13 @@ class SweepConsumer(ViewerConsumer):
         sweep_id = self.scope["url_route"]["kwargs"]["sweep_id"]
         return await sweep_store.asweep_snapshot(sweep_id=sweep_id)
 
-    async def sweep_samples(self, event: dict[str, Any]) -> None:
+    async def sweep_samples(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def sweep_level(self, event: dict[str, Any]) -> None:
+    async def sweep_level(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def sweep_state(self, event: dict[str, Any]) -> None:
+    async def sweep_state(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
 
@@ -38,8 +38,8 @@ class ExperimentConsumer(ViewerConsumer):
         experiment_id = self.scope["url_route"]["kwargs"]["experiment_id"]
         return await experiment_store.aexperiment_snapshot(experiment_id=experiment_id)
 
-    async def experiment_state(self, event: dict[str, Any]) -> None:
+    async def experiment_state(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def experiment_step(self, event: dict[str, Any]) -> None:
+    async def experiment_step(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)

@@ -1,7 +1,8 @@
 """Read-side queries for sweeps and experiments.
 
-The dicts built here are also the payloads of the sweep events (see core.realtime), so a
-snapshot and the live events that follow it have the same shape.
+The rows built here (typed in benchmarks.sweeps.rows) are also the payloads of the sweep
+events (benchmarks.sweeps.channel), so a snapshot and the live events that follow it have the
+same shape.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSa
 from benchmarks.phases import phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
+from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow
 from core.listing import run_filters
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import HostSweeps, SweepSpan
@@ -260,7 +262,7 @@ def _epoch(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def level_as_dict(level: SweepLevel, *, sweep: Sweep | None = None) -> dict[str, Any]:
+def level_as_dict(level: SweepLevel, *, sweep: Sweep | None = None) -> LevelRow:
     """A level's figures; with its ``sweep``, where it goes on the curve's x axis (``x``: its
     offered rate in a rate sweep, else its C) and its ``label``."""
     plan = sweep_level_plan(sweep.levels, sweep.load) if sweep is not None else None
@@ -290,7 +292,7 @@ def level_as_dict(level: SweepLevel, *, sweep: Sweep | None = None) -> dict[str,
     }
 
 
-def sweep_as_dict(sweep: Sweep) -> dict[str, Any]:
+def sweep_as_dict(sweep: Sweep) -> SweepRow:
     rate_sweep = is_rate_sweep(sweep.load)
     return {
         "id": sweep.pk,
@@ -313,7 +315,7 @@ def sweep_as_dict(sweep: Sweep) -> dict[str, Any]:
 
 def sweep_progress(
     *, sweep: Sweep, levels: list[SweepLevel], now: float | None = None
-) -> dict[str, Any]:
+) -> SweepProgress:
     """Level k of n and a rough time-remaining estimate (None when there is no basis yet).
 
     Duration-limited levels take a known time each. Request-limited ones are estimated from
@@ -325,7 +327,7 @@ def sweep_progress(
     finished = [lv for lv in levels if lv.state != LevelState.RUNNING]
     running = next((lv for lv in levels if lv.state == LevelState.RUNNING), None)
     current = sweep.current_level_index
-    progress: dict[str, Any] = {
+    progress: SweepProgress = {
         "level_number": (current + 1) if current is not None else 0,
         "level_count": total,
         "finished_levels": len(finished),
@@ -352,11 +354,6 @@ def sweep_progress(
         eta += max(0.0, per_level - (now - running.started_at.timestamp()))
     progress["eta_s"] = eta
     return progress
-
-
-def sweep_state_payload(*, sweep: Sweep) -> dict[str, Any]:
-    levels = sweep_levels(sweep_id=sweep.pk)
-    return {"sweep": sweep_as_dict(sweep), "progress": sweep_progress(sweep=sweep, levels=levels)}
 
 
 def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
 from core import store
+from core.realtime import ChannelMessage
 
 # Close codes in the 4000-4999 application range.
 CLOSE_UNAUTHENTICATED = 4401
@@ -84,7 +85,7 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def snapshot(self) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    async def forward(self, event: dict[str, Any]) -> None:
+    async def forward(self, event: ChannelMessage) -> None:
         await self.send_json({"type": event["type"], **event.get("payload", {})})
 
 

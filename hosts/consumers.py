@@ -18,16 +18,16 @@ class InstanceConsumer(ViewerConsumer):
         instance_id = self.scope["url_route"]["kwargs"]["instance_id"]
         return await store.ainstance_snapshot(instance_id=instance_id)
 
-    async def instance_state(self, event: dict[str, Any]) -> None:
+    async def instance_state(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def instance_event(self, event: dict[str, Any]) -> None:
+    async def instance_event(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def instance_log(self, event: dict[str, Any]) -> None:
+    async def instance_log(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
-    async def instance_readiness(self, event: dict[str, Any]) -> None:
+    async def instance_readiness(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)
 
 
@@ -69,5 +69,5 @@ class TelemetryConsumer(ViewerConsumer):
                 host_id=self.host_id, user=self.scope["user"]
             )
 
-    async def telemetry_samples(self, event: dict[str, Any]) -> None:
+    async def telemetry_samples(self, event: realtime.ChannelMessage) -> None:
         await self.forward(event)

@@ -1,10 +1,15 @@
-"""Read-side queries for hosts, profiles and instances."""
+"""Read-side queries for hosts, profiles and instances.
+
+The instance rows built here (``InstanceRow``, ``InstanceEventRow``) are also the payloads of
+the instance events (hosts.channel), so a snapshot and the live events that follow it have the
+same shape.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db.models import Count, Prefetch, QuerySet
 
@@ -146,7 +151,39 @@ def instance_snapshot(*, instance_id: int) -> dict[str, Any] | None:
     }
 
 
-def instance_as_dict(instance: ServerInstance) -> dict[str, Any]:
+class InstanceRow(TypedDict):
+    id: int
+    profile: str
+    profile_id: int
+    host: str
+    state: str
+    state_label: str
+    active: bool
+    port: int
+    gpu_ids: list[int]
+    pid: int | None
+    exit_code: int | None
+    reason: str
+    # Free-form: what the lifecycle found (process, port, GPUs) when it judged a stop or a
+    # crash, and the GPUs' memory before launch, each as its own step recorded it.
+    evidence: dict[str, Any]
+    baseline_gpu_memory: dict[str, Any]
+    created_at: str | None  # ISO 8601
+    ready_at: str | None
+    stopped_at: str | None
+
+
+class InstanceEventRow(TypedDict):
+    id: int
+    at: str  # ISO 8601
+    kind: str
+    state: str
+    message: str
+    actor: str | None  # the username, None for the system
+    data: dict[str, Any]  # free-form: whatever the step that recorded the event attached
+
+
+def instance_as_dict(instance: ServerInstance) -> InstanceRow:
     return {
         "id": instance.pk,
         "profile": instance.profile.name,
@@ -168,7 +205,7 @@ def instance_as_dict(instance: ServerInstance) -> dict[str, Any]:
     }
 
 
-def event_as_dict(event: InstanceEvent) -> dict[str, Any]:
+def event_as_dict(event: InstanceEvent) -> InstanceEventRow:
     return {
         "id": event.pk,
         "at": event.at.isoformat(),

@@ -15,6 +15,7 @@ from core import realtime
 from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
+from hosts.channel import INSTANCE_EVENT, INSTANCE_STATE
 from hosts.lifecycle.probe import ProbeReport, host_probe
 from hosts.masking import MASK, masked_text, masked_tree, unmask_argv, unmask_env
 from hosts.models import (
@@ -109,8 +110,8 @@ def instance_record_event(
         actor=_actor(user),
         data=masked_tree(data or {}),
     )
-    realtime.broadcast_on_commit(
-        realtime.instance_group(instance.pk), "instance.event", selectors.event_as_dict(event)
+    INSTANCE_EVENT.broadcast_on_commit(
+        realtime.instance_group(instance.pk), selectors.event_as_dict(event)
     )
     return event
 
@@ -311,10 +312,8 @@ def instance_transition(
             instance_record_event(
                 instance=instance, kind=InstanceEvent.Kind.STATE, state=state, message=message
             )
-        realtime.broadcast_on_commit(
-            realtime.instance_group(instance.pk),
-            "instance.state",
-            {"instance": selectors.instance_as_dict(instance)},
+        INSTANCE_STATE.broadcast_on_commit(
+            realtime.instance_group(instance.pk), {"instance": selectors.instance_as_dict(instance)}
         )
     return instance
 

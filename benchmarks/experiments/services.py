@@ -20,8 +20,6 @@ from django.utils import timezone
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
-from benchmarks.experiments.events import EXPERIMENT_STATE as EXPERIMENT_STATE
-from benchmarks.experiments.events import EXPERIMENT_STEP as EXPERIMENT_STEP
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import models, transaction
@@ -23,7 +23,15 @@ from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps.channel import (
+    SWEEP_LEVEL,
+    SWEEP_SAMPLES,
+    SWEEP_STATE,
+    SweepLevelPayload,
+    SweepStatePayload,
+)
 from benchmarks.sweeps.endpoints import EndpointCheck
+from benchmarks.sweeps.rows import LiveSample
 from core import realtime
 from hosts.models import InstanceState
 
@@ -96,19 +104,24 @@ def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[
 
 def broadcast_sweep_state(sweep_id: int) -> None:
     sweep = Sweep.objects.get(pk=sweep_id)
-    realtime.sweep_broadcast_on_commit(
-        sweep_id, realtime.SWEEP_STATE, selectors.sweep_state_payload(sweep=sweep)
-    )
+    levels = selectors.sweep_levels(sweep_id=sweep_id)
+    payload: SweepStatePayload = {
+        "sweep_id": sweep_id,
+        "sweep": selectors.sweep_as_dict(sweep),
+        "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
+    }
+    SWEEP_STATE.broadcast_on_commit(realtime.sweep_group(sweep_id), payload)
 
 
 def _broadcast_level(level: SweepLevel) -> None:
     sweep = Sweep.objects.get(pk=level.sweep_id)
     levels = selectors.sweep_levels(sweep_id=sweep.pk)
-    payload = {
+    payload: SweepLevelPayload = {
+        "sweep_id": sweep.pk,
         "level": selectors.level_as_dict(level, sweep=sweep),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
     }
-    realtime.sweep_broadcast_on_commit(sweep.pk, realtime.SWEEP_LEVEL, payload)
+    SWEEP_LEVEL.broadcast_on_commit(realtime.sweep_group(sweep.pk), payload)
 
 
 def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
@@ -311,8 +324,15 @@ def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> No
     ]
     with transaction.atomic():
         SweepSample.objects.bulk_create(rows)
-        payload = [{**row.data, "level_index": row.level_index, "t": row.t} for row in rows]
-        realtime.sweep_broadcast_on_commit(sweep_id, realtime.SWEEP_SAMPLES, {"samples": payload})
+        # The load generator's sample lines arrive as parsed JSON, not yet checked against a
+        # declaration of its event stream; the channel payload test checks what goes out.
+        payload = [
+            cast(LiveSample, {**row.data, "level_index": row.level_index, "t": row.t})
+            for row in rows
+        ]
+        SWEEP_SAMPLES.broadcast_on_commit(
+            realtime.sweep_group(sweep_id), {"sweep_id": sweep_id, "samples": payload}
+        )
 
 
 # Request failures a server that died causes: refused connections, streams cut off.

@@ -21,6 +21,7 @@ from hosts import services
 from hosts.agent.parts.arguments import Identity
 from hosts.agent.parts.control import StatusAnswer
 from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
+from hosts.channel import INSTANCE_LOG, INSTANCE_READINESS
 from hosts.lifecycle.readiness import ReadinessTarget, ServerInfo
 from hosts.masking import masked_argv
 from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
@@ -280,10 +281,8 @@ def stop_requested(instance_id: int) -> bool:
 
 
 def readiness_progress(plan: Plan, stage: str, detail: str) -> None:
-    realtime.broadcast(
-        realtime.instance_group(plan.instance_id),
-        "instance.readiness",
-        {"stage": stage, "detail": detail},
+    INSTANCE_READINESS.broadcast(
+        realtime.instance_group(plan.instance_id), {"stage": stage, "detail": detail}
     )
 
 
@@ -316,9 +315,7 @@ def update_log(plan: Plan, status: StatusAnswer) -> None:
     if text and text != plan.last_log:
         plan.last_log = text
         ServerInstance.objects.filter(pk=plan.instance_id).update(log_tail=text)
-        realtime.broadcast(
-            realtime.instance_group(plan.instance_id), "instance.log", {"log_tail": text}
-        )
+        INSTANCE_LOG.broadcast(realtime.instance_group(plan.instance_id), {"log_tail": text})
 
 
 def mark_stopping(plan: Plan, reason: str) -> None:

@@ -1,8 +1,8 @@
 """Read-side queries for telemetry: who needs a host's probes, what they scrape, history.
 
-The sample dicts built here are also the wire format of the live `telemetry.samples` events
-(see core.realtime), so a snapshot and the events after it have the same shape:
-``{"k": kind, "t": epoch seconds, "i": instance id or null, "d": data}``.
+The sample rows built here (``TelemetrySampleRow``) are also the wire format of the live
+`telemetry.samples` events (hosts.telemetry.channel), so a snapshot and the events after it have
+the same shape: ``{"k": kind, "t": epoch seconds, "i": instance id or null, "d": data}``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.utils import timezone
 
@@ -68,9 +68,20 @@ class Window:
     endpoint_sweep_id: int | None = None
 
 
+class TelemetrySampleRow(TypedDict):
+    """One probe reading, keyed short because a page holds thousands of them."""
+
+    k: str  # the probe: "gpu", "host" or "server"
+    t: float  # epoch seconds on the dashboard's clock
+    i: int | None  # the instance a server reading is of; None for the host's own
+    # Free-form per probe: a GPU's figures (nvidia_smi), the host's load (hostload), a
+    # server's metrics (prometheus, llamacpp), as each probe reads them.
+    d: dict[str, Any]
+
+
 def sample_as_dict(
     kind: str, t: float, data: dict[str, Any], instance_id: int | None
-) -> dict[str, Any]:
+) -> TelemetrySampleRow:
     return {"k": kind, "t": t, "i": instance_id, "d": data}
 
 
@@ -151,7 +162,7 @@ def telemetry_history(
     instance_id: int | None = None,
     endpoint_sweep_id: int | None = None,
     limit: int = MAX_SNAPSHOT_POINTS,
-) -> list[dict[str, Any]]:
+) -> list[TelemetrySampleRow]:
     """GPU and host rows of the host, and server rows of `instance_id` (or, for an endpoint,
     of its sweep `endpoint_sweep_id`), oldest first."""
     rows = TelemetrySample.objects.filter(host_id=host_id, t__gte=since)
@@ -169,7 +180,7 @@ def telemetry_history(
                 kind=TelemetryKind.SERVER, instance__isnull=True, sweep_id=endpoint_sweep_id
             )
         )
-    samples: list[dict[str, Any]] = []
+    samples: list[TelemetrySampleRow] = []
     for part in parts:
         latest = part.order_by("-t").values_list("kind", "t", "data", "instance_id")[:limit]
         samples += [sample_as_dict(k, t, d, i) for k, t, d, i in latest]

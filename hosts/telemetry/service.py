@@ -21,6 +21,7 @@ from core.models import Job, JobState
 from core.roles import can_operate
 from hosts.models import TelemetrySample, TelemetryWatch
 from hosts.telemetry import selectors
+from hosts.telemetry.channel import TELEMETRY_SAMPLES, TelemetrySamplesPayload
 from hosts.telemetry.conf import TelemetrySettings
 from hosts.telemetry.probes import Sample
 
@@ -60,16 +61,14 @@ def telemetry_samples_record(
     ]
     with transaction.atomic():
         TelemetrySample.objects.bulk_create(rows)
-        payload = {
+        payload: TelemetrySamplesPayload = {
             "host_id": host_id,
             "sent_at": time.time(),
             "samples": [
                 selectors.sample_as_dict(s.kind, s.t, s.data, s.instance_id) for s in samples
             ],
         }
-        realtime.broadcast_on_commit(
-            realtime.telemetry_group(host_id), realtime.TELEMETRY_SAMPLES, payload
-        )
+        TELEMETRY_SAMPLES.broadcast_on_commit(realtime.telemetry_group(host_id), payload)
     return len(rows)
 
 

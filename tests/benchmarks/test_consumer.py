@@ -10,6 +10,7 @@ from django.test import Client
 
 from benchmarks import services
 from benchmarks.sweeps import recording
+from benchmarks.sweeps.channel import SWEEP_SAMPLES
 from core import realtime
 from specdash.asgi import application
 from tests.benchmarks.conftest import load, sample_event
@@ -67,7 +68,7 @@ async def test_viewer_gets_the_snapshot_first_then_live_events(
     assert snapshot["progress"]["level_count"] == 2
 
     await realtime.abroadcast(
-        realtime.sweep_group(sweep.pk), realtime.SWEEP_SAMPLES,
+        realtime.sweep_group(sweep.pk), SWEEP_SAMPLES.name,
         {"sweep_id": sweep.pk, "samples": [sample_event(0, 11.0)]},
     )  # fmt: skip
     message = await communicator.receive_json_from(timeout=10)

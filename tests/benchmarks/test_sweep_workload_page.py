@@ -200,6 +200,7 @@ def test_a_levels_server_figures_arriving_keep_its_rate_label(
     # The level row broadcast when a level's server figures are stored is built with its sweep:
     # built without it, a rate sweep's finished levels flipped from "2 req/s" to "C=16".
     from benchmarks.sweeps import recording
+    from benchmarks.sweeps.channel import SWEEP_LEVEL
     from core import realtime
 
     sent: list[tuple[str, dict[str, Any]]] = []
@@ -215,7 +216,7 @@ def test_a_levels_server_figures_arriving_keep_its_rate_label(
     assert recording.sweep_level_server_metrics_save(
         sweep_id=sweep.pk, index=1, metrics={"available": False, "reason": "test"}
     )
-    levels = [payload["level"] for kind, payload in sent if kind == realtime.SWEEP_LEVEL]
+    levels = [payload["level"] for kind, payload in sent if kind == SWEEP_LEVEL.name]
     assert [(lv["x"], lv["label"]) for lv in levels] == [(2.0, "2 req/s")]
     assert not recording.sweep_level_server_metrics_save(
         sweep_id=sweep.pk, index=5, metrics={"available": False}

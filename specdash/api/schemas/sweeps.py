@@ -10,6 +10,7 @@ from pydantic import StringConstraints, create_model
 
 from benchlib.loadgen.settings import LoadSettings, SloSettings, input_fields
 from benchmarks import selectors as bench_selectors
+from benchmarks.sweeps.rows import SweepProgress
 from hosts.masking import masked_tree
 from specdash.api.schemas.base import _TEXT, Id, In, Page
 from specdash.api.schemas.jobs import JobOut
@@ -105,7 +106,7 @@ class SweepDetailOut(SweepOut):
         return dict(masked_tree(obj.environment or {}))
 
     @staticmethod
-    def resolve_progress(obj: Any) -> dict[str, Any]:
+    def resolve_progress(obj: Any) -> SweepProgress:
         levels = bench_selectors.sweep_levels(sweep_id=obj.pk)
         return bench_selectors.sweep_progress(sweep=obj, levels=levels)
 

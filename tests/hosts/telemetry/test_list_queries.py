@@ -18,7 +18,7 @@ from hosts.models import (
     TelemetryKind,
     TelemetrySample,
 )
-from hosts.telemetry.selectors import telemetry_history
+from hosts.telemetry.selectors import TelemetrySampleRow, telemetry_history
 
 _t = itertools.count(1)
 
@@ -33,7 +33,7 @@ def _add_samples(host: Host, instance: ServerInstance, count: int) -> None:
         )
 
 
-def _queries(host: Host, instance: ServerInstance) -> tuple[int, list[dict[str, Any]]]:
+def _queries(host: Host, instance: ServerInstance) -> tuple[int, list[TelemetrySampleRow]]:
     with CaptureQueriesContext(connection) as ctx:
         samples = telemetry_history(host_id=host.pk, since=0.0, instance_id=instance.pk)
     return len(ctx.captured_queries), samples

@@ -17,6 +17,7 @@ from core import realtime
 from core.models import Job, JobState
 from hosts.models import Host, TelemetrySample, TelemetryWatch
 from hosts.telemetry import selectors, service
+from hosts.telemetry.channel import TELEMETRY_SAMPLES
 from hosts.telemetry.probes import Sample
 from specdash.asgi import application
 
@@ -36,7 +37,7 @@ async def test_a_batch_is_stored_in_one_go_and_broadcast_as_one_event(local_host
     samples = [_gpu(1.0), Sample(kind="host", t=1.1, data={"cpu": 3.0})]
     await sync_to_async(service.telemetry_samples_record)(host_id=local_host.pk, samples=samples)
     message = await layer.receive(channel)
-    assert message["type"] == realtime.TELEMETRY_SAMPLES
+    assert message["type"] == TELEMETRY_SAMPLES.name
     assert [s["k"] for s in message["payload"]["samples"]] == ["gpu", "host"]
     assert await TelemetrySample.objects.filter(host=local_host).acount() == 2
 
