@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchlib.json_types import JsonObject
+
 MASK = "***"
 # Matched anywhere in the name, case-insensitively: HF_TOKEN, AWS_SECRET_ACCESS_KEY,
 # db_password; and as a whole word: DB_PASS, MYSQL_PWD, SENTRY_DSN, BASIC_AUTH.
@@ -73,7 +75,7 @@ def masked_text(text: str) -> str:
     return _URL_PASSWORD.sub(lambda m: m["head"] + MASK, text)
 
 
-def masked_env(env: Mapping[str, Any]) -> dict[str, Any]:
+def masked_env(env: Mapping[str, object]) -> JsonObject:
     """A copy of ``env`` with the values of secret-looking names replaced by ``***`` and the
     secrets in the other values' shapes hidden."""
     return {k: (MASK if is_secret_name(k) else masked_value(v)) for k, v in env.items()}
@@ -118,12 +120,12 @@ def masked_tree(value: Any) -> Any:
 
 
 def unmask_env(
-    new: Mapping[str, Any], stored: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
+    new: Mapping[str, object], stored: Mapping[str, object]
+) -> tuple[JsonObject, list[str]]:
     """``new`` with every value that equals the stored value's mask put back to the stored
     value; and the names whose value holds the mask with no stored secret behind it."""
     shown = masked_env(stored)
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     unknown: list[str] = []
     for name, value in new.items():
         if name in stored and value == shown[name] and value != stored[name]:

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from core import realtime
 from core.jobs import job_enqueue
 from core.jobs.health import worker_require
@@ -97,7 +98,7 @@ def instance_record_event(
     kind: str = InstanceEvent.Kind.INFO,
     state: str = "",
     user: User = None,
-    data: dict[str, Any] | None = None,
+    data: JsonObject | None = None,
 ) -> InstanceEvent:
     event = InstanceEvent.objects.create(
         instance=instance,
@@ -368,11 +369,11 @@ def instance_release_claims(*, instance_id: int) -> None:
 
 M = TypeVar("M", bound=models.Model)
 
-# Registry writes (the REST API's): the model's own validation (``full_clean``) decides, as
-# in the admin, so the API accepts exactly what the admin accepts.
+# Registry writes (the REST API's): fields by attname, free-form until the model's own
+# validation (``full_clean``) decides, as in the admin: the API accepts what the admin accepts.
 
 
-def _check_references(model: type[models.Model], data: dict[str, Any]) -> None:
+def _check_references(model: type[models.Model], data: JsonObject) -> None:
     # A missing host or container is a field error, not a crash inside the model's clean().
     errors: dict[str, str] = {}
     for field in model._meta.concrete_fields:
@@ -385,7 +386,7 @@ def _check_references(model: type[models.Model], data: dict[str, Any]) -> None:
         raise ValidationError(errors)
 
 
-def _refuse_nulls(model: type[models.Model], data: dict[str, Any]) -> None:
+def _refuse_nulls(model: type[models.Model], data: JsonObject) -> None:
     # full_clean() skips blank-able fields whose value is empty, None included, so an explicit
     # null would reach the NOT NULL column and fail there: it is a field error here instead.
     errors = {
@@ -398,7 +399,7 @@ def _refuse_nulls(model: type[models.Model], data: dict[str, Any]) -> None:
         raise ValidationError(errors)
 
 
-def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
+def registry_create(*, model: type[M], data: JsonObject) -> M:
     """Create a Host, Container or ServerProfile; raises ValidationError keyed by field."""
     _refuse_nulls(model, data)
     _check_references(model, data)
@@ -409,20 +410,20 @@ def registry_create(*, model: type[M], data: dict[str, Any]) -> M:
     return obj
 
 
-def _keep_masked_secrets(obj: models.Model, data: dict[str, Any]) -> None:
+def _keep_masked_secrets(obj: models.Model, data: JsonObject) -> None:
     # The API shows secrets as "***" (hosts.masking): a body read and sent back carries the
     # mask, which must leave the stored secret as it is, never replace it.
     errors: dict[str, str] = {}
     for name in ("env", "command_env"):
-        if isinstance(data.get(name), dict):
-            data[name], unknown = unmask_env(data[name], getattr(obj, name))
+        if isinstance(sent := data.get(name), dict):
+            data[name], unknown = unmask_env(sent, getattr(obj, name))
             if unknown:
                 errors[name] = (
                     f"{', '.join(unknown)}: {MASK} stands for a stored secret that is not "
                     "there; send the value itself"
                 )
-    if isinstance(data.get("launch_argv"), list):
-        data["launch_argv"], positions = unmask_argv(data["launch_argv"], obj.launch_argv)  # type: ignore[attr-defined]
+    if isinstance(sent_argv := data.get("launch_argv"), list):
+        data["launch_argv"], positions = unmask_argv(sent_argv, obj.launch_argv)  # type: ignore[attr-defined]
         if positions:
             errors["launch_argv"] = (
                 f"item {', '.join(str(i) for i in positions)}: {MASK} stands for a stored "
@@ -432,14 +433,14 @@ def _keep_masked_secrets(obj: models.Model, data: dict[str, Any]) -> None:
         raise ValidationError(errors)
 
 
-def registry_update(*, obj: M, data: dict[str, Any]) -> M:
+def registry_update(*, obj: M, data: JsonObject) -> M:
     """Apply the given fields, validate the whole object, save. A secret sent back as its
     mask (``***``) keeps its stored value."""
     _refuse_nulls(type(obj), data)
     _check_references(type(obj), data)
     _keep_masked_secrets(obj, data)
     if isinstance(obj, ServerProfile) and "kind" in data:
-        profile_kind_switch_check(profile=obj, kind=data["kind"])
+        profile_kind_switch_check(profile=obj, kind=str(data["kind"]))  # a choice: a str
     for name, value in data.items():
         setattr(obj, name, value)
     obj.full_clean()

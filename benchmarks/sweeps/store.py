@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 
 from benchmarks import audit, selectors
 from benchmarks.sweeps import recording
+from hosts.telemetry.levels import ServerMetrics
 
 asweep_begin = sync_to_async(recording.sweep_begin)
 asweep_finish = sync_to_async(recording.sweep_finish)
@@ -30,11 +31,13 @@ ainstance_state = sync_to_async(selectors.instance_state)
 
 
 async def asweep_level_server_metrics_save(
-    sweep_id: int, index: int, metrics: dict[str, Any]
+    sweep_id: int, index: int, metrics: ServerMetrics
 ) -> None:
     """Positional, in the shape `LevelServerMetrics` takes as its `save`."""
+    # The service stores it as a JSON field's contents; a plain-dict copy (the same keys and
+    # values) is what its parameter takes.
     await sync_to_async(recording.sweep_level_server_metrics_save)(
-        sweep_id=sweep_id, index=index, metrics=metrics
+        sweep_id=sweep_id, index=index, metrics=dict(metrics)
     )
 
 

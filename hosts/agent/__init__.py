@@ -9,6 +9,7 @@ controller reads the answer with ``parse_agent_output``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from hosts.agent.join import join_agent
@@ -42,7 +43,7 @@ class AgentProtocolError(RuntimeError):
         super().__init__("\n".join([message, *details]))
 
 
-def agent_argv(command: str, args: dict[str, Any], *, python: str = "python3") -> list[str]:
+def agent_argv(command: str, args: Mapping[str, object], *, python: str = "python3") -> list[str]:
     """The far-side argv that runs the agent, which then reads its source from stdin."""
     return [python, "-", command, json.dumps(args, separators=(",", ":"), sort_keys=True)]
 

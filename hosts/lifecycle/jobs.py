@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from django.conf import settings
 
 from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts import presets
+from hosts.agent.parts.control import StatusAnswer
+from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
 from hosts.lifecycle import steps, store
 from hosts.lifecycle.readiness import (
     ReadinessResult,
@@ -29,6 +31,8 @@ from hosts.lifecycle.readiness import (
 )
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.lifecycle.stopping import (
+    agent_launch,
+    agent_status,
     call_with_retries,
     cleanup_after_crash,
     cleanup_stop,
@@ -63,7 +67,7 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
             return await _adopt(ctx, plan, agent, client)
         try:
             # Read-only, so a dropped connection is simply asked again, like launch and stop.
-            preflight = await call_with_retries(
+            answer = await call_with_retries(
                 agent,
                 "preflight",
                 plan.preflight_args(),
@@ -71,6 +75,8 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
                 check=False,
                 retry=connection_problem,
             )
+            # The shape the agent's preflight declares (checked there, where it is built).
+            preflight = cast(PreflightAnswer, answer)
         except TransportError as exc:
             # The error names the hop that failed: the ssh connection or the container.
             await store.afail(plan, f"Could not run the preflight: {exc}")
@@ -84,7 +90,7 @@ async def run_server(ctx: JobContext) -> dict[str, Any]:
         baseline = steps.baseline_from_preflight(preflight, plan.gpu_ids)
         await store.arecord_baseline(plan, baseline)
         try:
-            launch = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+            launch = await agent_launch(agent, plan)
         except AgentFailed as exc:
             # The supervisor recorded why (127: the argv could not be executed) and the log.
             code = exc.answer.get("exit_code")
@@ -134,7 +140,7 @@ async def _wait_until_ready(
         if loop.time() >= next_status:
             next_status = loop.time() + settings.SPECDASH_STATUS_INTERVAL_S
             try:
-                status = await agent.call("status", plan.status_args(), timeout=30)
+                status = await agent_status(agent, plan)
             except (TransportError, AgentFailed) as exc:
                 await store.anote(plan, f"Status check failed: {exc}")
                 status = None
@@ -175,7 +181,7 @@ async def _watch(
         if ctx.cancelled.is_set() or await store.astop_requested(plan.instance_id):
             return {"outcome": await stop_and_verify(plan, agent, reason="Stop requested")}
         try:
-            status = await agent.call("status", plan.status_args(), timeout=30)
+            status = await agent_status(agent, plan)
             unreachable_since = None
         except (TransportError, AgentFailed) as exc:
             unreachable_since = unreachable_since or loop.time()
@@ -205,7 +211,7 @@ async def _adopt(
     if plan.pid is None:
         return await _adopt_unrecorded_launch(ctx, plan, agent, client)
     try:
-        status = await call_with_retries(agent, "status", plan.status_args(), timeout=30)
+        status = await agent_status(agent, plan, retried=True)
     except (TransportError, AgentFailed) as exc:
         await store.amark_lost(plan, f"Could not check the server after a restart: {exc}")
         return {"outcome": "lost"}
@@ -237,7 +243,7 @@ async def _adopt(
 
 
 async def _clean_up_leftovers(
-    plan: steps.Plan, agent: Agent, status: dict[str, Any], count: int
+    plan: steps.Plan, agent: Agent, status: StatusAnswer, count: int
 ) -> str:
     """The server died while nobody watched, leaving processes of its own behind."""
     code = status.get("exit_code")
@@ -287,13 +293,13 @@ async def _adopt_unrecorded_launch(
     if plan.state == InstanceState.STOPPING:  # a clean-up of these was already under way
         why = "Stop resumed after a dashboard restart (processes found by marker)"
         return {"outcome": await stop_and_verify(plan, agent, reason=why, failed=True)}
-    launch: dict[str, Any] | None = None
+    launch: LaunchAnswer | None = None
     refusal: AgentFailed | None = None
     # The repeated launch of the same run id re-attaches (the supervisor's server.json);
     # the supervisor may be a moment from writing it, hence the second try.
     for _ in range(2):
         try:
-            launch = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+            launch = await agent_launch(agent, plan)
             break
         except AgentFailed as exc:
             refusal = exc

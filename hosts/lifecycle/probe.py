@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from asgiref.sync import async_to_sync
 
+from hosts.agent.parts.probe import ContainerFacts, NvidiaSmi, ProbeAnswer
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import Container, ContainerKind, Host, HostKind, ServerProfile
 from hosts.transports import CommandTimeout, HopError, TransportError
@@ -32,7 +33,7 @@ class ProbeReport:
     chain: str
     ok: bool
     duration_s: float
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: ProbeAnswer | None = None
     error: str = ""
     hop_index: int | None = None
     hop_description: str = ""
@@ -41,21 +42,27 @@ class ProbeReport:
     hint: str = ""  # what to change, for that class
 
     @property
+    def _nvidia_smi(self) -> NvidiaSmi | None:
+        return self.facts.get("nvidia_smi") if self.facts else None
+
+    @property
     def gpus(self) -> list[str]:
-        return list((self.facts.get("nvidia_smi") or {}).get("gpus") or [])
+        smi = self._nvidia_smi
+        return list((smi.get("gpus") if smi else None) or [])
 
     @property
     def gpu_error(self) -> str:
-        return str((self.facts.get("nvidia_smi") or {}).get("error") or "")
+        smi = self._nvidia_smi
+        return str((smi.get("error") if smi else None) or "")
 
     @property
-    def container(self) -> dict[str, Any]:
-        return dict(self.facts.get("container") or {})
+    def container(self) -> ContainerFacts | None:
+        return self.facts.get("container") if self.facts else None
 
     @property
-    def engines(self) -> list[tuple[str, dict[str, Any]]]:
+    def engines(self) -> list[tuple[str, dict[str, object]]]:
         """(interpreter, {package: version or None}) for each interpreter asked."""
-        return sorted((self.facts.get("engines") or {}).items())
+        return sorted(((self.facts.get("engines") if self.facts else None) or {}).items())
 
 
 # What ssh (OpenSSH 9/10) prints for each class of first-hop failure, in the order they are
@@ -160,7 +167,7 @@ async def _aprobe(target: _Target, timeout: float) -> ProbeReport:  # noqa: ASYN
     try:
         # The agent call and the hop-by-hop diagnosis after a failure share one deadline.
         async with asyncio.timeout(timeout):
-            facts = await target.agent.call(
+            answer = await target.agent.call(
                 "probe", {"pythons": target.pythons}, timeout=timeout - 2
             )
     except HopError as exc:
@@ -175,7 +182,8 @@ async def _aprobe(target: _Target, timeout: float) -> ProbeReport:  # noqa: ASYN
         return report(False, error=f"{chain}: no answer within {timeout:g} s")
     except (TransportError, AgentFailed) as exc:
         return report(False, error=str(exc))
-    return report(True, facts=facts)
+    # The shape the agent's probe declares (checked there, where it is built).
+    return report(True, facts=cast(ProbeAnswer, answer))
 
 
 def _refused(label: str, exc: TransportError) -> ProbeReport:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
+
+from benchlib.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ async def check_ready(client: httpx.AsyncClient, target: ReadinessTarget) -> Rea
     if target.model and target.model not in listed:
         return ReadinessResult(False, "models", f"{target.model!r} not in {listed}")
     model = target.model or (listed[0] if listed else "")
-    body: dict[str, Any] = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+    body: JsonObject = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     try:
         completion = await client.post(api + "/completions", json=body)
     except httpx.HTTPError as exc:
@@ -74,10 +75,15 @@ async def is_healthy(client: httpx.AsyncClient, target: ReadinessTarget) -> bool
     return response.status_code == target.expected_status
 
 
-async def fetch_server_info(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
+# What an engine says about itself, by the path that answered ("server_info", "version",
+# "props"): each engine's own JSON, free-form (stored as it came, shown as it is).
+ServerInfo = dict[str, JsonObject]
+
+
+async def fetch_server_info(client: httpx.AsyncClient, base_url: str) -> ServerInfo:
     """Whatever the engine says about itself (SGLang /server_info, vLLM /version, llama-server
     /props: its build, slots and context)."""
-    info: dict[str, Any] = {}
+    info: ServerInfo = {}
     for path in ("/server_info", "/version", "/props"):
         try:
             response = await client.get(base_url + path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class Agent:
     async def call(
         self,
         command: str,
-        args: dict[str, Any],
+        args: Mapping[str, object],
         *,
         timeout: float = 60.0,  # noqa: ASYNC109 - passed to the transport, which kills the process
         check: bool = True,

@@ -10,15 +10,19 @@ from __future__ import annotations
 import shlex
 import signal
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 
+from benchlib.json_types import JsonObject
 from core import realtime
 from core.models import Job, JobState
 from hosts import services
+from hosts.agent.parts.arguments import Identity
+from hosts.agent.parts.control import StatusAnswer
+from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
 from hosts.channel import INSTANCE_LOG, INSTANCE_READINESS
-from hosts.lifecycle.readiness import ReadinessTarget
+from hosts.lifecycle.readiness import ReadinessTarget, ServerInfo
 from hosts.masking import masked_argv
 from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
@@ -26,6 +30,47 @@ from hosts.models.instances import ACTIVE_STATES
 LOG_LINES = 60
 # Ended instances a Stop cleans up after (with a verified stop of whatever is left).
 CLEANUP_STATES = frozenset({InstanceState.FAILED, InstanceState.CRASHED, InstanceState.LOST})
+
+
+# The arguments of the agent commands the lifecycle sends (the agent reads each through its
+# checked readers, hosts.agent.parts.arguments); the run's identity is the agent's `Identity`.
+
+
+class PreflightArgs(TypedDict):
+    port: int
+    gpus: list[int]
+    binary: str
+    workdir: str | None
+    device_dirs: list[str]
+
+
+class LaunchArgs(TypedDict):
+    run_id: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    run_dir: str
+    port: int
+
+
+class StatusArgs(Identity):
+    run_dir: str
+    port: int
+    log_lines: int
+
+
+class StopArgs(Identity):
+    supervisor_pid: int | None
+    run_dir: str
+    grace_seconds: float
+    kill_wait_seconds: float
+
+
+class VerifyArgs(Identity):
+    port: int | None  # None: the port is someone else's now (a clean-up stop leaves it out)
+    gpus: list[int]
+    baseline_gpu_mem_mb: dict[str, int]
+    device_dirs: list[str]
 
 
 @dataclass
@@ -55,7 +100,7 @@ class Plan:
     last_log: str = ""
     notes_sent: set[str] = field(default_factory=set)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> Identity:
         return {
             "run_id": self.run_id,
             "pid": self.pid,
@@ -73,7 +118,7 @@ class Plan:
             dirs.append(state_dir.rstrip("/") + "/dev")
         return dirs
 
-    def preflight_args(self) -> dict[str, Any]:
+    def preflight_args(self) -> PreflightArgs:
         return {
             "port": self.port,
             "gpus": self.gpu_ids,
@@ -82,7 +127,7 @@ class Plan:
             "device_dirs": self.device_dirs(),
         }
 
-    def launch_args(self) -> dict[str, Any]:
+    def launch_args(self) -> LaunchArgs:
         env = dict(self.env)
         if self.gpu_ids and "CUDA_VISIBLE_DEVICES" not in env:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpu_ids)
@@ -95,7 +140,7 @@ class Plan:
             "port": self.port,
         }
 
-    def status_args(self) -> dict[str, Any]:
+    def status_args(self) -> StatusArgs:
         return {
             **self.identity(),
             "run_dir": self.run_dir,
@@ -103,7 +148,7 @@ class Plan:
             "log_lines": LOG_LINES,
         }
 
-    def stop_args(self) -> dict[str, Any]:
+    def stop_args(self) -> StopArgs:
         return {
             **self.identity(),
             "supervisor_pid": self.supervisor_pid,
@@ -112,7 +157,7 @@ class Plan:
             "kill_wait_seconds": 5,
         }
 
-    def verify_args(self) -> dict[str, Any]:
+    def verify_args(self) -> VerifyArgs:
         return {
             **self.identity(),
             "port": self.port,
@@ -187,16 +232,18 @@ def record_baseline(plan: Plan, baseline: dict[str, int]) -> None:
     plan.baseline_gpu_memory = baseline
 
 
-def baseline_from_preflight(preflight: dict[str, Any], gpu_ids: list[int]) -> dict[str, int]:
-    devices = (preflight.get("gpus") or {}).get("devices") or []
-    return {
-        str(d["index"]): int(d["used_mb"])
-        for d in devices
-        if d.get("index") in gpu_ids and d.get("used_mb") is not None
-    }
+def baseline_from_preflight(preflight: PreflightAnswer, gpu_ids: list[int]) -> dict[str, int]:
+    gpus = preflight.get("gpus")
+    devices = (gpus.get("devices") if gpus else None) or []
+    baseline: dict[str, int] = {}
+    for d in devices:
+        used = d.get("used_mb")
+        if d.get("index") in gpu_ids and used is not None:
+            baseline[str(d["index"])] = int(used)
+    return baseline
 
 
-def record_launch(plan: Plan, launch: dict[str, Any], baseline: dict[str, int]) -> Plan:
+def record_launch(plan: Plan, launch: LaunchAnswer, baseline: dict[str, int]) -> Plan:
     message = (
         "Re-attached to the server already running for this run id"
         if launch.get("already_running")
@@ -239,7 +286,7 @@ def readiness_progress(plan: Plan, stage: str, detail: str) -> None:
     )
 
 
-def mark_ready(plan: Plan, server_info: dict[str, Any]) -> None:
+def mark_ready(plan: Plan, server_info: ServerInfo) -> None:
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.READY,
@@ -257,9 +304,14 @@ def note(plan: Plan, message: str, *, once: bool = False) -> None:
     services.instance_record_event(instance=instance, message=message)
 
 
-def update_log(plan: Plan, status: dict[str, Any]) -> None:
-    log = status.get("log") or {}
-    text = "\n".join(log.get("lines") or [])
+def _log_text(status: StatusAnswer) -> str:
+    """The server log's tail in a status answer ("" when it has none)."""
+    log = status.get("log")
+    return "\n".join((log.get("lines") if log else None) or [])
+
+
+def update_log(plan: Plan, status: StatusAnswer) -> None:
+    text = _log_text(status)
     if text and text != plan.last_log:
         plan.last_log = text
         ServerInstance.objects.filter(pk=plan.instance_id).update(log_tail=text)
@@ -275,8 +327,8 @@ def mark_stopping(plan: Plan, reason: str) -> None:
     plan.state = InstanceState.STOPPING
 
 
-def mark_crashed(plan: Plan, exit_code: int | None, status: dict[str, Any]) -> None:
-    log = "\n".join((status.get("log") or {}).get("lines") or []) or plan.last_log
+def mark_crashed(plan: Plan, exit_code: int | None, status: StatusAnswer) -> None:
+    log = _log_text(status) or plan.last_log
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.CRASHED,
@@ -288,7 +340,7 @@ def mark_crashed(plan: Plan, exit_code: int | None, status: dict[str, Any]) -> N
     )
 
 
-def mark_lost(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -> None:
+def mark_lost(plan: Plan, reason: str, evidence: JsonObject | None = None) -> None:
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.LOST,
@@ -298,7 +350,7 @@ def mark_lost(plan: Plan, reason: str, evidence: dict[str, Any] | None = None) -
     )
 
 
-def fail(plan: Plan, reason: str, evidence: dict[str, Any] | None = None, **fields: Any) -> None:
+def fail(plan: Plan, reason: str, evidence: JsonObject | None = None, **fields: Any) -> None:
     services.instance_transition(
         instance_id=plan.instance_id,
         state=InstanceState.FAILED,

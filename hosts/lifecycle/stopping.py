@@ -4,9 +4,11 @@ connection: shared by the lifecycle jobs (``hosts.lifecycle.jobs``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
+from hosts.agent.parts.control import StatusAnswer, StopAnswer, VerifyAnswer
+from hosts.agent.parts.launch import LaunchAnswer
 from hosts.lifecycle import steps, store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.telemetry import manager as telemetry
@@ -20,7 +22,7 @@ REMOTE_RETRIES = 3
 async def call_with_retries(
     agent: Agent,
     command: str,
-    args: dict[str, Any],
+    args: Mapping[str, object],
     *,
     timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
     check: bool = True,
@@ -37,6 +39,35 @@ async def call_with_retries(
             await asyncio.sleep(0.5 * (attempt + 1))
     assert last is not None
     raise last
+
+
+async def agent_launch(agent: Agent, plan: steps.Plan) -> LaunchAnswer:
+    """Launch the run (a repeat of the same run id re-attaches); a refusal or a server that
+    could not start raises AgentFailed. Shape declared by the agent's launch command."""
+    answer = await call_with_retries(agent, "launch", plan.launch_args(), timeout=60)
+    return cast(LaunchAnswer, answer)
+
+
+async def agent_status(agent: Agent, plan: steps.Plan, *, retried: bool = False) -> StatusAnswer:
+    """The run's status (shape declared by the agent's status command); ``retried``: a
+    dropped connection is asked again, as for launch and stop."""
+    if retried:
+        answer = await call_with_retries(agent, "status", plan.status_args(), timeout=30)
+    else:
+        answer = await agent.call("status", plan.status_args(), timeout=30)
+    return cast(StatusAnswer, answer)
+
+
+async def agent_stop(agent: Agent, plan: steps.Plan) -> StopAnswer:
+    """The run's targeted stop. The answer's shape is the one the agent's stop command
+    declares (it is checked there, where it is built)."""
+    answer = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
+    return cast(StopAnswer, answer)
+
+
+async def agent_verify(agent: Agent, args: steps.VerifyArgs) -> VerifyAnswer:
+    """The verification that the run is gone (shape declared by the agent's verify)."""
+    return cast(VerifyAnswer, await call_with_retries(agent, "verify", args, timeout=60))
 
 
 def connection_problem(exc: TransportError) -> bool:
@@ -58,8 +89,8 @@ async def stop_and_verify(
     # The GPU series around the stop, read by the telemetry probe's own argv and parser.
     await telemetry.gpu_record_now(agent=agent, host_id=plan.host.pk, instance_id=plan.instance_id)
     try:
-        stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
+        stop = await agent_stop(agent, plan)
+        verify = await agent_verify(agent, plan.verify_args())
     except (TransportError, AgentFailed) as exc:
         await store.amark_dirty(plan, f"{reason}; the stop could not be completed: {exc}", {})
         return "dirty"
@@ -80,8 +111,8 @@ async def stop_and_verify(
 
 async def cleanup_after_crash(plan: steps.Plan, agent: Agent) -> None:
     try:
-        stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await call_with_retries(agent, "verify", plan.verify_args(), timeout=60)
+        stop = await agent_stop(agent, plan)
+        verify = await agent_verify(agent, plan.verify_args())
     except (TransportError, AgentFailed) as exc:
         await store.amark_dirty(plan, f"Crashed; clean-up failed: {exc}", {})
         return
@@ -98,10 +129,10 @@ async def cleanup_stop(plan: steps.Plan, agent: Agent) -> str:
         verify_args["port"] = None
     verify_args["gpus"] = [g for g in plan.gpu_ids if g not in others.gpus]
     try:
-        stop = await call_with_retries(agent, "stop", plan.stop_args(), timeout=plan.grace_s + 60)
-        verify = await call_with_retries(agent, "verify", verify_args, timeout=60)
+        stop = await agent_stop(agent, plan)
+        verify = await agent_verify(agent, verify_args)
     except (TransportError, AgentFailed) as exc:
         return await store.afinish_cleanup(
-            plan, others, stop={}, verify={"verdict": "unknown", "reasons": [str(exc)]}
+            plan, others, stop=None, verify={"verdict": "unknown", "reasons": [str(exc)]}
         )
     return await store.afinish_cleanup(plan, others, stop=stop, verify=verify)

@@ -4,15 +4,58 @@ its evidence. Synchronous and persisted, like ``hosts.lifecycle.steps``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, final
 
 from hosts import services
+from hosts.agent.parts.control import CountedHolder, GpuMemoryCheck, StopAnswer, VerifyAnswer
+from hosts.agent.parts.ports import PortState
+from hosts.agent.parts.procfs import Member
 from hosts.lifecycle.steps import Plan, note
 from hosts.models import InstanceState, ServerInstance
+from hosts.telemetry.manager import GpuReading
 
 
-def _evidence(stop: dict[str, Any] | None, verify: dict[str, Any]) -> dict[str, Any]:
+@final  # no other keys: so that `"holders" in verify` tells an agent's answer from this
+class VerifyFailed(TypedDict):
+    """A verification that could not be asked for (the agent unreachable): why, only."""
+
+    verdict: Literal["unknown"]
+    reasons: list[str]
+
+
+Verification = VerifyAnswer | VerifyFailed
+
+
+class NoStopAnswer(TypedDict):
+    """The stop's place in the evidence when the stop never answered: an empty object."""
+
+
+class StopEvidence(TypedDict):
+    """`ServerInstance.evidence` after a stop: what the verification and the stop said."""
+
+    reasons: list[str]
+    holders: list[CountedHolder]
+    members: list[Member]
+    gpu_memory: dict[str, GpuMemoryCheck] | str | None
+    port: PortState | None
+    stop: StopAnswer | NoStopAnswer
+    gpu_memory_probe: NotRequired[GpuReading]
+    not_checked: NotRequired[str]
+    gpus_not_checked: NotRequired[list[int]]
+
+
+def _evidence(stop: StopAnswer | None, verify: Verification) -> StopEvidence:
+    if "holders" not in verify:  # the verification never ran: nothing was seen
+        return {
+            "reasons": verify.get("reasons", []),
+            "holders": [],
+            "members": [],
+            "gpu_memory": None,
+            "port": None,
+            "stop": stop or {},
+        }
     return {
         "reasons": verify.get("reasons", []),
         "holders": verify.get("holders", []),
@@ -26,7 +69,7 @@ def _evidence(stop: dict[str, Any] | None, verify: dict[str, Any]) -> dict[str, 
 GPU_TOLERANCE_MB = 512  # the agent's default tolerance too
 
 
-def probe_gpu_problems(plan: Plan, reading: dict[str, Any] | None) -> list[str]:
+def probe_gpu_problems(plan: Plan, reading: GpuReading | None) -> list[str]:
     """The telemetry probe's own reading after the stop, checked against the level before
     the start: both readers must agree that the instance's GPUs were released."""
     if not reading or not plan.baseline_gpu_memory:
@@ -48,11 +91,11 @@ def finish_stop(
     plan: Plan,
     *,
     reason: str,
-    stop: dict[str, Any],
-    verify: dict[str, Any],
+    stop: StopAnswer,
+    verify: VerifyAnswer,
     exit_code: int | None,
     failed: bool,
-    probe_reading: dict[str, Any] | None = None,
+    probe_reading: GpuReading | None = None,
 ) -> str:
     probe_problems = probe_gpu_problems(plan, probe_reading)
     if probe_problems and verify.get("verdict") == "stopped":
@@ -83,7 +126,7 @@ def finish_stop(
     return InstanceState.DIRTY
 
 
-def _verified_summary(stop: dict[str, Any], verify: dict[str, Any]) -> str:
+def _verified_summary(stop: StopAnswer, verify: VerifyAnswer) -> str:
     terminated, killed = len(stop.get("terminated", [])), len(stop.get("killed", []))
     memory = verify.get("gpu_memory")
     if not isinstance(memory, dict) or not memory:
@@ -100,16 +143,17 @@ def _verified_summary(stop: dict[str, Any], verify: dict[str, Any]) -> str:
     return f"terminated {terminated}, killed {killed}; port closed; {gpus}"
 
 
-def _dirty_reasons(
-    verify: dict[str, Any], probe_reading: dict[str, Any] | None, gpus: list[int]
-) -> str:
+def _dirty_reasons(verify: Verification, probe_reading: GpuReading | None, gpus: list[int]) -> str:
     """The verification's reasons, plus what nvidia-smi says when no process could be named:
     memory held with no fd holder is a process in another namespace, or the driver's own."""
     text = "; ".join(verify.get("reasons", []))
-    if any(h.get("counts") for h in verify.get("holders", [])):
-        return text
-    memory = verify.get("gpu_memory")
-    held = (
+    memory = None  # and no holder when the verification never ran
+    if "holders" in verify:
+        if any(h.get("counts") for h in verify.get("holders", [])):
+            return text
+        memory = verify.get("gpu_memory")
+    # GPU index -> what was read of its memory ("used_mb"), by the agent or else the probe.
+    held: dict[str, Mapping[str, object]] = (
         {i: m for i, m in memory.items() if m.get("ok") is False}
         if isinstance(memory, dict)
         else {}
@@ -131,7 +175,7 @@ def _dirty_reasons(
 
 
 def mark_dirty(
-    plan: Plan, reason: str, evidence: dict[str, Any], exit_code: int | None = None
+    plan: Plan, reason: str, evidence: StopEvidence | NoStopAnswer, exit_code: int | None = None
 ) -> None:
     instance = ServerInstance.objects.get(pk=plan.instance_id)
     if instance.state == InstanceState.CRASHED:
@@ -176,7 +220,7 @@ def begin_cleanup(plan: Plan) -> CleanupClaims:
 
 
 def finish_cleanup(
-    plan: Plan, claims: CleanupClaims, *, stop: dict[str, Any], verify: dict[str, Any]
+    plan: Plan, claims: CleanupClaims, *, stop: StopAnswer | None, verify: Verification
 ) -> str:
     """A failed or crashed instance stays failed or crashed (its reason is the story); a lost
     one whose leftovers are verified gone is stopped."""
@@ -185,7 +229,7 @@ def finish_cleanup(
         evidence["not_checked"] = f"port {plan.port} (held by {claims.port_holder})"
     if claims.gpus:
         evidence["gpus_not_checked"] = claims.gpus
-    if verify.get("verdict") == "stopped":
+    if verify.get("verdict") == "stopped" and "holders" in verify and stop is not None:
         final = (
             claims.came_from
             if claims.came_from in {InstanceState.FAILED, InstanceState.CRASHED}
@@ -221,7 +265,7 @@ def finish_cleanup(
     return str(instance.state)
 
 
-def finish_crash_cleanup(plan: Plan, *, stop: dict[str, Any], verify: dict[str, Any]) -> None:
+def finish_crash_cleanup(plan: Plan, *, stop: StopAnswer, verify: VerifyAnswer) -> None:
     evidence = _evidence(stop, verify)
     if verify.get("verdict") == "stopped":
         services.instance_release_claims(instance_id=plan.instance_id)

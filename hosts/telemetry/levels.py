@@ -11,31 +11,121 @@ measured request (and to a split level's common start) is stored with it and che
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import httpx
 
+from benchlib.json_types import JsonObject
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
 from hosts.telemetry.engine_profiles import PROFILES
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
 
 logger = logging.getLogger(__name__)
 
-Save = Callable[[int, int, dict[str, Any]], Awaitable[None]]
+
+class HistogramFigures(TypedDict):
+    """A server-side latency histogram's summary (deltas.HistogramSummary) as stored."""
+
+    count: float
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class ServerMetrics(TypedDict):
+    """`SweepLevel.server_metrics`: a level's server-side figures over its measured interval.
+
+    Unavailable: ``available`` False and ``reason`` only. Available: the interval's figures
+    (`interval_as_dict`), the ITL histogram's name, and where the interval opened
+    (`interval_opening`, absent when the opening scrape is missing).
+    """
+
+    available: bool
+    reason: NotRequired[str]
+    engine: NotRequired[str]
+    started_at: NotRequired[float]
+    ended_at: NotRequired[float]
+    duration_s: NotRequired[float]
+    prompt_tokens: NotRequired[float | None]
+    generation_tokens: NotRequired[float | None]
+    generation_tps: NotRequired[float | None]
+    spec_drafts: NotRequired[float | None]
+    spec_draft_tokens: NotRequired[float | None]
+    spec_accepted_tokens: NotRequired[float | None]
+    accept_length: NotRequired[float | None]
+    accept_length_source: NotRequired[str | None]
+    accept_length_note: NotRequired[str]
+    acceptance_rate: NotRequired[float | None]
+    acceptance_rate_source: NotRequired[str | None]
+    requests: NotRequired[float | None]
+    tokens_per_step: NotRequired[float | None]
+    tokens_per_step_source: NotRequired[str | None]
+    prefix_cache_hit_rate: NotRequired[float | None]
+    prefix_cache_hit_rate_source: NotRequired[str | None]
+    itl_unit: NotRequired[Literal["engine_step", "token", "request_tpot"]]
+    itl_histogram: NotRequired[str | None]
+    ttft_resolution_s: NotRequired[float | None]
+    ttft_bucket_limited: NotRequired[bool]
+    ttft_s: NotRequired[HistogramFigures | None]
+    itl_s: NotRequired[HistogramFigures | None]
+    e2e_s: NotRequired[HistogramFigures | None]
+    reset: NotRequired[bool]
+    appeared: NotRequired[list[str]]
+    disappeared: NotRequired[list[str]]
+    opened_after_warmup_s: NotRequired[float | None]
+    opened_before_start_at_s: NotRequired[float | None]
+    opened_before_first_request_s: NotRequired[float | None]
+    interval_order_ok: NotRequired[bool | None]
+
+
+class IntervalOpening(TypedDict):
+    """Where a level's server-side interval opened (`interval_opening`), merged into its
+    `ServerMetrics`."""
+
+    opened_after_warmup_s: float | None
+    opened_before_start_at_s: float | None
+    opened_before_first_request_s: float | None
+    interval_order_ok: bool | None
+
+
+class BoundaryScrape(TypedDict):
+    """One raw /metrics scrape at a level boundary: when (epoch seconds) and its text."""
+
+    t: float
+    text: str
+
+
+class LevelScrapes(TypedDict):
+    """A level's two raw boundary scrapes, as `Keep` receives them (and the audit reads)."""
+
+    open: BoundaryScrape
+    close: BoundaryScrape
+
+
+Save = Callable[[int, int, ServerMetrics], Awaitable[None]]
 Scrape = Callable[[], Awaitable[EngineMetrics]]
-# Keeps a level's raw boundary scrapes: (level index, {"open": {"t", "text"}, "close": ...}).
-Keep = Callable[[int, dict[str, Any]], Awaitable[None]]
+# Keeps a level's raw boundary scrapes, by level index.
+Keep = Callable[[int, LevelScrapes], Awaitable[None]]
 
 
-def _summary(value: HistogramSummary | None) -> dict[str, Any] | None:
-    return dataclasses.asdict(value) if value is not None else None
+def _summary(value: HistogramSummary | None) -> HistogramFigures | None:
+    if value is None:
+        return None
+    # The keys in the dataclass's field order, as dataclasses.asdict wrote them.
+    return {
+        "count": value.count,
+        "mean": value.mean,
+        "p50": value.p50,
+        "p90": value.p90,
+        "p99": value.p99,
+    }
 
 
-def interval_as_dict(interval: IntervalMetrics) -> dict[str, Any]:
+def interval_as_dict(interval: IntervalMetrics) -> ServerMetrics:
     """An interval as the JSON stored in `SweepLevel.server_metrics`."""
     return {
         "available": True,
@@ -89,7 +179,7 @@ def level_server_metrics(
     *,
     problem: str = "",
     undrafted_steps: bool = False,
-) -> dict[str, Any]:
+) -> ServerMetrics:
     """The level's server figures from its two boundary scrapes. ``undrafted_steps``: the
     server may run decode steps that draft nothing (an adaptive schedule with a 0-step tier),
     so a figure over verify calls is tokens per step only, never accept length per drafted step.
@@ -115,7 +205,7 @@ def level_server_metrics(
     return figures
 
 
-def _time(event: dict[str, Any], key: str) -> float | None:
+def _time(event: JsonObject, key: str) -> float | None:
     value = event.get(key)
     return float(value) if isinstance(value, int | float) else None
 
@@ -126,23 +216,25 @@ def interval_opening(
     summary: Any,
     start_at: float | None = None,
     warmed_at: float | None = None,
-) -> dict[str, Any]:
+) -> IntervalOpening:
     """Where the level's server-side interval opened (the opening scrape's time): seconds
     after the end of the warm-up (the latest shard's, for a split level), before the common
     start of a split level's shards, and before the first measured request (from the level
     summary's `window_wall`). `interval_order_ok` is false when any of them is negative: the
     interval then holds warm-up requests or misses part of the level."""
-    out: dict[str, Any] = {
-        "opened_after_warmup_s": None if warmed_at is None else opened_at - warmed_at,
-        "opened_before_start_at_s": None if start_at is None else start_at - opened_at,
-        "opened_before_first_request_s": None,
-    }
+    before_first_request = None
     window = summary.get("window_wall") if isinstance(summary, dict) else None
     if isinstance(window, list | tuple) and window and isinstance(window[0], int | float):
-        out["opened_before_first_request_s"] = float(window[0]) - opened_at
-    leads = [v for v in out.values() if v is not None]
-    out["interval_order_ok"] = all(v >= 0 for v in leads) if leads else None
-    return out
+        before_first_request = float(window[0]) - opened_at
+    after_warmup = None if warmed_at is None else opened_at - warmed_at
+    before_start_at = None if start_at is None else start_at - opened_at
+    leads = [v for v in (after_warmup, before_start_at, before_first_request) if v is not None]
+    return {
+        "opened_after_warmup_s": after_warmup,
+        "opened_before_start_at_s": before_start_at,
+        "opened_before_first_request_s": before_first_request,
+        "interval_order_ok": all(v >= 0 for v in leads) if leads else None,
+    }
 
 
 class LevelServerMetrics:
@@ -162,9 +254,9 @@ class LevelServerMetrics:
         self.scrape = scrape
         self.save = save
         self.keep = keep
-        # The text of the last scrape taken here (set by for_sweep's scrape), for `keep`.
-        self.last_text: dict[str, Any] = {}
-        self._raw: dict[int, dict[str, Any] | None] = {}
+        # The last scrape taken here (set by for_sweep's scrape), for `keep`.
+        self.last_scrape: BoundaryScrape | None = None
+        self._raw: dict[int, BoundaryScrape | None] = {}
         self.problems: list[str] = []
         self._before: dict[int, EngineMetrics | None] = {}
         self._opening: dict[int, tuple[float | None, float | None]] = {}
@@ -185,7 +277,6 @@ class LevelServerMetrics:
         metrics_url: str = "",
     ) -> LevelServerMetrics:
         url = metrics_url or cls.metrics_url(base_url)
-        last: dict[str, Any] = {}
 
         async def scrape() -> EngineMetrics:
             # No keep-alive: a pooled connection would outlive the level on the server's port.
@@ -193,8 +284,9 @@ class LevelServerMetrics:
             async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=limits) as client:
                 response = await client.get(url)
                 response.raise_for_status()
-            last.clear()
-            last.update(t=time.time(), text=response.text)
+            # `marks` is bound below, before the first scrape can run.
+            last: BoundaryScrape = {"t": time.time(), "text": response.text}
+            marks.last_scrape = last
             return parse_engine_metrics(last["text"], scraped_at=last["t"])
 
         marks = cls(
@@ -204,31 +296,32 @@ class LevelServerMetrics:
             keep=keep,
             undrafted_steps=undrafted_steps,
         )
-        marks.last_text = last
         return marks
 
-    async def observe(self, event: dict[str, Any]) -> None:
-        """Never raises: a server without metrics leaves the level's figures unavailable."""
+    async def observe(self, event: JsonObject) -> None:
+        """Never raises: a server without metrics leaves the level's figures unavailable.
+        ``event``: one load-generator event line as parsed (only the keys read here matter)."""
         kind = event.get("event")
         if kind not in {"measure_start", "level_summary"}:
             return
-        try:
-            index = int(event["level_index"])
-        except (KeyError, TypeError, ValueError):
+        level_index = event.get("level_index")
+        if not isinstance(level_index, int | float | str):
             return
-        raw: dict[str, Any] | None = None
+        try:
+            index = int(level_index)
+        except (TypeError, ValueError):
+            return
+        raw: BoundaryScrape | None = None
         if "server_metrics_text" in event or "server_metrics_error" in event:
             # The load generator scraped right before the level's first request (or after its
             # last response): a scrape here, after reading the event, would come after the
             # level's opening burst, or after the next level had begun.
-            metrics, problem = self._parse_boundary(event)
-            if metrics is not None:
-                raw = {"t": event["server_metrics_t"], "text": event["server_metrics_text"]}
+            metrics, problem, raw = self._parse_boundary(event)
         else:
-            self.last_text.clear()
+            self.last_scrape = None
             metrics, problem = await self._scrape()
-            if metrics is not None and self.last_text:
-                raw = dict(self.last_text)
+            if metrics is not None and self.last_scrape is not None:
+                raw = self.last_scrape.copy()
         if kind == "measure_start":
             self._before[index] = metrics
             self._raw[index] = raw
@@ -248,29 +341,38 @@ class LevelServerMetrics:
             before, metrics, problem=problem, undrafted_steps=self.undrafted_steps
         )
         if before is not None and figures.get("available"):
-            figures |= interval_opening(
+            opening = interval_opening(
                 before.scraped_at,
                 summary=event.get("summary"),
                 start_at=start_at,
                 warmed_at=warmed_at,
             )
+            # Appended in IntervalOpening's order (what `figures |= opening` would store).
+            figures["opened_after_warmup_s"] = opening["opened_after_warmup_s"]
+            figures["opened_before_start_at_s"] = opening["opened_before_start_at_s"]
+            figures["opened_before_first_request_s"] = opening["opened_before_first_request_s"]
+            figures["interval_order_ok"] = opening["interval_order_ok"]
         try:
             await self.save(self.sweep_id, index, figures)
         except Exception:
             logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
 
-    def _parse_boundary(self, event: dict[str, Any]) -> tuple[EngineMetrics | None, str]:
+    def _parse_boundary(
+        self, event: JsonObject
+    ) -> tuple[EngineMetrics | None, str, BoundaryScrape | None]:
+        """The metrics the load generator scraped at a boundary, the problem if none, and the
+        raw scrape (its time as the event gave it) to keep."""
         text, at = event.get("server_metrics_text"), event.get("server_metrics_t")
         if not isinstance(text, str) or not isinstance(at, int | float):
             problem = str(event.get("server_metrics_error") or "no /metrics scrape at a boundary")
             self.problems.append(problem)
-            return None, problem
+            return None, problem, None
         try:
-            return parse_engine_metrics(text, scraped_at=float(at)), ""
+            return parse_engine_metrics(text, scraped_at=float(at)), "", {"t": at, "text": text}
         except MetricsParseError as exc:
             problem = f"/metrics: {exc}"
             self.problems.append(problem)
-            return None, problem
+            return None, problem, None
 
     async def _scrape(self) -> tuple[EngineMetrics | None, str]:
         try:

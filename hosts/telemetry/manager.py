@@ -216,7 +216,12 @@ async def ensure_for_host(host_id: int) -> None:
         logger.warning("could not queue telemetry for host %s", host_id, exc_info=True)
 
 
-async def gpu_record_now(*, agent: Agent, host_id: int, instance_id: int) -> dict[str, Any] | None:
+# One GPU reading as the telemetry probe parses it: parallel lists by column ("index", "used",
+# "total", ...; probes.gpu_sample_data).
+GpuReading = dict[str, list[Any]]
+
+
+async def gpu_record_now(*, agent: Agent, host_id: int, instance_id: int) -> GpuReading | None:
     """One GPU reading through the probe's argv and parser, stored in the host's series.
 
     The stop path calls it before the stop and after the verification, so the chart shows
@@ -229,11 +234,10 @@ async def gpu_record_now(*, agent: Agent, host_id: int, instance_id: int) -> dic
         return None
     if not result.gpus:
         return None
-    sample = Sample(
-        kind="gpu", t=time.time(), data=gpu_sample_data(result.gpus), instance_id=instance_id
-    )
+    reading = gpu_sample_data(result.gpus)
+    sample = Sample(kind="gpu", t=time.time(), data=reading, instance_id=instance_id)
     try:
         await store.atelemetry_samples_record(host_id=host_id, samples=[sample])
     except Exception:
         logger.warning("GPU reading for instance %s not stored", instance_id, exc_info=True)
-    return sample.data
+    return reading

@@ -280,7 +280,8 @@ def test_an_instances_lifecycle_sends_only_declared_payloads(
         instance = host_services.instance_start(profile=make_profile())
         plan = steps.load_plan(instance.pk)
         steps.readiness_progress(plan, "health", "waiting for /health")
-        steps.update_log(plan, {"log": {"lines": ["loading weights", "listening"]}})
+        status: Any = {"log": {"lines": ["loading weights", "listening"]}}  # the key read
+        steps.update_log(plan, status)
         host_services.instance_record_event(
             instance=instance, message="launched", data={"pid": 4242, "argv": ["sim", "--port"]}
         )

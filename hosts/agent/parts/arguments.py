@@ -1,15 +1,20 @@
-"""Reading a command's JSON arguments, with a clear refusal for each bad one."""
+"""Reading a command's JSON arguments, with a clear refusal for each bad one.
+
+A command's arguments arrive as a free-form JSON object (``dict[str, object]``, spelt out: an
+alias would be evaluated on the far side's Python 3.8, where ``dict[...]`` is not subscriptable);
+each value is read through one of the checked readers below, which narrow it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from hosts.agent.parts.base import RUN_ID_RE, AgentError
 from hosts.agent.parts.files import expand_run_dir
 from hosts.agent.parts.procfs import read_boot_id
 
 
-def _opt_int(args: dict[str, Any], key: str, default: int | None = None) -> int | None:
+def _opt_int(args: dict[str, object], key: str, default: int | None = None) -> int | None:
     value = args.get(key, default)
     if value is None:
         return None
@@ -18,14 +23,14 @@ def _opt_int(args: dict[str, Any], key: str, default: int | None = None) -> int 
     return int(value)
 
 
-def _req_int(args: dict[str, Any], key: str) -> int:
+def _req_int(args: dict[str, object], key: str) -> int:
     value = _opt_int(args, key)
     if value is None:
         raise AgentError(f"{key} is required")
     return value
 
 
-def _opt_float(args: dict[str, Any], key: str, default: float) -> float:
+def _opt_float(args: dict[str, object], key: str, default: float) -> float:
     value = args.get(key, default)
     if value is None:
         return default
@@ -34,7 +39,7 @@ def _opt_float(args: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
-def _opt_str(args: dict[str, Any], key: str) -> str | None:
+def _opt_str(args: dict[str, object], key: str) -> str | None:
     value = args.get(key)
     if value is None:
         return None
@@ -43,26 +48,26 @@ def _opt_str(args: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def _req_str(args: dict[str, Any], key: str) -> str:
+def _req_str(args: dict[str, object], key: str) -> str:
     value = _opt_str(args, key)
     if not value:
         raise AgentError(f"{key} is required")
     return value
 
 
-def _opt_run_dir(args: dict[str, Any]) -> str | None:
+def _opt_run_dir(args: dict[str, object]) -> str | None:
     value = _opt_str(args, "run_dir")
     return expand_run_dir(value) if value else value
 
 
-def _run_id(args: dict[str, Any]) -> str:
+def _run_id(args: dict[str, object]) -> str:
     run_id = _req_str(args, "run_id")
     if RUN_ID_RE.match(run_id) is None:
         raise AgentError("run_id must be 1-128 characters of [A-Za-z0-9._:@+-]")
     return run_id
 
 
-def _int_list(args: dict[str, Any], key: str) -> list[int]:
+def _int_list(args: dict[str, object], key: str) -> list[int]:
     value = args.get(key) or []
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
@@ -71,7 +76,7 @@ def _int_list(args: dict[str, Any], key: str) -> list[int]:
     return list(value)
 
 
-def _str_list(args: dict[str, Any], key: str) -> list[str] | None:
+def _str_list(args: dict[str, object], key: str) -> list[str] | None:
     value = args.get(key)
     if value is None:
         return None
@@ -80,8 +85,18 @@ def _str_list(args: dict[str, Any], key: str) -> list[str] | None:
     return list(value)
 
 
-def _identity(args: dict[str, Any]) -> dict[str, Any]:
-    ident = {
+class Identity(TypedDict):
+    """What identifies a run's processes: its marker, and the ids recorded at its launch."""
+
+    run_id: str
+    pid: int | None
+    pgid: int | None
+    sid: int | None
+    start_time: int | None
+
+
+def _identity(args: dict[str, object]) -> Identity:
+    ident: Identity = {
         "run_id": _run_id(args),
         "pid": _opt_int(args, "pid"),
         "pgid": _opt_int(args, "pgid"),
@@ -91,5 +106,5 @@ def _identity(args: dict[str, Any]) -> dict[str, Any]:
     boot_id = _opt_str(args, "boot_id")
     if boot_id and boot_id != read_boot_id():
         # The host rebooted since the launch: recorded ids mean nothing, only the marker does.
-        ident.update(pid=None, pgid=None, sid=None, start_time=None)
+        ident["pid"] = ident["pgid"] = ident["sid"] = ident["start_time"] = None
     return ident

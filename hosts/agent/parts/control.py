@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import Literal, TypedDict
 
 from hosts.agent.parts.arguments import (
     _identity,
@@ -18,19 +18,105 @@ from hosts.agent.parts.arguments import (
     _str_list,
 )
 from hosts.agent.parts.base import POLL_SECONDS, AgentError
-from hosts.agent.parts.files import expand_run_dir, log_tail, read_exit_code
-from hosts.agent.parts.gpus import gpu_holders, nvidia_smi_memory
-from hosts.agent.parts.ports import port_is_listening, port_state
-from hosts.agent.parts.procfs import find_members, is_alive, parse_signal, read_stat, signal_process
+from hosts.agent.parts.files import LogTail, expand_run_dir, log_tail, read_exit_code
+from hosts.agent.parts.gpus import GpuHolder, gpu_holders, nvidia_smi_memory
+from hosts.agent.parts.ports import PortState, port_is_listening, port_state
+from hosts.agent.parts.procfs import (
+    Member,
+    Members,
+    find_members,
+    is_alive,
+    parse_signal,
+    read_stat,
+    signal_process,
+)
+
+# The answers of these commands, as the controller reads them (hosts.lifecycle): declared here,
+# where they are produced, so that both sides are checked against one declaration.
 
 
-def cmd_members(args: dict[str, Any]) -> dict[str, Any]:
-    result = find_members(**_identity(args))
-    result["ok"] = True
-    return result
+class MembersAnswer(Members):
+    ok: bool
 
 
-def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
+class PortListening(TypedDict):
+    port: int
+    listening: bool
+
+
+class StatusAnswer(TypedDict):
+    ok: bool
+    alive: bool
+    state: str | None
+    exit_code: int | None
+    members: list[Member]
+    notes: list[str]
+    port: PortListening | None
+    log: LogTail | None
+
+
+class Skipped(TypedDict):
+    """A process not signalled, and why ("permission denied", "start_time changed ...")."""
+
+    pid: int
+    reason: str
+
+
+class StopAnswer(TypedDict):
+    ok: bool
+    clean: bool
+    terminated: list[int]
+    killed: list[int]
+    survivors: list[int]
+    zombies: list[int]
+    d_state: list[int]
+    skipped: list[Skipped]
+    exit_code: int | None
+    duration: float
+
+
+class GpuMemoryCheck(TypedDict):
+    """One GPU's memory after a stop against its level before the start (ok None: either
+    reading is missing, so nothing was compared)."""
+
+    used_mb: int | None
+    baseline_mb: int | None
+    ok: bool | None
+
+
+class CountedHolder(GpuHolder):
+    counts: bool  # holds one of the run's GPUs, or is one of its members
+
+
+class VerifyAnswer(TypedDict):
+    ok: bool
+    verdict: Literal["stopped", "dirty"]
+    reasons: list[str]
+    members: list[Member]
+    port: PortState | None
+    # "unknown" when no GPUs were asked about; by GPU index (a string: JSON keys) otherwise.
+    gpu_memory: dict[str, GpuMemoryCheck] | str
+    holders: list[CountedHolder]
+
+
+class KillPidsAnswer(TypedDict):
+    ok: bool
+    signal: int
+    signalled: list[int]
+    skipped: list[Skipped]
+    exited: list[int]
+    alive: list[int]
+
+
+class LogTailAnswer(LogTail):
+    ok: bool
+
+
+def cmd_members(args: dict[str, object]) -> MembersAnswer:
+    return {**find_members(**_identity(args)), "ok": True}
+
+
+def cmd_status(args: dict[str, object]) -> StatusAnswer:
     ident = _identity(args)
     pid = _req_int(args, "pid")
     start_time = _req_int(args, "start_time")
@@ -58,11 +144,11 @@ def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _live(member: dict[str, Any]) -> bool:
+def _live(member: Member) -> bool:
     return member["state"] not in ("Z", "X")
 
 
-def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_stop(args: dict[str, object]) -> StopAnswer:
     ident = _identity(args)
     grace = _opt_float(args, "grace_seconds", 10.0)
     kill_wait = _opt_float(args, "kill_wait_seconds", 5.0)
@@ -71,12 +157,12 @@ def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     termed: dict[int, int] = {}  # pid -> start_time
     killed: dict[int, int] = {}
-    skipped: list[dict[str, Any]] = []
+    skipped: list[Skipped] = []
 
-    def scan() -> list[dict[str, Any]]:
+    def scan() -> list[Member]:
         return [m for m in find_members(**ident)["members"] if _live(m)]
 
-    def send(member: dict[str, Any], sig: int, book: dict[int, int]) -> None:
+    def send(member: Member, sig: int, book: dict[int, int]) -> None:
         pid, st = int(member["pid"]), int(member["start_time"])
         if book.get(pid) == st:
             return
@@ -86,7 +172,7 @@ def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
         elif why != "gone":
             skipped.append({"pid": pid, "reason": why})
 
-    def is_supervisor(member: dict[str, Any]) -> bool:
+    def is_supervisor(member: Member) -> bool:
         return bool(member["role"] == "supervisor" or member["pid"] == supervisor_pid)
 
     # SIGTERM everything, re-scanning so workers forked meanwhile get it too. The supervisor
@@ -143,7 +229,7 @@ def cmd_stop(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_verify(args: dict[str, object]) -> VerifyAnswer:
     ident = _identity(args)
     port = _opt_int(args, "port")
     gpus = _int_list(args, "gpus")
@@ -161,7 +247,7 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
             f"{len(live)} processes of the run are still alive: "
             + ", ".join(f"{m['pid']} ({m['comm']}, {m['state']})" for m in live)
         )
-    port_result: dict[str, Any] | None = None
+    port_result: PortState | None = None
     if port is not None:
         port_result = port_state(port)
         if not port_result["free"]:
@@ -169,13 +255,14 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
                 f"port {port} is still {'listening' if port_result['listening'] else 'bound'}"
             )
 
-    gpu_memory: Any = "unknown"
-    holders: list[dict[str, Any]] = []
+    gpu_memory: dict[str, GpuMemoryCheck] | str = "unknown"
+    holders: list[CountedHolder] = []
     if gpus:
         mem = nvidia_smi_memory()
         if mem["available"]:
             by_index = {d["index"]: d for d in mem["devices"]}
-            gpu_memory = {}
+            checks: dict[str, GpuMemoryCheck] = {}
+            gpu_memory = checks
             for index in gpus:
                 dev = by_index.get(index)
                 used = dev["used_mb"] if dev is not None else None
@@ -183,7 +270,7 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
                 # Without a reading or a level from before the start nothing was compared:
                 # null, not a pass.
                 ok = None if used is None or base is None else used <= base + tolerance
-                gpu_memory[str(index)] = {"used_mb": used, "baseline_mb": base, "ok": ok}
+                checks[str(index)] = {"used_mb": used, "baseline_mb": base, "ok": ok}
                 if ok is False:
                     reasons.append(
                         f"GPU {index} memory not released: {used} MiB used,"
@@ -192,8 +279,7 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
         member_pids = {int(m["pid"]) for m in members}
         for holder in gpu_holders(gpus, _str_list(args, "device_dirs")):
             counts = bool(set(holder["gpus"]).intersection(gpus)) or holder["pid"] in member_pids
-            holder["counts"] = counts
-            holders.append(holder)
+            holders.append({**holder, "counts": counts})
             if counts:
                 reasons.append(
                     f"pid {holder['pid']} ({holder['comm']}) holds " + ", ".join(holder["devices"])
@@ -209,14 +295,14 @@ def cmd_verify(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cmd_kill_pids(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_kill_pids(args: dict[str, object]) -> KillPidsAnswer:
     entries = args.get("pids")
     if not isinstance(entries, list):
         raise AgentError("pids must be a list of {pid, start_time}")
     sig = parse_signal(args.get("signal", "KILL"))
     wait = _opt_float(args, "wait_seconds", 0.0)
     signalled: list[int] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[Skipped] = []
     targets: list[tuple[int, int]] = []
     for entry in entries:
         if not isinstance(entry, dict):
@@ -245,12 +331,11 @@ def cmd_kill_pids(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cmd_log_tail(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_log_tail(args: dict[str, object]) -> LogTailAnswer:
     run_dir = expand_run_dir(_req_str(args, "run_dir"))
     result = log_tail(
         os.path.join(run_dir, "server.log"),
         _opt_int(args, "lines", 50) or 0,
         _opt_int(args, "max_bytes", 65536) or 65536,
     )
-    result["ok"] = True
-    return result
+    return {**result, "ok": True}

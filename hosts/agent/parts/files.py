@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import TypedDict
 
 from hosts.agent.parts.base import AgentError
+
+
+class LogTail(TypedDict):
+    path: str
+    exists: bool
+    size: int
+    lines: list[str]
+    truncated: bool  # lines were left out (before the tail, or past max_bytes)
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -94,7 +102,7 @@ def read_exit_code(run_dir: str | None) -> int | None:
         return None
 
 
-def log_tail(path: str, lines: int, max_bytes: int) -> dict[str, Any]:
+def log_tail(path: str, lines: int, max_bytes: int) -> LogTail:
     lines = max(0, min(lines, 10000))
     max_bytes = max(1, min(max_bytes, 1 << 20))
     try:

@@ -5,10 +5,39 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Any
+from typing import TypedDict
 
 from hosts.agent.parts.base import NVIDIA_INDEXED_RE, NVIDIA_SHARED_RE
-from hosts.agent.parts.procfs import list_pids, proc_info, read_stat
+from hosts.agent.parts.procfs import ProcInfo, list_pids, proc_info, read_stat
+
+
+class _GpuReading(TypedDict):
+    index: int
+    used_mb: int | None
+    total_mb: int | None
+
+
+class GpuDevice(_GpuReading, total=False):
+    # Preflight's verdict: its memory in use is over the threshold (set by preflight only).
+    held: bool
+
+
+class _GpuMemoryReading(TypedDict):
+    available: bool
+    error: str | None
+    devices: list[GpuDevice]
+
+
+class GpuHolder(ProcInfo):
+    """A process with a GPU device file open: which GPUs (all of them for a shared node)."""
+
+    gpus: list[int]
+    all_gpus: bool
+    devices: list[str]
+
+
+class GpuMemory(_GpuMemoryReading, total=False):
+    holders: list[GpuHolder]  # added by preflight
 
 
 def _mib(value: str) -> int | None:
@@ -18,7 +47,7 @@ def _mib(value: str) -> int | None:
         return None  # "[N/A]", "[Not Supported]"
 
 
-def nvidia_smi_memory() -> dict[str, Any]:
+def nvidia_smi_memory() -> GpuMemory:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {"available": False, "error": "nvidia-smi not found on PATH", "devices": []}
@@ -38,7 +67,7 @@ def nvidia_smi_memory() -> dict[str, Any]:
             "error": f"nvidia-smi exited {proc.returncode}: {tail}",
             "devices": [],
         }
-    devices: list[dict[str, Any]] = []
+    devices: list[GpuDevice] = []
     for line in proc.stdout.splitlines():
         cols = [c.strip() for c in line.split(",")]
         if len(cols) < 3 or not cols[0].isdigit():
@@ -49,7 +78,7 @@ def nvidia_smi_memory() -> dict[str, Any]:
 
 def gpu_holders(
     gpus: list[int] | None = None, device_dirs: list[str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[GpuHolder]:
     """Processes with an open fd on */dev/nvidia<N> (or nvidiactl/nvidia-uvm: all GPUs).
 
     device_dirs limits the scan to device files in those directories (["/dev"] for real GPUs,
@@ -57,7 +86,7 @@ def gpu_holders(
     """
     skip = {os.getpid()}
     prefixes = [d.rstrip("/") + "/" for d in device_dirs] if device_dirs else None
-    holders: list[dict[str, Any]] = []
+    holders: list[GpuHolder] = []
     for pid in list_pids():
         if pid in skip:
             continue
@@ -92,9 +121,11 @@ def gpu_holders(
         st = read_stat(pid)
         if st is None:
             continue
-        info = proc_info(st)
-        info["gpus"] = sorted(indices)
-        info["all_gpus"] = shared
-        info["devices"] = sorted(devices)
+        info: GpuHolder = {
+            **proc_info(st),
+            "gpus": sorted(indices),
+            "all_gpus": shared,
+            "devices": sorted(devices),
+        }
         holders.append(info)
     return holders

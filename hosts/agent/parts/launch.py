@@ -9,19 +9,43 @@ import os
 import shutil
 import sys
 import time
-from typing import Any
+from typing import TypedDict, cast
 
 from hosts.agent.parts.arguments import _int_list, _opt_int, _opt_str, _req_str, _run_id, _str_list
 from hosts.agent.parts.base import MARKER_VAR, AgentError
 from hosts.agent.parts.files import expand_run_dir, log_tail, private_run_dir, write_atomic
-from hosts.agent.parts.gpus import gpu_holders, nvidia_smi_memory
-from hosts.agent.parts.ports import port_state
-from hosts.agent.parts.procfs import find_members, is_alive, read_boot_id
+from hosts.agent.parts.gpus import GpuMemory, gpu_holders, nvidia_smi_memory
+from hosts.agent.parts.ports import PortState, port_state
+from hosts.agent.parts.procfs import Member, find_members, is_alive, read_boot_id
 
 
-def cmd_preflight(args: dict[str, Any]) -> dict[str, Any]:
+class BinaryCheck(TypedDict):
+    name: str
+    path: str | None
+    found: bool
+
+
+class WorkdirCheck(TypedDict):
+    path: str
+    exists: bool
+
+
+class PreflightAnswer(TypedDict, total=False):
+    """What preflight checked (only what it was asked about), the problems it found (none:
+    ok), or the agent's refusal of its arguments (``error``, ok false)."""
+
+    port: PortState
+    gpus: GpuMemory
+    binary: BinaryCheck
+    workdir: WorkdirCheck
+    problems: list[str]
+    ok: bool
+    error: str
+
+
+def cmd_preflight(args: dict[str, object]) -> PreflightAnswer:
     problems: list[str] = []
-    result: dict[str, Any] = {}
+    result: PreflightAnswer = {}
     port = _opt_int(args, "port")
     if port is not None:
         ps = port_state(port)
@@ -46,12 +70,12 @@ def cmd_preflight(args: dict[str, Any]) -> dict[str, Any]:
             dev["held"] = used is not None and threshold is not None and used > threshold
         if mem["available"]:
             for index in gpus:
-                dev = by_index.get(index)
-                if dev is None:
+                found_dev = by_index.get(index)
+                if found_dev is None:
                     problems.append(f"GPU {index} not found by nvidia-smi")
-                elif dev["held"]:
+                elif found_dev["held"]:
                     problems.append(
-                        f"GPU {index} is in use: {dev['used_mb']} MiB used"
+                        f"GPU {index} is in use: {found_dev['used_mb']} MiB used"
                         f" (threshold {threshold} MiB)"
                     )
         mem["holders"] = gpu_holders(gpus, _str_list(args, "device_dirs"))
@@ -153,16 +177,69 @@ main()
 """
 
 
-def _server_info(run_dir: str) -> dict[str, Any] | None:
+class ServerIdentity(TypedDict):
+    """The started server, as the supervisor script above writes it to server.json and
+    reports it on its pipe (the script is a string: these are the keys it writes)."""
+
+    run_id: str
+    pid: int
+    supervisor_pid: int
+    pgid: int
+    sid: int
+    start_time: int
+    boot_id: str | None
+    cmdline: list[str]
+    port: int | None
+    log_path: str
+    run_dir: str
+
+
+class _SupervisorFailure(TypedDict):
+    error: str
+
+
+class SupervisorError(_SupervisorFailure, total=False):
+    """What the supervisor reports when the server could not be started (or what is said
+    when it exited without a report: no exit code then)."""
+
+    exit_code: int
+
+
+class LaunchAnswer(ServerIdentity, total=False):
+    ok: bool
+    already_running: bool  # a repeated launch of the run re-attached to its server
+    members: list[Member]  # with already_running: the run's live processes
+
+
+class LaunchFailure(TypedDict):
+    ok: bool  # false
+    error: str
+    exit_code: int | None
+    log_path: str
+    log_tail: list[str]
+
+
+class LaunchSpec(TypedDict):
+    """launch.json: what the supervisor starts."""
+
+    run_id: str
+    argv: list[str]
+    workdir: str | None
+    run_dir: str
+    port: int | None
+    boot_id: str | None
+
+
+def _server_info(run_dir: str) -> ServerIdentity | None:
     try:
         with open(os.path.join(run_dir, "server.json")) as f:
             info = json.load(f)
     except (OSError, ValueError):
         return None
-    return info if isinstance(info, dict) else None
+    return cast(ServerIdentity, info) if isinstance(info, dict) else None
 
 
-def _spawn_supervisor(spec: dict[str, Any], env: dict[str, str], log_path: str) -> int:
+def _spawn_supervisor(spec: LaunchSpec, env: dict[str, str], log_path: str) -> int:
     """Double fork + setsid, std streams redirected, then exec the supervisor.
 
     Returns the read end of a pipe on which the supervisor reports the server's identity.
@@ -210,7 +287,7 @@ def _max_fd() -> int:
         return 1024
 
 
-def _read_report(fd: int, timeout: float) -> dict[str, Any]:
+def _read_report(fd: int, timeout: float) -> ServerIdentity | SupervisorError:
     import select
 
     data = b""
@@ -234,10 +311,10 @@ def _read_report(fd: int, timeout: float) -> dict[str, Any]:
     report = json.loads(data.decode().splitlines()[0])
     if not isinstance(report, dict):
         raise AgentError("bad supervisor report")
-    return report
+    return cast("ServerIdentity | SupervisorError", report)
 
 
-def cmd_launch(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_launch(args: dict[str, object]) -> LaunchAnswer | LaunchFailure:
     run_id = _run_id(args)
     argv = args.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
@@ -275,13 +352,12 @@ def _launch_locked(
     workdir: str | None,
     run_dir: str,
     port: int | None,
-) -> dict[str, Any]:
+) -> LaunchAnswer | LaunchFailure:
     live = [m for m in find_members(run_id)["members"] if m["state"] not in ("Z", "X")]
     if live:
         info = _server_info(run_dir)
         if info is not None and is_alive(int(info["pid"]), int(info["start_time"])):
-            info.update(ok=True, already_running=True, members=live)
-            return info
+            return {**info, "ok": True, "already_running": True, "members": live}
         raise AgentError(
             f"run {run_id} still has {len(live)} live processes but no running server:"
             f" stop it first (pids {', '.join(str(m['pid']) for m in live)})"
@@ -295,7 +371,7 @@ def _launch_locked(
     env.update(env_arg)
     env[MARKER_VAR] = run_id
     env["SPT_NOENV"] = "1"  # keeps setproctitle from overwriting /proc/<pid>/environ
-    spec = {
+    spec: LaunchSpec = {
         "run_id": run_id,
         "argv": argv,
         "workdir": workdir,
@@ -305,13 +381,17 @@ def _launch_locked(
     }
     report = _read_report(_spawn_supervisor(spec, env, log_path), timeout=30.0)
     if "error" in report:
+        failed = cast(SupervisorError, report)
         tail = log_tail(log_path, 20, 8192)["lines"]
         return {
             "ok": False,
-            "error": report["error"],
-            "exit_code": report.get("exit_code"),
+            "error": failed["error"],
+            "exit_code": failed.get("exit_code"),
             "log_path": log_path,
             "log_tail": tail,
         }
-    report.update(ok=True, already_running=False)
-    return report
+    # The report becomes the answer, as it always has: the same dict, two keys added.
+    answer = cast(LaunchAnswer, report)
+    answer["ok"] = True
+    answer["already_running"] = False
+    return answer

@@ -46,7 +46,8 @@ class Superseded(AgentError):
     """A call from a controller that another one took over from."""
 
 
-def run_command(argv: list[str]) -> dict[str, Any]:
+def run_command(argv: list[str]) -> dict[str, object]:
+    """The command's answer (each command declares its own shape) as a plain dict for `main`."""
     if not argv:
         raise AgentError("usage: python3 - <command> '<json>' ({})".format(", ".join(COMMANDS)))
     handler = COMMANDS.get(argv[0])
@@ -64,8 +65,8 @@ def run_command(argv: list[str]) -> dict[str, Any]:
     controller, run_dir = args.get("controller"), args.get("run_dir")
     if isinstance(controller, int) and isinstance(run_dir, str) and run_dir:
         with _fenced(run_dir, controller, argv[0]):
-            return handler(args)
-    return handler(args)
+            return dict(handler(args))
+    return dict(handler(args))
 
 
 @contextlib.contextmanager

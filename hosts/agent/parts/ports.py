@@ -6,13 +6,30 @@ import errno
 import os
 import socket
 import struct
-from typing import Any
+from typing import TypedDict
 
-from hosts.agent.parts.procfs import list_pids, proc_info, read_stat
+from hosts.agent.parts.procfs import ProcInfo, list_pids, proc_info, read_stat
 
 
-def _proc_net_tcp(port: int) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
+class TcpEntry(TypedDict):
+    state: str  # the kernel's hex state code ("0A" listening, "06" TIME_WAIT)
+    inode: int
+
+
+class PortState(TypedDict):
+    """Whether a port is free, and what holds it when not."""
+
+    port: int
+    free: bool
+    listening: bool
+    in_use: bool
+    holders: list[ProcInfo]
+    bind_errors: dict[str, str]
+    notes: list[str]
+
+
+def _proc_net_tcp(port: int) -> list[TcpEntry]:
+    entries: list[TcpEntry] = []
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(path) as f:
@@ -69,11 +86,11 @@ def _bound_inactive_inodes(port: int) -> set[int]:
     return inodes
 
 
-def _socket_owners(inodes: set[int]) -> list[dict[str, Any]]:
+def _socket_owners(inodes: set[int]) -> list[ProcInfo]:
     if not inodes:
         return []
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    owners: list[dict[str, Any]] = []
+    owners: list[ProcInfo] = []
     for pid in list_pids():
         fd_dir = f"/proc/{pid}/fd"
         try:
@@ -123,7 +140,7 @@ _TCP_STATE_NAMES = {
 }
 
 
-def port_state(port: int) -> dict[str, Any]:
+def port_state(port: int) -> PortState:
     """Whether port is free: nothing listening on it and we can bind it without SO_REUSEADDR."""
     entries = _proc_net_tcp(port)
     listening = any(e["state"] == "0A" for e in entries)

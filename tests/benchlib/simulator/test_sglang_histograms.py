@@ -7,6 +7,8 @@ and friends (srt/metrics/collector.py; docs/engines.md, "SGLang": TTFT buckets s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from benchlib.simulator.metrics import EngineMetrics
@@ -24,7 +26,7 @@ def _bounds(text: str, name: str) -> list[str]:
     ]
 
 
-def _level_with_ttft(ttft_s: float, requests: int = 20) -> dict[str, object]:
+def _level_with_ttft(ttft_s: float, requests: int = 20) -> Mapping[str, object]:
     core = SchedulerCore(PROFILES["baseline"])
     metrics = EngineMetrics("m", "sglang", 1)
     before = parse_engine_metrics(metrics.render(core).decode(), scraped_at=0.0)

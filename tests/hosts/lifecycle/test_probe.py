@@ -65,6 +65,7 @@ def test_testing_an_ssh_host_runs_through_ssh(
     report = host_probe(host=host)
     assert report.ok, report.error
     assert report.chain == f"ssh {sshd.user}@127.0.0.1:{sshd.port}"
+    assert report.facts is not None
     assert report.facts["hostname"] == socket.gethostname()
     assert report.facts["user"] == sshd.user
     assert len(report.gpus) == 4

@@ -11,8 +11,9 @@ from hosts import services
 from hosts.lifecycle import steps, verdicts
 from hosts.models import InstanceState, ServerInstance
 
-CLEAN_VERIFY = {"verdict": "stopped", "reasons": [], "holders": [], "members": []}
-STOP = {"terminated": [101, 102], "killed": [], "exit_code": -15}
+# Partial answers (typed Any): only the keys the verdict reads of the agent's stop and verify.
+CLEAN_VERIFY: Any = {"verdict": "stopped", "reasons": [], "holders": [], "members": []}
+STOP: Any = {"terminated": [101, 102], "killed": [], "exit_code": -15}
 
 
 def _stopping_plan(make_profile: Any) -> steps.Plan:

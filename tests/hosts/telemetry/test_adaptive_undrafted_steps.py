@@ -19,7 +19,7 @@ from benchlib.simulator.cli import parse_config
 from benchmarks.experiments import workload
 from benchmarks.experiments.comparison import LevelRun
 from benchmarks.sweeps.recording import undrafted_steps
-from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON, level_server_metrics
+from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON, ServerMetrics, level_server_metrics
 from hosts.telemetry.prometheus import parse_engine_metrics
 from tests.benchlib.simulator.conftest import call
 from tests.benchlib.simulator.test_adaptive_serving import SCHEDULE, engine_argv
@@ -27,7 +27,7 @@ from tests.benchlib.simulator.test_adaptive_serving import SCHEDULE, engine_argv
 BODY = {"prompt": "hi", "max_tokens": 40, "ignore_eos": True, "stream": True}
 
 
-async def _level(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+async def _level(tmp_path: Path) -> tuple[ServerMetrics, ServerMetrics, list[dict[str, Any]]]:
     """A level on an adaptive SGLang-shaped server (K=3 up to batch 2, none above): two
     requests alone (drafting), then four together (batch 4: no drafting). Returns the figures
     without and with ``undrafted_steps``, and the truth log's lines."""
@@ -81,7 +81,7 @@ async def test_undrafted_steps_leave_tokens_per_step_and_no_accept_length_per_dr
 
     # A comparison shows tokens per step and no accept length (not the per-request figure,
     # completion tokens / verify calls, which counts the same undrafted steps).
-    run = LevelRun(sweep_id=1, index=0, concurrency=4, figures={}, server=flagged,
+    run = LevelRun(sweep_id=1, index=0, concurrency=4, figures={}, server=dict(flagged),
                    summary={"acceptance": {"accept_length": 2.0, "acceptance_rate": 0.7}})  # fmt: skip
     row = workload.acceptance_row([run])
     assert row["accept_length"] is None and row["accept_length_source"] == "not_determinable"

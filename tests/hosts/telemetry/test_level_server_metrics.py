@@ -19,7 +19,12 @@ from benchmarks.models import SweepLevel, SweepState
 from benchmarks.sweeps import handler
 from core.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine
-from hosts.telemetry.levels import LevelServerMetrics, interval_opening, level_server_metrics
+from hosts.telemetry.levels import (
+    LevelServerMetrics,
+    ServerMetrics,
+    interval_opening,
+    level_server_metrics,
+)
 from hosts.telemetry.prometheus import EngineMetrics, parse_engine_metrics
 from tests.benchmarks.conftest import ROOT, Simulator, load, start_simulator
 
@@ -73,12 +78,12 @@ def _scrape(name: str, at: float) -> EngineMetrics:
 
 async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -> None:
     scrapes = iter([_scrape("sglang_scrape1.prom", 10.0), _scrape("sglang_scrape2.prom", 20.0)])
-    saved: list[tuple[int, int, dict[str, Any]]] = []
+    saved: list[tuple[int, int, Any]] = []
 
     async def scrape() -> EngineMetrics:
         return next(scrapes)
 
-    async def save(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
+    async def save(sweep_id: int, index: int, metrics: ServerMetrics) -> None:
         saved.append((sweep_id, index, metrics))
 
     marks = LevelServerMetrics(sweep_id=7, scrape=scrape, save=save)
@@ -125,12 +130,12 @@ async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -
 async def test_a_server_without_metrics_leaves_the_level_unavailable_with_the_reason() -> None:
     import httpx
 
-    saved: list[dict[str, Any]] = []
+    saved: list[ServerMetrics] = []
 
     async def scrape() -> EngineMetrics:
         raise httpx.ConnectError("connection refused")
 
-    async def save(sweep_id: int, index: int, metrics: dict[str, Any]) -> None:
+    async def save(sweep_id: int, index: int, metrics: ServerMetrics) -> None:
         saved.append(metrics)
 
     marks = LevelServerMetrics(sweep_id=1, scrape=scrape, save=save)

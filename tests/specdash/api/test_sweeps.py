@@ -229,10 +229,10 @@ def test_levels_say_whether_the_ttft_quantiles_are_bucket_interpolations(
 ) -> None:
     from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics
     from hosts.telemetry.engine_profiles import Engine
-    from hosts.telemetry.levels import interval_as_dict
+    from hosts.telemetry.levels import ServerMetrics, interval_as_dict
     from specdash.api import api
 
-    def level(p50: float) -> dict[str, Any]:
+    def level(p50: float) -> ServerMetrics:
         ttft = HistogramSummary(count=10, mean=p50, p50=p50, p90=p50, p99=p50)
         interval = IntervalMetrics(
             engine=Engine("sglang"), started_at=0.0, ended_at=10.0, prompt_tokens=None,
