@@ -14,25 +14,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchlib.loadgen.settings import stored_workload
-from benchmarks.experiments.comparison import LevelRun, SeriesData
+from benchmarks.experiments.comparison import SHOWN_FIGURES, LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.selectors import experiment_arms
 from benchmarks.models import Experiment, ExperimentArm, LevelState, Sweep, SweepLevel
 from hosts.masking import masked_tree
 from hosts.models import TelemetryKind, TelemetrySample
 
-# The level figures a comparison reads (SweepLevel's denormalised headline columns).
-LEVEL_FIGURES = (
-    "output_tok_s",
-    "steady_output_tok_s",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "achieved_concurrency",
-)
+# The level figures a comparison reads (SweepLevel's denormalised headline columns): the ones
+# it shows, declared once there.
+LEVEL_FIGURES = SHOWN_FIGURES
 
 
 def _level_runs(
