@@ -21,6 +21,7 @@ from benchlib.stats.decision import DEFAULT_MARGIN, Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
 from benchlib.stats.switch_costs import StepEvidence
+from benchmarks.experiments.axes import experiment_axes, load_axes
 from benchmarks.experiments.comparison import LevelRun, SeriesData, series_curve
 from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
@@ -188,6 +189,13 @@ def schedule_build(
 def experiment_schedule(*, experiment: Experiment) -> dict[str, Any]:
     """The schedule of an experiment's arms from their stored levels (a fixed number of
     queries whatever the number of arms)."""
+    loads = load_axes(experiment_axes(experiment=experiment)["declared_axis"])
+    if loads:
+        return _unavailable(
+            f"The arms differ in their load ({', '.join(f'load: {key}' for key in loads)}), "
+            "not only in their launch: a schedule switches the draft length of one server "
+            "under one load."
+        )
     arms = experiment_arm_series(experiment=experiment)
     observed = running_batches(series=[series for _, series in arms])
     return schedule_build(

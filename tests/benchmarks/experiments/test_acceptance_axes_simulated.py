@@ -20,6 +20,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks.experiments import comparison, services
+from benchmarks.experiments.schedule import experiment_schedule
 from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment, Sweep
 from benchmarks.models.experiments import ExperimentState
@@ -108,3 +109,9 @@ async def test_greedy_against_sampled_on_one_server_shows_the_acceptance_cost(
     (raw_level,) = raw["verdicts"][0]["decision"]["levels"]
     assert raw_level["status"] == "not_comparable"
     assert "different workloads (temperature differ" in json.dumps(raw_level), raw_level
+
+    # No speculation schedule comes of it: the arms differ in their load, and a schedule
+    # switches one server's draft length under one load (both arms draft the same K here).
+    schedule = await sync_to_async(experiment_schedule)(experiment=experiment)
+    assert schedule["available"] is False, schedule
+    assert "load: temperature" in schedule["message"], schedule["message"]
