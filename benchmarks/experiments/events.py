@@ -3,50 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 from django.utils import timezone
 
 from benchmarks.experiments import selectors
+from benchmarks.experiments.selectors import ExperimentRow, StepRow
 from benchmarks.models import Experiment, ExperimentStep, StepState
 from core import realtime
 from core.realtime import ChannelEvent
-
-
-class ExperimentRow(TypedDict):
-    """``selectors.experiment_as_dict``."""
-
-    id: int
-    name: str
-    state: str
-    state_label: str
-    finished: bool
-    reason: str
-    started_at: float | None  # epoch seconds
-    finished_at: float | None
-    has_comparison: bool
-
-
-class StepRow(TypedDict):
-    """``selectors.step_as_dict``: one step of the plan (an arm's repeat) and how it went."""
-
-    id: int
-    index: int
-    label: str  # the arm's
-    profile: str
-    endpoint: bool  # a server running outside specdash: the step starts and stops nothing
-    repeat: int
-    state: str
-    state_label: str
-    finished: bool
-    reason: str
-    instance_id: int | None
-    instance_state: str | None
-    sweep_id: int | None
-    sweep_state: str | None
-    started_at: float | None  # epoch seconds
-    finished_at: float | None
-    duration_s: float | None
 
 
 class ExperimentStatePayload(TypedDict):
@@ -62,13 +27,10 @@ class ExperimentStepPayload(TypedDict):
 EXPERIMENT_STATE = ChannelEvent("experiment.state", ExperimentStatePayload)
 EXPERIMENT_STEP = ChannelEvent("experiment.step", ExperimentStepPayload)
 
-# The selectors still return dict[str, Any]: until they are annotated with these rows, the
-# casts below are checked at run time by the channel payload test instead of by mypy.
-
 
 def broadcast_state(experiment_id: int) -> None:
     experiment = Experiment.objects.get(pk=experiment_id)
-    row = cast(ExperimentRow, selectors.experiment_as_dict(experiment))
+    row = selectors.experiment_as_dict(experiment)
     EXPERIMENT_STATE.broadcast_on_commit(
         realtime.experiment_group(experiment_id),
         {"experiment_id": experiment_id, "experiment": row},
@@ -83,7 +45,7 @@ def broadcast_step(step_id: int) -> None:
     )
     if step is None:
         return
-    row = cast(StepRow, selectors.step_as_dict(step))
+    row = selectors.step_as_dict(step)
     EXPERIMENT_STEP.broadcast_on_commit(
         realtime.experiment_group(step.experiment_id),
         {"experiment_id": step.experiment_id, "step": row},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db.models import Prefetch, QuerySet
 
@@ -67,7 +67,43 @@ def _sweep_of(step: ExperimentStep) -> Sweep | None:
         return None
 
 
-def step_as_dict(step: ExperimentStep) -> dict[str, Any]:
+class ExperimentRow(TypedDict):
+    """An experiment's state, as its page and the ``experiment.state`` event show it."""
+
+    id: int
+    name: str
+    state: str
+    state_label: str
+    finished: bool
+    reason: str
+    started_at: float | None  # epoch seconds
+    finished_at: float | None
+    has_comparison: bool
+
+
+class StepRow(TypedDict):
+    """One step of the plan (an arm's repeat) and how it went."""
+
+    id: int
+    index: int
+    label: str  # the arm's
+    profile: str
+    endpoint: bool  # a server running outside specdash: the step starts and stops nothing
+    repeat: int
+    state: str
+    state_label: str
+    finished: bool
+    reason: str
+    instance_id: int | None
+    instance_state: str | None
+    sweep_id: int | None
+    sweep_state: str | None
+    started_at: float | None  # epoch seconds
+    finished_at: float | None
+    duration_s: float | None
+
+
+def step_as_dict(step: ExperimentStep) -> StepRow:
     sweep = _sweep_of(step)
     started, finished = step.started_at, step.finished_at
     return {
@@ -92,7 +128,7 @@ def step_as_dict(step: ExperimentStep) -> dict[str, Any]:
     }
 
 
-def experiment_as_dict(experiment: Experiment) -> dict[str, Any]:
+def experiment_as_dict(experiment: Experiment) -> ExperimentRow:
     return {
         "id": experiment.pk,
         "name": experiment.name,
