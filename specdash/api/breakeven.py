@@ -3,7 +3,7 @@ workload and its checks, and queue the check of a placed prediction."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
@@ -18,6 +18,9 @@ from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
 from specdash.api.tuning import base_profile_or_404
+
+if TYPE_CHECKING:
+    from specdash.api.experiments import ExperimentAcceptedBody
 
 router = Router(tags=["experiments"])
 
@@ -45,6 +48,13 @@ class CheckAccepted(Schema):
     verification_id: int
 
 
+class CheckAcceptedBody(TypedDict):
+    """The 202 answer ``CheckAccepted`` renders."""
+
+    check_id: int
+    verification_id: int
+
+
 def _map(experiment_id: int) -> breakeven.MapData:
     data = breakeven.experiment_map(experiment=experiment_or_404(experiment_id))
     if data is None:
@@ -60,7 +70,7 @@ def _map(experiment_id: int) -> breakeven.MapData:
     summary="Run a break-even map: forced acceptance x levels against speculation off",
 )
 @requires(operator, sweeper)
-def map_create(request: HttpRequest, payload: MapIn) -> Status[dict[str, Any]]:
+def map_create(request: HttpRequest, payload: MapIn) -> Status[ExperimentAcceptedBody]:
     """One arm per forced accept length and one with speculation off (arm A), default
     protocol; 422 for an engine without a way to force the acceptance."""
     user = caller(request)
@@ -116,7 +126,7 @@ def map_read(
 @requires(operator, sweeper)
 def check_create(
     request: HttpRequest, payload: CheckIn, experiment_id: int = path_id("Map experiment id")
-) -> Status[dict[str, Any]]:
+) -> Status[CheckAcceptedBody]:
     user = caller(request)
     data = _map(experiment_id)
     try:

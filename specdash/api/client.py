@@ -15,7 +15,7 @@ INSTANCE_SETTLED = frozenset({"ready", "failed", "crashed", "dirty", "stopped", 
 class ApiFailure(Exception):
     """The API answered with its error shape (or something that is not the API)."""
 
-    def __init__(self, status: int, code: str, message: str, fields: dict[str, Any]) -> None:
+    def __init__(self, status: int, code: str, message: str, fields: dict[str, list[str]]) -> None:
         detail = "; ".join(f"{k}: {' '.join(v)}" for k, v in fields.items())
         super().__init__(f"{status} {code}: {message}" + (f" ({detail})" if detail else ""))
         self.status = status

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
@@ -19,6 +19,17 @@ from specdash.api.schemas import MAX_ID, ErrorOut
 M = TypeVar("M", bound=Model)
 T = TypeVar("T")
 
+
+class PageBody(TypedDict, Generic[M]):
+    """One page of a list as a handler hands it to ninja (the ``*Page`` schemas render it)."""
+
+    count: int
+    limit: int
+    offset: int
+    next: str | None
+    items: list[M]
+
+
 MAX_LIMIT = 200
 # Deep offsets are refused rather than turned into huge SQL OFFSETs.
 MAX_OFFSET = 1_000_000
@@ -33,7 +44,7 @@ def path_id(description: str) -> Any:
     return Path(..., ge=1, le=MAX_ID, description=description)
 
 
-def paginate(request: HttpRequest, queryset: QuerySet[M], page: PageQuery) -> dict[str, Any]:
+def paginate(request: HttpRequest, queryset: QuerySet[M], page: PageQuery) -> PageBody[M]:
     count = queryset.count()
     items = list(queryset[page.offset : page.offset + page.limit])
     next_path = None

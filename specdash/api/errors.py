@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -55,9 +55,19 @@ class ApiError(Exception):
         self.fields = fields or {}
 
 
-def error_body(
-    code: str, message: str, fields: dict[str, list[str]] | None = None
-) -> dict[str, Any]:
+class ErrorDetail(TypedDict):
+    code: str
+    message: str
+    fields: dict[str, list[str]]
+
+
+class ErrorBody(TypedDict):
+    """Every error the API answers, as ``ErrorOut`` documents it."""
+
+    error: ErrorDetail
+
+
+def error_body(code: str, message: str, fields: dict[str, list[str]] | None = None) -> ErrorBody:
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
@@ -99,7 +109,7 @@ def _role_may_try(request: HttpRequest) -> bool:
 def install(api: NinjaAPI) -> None:
     """Register the mappings on ``api`` (replacing ninja's ``{"detail": ...}`` bodies)."""
 
-    def respond(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
+    def respond(request: HttpRequest, status: int, body: ErrorBody) -> HttpResponse:
         return api.create_response(request, body, status=status)
 
     def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:

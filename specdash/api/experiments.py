@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchlib.json_types import JsonObject
 from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
@@ -18,7 +19,15 @@ from benchmarks.models.experiments import ExperimentState
 from hosts import selectors as host_selectors
 from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from specdash.api.common import (
+    WRITE_ERRORS,
+    PageBody,
+    PageQuery,
+    aware,
+    paginate,
+    path_id,
+    responses,
+)
 from specdash.api.schemas import (
     ComparisonOut,
     ExperimentAccepted,
@@ -30,7 +39,18 @@ from specdash.api.schemas import (
     Text,
 )
 
+if TYPE_CHECKING:
+    from core.models import Job
+
 router = Router(tags=["experiments"])
+
+
+class ExperimentAcceptedBody(TypedDict):
+    """The 202 answer to a write, as ``ExperimentAccepted`` renders it."""
+
+    experiment: Experiment
+    job: Job | None
+    job_url: str | None
 
 
 class ExperimentFilters(Schema):
@@ -54,7 +74,7 @@ def experiment_or_404(experiment_id: int) -> Experiment:
     return experiment
 
 
-def experiment_accepted(experiment: Experiment) -> Status[dict[str, Any]]:
+def experiment_accepted(experiment: Experiment) -> Status[ExperimentAcceptedBody]:
     """202 with the experiment as stored now and the URL of its job."""
     experiment = experiment_or_404(experiment.pk)
     job = experiment.job
@@ -66,7 +86,7 @@ def experiment_accepted(experiment: Experiment) -> Status[dict[str, Any]]:
 @requires(viewer)
 def experiment_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
-) -> dict[str, Any]:
+) -> PageBody[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
     qs = bench_selectors.experiment_filter(
         profile_id=filters.profile,
@@ -84,7 +104,9 @@ def experiment_list(
     summary="Start an A/B experiment",
 )
 @requires(sweeper)
-def experiment_create(request: HttpRequest, payload: ExperimentIn) -> Status[dict[str, Any]]:
+def experiment_create(
+    request: HttpRequest, payload: ExperimentIn
+) -> Status[ExperimentAcceptedBody]:
     """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
     verified stop; then build the comparison. 202 with the experiment and its job."""
     user = caller(request)
@@ -126,7 +148,7 @@ def experiment_detail(
 @requires(sweeper)
 def experiment_cancel(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[dict[str, Any]]:
+) -> Status[ExperimentAcceptedBody]:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
     user = caller(request)
     return experiment_accepted(
@@ -141,7 +163,7 @@ def experiment_cancel(
 @requires(sweeper)
 def experiment_resume(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[dict[str, Any]]:
+) -> Status[ExperimentAcceptedBody]:
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
     user = caller(request)
@@ -157,7 +179,7 @@ def experiment_resume(
 @requires(sweeper)
 def experiment_rerun(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[dict[str, Any]]:
+) -> Status[ExperimentAcceptedBody]:
     """Retry a failed experiment, or re-run any finished one: a new experiment with the same
     profiles, levels, load and protocol (the original is kept). 422 while it runs."""
     user = caller(request)
@@ -177,14 +199,14 @@ def experiment_comparison(
 
 
 class ProtocolOut(Schema):
-    protocol: dict[str, Any] = Field(
+    protocol: JsonObject = Field(
         description="repeats, order, mode, run_order, interval_method, interval_scope, metric, "
         "drift: {candidate label: [per level: arms' first/last runs, drift, order_effect]}"
     )
     environment_differences: dict[str, list[str]] = Field(
         description="Per arm, what differs from A's first run besides the launch"
     )
-    runs: list[dict[str, Any]] = Field(
+    runs: list[JsonObject] = Field(
         description="Each run (step, label, repeat, sweep_id) with its environment records"
     )
 

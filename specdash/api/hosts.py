@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from ninja.responses import Status
 
+from benchlib.json_types import JsonObject
 from hosts import selectors as host_selectors
 from hosts import services
 from hosts.models import Container, Host, ServerProfile
 from specdash.api.auth import requires, staff, viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, found, paginate, path_id, responses
+from specdash.api.common import (
+    WRITE_ERRORS,
+    PageBody,
+    PageQuery,
+    found,
+    paginate,
+    path_id,
+    responses,
+)
 from specdash.api.schemas import (
     ContainerIn,
     ContainerOut,
@@ -42,13 +49,13 @@ class ProfileFilters(Schema):
     tag: Text | None = None
 
 
-def _changes(payload: Schema) -> dict[str, Any]:
+def _changes(payload: Schema) -> JsonObject:
     return payload.model_dump(exclude_unset=True)
 
 
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
 @requires(viewer)
-def host_list(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
+def host_list(request: HttpRequest, page: Query[PageQuery]) -> PageBody[Host]:
     return paginate(request, host_selectors.host_list(), page)
 
 
@@ -78,7 +85,7 @@ def host_update(
 @requires(viewer)
 def container_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ContainerFilters]
-) -> dict[str, Any]:
+) -> PageBody[Container]:
     return paginate(request, host_selectors.container_list(host_id=filters.host), page)
 
 
@@ -118,7 +125,7 @@ def container_update(
 @requires(viewer)
 def profile_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ProfileFilters]
-) -> dict[str, Any]:
+) -> PageBody[ServerProfile]:
     profiles = host_selectors.profile_list(host_id=filters.host, tag=filters.tag)
     return paginate(request, profiles, page)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
@@ -15,7 +15,16 @@ from hosts import services
 from hosts.models import InstanceState, ServerInstance
 from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, aware, found, paginate, path_id, responses
+from specdash.api.common import (
+    WRITE_ERRORS,
+    PageBody,
+    PageQuery,
+    aware,
+    found,
+    paginate,
+    path_id,
+    responses,
+)
 from specdash.api.schemas import (
     Id,
     InstanceAccepted,
@@ -27,7 +36,27 @@ from specdash.api.schemas import (
     Text,
 )
 
+if TYPE_CHECKING:
+    from core.models import Job
+    from hosts.models import InstanceEvent
+
 router = Router(tags=["instances"])
+
+
+class InstanceAcceptedBody(TypedDict):
+    """The 202 answer to a write, as ``InstanceAccepted`` renders it."""
+
+    instance: ServerInstance
+    job: Job | None
+    job_url: str | None
+
+
+class InstanceLogBody(TypedDict):
+    """The answer ``LogOut`` renders."""
+
+    instance_id: int
+    state: str
+    lines: list[str]
 
 
 class InstanceFilters(Schema):
@@ -50,10 +79,10 @@ def _instance(instance_id: int) -> ServerInstance:
     return instance
 
 
-def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
+def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
     instance = _instance(instance.pk)
     job = job_selectors.job_newest(lock_key=services.instance_lock_key(instance.pk))
-    body = {
+    body: InstanceAcceptedBody = {
         "instance": instance,
         "job": job,
         "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None,
@@ -65,7 +94,7 @@ def _accepted(instance: ServerInstance) -> Status[dict[str, Any]]:
 @requires(viewer)
 def instance_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
-) -> dict[str, Any]:
+) -> PageBody[ServerInstance]:
     """Newest first; filter by profile, host, state, profile tag and creation time."""
     qs = host_selectors.instance_filter(
         profile_id=filters.profile,
@@ -86,7 +115,7 @@ def instance_list(
 @requires(operator)
 def profile_start(
     request: HttpRequest, profile_id: int = path_id("Profile id")
-) -> Status[dict[str, Any]]:
+) -> Status[InstanceAcceptedBody]:
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
     user = caller(request)
@@ -111,7 +140,7 @@ def instance_detail(
 @requires(operator)
 def instance_stop(
     request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> Status[dict[str, Any]]:
+) -> Status[InstanceAcceptedBody]:
     """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
     user = caller(request)
     return _accepted(services.instance_stop(instance=_instance(instance_id), user=user))
@@ -124,7 +153,7 @@ def instance_stop(
 @requires(operator)
 def instance_kill_holders(
     request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
-) -> Status[dict[str, Any]]:
+) -> Status[InstanceAcceptedBody]:
     """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
     verification listed, by pid and start time)."""
     user = caller(request)
@@ -147,7 +176,7 @@ def instance_kill_holders(
 @requires(viewer)
 def instance_events(
     request: HttpRequest, page: Query[PageQuery], instance_id: int = path_id("Instance id")
-) -> dict[str, Any]:
+) -> PageBody[InstanceEvent]:
     """State history and operator actions, oldest first."""
     _instance(instance_id)
     return paginate(request, host_selectors.instance_event_list(instance_id=instance_id), page)
@@ -157,7 +186,7 @@ def instance_events(
 @requires(viewer)
 def instance_log(
     request: HttpRequest, query: Query[LogQuery], instance_id: int = path_id("Instance id")
-) -> dict[str, Any]:
+) -> InstanceLogBody:
     """The last lines of the server's log, as the lifecycle job last read them."""
     instance = _instance(instance_id)
     lines = instance.log_tail.splitlines()[-query.lines :]

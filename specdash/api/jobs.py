@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
@@ -12,10 +12,30 @@ from core.jobs.health import worker_health
 from core.models import Job, JobState
 from specdash.api import errors
 from specdash.api.auth import requires, viewer
-from specdash.api.common import PageQuery, paginate, path_id, responses
+from specdash.api.common import PageBody, PageQuery, paginate, path_id, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
 
+if TYPE_CHECKING:
+    from datetime import datetime
+
 router = Router(tags=["jobs"])
+
+
+class WorkerBody(TypedDict):
+    worker_id: str
+    healthy: bool
+    error: str
+    beat_at: datetime
+    kinds: list[str]
+
+
+class HealthBody(TypedDict):
+    """What ``HealthOut`` renders."""
+
+    ok: bool
+    message: str
+    stale_after_s: float
+    workers: list[WorkerBody]
 
 
 class JobFilters(Schema):
@@ -27,7 +47,7 @@ class JobFilters(Schema):
 @requires(viewer)
 def job_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[JobFilters]
-) -> dict[str, Any]:
+) -> PageBody[Job]:
     return paginate(request, job_selectors.job_filter(kind=filters.kind, state=filters.state), page)
 
 
@@ -42,7 +62,7 @@ def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
 
 @router.get("/health", response=responses({200: HealthOut}), summary="Job worker health")
 @requires(viewer)
-def health(request: HttpRequest) -> dict[str, Any]:
+def health(request: HttpRequest) -> HealthBody:
     """Whether a healthy job worker is alive (new work is refused with 503 while none is)."""
     found = worker_health()
     return {

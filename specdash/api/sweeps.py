@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -17,7 +17,15 @@ from benchmarks.sweeps import exports
 from hosts import selectors as host_selectors
 from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, PageQuery, aware, paginate, path_id, responses
+from specdash.api.common import (
+    WRITE_ERRORS,
+    PageBody,
+    PageQuery,
+    aware,
+    paginate,
+    path_id,
+    responses,
+)
 from specdash.api.schemas import (
     Id,
     LevelOut,
@@ -29,7 +37,19 @@ from specdash.api.schemas import (
     Text,
 )
 
+if TYPE_CHECKING:
+    from benchmarks.models import SweepSample
+    from core.models import Job
+
 router = Router(tags=["sweeps"])
+
+
+class SweepAcceptedBody(TypedDict):
+    """The 202 answer to a write, as ``SweepAccepted`` renders it."""
+
+    sweep: Sweep
+    job: Job | None
+    job_url: str | None
 
 
 class SweepFilters(Schema):
@@ -52,7 +72,7 @@ def _sweep(sweep_id: int) -> Sweep:
     return sweep
 
 
-def _accepted(sweep: Sweep) -> Status[dict[str, Any]]:
+def _accepted(sweep: Sweep) -> Status[SweepAcceptedBody]:
     sweep = _sweep(sweep.pk)
     job = sweep.job
     url = f"/api/v1/jobs/{job.pk}" if job is not None else None
@@ -80,7 +100,7 @@ _JSONL = {
 @requires(viewer)
 def sweep_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
-) -> dict[str, Any]:
+) -> PageBody[Sweep]:
     """Newest first; filter by profile, instance, state, tag and creation time."""
     qs = bench_selectors.sweep_filter(
         profile_id=filters.profile,
@@ -99,7 +119,7 @@ def sweep_list(
     summary="Start a concurrency sweep",
 )
 @requires(sweeper)
-def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[dict[str, Any]]:
+def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[SweepAcceptedBody]:
     """Queue a sweep of a ready instance (or a base URL); 202 with the sweep and its job."""
     user = caller(request)
     instance = None
@@ -155,7 +175,7 @@ def sweep_samples(
     page: Query[PageQuery],
     filters: Query[SampleFilters],
     sweep_id: int = path_id("Sweep id"),
-) -> dict[str, Any]:
+) -> PageBody[SweepSample]:
     """The live samples (about one a second), oldest first."""
     qs = bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
     return paginate(request, qs, page)
@@ -165,7 +185,7 @@ def sweep_samples(
 @requires(sweeper)
 def sweep_cancel(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[dict[str, Any]]:
+) -> Status[SweepAcceptedBody]:
     """Cancel: a queued sweep at once, a running one after its current level (partial)."""
     user = caller(request)
     return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
@@ -175,7 +195,7 @@ def sweep_cancel(
 @requires(sweeper)
 def sweep_resume(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[dict[str, Any]]:
+) -> Status[SweepAcceptedBody]:
     """Continue an interrupted sweep from its first level that did not complete."""
     user = caller(request)
     return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
@@ -185,7 +205,7 @@ def sweep_resume(
 @requires(sweeper)
 def sweep_rerun(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[dict[str, Any]]:
+) -> Status[SweepAcceptedBody]:
     """A new sweep with a finished sweep's settings against the same target (its server if
     still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
     runs or when no server of its profile is ready."""
@@ -197,7 +217,7 @@ def sweep_rerun(
 @requires(sweeper)
 def sweep_abandon(
     request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[dict[str, Any]]:
+) -> Status[SweepAcceptedBody]:
     """Close an interrupted sweep for good (cancelled, every level kept)."""
     user = caller(request)
     return _accepted(services.sweep_abandon(sweep=_sweep(sweep_id), user=user))

@@ -3,7 +3,7 @@ a speculation schedule derived from one (benchmarks.experiments.matrix and .tuni
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import tuning
 from hosts import selectors as host_selectors
 from hosts.models import ServerProfile
@@ -21,12 +22,15 @@ from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
 
+if TYPE_CHECKING:
+    from specdash.api.experiments import ExperimentAcceptedBody
+
 router = Router(tags=["experiments"])
 
 
 class MatrixIn(ProtocolIn):
     profile: Id = Field(description="The base profile whose argv the axes change")
-    axes: dict[str, Any] = Field(
+    axes: JsonObject = Field(
         description='Flag -> values, e.g. {"--speculative-num-steps": [1, 3, 5]}; a key inside '
         'a JSON flag as {"--speculative-config.num_speculative_tokens": [1, 3]}; several axes '
         "give their product"
@@ -99,7 +103,7 @@ class VerificationOut(Schema):
     levels: list[VerificationLevelOut]
     ok: bool
     verdict: str = Field(description="The verification decision's sentence, margin stated")
-    decision: dict[str, Any] | None = Field(
+    decision: JsonObject | None = Field(
         None,
         description="The verification decision: `pairwise` (the schedule against each fixed "
         "variant, each a decision with per-level status, ratio and interval), `levels`, "
@@ -121,7 +125,7 @@ def base_profile_or_404(pk: int) -> ServerProfile:
     summary="Run a parameter matrix of one profile",
 )
 @requires(operator, sweeper)
-def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[dict[str, Any]]:
+def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[ExperimentAcceptedBody]:
     """Create (or reuse) one variant profile per combination of the axes' values, and queue
     an experiment with the variants as arms. 422 for an axis that cannot be applied."""
     user = caller(request)
@@ -154,7 +158,7 @@ def verification_create(
     request: HttpRequest,
     payload: VerifyIn | None = None,
     experiment_id: int = path_id("Experiment id"),
-) -> Status[dict[str, Any]]:
+) -> Status[ExperimentAcceptedBody]:
     """Derive the schedule from a completed experiment whose arms differ in draft length, write
     it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load,
     each level ``repeats`` times (default 3) so the verdict's intervals hold run-to-run spread.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints, create_model
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
@@ -80,7 +81,7 @@ class ArmOut(Schema):
     label: str
     profile_id: int
     profile: str
-    load: dict[str, Any] = Field(
+    load: JsonObject = Field(
         default_factory=dict, description="The arm's own load settings over the experiment's"
     )
 
@@ -123,7 +124,7 @@ class ExperimentOut(Schema):
     finished: bool
     reason: str
     levels: list[int]
-    load: dict[str, Any]
+    load: JsonObject
     repeats: int
     order: str
     arms: list[ArmOut]
@@ -131,7 +132,7 @@ class ExperimentOut(Schema):
     notes: str
     has_comparison: bool
     auto_resume: bool
-    history: list[dict[str, Any]] = Field(description="Every interruption and resume, in order")
+    history: list[JsonObject] = Field(description="Every interruption and resume, in order")
     created_by: str | None
     created_at: datetime
     started_at: datetime | None
@@ -204,20 +205,20 @@ class VerdictOut(Schema):
     )
     ratios: list[RatioOut] = Field(description="candidate / reference output tok/s per level")
     unmatched: list[int]
-    crossover: dict[str, Any]
+    crossover: JsonObject
     behind_from: int | None = Field(
         description="The decision's behind_from: smallest tested C from which every level "
         "is behind by its status (never from the points alone)"
     )
     ahead_from: int | None = Field(description="The decision's ahead_from (by status)")
     settled_conclusively: bool = Field(description="behind_from or ahead_from is set")
-    reference_saturation: dict[str, Any]
-    candidate_saturation: dict[str, Any]
+    reference_saturation: JsonObject
+    candidate_saturation: JsonObject
     saturation_ratio: float | None
     speculative: bool
     speculative_name: str
     disable_speculation_above: int | None
-    engine_options: list[dict[str, Any]]
+    engine_options: list[JsonObject]
 
 
 class ComparisonOut(Schema):
@@ -225,14 +226,14 @@ class ComparisonOut(Schema):
     metric: str
     confidence: float
     reference: str | None
-    series: list[dict[str, Any]]
+    series: list[JsonObject]
     verdicts: list[VerdictOut]
-    rows: list[dict[str, Any]]
-    slo: dict[str, Any] | None = Field(None, description="The SLO the goodput figures use")
-    goodput_verdicts: list[dict[str, Any]] = Field(
+    rows: list[JsonObject]
+    slo: JsonObject | None = Field(None, description="The SLO the goodput figures use")
+    goodput_verdicts: list[JsonObject] = Field(
         default_factory=list, description="The verdicts on goodput tok/s under the SLO"
     )
-    equivalence: dict[str, Any] | None
+    equivalence: JsonObject | None
     warnings: list[str]
     built_at: str
     declared_axis: list[str] = Field(
@@ -240,7 +241,7 @@ class ComparisonOut(Schema):
         description="What the arms are declared to differ in: launch (their profiles), "
         "load: api, load: temperature (their own load settings)",
     )
-    arm_loads: dict[str, dict[str, Any]] = Field(
+    arm_loads: dict[str, JsonObject] = Field(
         default_factory=dict,
         description="Per arm label, its api and temperature (when the axis includes a load "
         "setting)",
@@ -259,31 +260,31 @@ class ScheduleOut(Schema):
         None, description="The simplest arm (kept where nothing is conclusive)"
     )
     confidence: float | None = None
-    variants: list[dict[str, Any]] = Field(
+    variants: list[JsonObject] = Field(
         default_factory=list, description="Each arm's label, profile name and draft length"
     )
-    bands: list[dict[str, Any]] = Field(
+    bands: list[JsonObject] = Field(
         default_factory=list,
         description="Concurrency bands (start, end: inclusive, null = no upper end) with the "
         "arm and draft length chosen, the tested levels inside, expected_gain over the "
         "runner-up and its interval gain_low..gain_high (null without one)",
     )
-    steps: list[dict[str, Any]] = Field(
+    steps: list[JsonObject] = Field(
         default_factory=list, description="Batch-size steps (start, end, draft_length)"
     )
-    choices: list[dict[str, Any]] = Field(
+    choices: list[JsonObject] = Field(
         default_factory=list, description="Per tested level: the chosen arm and why"
     )
     untested: list[int] = Field(default_factory=list, description="Levels some arm did not test")
     description: str = ""
-    decision: dict[str, Any] | None = Field(
+    decision: JsonObject | None = Field(
         None,
         description="The matrix decision the page renders: its bands, steps (batch-size "
         "switches placed on the running batch sizes each level's server reported), "
         "thresholds (where the switches come from), batch_ranges, switch_costs (what each "
         "switch point is predicted to cost the level above it) and statements",
     )
-    configs: list[dict[str, Any]] = Field(
+    configs: list[JsonObject] = Field(
         default_factory=list,
         description="The engine configuration to paste: engine, option, exact, value (argv), "
         "note, source, version, and file_name/file_text for a config file it names",

@@ -7,6 +7,7 @@ from typing import Any
 
 from ninja import Field, Schema
 
+from benchlib.json_types import JsonObject
 from hosts.masking import masked_text, masked_tree
 from specdash.api.schemas.base import MAX_ID, In, Page
 
@@ -33,8 +34,8 @@ class JobOut(Schema):
     kind: str
     state: str
     finished: bool
-    params: dict[str, Any]
-    result: dict[str, Any]
+    params: JsonObject
+    result: JsonObject
     error: str = Field(
         description="Why it ended other than succeeding: the failure, the interruption (worker "
         "shut down, lease not renewed) or the cancel (within the grace, or forced)"
@@ -71,7 +72,7 @@ class InstanceOut(Schema):
     pid: int | None
     exit_code: int | None
     reason: str
-    evidence: dict[str, Any]
+    evidence: JsonObject
     stop_requested: bool
     started_by: str | None
     created_at: datetime
@@ -100,7 +101,7 @@ class InstanceOut(Schema):
         return masked_text(obj.reason)
 
     @staticmethod
-    def resolve_evidence(obj: Any) -> dict[str, Any]:
+    def resolve_evidence(obj: Any) -> JsonObject:
         # Holders' command lines are other processes' argv.
         return dict(masked_tree(obj.evidence))
 
@@ -122,7 +123,7 @@ class InstanceEventOut(Schema):
     state: str
     message: str
     actor: str | None
-    data: dict[str, Any]
+    data: JsonObject
 
     @staticmethod
     def resolve_actor(obj: Any) -> str | None:
@@ -133,7 +134,7 @@ class InstanceEventOut(Schema):
         return masked_text(obj.message)
 
     @staticmethod
-    def resolve_data(obj: Any) -> dict[str, Any]:
+    def resolve_data(obj: Any) -> JsonObject:
         return dict(masked_tree(obj.data))
 
 

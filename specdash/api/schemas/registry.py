@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints
 
+from benchlib.json_types import JsonObject
 from hosts.masking import masked_argv, masked_env  # secrets are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
 from specdash.api.schemas.base import _TEXT, Id, In, Name, Page, Text
@@ -27,13 +28,13 @@ class HostOut(Schema):
     known_hosts_file: str
     jump_host: str
     path_prepend: str
-    command_env: dict[str, Any]
+    command_env: JsonObject
     notes: str
     created_at: datetime
     updated_at: datetime
 
     @staticmethod
-    def resolve_command_env(obj: Any) -> dict[str, Any]:
+    def resolve_command_env(obj: Any) -> JsonObject:
         return masked_env(dict(obj.command_env))
 
 
@@ -106,7 +107,7 @@ class ProfileOut(Schema):
     host: str
     container_id: int | None
     launch_argv: list[str]
-    env: dict[str, Any]
+    env: JsonObject
     workdir: str
     port: int
     gpu_ids: list[int]
@@ -132,7 +133,7 @@ class ProfileOut(Schema):
         return str(obj.host.name) if obj.host is not None else ""
 
     @staticmethod
-    def resolve_env(obj: Any) -> dict[str, Any]:
+    def resolve_env(obj: Any) -> JsonObject:
         return masked_env(dict(obj.env))
 
     @staticmethod

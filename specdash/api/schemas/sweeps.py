@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints, create_model
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, SloSettings, input_fields
 from benchmarks import selectors as bench_selectors
 from benchmarks.sweeps.rows import SweepProgress
@@ -67,7 +68,7 @@ class SweepOut(Schema):
     profile: str | None
     base_url: str
     levels: list[int]
-    load: dict[str, Any]
+    load: JsonObject
     reason: str
     current_level_index: int | None
     notes: str
@@ -97,11 +98,11 @@ class SweepOut(Schema):
 
 
 class SweepDetailOut(SweepOut):
-    environment: dict[str, Any]
+    environment: JsonObject
     progress: ProgressOut
 
     @staticmethod
-    def resolve_environment(obj: Any) -> dict[str, Any]:
+    def resolve_environment(obj: Any) -> JsonObject:
         # Snapshots taken before argv was masked still hold their secrets.
         return dict(masked_tree(obj.environment or {}))
 
@@ -137,13 +138,13 @@ class LevelOut(Schema):
     requests_failed: int
     reason: str
     attempt: int = Field(description="The sweep attempt whose records this level summarises")
-    earlier_attempts: list[dict[str, Any]] = Field(
+    earlier_attempts: list[JsonObject] = Field(
         description="What earlier attempts of this level measured before it was run again"
     )
     started_at: datetime | None
     finished_at: datetime | None
-    summary: dict[str, Any]
-    server_metrics: dict[str, Any] = Field(
+    summary: JsonObject
+    server_metrics: JsonObject = Field(
         description="The server's own figures over exactly this level (available false when "
         "not scraped), from /metrics counter differences (docs/measurement.md): accept_length "
         "per drafted step and tokens_per_step per engine step, each with its *_source "
@@ -172,7 +173,7 @@ class LevelOut(Schema):
 class SampleOut(Schema):
     level_index: int
     t: float
-    data: dict[str, Any]
+    data: JsonObject
 
 
 class SweepPage(Page):

@@ -356,7 +356,7 @@ class Command(BaseCommand):
 
     def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:
         load = _load(options)
-        target: dict[str, Any] = (
+        target: dict[str, int | None] = (
             {"profile_id": client.profile_id(options["endpoint"])}
             if options["endpoint"]
             else {"instance_id": options["instance"]}
