@@ -7,7 +7,10 @@ with ``plotly.io.to_html``: one definition, two outputs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.history import HistoryPoint
 
 COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
 _MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
@@ -386,7 +389,7 @@ def comparison_figures(
     return {name: legend_below(build(comparison), legend_width_px) for name, build in FIGURES}
 
 
-def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str, Any]:
+def history_figure(history: list[HistoryPoint], profile_name: str) -> dict[str, Any]:
     xs = [h["created_at"] for h in history]
     text = [f"sweep #{h['sweep_id']}" for h in history]
     data = [
