@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchlib.json_types import PlotlyFigure
+
 _COLORS = ("#1c7ed6", "#f08c00", "#2b8a3e", "#7048e8", "#c92a2a", "#495057")
 SOURCE_TEXT = {
     "sglang_gauges": "SGLang gauges: spec_num_steps (tier), spec_accept_length, "
@@ -55,7 +57,7 @@ def _series(figures: Mapping[str, Any], name: str) -> list[Any]:
     return list(values) if isinstance(values, list) else []
 
 
-def level_figure(level: LevelTracks) -> dict[str, Any]:
+def level_figure(level: LevelTracks) -> PlotlyFigure:
     """Throughput per second of each run (left axis) and its drafted tokens per step, tokens
     per step and acceptance (right axis), with each switch as a dashed line and a marker whose
     hover gives its cost."""

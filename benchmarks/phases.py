@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from benchlib.json_types import PlotlyFigure
 from benchmarks.experiments.figures import COLORS, legend_below
 
 # The reasoning figures a page shows: (summary key, quantile) -> the row's key.
@@ -220,7 +221,7 @@ RAMP_TRACES = (
 )
 
 
-def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> PlotlyFigure:
     """A ramp chart: per time slice (its middle, s from the level's first arrival) the rate
     offered and the rate that arrived (req/s) with the output tok/s delivered on the upper
     panel, TTFT p50 and TPOT p50 (ms) on the lower; one colour per series (name, ramp row),
@@ -257,7 +258,7 @@ def comparison_phases(comparison: Mapping[str, Any]) -> dict[str, Any]:
     levels, or one stored before these figures were kept."""
     names = {s.get("label"): s.get("name") for s in comparison.get("series") or []}
     reasoning, sessions, ramps = [], [], []
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, PlotlyFigure] = {}
     for row in comparison.get("rows") or []:
         concurrency = row.get("concurrency")
         ramped: list[tuple[str, Mapping[str, Any]]] = []

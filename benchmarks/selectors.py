@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from benchlib.json_types import PlotlyFigure
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.controller_report import tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
@@ -206,7 +207,7 @@ def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
     per session) or ramped their rate (``ramps``), and each ramp's chart (``ramp_figures``, by
     the id of its container). A plain level is in none of them."""
     reasoning, sessions, ramps = [], [], []
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, PlotlyFigure] = {}
     for level in levels:
         label = getattr(level, "label", f"C={level.concurrency}")
         row = phases_row([level.summary or {}])
