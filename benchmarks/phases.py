@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from benchlib.json_types import PlotlyFigure
+from benchlib.json_types import JsonObject, PlotlyFigure
 from benchmarks.experiments.figures import COLORS, legend_below
 
 # The reasoning figures a page shows: (summary key, quantile) -> the row's key.
@@ -77,6 +77,17 @@ class PhasesRow(TypedDict):
     turns: list[FigureRow]
     sessions: SessionRow | None
     ramp: RampRow | None
+
+
+class PhaseBlocks(TypedDict):
+    """What a page shows of its levels' phases (``comparison_phases``, and the sweep page's
+    selector): each block's rows as the templates read them, and the ramp charts by the id of
+    their container."""
+
+    reasoning: list[JsonObject]
+    sessions: list[JsonObject]
+    ramps: list[JsonObject]
+    ramp_figures: dict[str, PlotlyFigure]
 
 
 def _mean(values: Sequence[Any]) -> float | None:
@@ -250,7 +261,7 @@ def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> 
     return figure
 
 
-def comparison_phases(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_phases(comparison: Mapping[str, Any]) -> PhaseBlocks:
     """A comparison's phase blocks, from the rows it stored (each cell one series at one C,
     its repeats averaged by ``phases_row`` when it was built): ``reasoning`` and ``sessions``
     rows labelled with C and the series, ``ramps`` (C and the id of its chart's container) and

@@ -17,7 +17,7 @@ from benchlib.json_types import PlotlyFigure
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.controller_report import tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.phases import phases_row, ramp_figure
+from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow
@@ -201,7 +201,7 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
     }
 
 
-def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
+def sweep_phases(*, levels: list[SweepLevel]) -> PhaseBlocks:
     """The levels' workload phases from their stored summaries (benchmarks.phases): the levels
     that streamed reasoning (``reasoning``), ran multi-turn sessions (``sessions``: per turn and
     per session) or ramped their rate (``ramps``), and each ramp's chart (``ramp_figures``, by
