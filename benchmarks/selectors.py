@@ -20,7 +20,7 @@ from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSa
 from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
-from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow
+from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow, SweepSnapshot
 from core.listing import run_filters
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import HostSweeps, SweepSpan
@@ -357,7 +357,7 @@ def sweep_progress(
     return progress
 
 
-def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> dict[str, Any] | None:
+def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> SweepSnapshot | None:
     """State so far, for a viewer who joins mid-run (then the live events follow)."""
     sweep = sweep_detail(sweep_id=sweep_id)
     if sweep is None:
