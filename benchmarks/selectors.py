@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 
 from benchlib.json_types import PlotlyFigure
 from benchlib.loadgen.settings import stored_workload
-from benchmarks.controller_report import tracks_context
+from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
@@ -224,7 +224,7 @@ def sweep_phases(*, levels: list[SweepLevel]) -> PhaseBlocks:
     return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
 
 
-def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[dict[str, Any]]:
+def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[ControllerSection]:
     """Controller tracking per level of this sweep, from each level's stored per-second
     figures (``levels`` as ``sweep_level_table`` gives them, labelled)."""
     runs = [
