@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+from benchlib.json_types import JsonObject, PlotlyFigure
 
 _COLORS = ("#1c7ed6", "#f08c00", "#2b8a3e", "#7048e8", "#c92a2a", "#495057")
 SOURCE_TEXT = {
@@ -55,7 +57,7 @@ def _series(figures: Mapping[str, Any], name: str) -> list[Any]:
     return list(values) if isinstance(values, list) else []
 
 
-def level_figure(level: LevelTracks) -> dict[str, Any]:
+def level_figure(level: LevelTracks) -> PlotlyFigure:
     """Throughput per second of each run (left axis) and its drafted tokens per step, tokens
     per step and acceptance (right axis), with each switch as a dashed line and a marker whose
     hover gives its cost."""
@@ -147,6 +149,19 @@ def switch_text(s: Mapping[str, Any]) -> str:
     return text
 
 
+class ControllerSection(TypedDict):
+    """One level's section of the controller tracking block (``tracks_context``)."""
+
+    key: int
+    figure_id: str  # the json_script id of its figure
+    title: str
+    labels: list[str]
+    figure: PlotlyFigure
+    switches: list[JsonObject]  # a stored switch with its run's label and its sentences
+    sources: list[str]
+    failed_scrapes: int
+
+
 def level_tracks(runs: Sequence[tuple[str, int, str, Any]]) -> list[LevelTracks]:
     """Group ``(label, level key, level title, stored controller figures)`` by level key (a
     sweep's level index, an experiment's concurrency), in key order, keeping the runs that
@@ -161,7 +176,7 @@ def level_tracks(runs: Sequence[tuple[str, int, str, Any]]) -> list[LevelTracks]
 
 def tracks_context(
     runs: Sequence[tuple[str, int, str, Any]], *, scope: str
-) -> list[dict[str, Any]]:
+) -> list[ControllerSection]:
     """What the page's section renders per level: the figure (its json_script id prefixed
     with ``scope``), the switch rows, the sources."""
     return [

@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
+from benchlib.json_types import JsonObject, PlotlyFigure
 from benchmarks.experiments.figures import COLORS, legend_below
 
 # The reasoning figures a page shows: (summary key, quantile) -> the row's key.
@@ -40,6 +41,55 @@ SLICE_SHOWN = (
 )
 
 
+# A row of figures whose keys are generated from a SHOWN tuple (a reasoning row, a turn row, a
+# ramp's slice): counts and figures, None where no repeat had the figure.
+FigureRow = dict[str, float | None]
+
+
+class SessionRow(TypedDict):
+    """A level's multi-turn sessions (``session_row``): counts summed over repeats, the rest
+    averaged."""
+
+    sessions: int
+    complete: int
+    turns_mean: float | None
+    duration_p50_s: float | None
+    duration_max_s: float | None
+    later_over_first_p50: float | None
+    later_over_first_mean: float | None
+
+
+class RampRow(TypedDict):
+    """A ramped level's strategy, rates and slices (``ramp_row``); a slice's keys are ``t0_s``,
+    ``t1_s``, ``arrivals`` and each of SLICE_SHOWN."""
+
+    strategy: str | None
+    start_rate: float | None
+    end_rate: float | None
+    repeats: int
+    slices: list[FigureRow]
+
+
+class PhasesRow(TypedDict):
+    """Every phase block of one level (``phases_row``)."""
+
+    reasoning: FigureRow | None
+    turns: list[FigureRow]
+    sessions: SessionRow | None
+    ramp: RampRow | None
+
+
+class PhaseBlocks(TypedDict):
+    """What a page shows of its levels' phases (``comparison_phases``, and the sweep page's
+    selector): each block's rows as the templates read them, and the ramp charts by the id of
+    their container."""
+
+    reasoning: list[JsonObject]
+    sessions: list[JsonObject]
+    ramps: list[JsonObject]
+    ramp_figures: dict[str, PlotlyFigure]
+
+
 def _mean(values: Sequence[Any]) -> float | None:
     present = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
     return statistics.fmean(present) if present else None
@@ -53,7 +103,7 @@ def _dig(data: Any, *path: str) -> Any:
     return data
 
 
-def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> FigureRow | None:
     """The level's reasoning-phase figures (ms; the mean over repeats of each), or None when
     no repeat streamed reasoning. Keys: ``requests`` and ``answered`` (summed),
     ``<figure>_<quantile>`` for each of REASONING_SHOWN, and where the summaries have them
@@ -64,7 +114,7 @@ def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
     found = [s["reasoning"] for s in summaries if isinstance(s.get("reasoning"), Mapping)]
     if not found:
         return None
-    row: dict[str, Any] = {
+    row: FigureRow = {
         "requests": sum(int(f.get("requests") or 0) for f in found),
         "answered": sum(int(f.get("answered") or 0) for f in found),
     }
@@ -82,7 +132,7 @@ def reasoning_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
     return row
 
 
-def turn_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def turn_rows(summaries: Sequence[Mapping[str, Any]]) -> list[FigureRow]:
     """Per turn index (0: first): requests and ok summed over repeats, TURN_SHOWN averaged."""
     by_turn: dict[int, list[Mapping[str, Any]]] = {}
     for summary in summaries:
@@ -92,7 +142,7 @@ def turn_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for turn in sorted(by_turn):
         rows = by_turn[turn]
-        entry: dict[str, Any] = {
+        entry: FigureRow = {
             "turn": turn,
             "requests": sum(int(r.get("requests") or 0) for r in rows),
             "ok": sum(int(r.get("ok") or 0) for r in rows),
@@ -103,7 +153,7 @@ def turn_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def session_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def session_row(summaries: Sequence[Mapping[str, Any]]) -> SessionRow | None:
     """The level's sessions: counted over repeats, their turns, length (s) and later turns'
     mean TTFT over the first's (p50 and mean over sessions) averaged over repeats."""
     found = [s["sessions"] for s in summaries if isinstance(s.get("sessions"), Mapping)]
@@ -120,7 +170,7 @@ def session_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None
     }
 
 
-def ramp_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def ramp_row(summaries: Sequence[Mapping[str, Any]]) -> RampRow | None:
     """A ramped level's strategy, rates and slices (each of SLICE_SHOWN the mean over the
     repeats cut into as many slices as the first), or None for a level without a ramp."""
     found = [s["ramp"] for s in summaries if isinstance(_dig(s, "ramp", "slices"), list)]
@@ -144,7 +194,7 @@ def ramp_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def phases_row(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def phases_row(summaries: Sequence[Mapping[str, Any]]) -> PhasesRow:
     """Every phase block of one level (its repeats' summaries), under the keys the pages read:
     ``reasoning``, ``turns``, ``sessions``, ``ramp`` (None or empty where it does not apply)."""
     return {
@@ -182,7 +232,7 @@ RAMP_TRACES = (
 )
 
 
-def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> PlotlyFigure:
     """A ramp chart: per time slice (its middle, s from the level's first arrival) the rate
     offered and the rate that arrived (req/s) with the output tok/s delivered on the upper
     panel, TTFT p50 and TPOT p50 (ms) on the lower; one colour per series (name, ramp row),
@@ -211,7 +261,7 @@ def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> 
     return figure
 
 
-def comparison_phases(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_phases(comparison: Mapping[str, Any]) -> PhaseBlocks:
     """A comparison's phase blocks, from the rows it stored (each cell one series at one C,
     its repeats averaged by ``phases_row`` when it was built): ``reasoning`` and ``sessions``
     rows labelled with C and the series, ``ramps`` (C and the id of its chart's container) and
@@ -219,7 +269,7 @@ def comparison_phases(comparison: Mapping[str, Any]) -> dict[str, Any]:
     levels, or one stored before these figures were kept."""
     names = {s.get("label"): s.get("name") for s in comparison.get("series") or []}
     reasoning, sessions, ramps = [], [], []
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, PlotlyFigure] = {}
     for row in comparison.get("rows") or []:
         concurrency = row.get("concurrency")
         ramped: list[tuple[str, Mapping[str, Any]]] = []

@@ -13,13 +13,14 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from benchlib.json_types import PlotlyFigure
 from benchlib.loadgen.settings import stored_workload
-from benchmarks.controller_report import tracks_context
+from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.phases import phases_row, ramp_figure
+from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
-from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow
+from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow, SweepSnapshot
 from core.listing import run_filters
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import HostSweeps, SweepSpan
@@ -200,13 +201,13 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
     }
 
 
-def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
+def sweep_phases(*, levels: list[SweepLevel]) -> PhaseBlocks:
     """The levels' workload phases from their stored summaries (benchmarks.phases): the levels
     that streamed reasoning (``reasoning``), ran multi-turn sessions (``sessions``: per turn and
     per session) or ramped their rate (``ramps``), and each ramp's chart (``ramp_figures``, by
     the id of its container). A plain level is in none of them."""
     reasoning, sessions, ramps = [], [], []
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, PlotlyFigure] = {}
     for level in levels:
         label = getattr(level, "label", f"C={level.concurrency}")
         row = phases_row([level.summary or {}])
@@ -223,7 +224,7 @@ def sweep_phases(*, levels: list[SweepLevel]) -> dict[str, Any]:
     return {"reasoning": reasoning, "sessions": sessions, "ramps": ramps, "ramp_figures": figures}
 
 
-def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[dict[str, Any]]:
+def sweep_controller_tracks(*, sweep: Sweep, levels: list[SweepLevel]) -> list[ControllerSection]:
     """Controller tracking per level of this sweep, from each level's stored per-second
     figures (``levels`` as ``sweep_level_table`` gives them, labelled)."""
     runs = [
@@ -356,7 +357,7 @@ def sweep_progress(
     return progress
 
 
-def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> dict[str, Any] | None:
+def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> SweepSnapshot | None:
     """State so far, for a viewer who joins mid-run (then the live events follow)."""
     sweep = sweep_detail(sweep_id=sweep_id)
     if sweep is None:

@@ -9,6 +9,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from benchlib.json_types import PlotlyFigure
 from benchlib.stats.breakeven import BreakevenMap, PredictionCheck
 from benchmarks.experiments.breakeven import Placement
 
@@ -74,7 +75,7 @@ def map_csv(bmap: BreakevenMap, placement: Placement | None) -> str:
     return out.getvalue()
 
 
-def map_figure(bmap: BreakevenMap, placement: Placement | None) -> dict[str, Any]:
+def map_figure(bmap: BreakevenMap, placement: Placement | None) -> PlotlyFigure:
     """The heat map: B/A per forced accept length (y) and concurrency (x, one column per
     tested level), 1 in white, each cell labelled with its ratio and status; the contour
     (B/A = 1 from the points) and its band (from the interval bounds); each placed category's

@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from benchmarks.experiments import axes, comparison, schedule, selectors
 from benchmarks.experiments.comparison import SeriesData
 from benchmarks.experiments.environment import experiment_environment_differences
-from benchmarks.experiments.protocol import experiment_protocol, protocol_drift
+from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
 from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
 from benchmarks.models import Experiment
 from benchmarks.sweeps.recordfile import records_read_once
@@ -38,7 +38,7 @@ class ComparisonInputs:
     series: Sequence[SeriesData]
     equivalence_runs: dict[str, list[dict[str, Any]]]
     slo: dict[str, Any] | None
-    protocol: dict[str, Any]
+    protocol: ProtocolRecord
     environment_differences: Any
     # What the arms are declared to differ in, and their acceptance-axis loads (axes).
     axes: dict[str, Any]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -25,6 +25,17 @@ MAX_TOKENS = 32
 REQUEST_TIMEOUT_S = 120.0
 # How many differing prompts a comparison lists per profile (the rest are counted).
 MAX_LISTED_DIFFERENCES = 5
+
+
+class OutputDifference(TypedDict):
+    """A prompt whose outputs differ (``output_differences``): each side's text, or its
+    error where it had no output."""
+
+    prompt_index: int
+    prompt: str
+    reference: str | None
+    candidate: str | None
+    common_prefix_chars: int
 
 
 async def equivalence_probe(
@@ -83,14 +94,14 @@ async def equivalence_probe(
 
 def output_differences(
     reference: dict[str, Any], candidate: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> list[OutputDifference]:
     """Prompts whose outputs differ (or errored on either side), in prompt order."""
     ref_prompts = list(reference.get("prompts") or [])
     ref_outputs = list(reference.get("outputs") or [])
     cand_by_prompt = dict(
         zip(candidate.get("prompts") or [], candidate.get("outputs") or [], strict=False)
     )
-    differences = []
+    differences: list[OutputDifference] = []
     for i, prompt in enumerate(ref_prompts):
         ref = ref_outputs[i] if i < len(ref_outputs) else {"error": "no output"}
         cand = cand_by_prompt.get(prompt, {"error": "prompt not sent"})
@@ -134,7 +145,7 @@ def equivalence_summary(
     baseline = baseline_runs[0]
     profiles = []
     for label, checks in runs.items():
-        differences: list[dict[str, Any]] = []
+        differences: list[OutputDifference] = []
         for check in checks:
             differences.extend(output_differences(baseline, check))
         unstable = any(output_differences(checks[0], other) for other in checks[1:])

@@ -7,7 +7,13 @@ with ``plotly.io.to_html``: one definition, two outputs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from benchlib.json_types import PlotlyFigure
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.history import HistoryPoint
+
 
 COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
 _MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
@@ -135,9 +141,7 @@ def _wrapped(text: str) -> list[str]:
     return lines or [""]
 
 
-def legend_below(
-    figure: dict[str, Any], legend_width_px: int = CARD_LEGEND_WIDTH_PX
-) -> dict[str, Any]:
+def legend_below(figure: PlotlyFigure, legend_width_px: int = CARD_LEGEND_WIDTH_PX) -> PlotlyFigure:
     """``figure`` with its legend under the x axis title, its long entries wrapped, and the
     bottom margin that holds it."""
     data = [
@@ -167,7 +171,7 @@ def legend_below(
     return {"data": data, "layout": layout}
 
 
-def throughput_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def throughput_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     data = []
     for i, s in enumerate(comparison["series"]):
         xs = [r["concurrency"] for r in s["levels"]]
@@ -189,9 +193,7 @@ def throughput_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-def _metric_figure(
-    comparison: dict[str, Any], metric: str, title: str, unit: str
-) -> dict[str, Any]:
+def _metric_figure(comparison: dict[str, Any], metric: str, title: str, unit: str) -> PlotlyFigure:
     data = [
         {
             "type": "scatter",
@@ -206,13 +208,13 @@ def _metric_figure(
     return {"data": data, "layout": _layout(title, _log_c_axis(_concurrencies(comparison)), unit)}
 
 
-def ttft_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def ttft_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     return _metric_figure(
         comparison, "ttft_p50_ms", "Time to first token (p50) vs concurrency", "ms"
     )
 
 
-def itl_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def itl_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     return _metric_figure(
         comparison, "itl_p50_ms", "Inter-token latency (token-level p50) vs concurrency", "ms"
     )
@@ -245,7 +247,7 @@ def _spaced_labels(
     return labels
 
 
-def pareto_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def pareto_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     """Throughput against per-token latency: up and to the left is better."""
     xs = [r["itl_p50_ms"] for s in comparison["series"] for r in s["levels"]]
     ys = [r["output_tok_s"] for s in comparison["series"] for r in s["levels"]]
@@ -287,7 +289,7 @@ def _decided_ratios(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def ratio_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     """Each candidate's ratio to the reference on the deciding figure with its interval and
     status, the line at 1 and the decision's margin band."""
     data = []
@@ -328,7 +330,7 @@ def ratio_figure(comparison: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-def accept_figure(comparison: dict[str, Any]) -> dict[str, Any]:
+def accept_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     """Both speculative figures vs C for each speculative series: accept length per drafted
     step and tokens per engine step (dashed), and accept length per prompt category where the
     engine reported per-request figures: why speculation fades at high C."""
@@ -381,12 +383,12 @@ FIGURES = (
 
 def comparison_figures(
     comparison: dict[str, Any], *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PlotlyFigure]:
     """Every chart of the comparison page, by the id of its container."""
     return {name: legend_below(build(comparison), legend_width_px) for name, build in FIGURES}
 
 
-def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str, Any]:
+def history_figure(history: list[HistoryPoint], profile_name: str) -> PlotlyFigure:
     xs = [h["created_at"] for h in history]
     text = [f"sweep #{h['sweep_id']}" for h in history]
     data = [
@@ -403,7 +405,7 @@ def history_figure(history: list[dict[str, Any]], profile_name: str) -> dict[str
 
 def schedule_figure(
     schedule: dict[str, Any], *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
-) -> dict[str, Any]:
+) -> PlotlyFigure:
     """The draft length over C as a step chart (one step per band), and each band's gain over
     its runner-up with its interval on a second axis."""
     bands = schedule["bands"]

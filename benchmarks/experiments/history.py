@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.stats import Curve, find_saturation
 from benchmarks.experiments.comparison import saturation_dict
@@ -33,6 +33,28 @@ class HistoryRun:
     tags: tuple[str, ...] = ()
     load_key: str = ""  # runs with the same key ran the same load (history_load)
     load_label: str = ""
+
+
+class HistoryGroup(TypedDict):
+    """A load the runs ran under (``history_groups``)."""
+
+    key: str
+    label: str
+    count: int
+
+
+class HistoryPoint(TypedDict):
+    """One sweep on a profile's history (``history_build``)."""
+
+    sweep_id: int
+    name: str
+    created_at: str  # ISO 8601
+    lowest_concurrency: int
+    lowest_tok_s: float
+    c1_tok_s: float | None
+    saturation: dict[str, Any]  # comparison.saturation_dict
+    levels: list[int]
+    tags: list[str]
 
 
 def history_load(*, levels: Sequence[int], load: Mapping[str, Any]) -> tuple[str, str]:
@@ -57,9 +79,9 @@ def history_load(*, levels: Sequence[int], load: Mapping[str, Any]) -> tuple[str
     return key, "; ".join(parts)
 
 
-def history_groups(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
+def history_groups(*, runs: Sequence[HistoryRun]) -> list[HistoryGroup]:
     """The loads the runs ran under, the latest first: key, label and how many runs."""
-    groups: dict[str, dict[str, Any]] = {}
+    groups: dict[str, HistoryGroup] = {}
     for run in reversed(runs):  # runs are oldest first
         group = groups.setdefault(run.load_key, {"key": run.load_key, "label": run.load_label,
                                                  "count": 0})  # fmt: skip
@@ -67,9 +89,9 @@ def history_groups(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def history_build(*, runs: Sequence[HistoryRun]) -> list[dict[str, Any]]:
+def history_build(*, runs: Sequence[HistoryRun]) -> list[HistoryPoint]:
     """Per sweep of one profile: its lowest-C (single-stream) and saturation throughput."""
-    out = []
+    out: list[HistoryPoint] = []
     for run in runs:
         levels = {c: v for c, v in run.levels.items() if v is not None and v > 0}
         if not levels:

@@ -11,7 +11,7 @@ experiment ends, so that the decision can hold a level whose drift exceeds the m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.stats.drift import ArmDrift, LevelDrift, Run, experiment_drift, level_drift
 from benchlib.stats.intervals import interval_scope
@@ -20,6 +20,19 @@ from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, Swe
 
 # The figure drift is measured on: the one the comparison ranks by default.
 DRIFT_METRIC = "output_tok_s"
+
+
+class ProtocolRecord(TypedDict):
+    """How an experiment was measured (``experiment_protocol``); kept with its comparison."""
+
+    repeats: int
+    order: str
+    mode: str  # "repeats" or "single-run"
+    run_order: list[str]  # the arms' labels in the order their steps ran
+    interval_method: str
+    interval_scope: str
+    metric: str
+    drift: dict[str, list[dict[str, Any]]]  # candidate label -> LevelDrift.as_dict() per level
 
 
 def protocol_interval_method(repeats: int, levels: int = 2) -> str:
@@ -51,7 +64,7 @@ def _runs(experiment: Experiment, metric: str) -> dict[int, list[Run]]:
     return by_level
 
 
-def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -> dict[str, Any]:
+def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -> ProtocolRecord:
     """How ``experiment`` was measured and its drift and order effect per arm and level:
     ``{"repeats", "order", "mode", "run_order", "interval_method", "interval_scope",
     "metric", "drift": {candidate label: [LevelDrift.as_dict(), ...]}}``; the reference is A."""
@@ -84,7 +97,7 @@ def experiment_protocol(*, experiment: Experiment, metric: str = DRIFT_METRIC) -
     }
 
 
-def protocol_drift(protocol: dict[str, Any]) -> dict[str, dict[int, float]]:
+def protocol_drift(protocol: ProtocolRecord) -> dict[str, dict[int, float]]:
     """Candidate label -> C -> the drift the decision compares with the margin, from a protocol
     record (what ``comparison_build`` hands the decision): the experiment's drift over its
     levels (``benchlib.stats.drift.experiment_drift``), the same at every level whose arms ran

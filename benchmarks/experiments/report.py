@@ -13,6 +13,7 @@ from typing import Any
 import plotly.io as pio
 from django.template.loader import render_to_string
 
+from benchlib.json_types import PlotlyFigure
 from benchmarks.experiments.figures import (
     COLORS,
     REPORT_LEGEND_WIDTH_PX,
@@ -85,7 +86,7 @@ def comparison_csv(comparison: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def _chart_html(figures: dict[str, dict[str, Any]], names: tuple[str, ...]) -> list[str]:
+def _chart_html(figures: dict[str, PlotlyFigure], names: tuple[str, ...]) -> list[str]:
     charts = []
     for i, name in enumerate(names):
         figure = figures[name]

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 from django.db.models import Prefetch, QuerySet
 
-from benchmarks.controller_report import tracks_context
+from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.experiments.history import HistoryRun, history_load
 from benchmarks.models import (
     Experiment,
@@ -175,7 +175,7 @@ def experiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
     }
 
 
-def experiment_controller_tracks(*, experiment_id: int) -> list[dict[str, Any]]:
+def experiment_controller_tracks(*, experiment_id: int) -> list[ControllerSection]:
     """Controller tracking per concurrency across the experiment's runs (every arm on the same
     workload: the adaptive arm beside the static ones), from each level's stored per-second
     figures; one query that reads only the stored ``controller`` figures."""

@@ -26,12 +26,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.decision import DEFAULT_MARGIN as DECISION_MARGIN
 from benchlib.stats.decision import ArmHealth
 from benchlib.stats.decision_verification import VERIFY_MARGIN, Predicted, decide_verification
@@ -43,7 +44,7 @@ from benchlib.stats.schedule_configs import (
     sglang_adaptive_config,
     vllm_speculative_config_for,
 )
-from benchlib.stats.types import Curve, Ratio
+from benchlib.stats.types import Curve, Ratio, RatioMethod
 from benchmarks.experiments import drafts, selectors, services
 from benchmarks.experiments.comparison import SeriesData, series_curve
 from benchmarks.experiments.decisions import arm_health, is_rate_mode
@@ -275,7 +276,36 @@ def _verification_create(experiment: Experiment, count: int, user: Any) -> Exper
     return verification
 
 
-def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
+class RatioFigures(TypedDict):
+    point: float
+    low: float | None
+    high: float | None
+    method: RatioMethod
+
+
+class VerifiedLevel(TypedDict):
+    """One level's row of a verification (``level_verdicts``): tuned / best fixed."""
+
+    concurrency: int
+    tuned: float
+    best_fixed: str
+    best_fixed_value: float
+    ratio: RatioFigures
+    conclusively_worse_than: list[str]
+    behind_within_margin: list[str]
+    undecided: list[str]
+    ok: bool
+    predicted: JsonObject | None  # decision_verification.Predicted as a dict
+
+
+class LevelVerdicts(TypedDict):
+    levels: list[VerifiedLevel]
+    ok: bool
+    verdict: str
+    decision: JsonObject  # VerificationDecision.to_dict()
+
+
+def _ratio_dict(ratio: Ratio) -> RatioFigures:
     return {"point": ratio.point, "low": ratio.low, "high": ratio.high, "method": ratio.method}
 
 
@@ -290,14 +320,14 @@ def level_verdicts(
     margin: float = DEFAULT_MARGIN,
     health: dict[str, dict[int, ArmHealth]] | None = None,
     predicted: Sequence[Predicted] = (),
-) -> dict[str, Any]:
+) -> LevelVerdicts:
     """The verification's decision (``decide_verification``) rendered as rows: per level
     tuned / best fixed with its interval, the fixed variants ahead of tuned there and those it
     is behind within the margin, the schedule decision's predicted ratio where it made one;
     the verdict is the decision's own sentence."""
     decision = decide_verification(tuned, fixed, margin=margin, health=health, predicted=predicted)
     curves = {c.name: c for c in fixed}
-    rows: list[dict[str, Any]] = []
+    rows: list[VerifiedLevel] = []
     for level in decision.levels:
         c = level.concurrency
         tuned_level, best_level = tuned.level(c), curves[level.best_fixed].level(c)

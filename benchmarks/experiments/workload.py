@@ -19,7 +19,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from benchlib.arrays.columns import GAP_FIGURES, RequestArrays
 from benchlib.loadgen.goodput import Slo, request_meets
@@ -61,6 +61,31 @@ SPEC_SOURCES = {
 }
 
 
+class CategoryAcceptance(TypedDict):
+    """One prompt category's acceptance at a level (``acceptance_row``'s ``by_category``)."""
+
+    requests: int
+    accept_length: float | None
+    acceptance_rate: float | None
+
+
+class RequestsRow(TypedDict):
+    """``requests_row``: None where no repeat's summary counted its requests."""
+
+    requests_ok: int | None
+    requests_failed: int | None
+
+
+class GoodputRow(TypedDict, total=False):
+    """``goodput_row``: every key, or none where no repeat measured goodput (no SLO)."""
+
+    goodput_tok_s: float | None
+    goodput_req_s: float | None
+    goodput_share: float | None
+    meets_slo: bool
+    goodput_values: list[float | None]  # each repeat's
+
+
 def _server_figure(runs: Sequence[LevelRun], key: str) -> tuple[float | None, str | None]:
     """The mean over repeats of one server figure, with its source (one for all repeats)."""
     present = [r.server for r in runs if isinstance(_dig(r.server, key), int | float)]
@@ -89,7 +114,7 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     rate, rate_source = server_rate, server_rate_source
     if request_rate is not None and (rate is None or rate_source == "gauge"):
         rate, rate_source = request_rate, "requests"
-    categories: dict[str, dict[str, Any]] = {}
+    categories: dict[str, CategoryAcceptance] = {}
     names = sorted({c for r in runs for c in (_dig(r.summary, "acceptance", "by_category") or {})})
     for name in names:
         per = [_dig(r.summary, "acceptance", "by_category", name) or {} for r in runs]
@@ -119,7 +144,7 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     }
 
 
-def requests_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
+def requests_row(runs: Sequence[LevelRun]) -> RequestsRow:
     """The level's measured requests over its repeats: succeeded and failed (the figures above
     are over the successful ones only, so a table showing them shows the failures too)."""
     counts = [_dig(r.summary, "requests") for r in runs]
@@ -132,7 +157,7 @@ def requests_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
     }
 
 
-def goodput_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
+def goodput_row(runs: Sequence[LevelRun]) -> GoodputRow:
     goodputs: list[dict[str, Any]] = []
     for run in runs:
         found = run.summary.get("goodput")

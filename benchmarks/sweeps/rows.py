@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from benchlib.json_types import JsonObject
+
 
 class SweepRow(TypedDict):
     """``selectors.sweep_as_dict``."""
@@ -89,3 +91,13 @@ class LiveSample(_SampleFigures, total=False):
 
     processes: int  # worker processes of one load generator (benchlib.loadgen.multiproc)
     shards: int  # load generators of a split level (benchmarks.sweeps.split)
+
+
+class SweepSnapshot(TypedDict):
+    """``selectors.sweep_snapshot``: what a viewer who joins mid-run gets first (the live
+    events then follow)."""
+
+    sweep: SweepRow
+    levels: list[LevelRow]
+    samples: list[JsonObject]  # LiveSample, as stored (the JSON field's contents)
+    progress: SweepProgress
