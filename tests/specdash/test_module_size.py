@@ -25,7 +25,6 @@ CEILINGS = {
     "benchlib/loadgen/level.py": 648,
     "benchlib/loadgen/metrics.py": 485,
     "benchlib/loadgen/settings.py": 668,
-    "benchlib/simulator/cli.py": 451,
     "benchlib/stats/decision.py": 681,
     "benchmarks/experiments/comparison.py": 618,
     "benchmarks/experiments/runner.py": 577,
