@@ -24,8 +24,8 @@ from typing import Any
 
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.level import LevelConfig, run_level
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.traces import TracePrompts, load_trace
+from benchlib.stats.intervals import quantile
 from perf.bench_loadgen import CAPACITY_TARGET, MODEL, _cores, _verdict, simulator
 
 LATENESS_P99_MS = 5.0

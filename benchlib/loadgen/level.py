@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from benchlib.loadgen.apis import PATHS, Api, build_body
 from benchlib.loadgen.client import StreamClient, make_client, send_request
 from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.ramp import ramp_rate
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.sessions import Session
 from benchlib.loadgen.traces import Trace
+from benchlib.stats.intervals import quantile
 
 if TYPE_CHECKING:
     from benchlib.loadgen.settings import LoadSettings

@@ -29,10 +29,10 @@ from benchlib.loadgen.level import (
     share,
 )
 from benchlib.loadgen.merge import merge_results
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import RecordTarget
+from benchlib.stats.intervals import quantile
 
 START_MARGIN_S = 0.2  # between the last worker reporting ready and the common start
 
