@@ -24,7 +24,6 @@ NOT_PRODUCT = ("tests", "perf")
 CEILINGS = {
     "benchlib/loadgen/level.py": 648,
     "benchlib/loadgen/settings.py": 668,
-    "benchlib/stats/decision.py": 681,
     "benchmarks/experiments/comparison.py": 618,
     "benchmarks/experiments/runner.py": 577,
 }
