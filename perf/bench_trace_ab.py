@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.traces import TracePrompts, load_trace
 from benchlib.stats.decision import Arm, Decision

@@ -11,7 +11,8 @@ from __future__ import annotations
 #                               anchor=result.anchor)
 from benchlib.loadgen.apis import Api, build_body
 from benchlib.loadgen.client import make_client, send_request
-from benchlib.loadgen.level import LevelConfig, LevelResult, LevelRunner, run_level
+from benchlib.loadgen.level import LevelRunner, run_level
+from benchlib.loadgen.level_config import LevelConfig, LevelResult
 from benchlib.loadgen.merge import merge_records, merge_results
 from benchlib.loadgen.metrics import distribution, summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess, split_level

@@ -21,13 +21,8 @@ from dataclasses import replace
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from benchlib.loadgen.level import (
-    LevelConfig,
-    LevelResult,
-    LevelRunner,
-    SampleCallback,
-    share,
-)
+from benchlib.loadgen.level import LevelRunner, SampleCallback
+from benchlib.loadgen.level_config import LevelConfig, LevelResult, share
 from benchlib.loadgen.merge import merge_results
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.records import ClockAnchor, RequestRecord

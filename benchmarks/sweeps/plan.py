@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from benchlib.loadgen import settings
-from benchlib.loadgen.level import level_plan
+from benchlib.loadgen.level_config import level_plan
 
 MIN_RATE = settings.MIN_RATE
 MAX_RATE = settings.MAX_RATE

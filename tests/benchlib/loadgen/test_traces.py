@@ -13,7 +13,8 @@ from benchlib.loadgen import cli
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchlib.loadgen.traces import (
     Trace,
