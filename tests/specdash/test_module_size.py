@@ -22,7 +22,6 @@ NOT_PRODUCT = ("tests", "perf")
 # Today's remaining offenders and their line counts: lower a ceiling when its module shrinks,
 # delete the entry once the module is split; never raise one or add one.
 CEILINGS = {
-    "benchlib/loadgen/settings.py": 668,
     "benchmarks/experiments/comparison.py": 618,
     "benchmarks/experiments/runner.py": 577,
 }
