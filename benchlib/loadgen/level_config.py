@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.traces import Trace
@@ -40,7 +41,7 @@ class LevelConfig:
     max_tokens: int | None = None
     ignore_eos: bool = False
     temperature: float | None = None
-    extra_body: dict[str, Any] | None = None
+    extra_body: JsonObject | None = None  # a user's fields merged into each request body
     request_timeout: float = 600.0
     seed: int = 0
     drain_seconds: float = 0.0

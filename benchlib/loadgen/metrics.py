@@ -26,7 +26,6 @@ from benchlib.stats.intervals import quantile
 if TYPE_CHECKING:
     from benchlib.loadgen.goodput import Slo
 
-QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 # Events of one request that arrive less than this after the previous one are one delivery: the
 # tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
 # of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
@@ -40,18 +39,27 @@ def distribution(values: Iterable[float], *, scale: float = 1.0) -> Distribution
     """count, mean, std (population), min, p50, p90, p95, p99, max of `values` times `scale`."""
     vals = sorted(values)
     n = len(vals)
-    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
-    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
-    if n:
-        mean = math.fsum(vals) / n
-        out["mean"] = mean * scale
-        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n) * scale
-        out["min"] = vals[0] * scale
-        for name, q in QUANTILES:
-            out[name] = quantile(vals, q) * scale
-        out["max"] = vals[-1] * scale
-    # QUANTILES names exactly the quantile keys Distribution declares.
-    return cast(Distribution, out)
+    if not n:
+        return _no_distribution()
+    mean = math.fsum(vals) / n
+    return Distribution(
+        count=n,
+        mean=mean * scale,
+        std=math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n) * scale,
+        min=vals[0] * scale,
+        p50=quantile(vals, 0.50) * scale,
+        p90=quantile(vals, 0.90) * scale,
+        p95=quantile(vals, 0.95) * scale,
+        p99=quantile(vals, 0.99) * scale,
+        max=vals[-1] * scale,
+    )
+
+
+def _no_distribution() -> Distribution:
+    """The distribution of no values: a count of 0 and no figures."""
+    return Distribution(
+        count=0, mean=None, std=None, min=None, p50=None, p90=None, p95=None, p99=None, max=None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +118,21 @@ def _array_distribution(values: Any, *, scale: float = 1.0) -> Distribution:
     the same sorted values) at 8 bytes a value where a list of floats takes 32."""
     values.sort()
     n = len(values)
-    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
-    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
-    if n:
-        mean = math.fsum(_chunked(values)) / n
-        out["mean"] = mean * scale
-        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in _chunked(values)) / n) * scale
-        out["min"] = float(values[0]) * scale
-        view = memoryview(values)  # indexes to Python floats, as a list would
-        for name, q in QUANTILES:
-            out[name] = quantile(view, q) * scale
-        out["max"] = float(values[-1]) * scale
-    return cast(Distribution, out)
+    if not n:
+        return _no_distribution()
+    mean = math.fsum(_chunked(values)) / n
+    view = memoryview(values)  # indexes to Python floats, as a list would
+    return Distribution(
+        count=n,
+        mean=mean * scale,
+        std=math.sqrt(math.fsum((x - mean) ** 2 for x in _chunked(values)) / n) * scale,
+        min=float(values[0]) * scale,
+        p50=quantile(view, 0.50) * scale,
+        p90=quantile(view, 0.90) * scale,
+        p95=quantile(view, 0.95) * scale,
+        p99=quantile(view, 0.99) * scale,
+        max=float(values[-1]) * scale,
+    )
 
 
 def _spread_out(gaps: Any, tokens: Any) -> Any:
