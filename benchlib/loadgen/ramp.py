@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.records import RequestRecord
+from benchlib.stats.intervals import quantile
 
 RAMPS = ("linear", "exponential")
 

@@ -13,9 +13,10 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from benchlib.loadgen.metrics import distribution, quantile
+from benchlib.loadgen.metrics import distribution
 from benchlib.loadgen.prompts import _WORDS, Prompt, estimate_tokens
 from benchlib.loadgen.records import RequestRecord
+from benchlib.stats.intervals import quantile
 
 
 class Session:

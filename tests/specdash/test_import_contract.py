@@ -34,6 +34,7 @@ DJANGO_FREE = (
     "benchlib.loadgen",
     "benchlib.simulator",
     "benchlib.stats",
+    "benchlib.json_types",
     "perf.bench_aa",
     "perf.bench_trace_ab",
     "perf.bench_controller",
