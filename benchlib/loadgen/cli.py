@@ -45,6 +45,7 @@ from benchlib.loadgen.events import (
     MeasureStartEvent,
     RunStartEvent,
     StartGivenEvent,
+    boundary_fields,
     check_event,
     dumps,
     silence_stdout,
@@ -176,7 +177,12 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
         # the first level's warm-up, if it has one, runs before it, so that it is over when
         # the level's server-side interval opens.
         wait_for = None
-        if start is not None and not start["start_at_passed"] and discovery_error is None:
+        if (
+            args.start_at is not None
+            and start is not None
+            and not start["start_at_passed"]
+            and discovery_error is None
+        ):
             wait_for = args.start_at
             if not args.warmup_requests:
                 say(f"[waiting {wait_for - time.time():.1f}s for --start-at {wait_for}]")
@@ -237,7 +243,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     start_after_warmup = False
                     events.emit({"event": "warmed_up", "level_index": i, "t": warmed_at})
                     await read_start()
-                    if start is not None and not start["start_at_passed"]:
+                    if args.start_at is not None and start and not start["start_at_passed"]:
                         wait_for = args.start_at
                 if wait_for is not None:
                     say(f"[waiting {wait_for - warmed_at:.1f}s for --start-at {wait_for}]")
@@ -246,7 +252,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 if cancel.is_set():
                     return  # no measured request follows: the level opens nothing
                 boundary = (
-                    _boundary(await boundary_scrape(args.boundary_metrics_url))
+                    boundary_fields(await boundary_scrape(args.boundary_metrics_url))
                     if args.boundary_metrics_url
                     else BoundaryFields()
                 )
@@ -331,7 +337,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             levels.append(summary)
             # The level's closing scrape, before the next level can send anything.
             boundary = (
-                _boundary(await boundary_scrape(args.boundary_metrics_url))
+                boundary_fields(await boundary_scrape(args.boundary_metrics_url))
                 if args.boundary_metrics_url
                 else BoundaryFields()
             )
@@ -340,13 +346,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 "level_index": i,
                 "summary": summary,
             }
-            if "server_metrics_error" in boundary:
-                closing["server_metrics_error"] = boundary["server_metrics_error"]
-            if "server_metrics_text" in boundary:
-                closing["server_metrics_text"] = boundary["server_metrics_text"]
-            if "server_metrics_t" in boundary:
-                closing["server_metrics_t"] = boundary["server_metrics_t"]
-            events.emit(closing)
+            events.emit({**closing, **boundary})
             say(summary_line(summary))
             if result.status == "failed":
                 events.emit({"event": "level_error", "level_index": i, "reason": result.reason})
@@ -391,17 +391,6 @@ def _start_given(start_at: float, late: float) -> StartGivenEvent:
         "start_at_passed": late > 0,
         "start_at_late_s": late,
     }
-
-
-def _boundary(scrape: dict[str, Any]) -> BoundaryFields:
-    """A boundary scrape (cli_io.boundary_scrape) as the events' fields, in its own order."""
-    fields = BoundaryFields()
-    if "server_metrics_error" in scrape:
-        fields["server_metrics_error"] = scrape["server_metrics_error"]
-    if "server_metrics_text" in scrape:
-        fields["server_metrics_text"] = scrape["server_metrics_text"]
-        fields["server_metrics_t"] = scrape["server_metrics_t"]
-    return fields
 
 
 def _sample_event(level_index: int, concurrency: int, figures: dict[str, Any]) -> LoadgenEvent:

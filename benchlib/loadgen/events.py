@@ -30,9 +30,10 @@ import select
 import stat
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TextIO, TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.summary import LevelSummary
 
 PIPE_POLL_S = 0.25
@@ -47,6 +48,17 @@ class BoundaryFields(TypedDict, total=False):
     server_metrics_error: str
 
 
+def boundary_fields(scrape: Mapping[str, Any]) -> BoundaryFields:
+    """A boundary scrape (`cli_io.boundary_scrape`) as the events' fields, in its order."""
+    fields = BoundaryFields()
+    if "server_metrics_error" in scrape:
+        fields["server_metrics_error"] = scrape["server_metrics_error"]
+    if "server_metrics_text" in scrape:
+        fields["server_metrics_text"] = scrape["server_metrics_text"]
+        fields["server_metrics_t"] = scrape["server_metrics_t"]
+    return fields
+
+
 class _RunStart(TypedDict):
     event: Literal["run_start"]
     run_id: str
@@ -54,7 +66,7 @@ class _RunStart(TypedDict):
 
 class RunStartEvent(_RunStart, total=False):
     t: float
-    params: dict[str, Any]  # the parsed flags (cli_args.run_params), echoed as given
+    params: JsonObject  # every parsed flag (cli_args.run_params), echoed as given
     pid: int
     # With --start-at: the common start, and whether (and by how much) it had passed.
     start_at: float
@@ -192,9 +204,9 @@ class MalformedEvent(ValueError):
     """A line that is not one of the declared events (reported with the line's start)."""
 
 
-def _declarations() -> dict[str, tuple[type, dict[str, Any]]]:
+def _declarations() -> dict[str, tuple[type, dict[str, object]]]:
     """Each event's discriminator -> its TypedDict and type hints, read off the union."""
-    table: dict[str, tuple[type, dict[str, Any]]] = {}
+    table: dict[str, tuple[type, dict[str, object]]] = {}
     for cls in typing.get_args(LoadgenEvent):
         hints = typing.get_type_hints(cls)
         (name,) = typing.get_args(hints["event"])
@@ -202,7 +214,7 @@ def _declarations() -> dict[str, tuple[type, dict[str, Any]]]:
     return table
 
 
-def _scalar_types(hint: Any) -> tuple[type, ...] | None:
+def _scalar_types(hint: object) -> tuple[type, ...] | None:
     """The plain JSON types a hint allows (int also for float), or None when the hint is not
     a plain scalar (a nested object, a Literal), whose shape is not checked here."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
