@@ -210,6 +210,8 @@ def _declarations() -> dict[str, tuple[type, dict[str, object]]]:
     for cls in typing.get_args(LoadgenEvent):
         hints = typing.get_type_hints(cls)
         (name,) = typing.get_args(hints["event"])
+        if name in table:  # two declarations for one event: the parser could take only one
+            raise TypeError(f"{cls.__name__} and {table[name][0].__name__} are both {name!r}")
         table[name] = (cls, hints)
     return table
 
