@@ -33,7 +33,6 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TextIO, TypedDict
 
-from benchlib.json_types import JsonObject
 from benchlib.loadgen.summary import LevelSummary
 
 PIPE_POLL_S = 0.25
@@ -66,7 +65,7 @@ class _RunStart(TypedDict):
 
 class RunStartEvent(_RunStart, total=False):
     t: float
-    params: JsonObject  # every parsed flag (cli_args.run_params), echoed as given
+    params: dict[str, object]  # every parsed flag (cli_args.run_params), echoed as given
     pid: int
     # With --start-at: the common start, and whether (and by how much) it had passed.
     start_at: float
