@@ -91,7 +91,7 @@ class LevelTrace(TypedDict):
     start: float
     duration: float | None
     requests: int
-    rate: float | None
+    rate: float  # mean arrivals per second over the trace (0 for one request)
 
 
 class _LevelStart(TypedDict):
