@@ -28,7 +28,6 @@ CEILINGS = {
     "benchlib/simulator/cli.py": 451,
     "benchlib/stats/decision.py": 681,
     "benchmarks/experiments/comparison.py": 618,
-    "benchmarks/experiments/runner.py": 577,
 }
 
 
