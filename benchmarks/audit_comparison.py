@@ -14,14 +14,14 @@ from typing import Any
 
 from benchmarks.audit_report import AuditReport, figures_agree
 from benchmarks.experiments import builds
-from benchmarks.experiments import comparison as comparisons
+from benchmarks.experiments.level_runs import METRIC
 from benchmarks.models import Experiment
 
 
 def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:
     """Every ratio point is B's row figure over A's; every published interval contains it."""
     problems = []
-    metric = str(result.get("metric") or comparisons.METRIC)
+    metric = str(result.get("metric") or METRIC)
     for row in result.get("rows") or []:
         cells = {c.get("label"): c for c in row.get("cells") or []}
         for ratio in row.get("ratios") or []:

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from benchmarks import services as sweep_services
-from benchmarks.experiments.comparison import SeriesData
+from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.models import Experiment
 
 # The load settings an arm may set for itself (LoadSettings' own fields and rules).

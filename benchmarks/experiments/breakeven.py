@@ -37,7 +37,7 @@ from benchlib.stats.decision import Status
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
-from benchmarks.experiments.comparison import _by_concurrency
+from benchmarks.experiments.level_runs import by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
 from benchmarks.experiments.series import experiment_arm_series, sweep_series
 from benchmarks.experiments.workload import acceptance_row
@@ -242,7 +242,7 @@ def _source_rows(
             if arm.profile.speculative:
                 rows = [
                     {"concurrency": c} | acceptance_row(runs)
-                    for c, runs in _by_concurrency(series.runs).items()
+                    for c, runs in by_concurrency(series.runs).items()
                 ]
                 return f"experiment {experiment.pk}", arm.profile, rows, dict(experiment.load)
         raise ValidationError({"source": ["the experiment has no speculative arm"]})
@@ -252,8 +252,7 @@ def _source_rows(
         raise ValidationError({"source": [f"sweep {sweep.pk} ran no registered profile"]})
     (series,) = sweep_series(sweeps=[sweep])
     rows = [
-        {"concurrency": c} | acceptance_row(runs)
-        for c, runs in _by_concurrency(series.runs).items()
+        {"concurrency": c} | acceptance_row(runs) for c, runs in by_concurrency(series.runs).items()
     ]
     return f"sweep {sweep.pk}", sweep.profile, rows, dict(sweep.load or {})
 

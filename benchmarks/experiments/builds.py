@@ -23,8 +23,8 @@ import django
 from asgiref.sync import sync_to_async
 
 from benchmarks.experiments import axes, comparison, schedule, selectors
-from benchmarks.experiments.comparison import SeriesData
 from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
 from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
 from benchmarks.models import Experiment

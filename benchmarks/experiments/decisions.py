@@ -52,7 +52,7 @@ def workload_fingerprint(load: Mapping[str, Any] | None) -> str:
 
 
 def arm_health(runs: Sequence[Any]) -> ArmHealth:
-    """One arm's health at one level from its runs (``comparison.LevelRun``s), each run's
+    """One arm's health at one level from its runs (``level_runs.LevelRun``s), each run's
     summary read by ``sweeps.health`` as the sweep page reads it."""
     requests = failed = cancelled = 0
     achieved: list[float] = []

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from benchlib.stats import Curve, find_saturation
-from benchmarks.experiments.comparison import saturation_dict
+from benchmarks.experiments.verdicts import SaturationEntry, saturation_dict
 
 # The load settings that change what a level measures (the rest, such as a timeout or the
 # model name sent, do not make two runs incomparable).
@@ -52,7 +52,7 @@ class HistoryPoint(TypedDict):
     lowest_concurrency: int
     lowest_tok_s: float
     c1_tok_s: float | None
-    saturation: dict[str, Any]  # comparison.saturation_dict
+    saturation: SaturationEntry
     levels: list[int]
     tags: list[str]
 

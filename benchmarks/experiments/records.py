@@ -1,5 +1,5 @@
 """A level's measured requests read back from a sweep's records file, as the points of the
-comparison's intervals (re-exported by ``benchmarks.experiments.comparison``).
+comparison's intervals (read through ``benchmarks.experiments.level_runs``).
 
 They are read as columns (``benchlib.arrays.columns``: one pass per file, a few arrays per
 level); ``request_points`` is the reference over parsed rows they are tested against."""

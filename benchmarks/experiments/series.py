@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchlib.loadgen.settings import stored_workload
-from benchmarks.experiments.comparison import SHOWN_FIGURES, LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
+from benchmarks.experiments.level_runs import SHOWN_FIGURES, LevelRun, SeriesData
 from benchmarks.experiments.selectors import experiment_arms
 from benchmarks.models import Experiment, ExperimentArm, LevelState, Sweep, SweepLevel
 from hosts.masking import masked_tree

@@ -1,6 +1,6 @@
 """What the ``experiment.run`` job (benchmarks.experiments.runner) asks of a server besides
 starting it: a verified stop (``stop_verified``) and the host's GPUs and engine versions
-(``host_probe``), with the runner's timings (``SETTINGS``, re-exported by the runner)."""
+(``host_probe``), with the runner's timings (``SETTINGS``)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
-from benchmarks.experiments.comparison import SeriesData
+from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.experiments.series import (
     experiment_arm_series,
     experiment_series,

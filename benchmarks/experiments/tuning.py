@@ -46,8 +46,8 @@ from benchlib.stats.schedule_configs import (
 )
 from benchlib.stats.types import Curve, Ratio, RatioMethod
 from benchmarks.experiments import drafts, selectors, services
-from benchmarks.experiments.comparison import SeriesData, series_curve
 from benchmarks.experiments.decisions import arm_health, is_rate_mode
+from benchmarks.experiments.level_runs import SeriesData, series_curve
 from benchmarks.experiments.matrix import (
     drop_flags,
     flag_value,

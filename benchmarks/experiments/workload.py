@@ -28,7 +28,7 @@ from benchlib.stats import Curve, LevelSample, RequestPoint
 from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 
 if TYPE_CHECKING:
-    from benchmarks.experiments.comparison import LevelRun
+    from benchmarks.experiments.level_runs import LevelRun
 
 GOODPUT_METRIC = "goodput_tok_s"
 # Records are written with epoch times; any anchor reads them back on a consistent clock.

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 
 from benchmarks import services
-from benchmarks.experiments.comparison import LevelRun
 from benchmarks.experiments.decisions import arm_health
+from benchmarks.experiments.level_runs import LevelRun
 from benchmarks.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import recording
 from core.models import Job, JobState

@@ -28,6 +28,7 @@ CEILING = 2
 OFF_THE_ORM = (
     "benchmarks/consumers.py",
     "benchmarks/experiments/runner.py",
+    "benchmarks/experiments/step_run.py",
     "benchmarks/experiments/stops.py",
     "benchmarks/sweeps/distributed.py",
     "benchmarks/sweeps/events.py",

@@ -15,8 +15,8 @@ from django.test import Client
 
 from benchlib.loadgen.settings import LoadSettings
 from benchmarks.experiments import axes, services
-from benchmarks.experiments.comparison import LevelRun, SeriesData
 from benchmarks.experiments.decisions import workload_fingerprint
+from benchmarks.experiments.level_runs import LevelRun, SeriesData
 from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient

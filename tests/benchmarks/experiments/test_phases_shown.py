@@ -17,8 +17,8 @@ from django.test import Client
 from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.sessions import session_figures, turn_figures
-from benchmarks.experiments.comparison import LevelRun
-from benchmarks.experiments.comparison import _series_rows as series_rows
+from benchmarks.experiments.level_rows import series_rows
+from benchmarks.experiments.level_runs import LevelRun
 from benchmarks.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep

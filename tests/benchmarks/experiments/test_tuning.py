@@ -22,7 +22,7 @@ from benchlib.stats.decision_verification import (
 )
 from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
-from benchmarks.experiments.comparison import series_curve
+from benchmarks.experiments.level_runs import series_curve
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment

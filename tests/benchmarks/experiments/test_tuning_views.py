@@ -14,7 +14,7 @@ from django.test import Client
 
 from benchlib.stats.decision_verification import decide_verification
 from benchmarks.experiments import forms, services, tuning
-from benchmarks.experiments.comparison import series_curve
+from benchmarks.experiments.level_runs import series_curve
 from benchmarks.experiments.matrix import matrix_variants
 from benchmarks.experiments.series import experiment_series
 from benchmarks.models import Experiment

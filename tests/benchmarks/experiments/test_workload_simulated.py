@@ -38,7 +38,8 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import run_level
 from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.level_summary import level_summary
-from benchmarks.experiments.comparison import LevelRun, SeriesData, comparison_build
+from benchmarks.experiments.comparison import comparison_build
+from benchmarks.experiments.level_runs import LevelRun, SeriesData
 from tests.fixtures.ports import free_port
 from tests.fixtures.statements import html_statements, normalized
 

@@ -17,7 +17,7 @@ import pytest
 from benchlib.simulator.app import SimApp
 from benchlib.simulator.cli import parse_config
 from benchmarks.experiments import workload
-from benchmarks.experiments.comparison import LevelRun
+from benchmarks.experiments.level_runs import LevelRun
 from benchmarks.sweeps.recording import undrafted_steps
 from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON, ServerMetrics, level_server_metrics
 from hosts.telemetry.prometheus import parse_engine_metrics
