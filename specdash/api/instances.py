@@ -19,8 +19,9 @@ from specdash.api.common import (
     WRITE_ERRORS,
     PageBody,
     PageQuery,
-    aware,
+    created_window,
     found,
+    job_url,
     paginate,
     path_id,
     responses,
@@ -73,10 +74,10 @@ class LogQuery(Schema):
 
 
 def _instance(instance_id: int) -> ServerInstance:
-    instance = host_selectors.instance_detail(instance_id=instance_id)
-    if instance is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No server instance #{instance_id}.")
-    return instance
+    return found(
+        host_selectors.instance_detail(instance_id=instance_id),
+        f"No server instance #{instance_id}.",
+    )
 
 
 def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
@@ -85,7 +86,7 @@ def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
     body: InstanceAcceptedBody = {
         "instance": instance,
         "job": job,
-        "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None,
+        "job_url": job_url(job),
     }
     return Status(202, body)
 
@@ -101,8 +102,7 @@ def instance_list(
         host_id=filters.host,
         state=filters.state,
         tag=filters.tag,
-        created_after=aware(filters.created_after, "query.created_after"),
-        created_before=aware(filters.created_before, "query.created_before"),
+        **created_window(filters),
     )
     return paginate(request, qs, page)
 
