@@ -13,9 +13,9 @@ from benchmarks.experiments import breakeven, breakeven_report
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, found, headlined_errors, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
-from specdash.api.tuning import base_profile_or_404
 
 if TYPE_CHECKING:
     from specdash.api.experiments import ExperimentAcceptedBody
@@ -70,7 +70,7 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[ExperimentAccepte
     """One arm per forced accept length and one with speculation off (arm A), default
     protocol; 422 for an engine without a way to force the acceptance."""
     user = caller(request)
-    base = base_profile_or_404(payload.profile)
+    base = profile_or_404(payload.profile)
     with headlined_errors():
         experiment = breakeven.map_create(
             base=base,

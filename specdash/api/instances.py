@@ -26,6 +26,7 @@ from specdash.api.common import (
     path_id,
     responses,
 )
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import (
     Id,
     InstanceAccepted,
@@ -119,10 +120,7 @@ def profile_start(
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
     user = caller(request)
-    profile = found(
-        host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}."
-    )
-    return _accepted(services.instance_start(profile=profile, user=user))
+    return _accepted(services.instance_start(profile=profile_or_404(profile_id), user=user))
 
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))

@@ -12,11 +12,10 @@ from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import tuning
-from hosts import selectors as host_selectors
-from hosts.models import ServerProfile
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, found, headlined_errors, path_id, responses
+from specdash.api.common import WRITE_ERRORS, headlined_errors, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
 
@@ -109,11 +108,6 @@ class VerificationOut(Schema):
     )
 
 
-def base_profile_or_404(pk: int) -> ServerProfile:
-    """The profile a matrix or a map varies; 404 when there is none."""
-    return found(host_selectors.profile_detail(profile_id=pk), f"No profile #{pk}.")
-
-
 @router.post(
     "/experiments/matrix",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
@@ -124,7 +118,7 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[ExperimentA
     """Create (or reuse) one variant profile per combination of the axes' values, and queue
     an experiment with the variants as arms. 422 for an axis that cannot be applied."""
     user = caller(request)
-    base = base_profile_or_404(payload.profile)
+    base = profile_or_404(payload.profile)
     with headlined_errors():
         experiment = tuning.matrix_create(
             base=base,
