@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from core.models import Job
+from core.models.runs import Run
 from hosts.models import ServerInstance, ServerProfile
 
 
@@ -43,7 +44,9 @@ DEFAULT_REPEATS = 2
 DEFAULT_ORDER = ExperimentOrder.INTERLEAVED
 
 
-class Experiment(models.Model):
+class Experiment(Run):
+    finished_states = FINISHED_EXPERIMENT_STATES
+
     name = models.CharField(max_length=200)
     profiles: models.ManyToManyField[ServerProfile, ExperimentArm] = models.ManyToManyField(
         ServerProfile, through="ExperimentArm", related_name="+"
@@ -75,22 +78,9 @@ class Experiment(models.Model):
     # so the report puts the predicted and the measured ratio side by side.
     schedule_prediction = models.JSONField(default=list, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state in FINISHED_EXPERIMENT_STATES
 
 
 class ExperimentArm(models.Model):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
 from core.models import Job
+from core.models.runs import Run
 from hosts.models import ServerInstance, ServerProfile
 
 DEFAULT_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
@@ -25,7 +25,9 @@ FINISHED_SWEEP_STATES = frozenset(
 )
 
 
-class Sweep(models.Model):
+class Sweep(Run):
+    finished_states = FINISHED_SWEEP_STATES
+
     name = models.CharField(max_length=200, blank=True)
     instance = models.ForeignKey(
         ServerInstance, on_delete=models.PROTECT, null=True, blank=True, related_name="sweeps"
@@ -62,23 +64,12 @@ class Sweep(models.Model):
     # stored when the sweep ends and by ``manage.py specdash audit``: pages show it, never rerun it.
     audit = models.JSONField(default=dict, blank=True)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(Run.Meta):
         permissions = [("run_sweep", "Can launch and cancel sweeps and experiments")]
 
     def __str__(self) -> str:
         return self.name or f"Sweep #{self.pk}"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state in FINISHED_SWEEP_STATES
 
 
 class LevelState(models.TextChoices):

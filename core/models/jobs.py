@@ -9,8 +9,9 @@ it, never with what came before."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
+
+from core.models.runs import Run
 
 
 class JobState(models.TextChoices):
@@ -34,7 +35,9 @@ FINISHED_JOB_STATES = frozenset(
 )
 
 
-class Job(models.Model):
+class Job(Run):
+    finished_states = FINISHED_JOB_STATES
+
     kind = models.CharField(max_length=64)
     params = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED)
@@ -60,16 +63,9 @@ class Job(models.Model):
     # Gang start: when the job said it was ready, and the common start its gang was given.
     ready_at = models.DateTimeField(null=True, blank=True)
     start_at = models.FloatField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(Run.Meta):
         db_table = "hosts_job"  # created by hosts' migrations; moved here unchanged
-        ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["state", "created_at"], name="job_state_created"),
             models.Index(
@@ -91,10 +87,6 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.state})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state in FINISHED_JOB_STATES
 
 
 class JobEvent(models.Model):

@@ -12,7 +12,7 @@ from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import selectors as exp_selectors
 from specdash.api import errors
 from specdash.api.auth import requires, viewer
-from specdash.api.common import responses
+from specdash.api.common import found, responses
 from specdash.api.schemas import Id
 
 router = Router(tags=["audit"])
@@ -46,13 +46,14 @@ def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> dict[str, Any]:
             422, errors.VALIDATION, "Give exactly one of sweep, experiment or all=true."
         )
     if query.sweep is not None:
-        sweep = bench_selectors.sweep_detail(sweep_id=query.sweep)
-        if sweep is None:
-            raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{query.sweep}.")
+        sweep = found(
+            bench_selectors.sweep_detail(sweep_id=query.sweep), f"No sweep #{query.sweep}."
+        )
         return audit_levels.audit_sweep(sweep=sweep).as_dict()
     if query.experiment is not None:
-        experiment = exp_selectors.experiment_detail(experiment_id=query.experiment)
-        if experiment is None:
-            raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{query.experiment}.")
+        experiment = found(
+            exp_selectors.experiment_detail(experiment_id=query.experiment),
+            f"No experiment #{query.experiment}.",
+        )
         return audit.audit_experiment(experiment=experiment).as_dict()
     return audit.audit_all().as_dict()

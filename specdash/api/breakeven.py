@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchmarks.experiments import breakeven, breakeven_report
-from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
+from specdash.api.common import WRITE_ERRORS, found, headlined_errors, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
-from specdash.api.tuning import base_profile_or_404
 
 if TYPE_CHECKING:
     from specdash.api.experiments import ExperimentAcceptedBody
@@ -56,12 +54,10 @@ class CheckAcceptedBody(TypedDict):
 
 
 def _map(experiment_id: int) -> breakeven.MapData:
-    data = breakeven.experiment_map(experiment=experiment_or_404(experiment_id))
-    if data is None:
-        raise errors.ApiError(
-            404, errors.NOT_FOUND, f"Experiment #{experiment_id} has no break-even map (yet)."
-        )
-    return data
+    return found(
+        breakeven.experiment_map(experiment=experiment_or_404(experiment_id)),
+        f"Experiment #{experiment_id} has no break-even map (yet).",
+    )
 
 
 @router.post(
@@ -74,20 +70,14 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[ExperimentAccepte
     """One arm per forced accept length and one with speculation off (arm A), default
     protocol; 422 for an engine without a way to force the acceptance."""
     user = caller(request)
-    base = base_profile_or_404(payload.profile)
-    try:
+    base = profile_or_404(payload.profile)
+    with headlined_errors():
         experiment = breakeven.map_create(
             base=base,
             acceptances=payload.acceptances,
-            levels=payload.levels,
-            load=payload.load.model_dump(exclude_none=True),
-            name=payload.name,
-            repeats=payload.repeats,
-            order=payload.order,
             user=user,
+            **payload.protocol_args(),
         )
-    except ValidationError as exc:
-        raise with_headline(exc) from None
     return experiment_accepted(experiment)
 
 
@@ -108,12 +98,10 @@ def map_read(
     data = _map(experiment_id)
     placement = None
     if query.experiment is not None or query.sweep is not None:
-        try:
+        with headlined_errors():
             placement = breakeven.placement_source(
                 data=data, experiment_id=query.experiment, sweep_id=query.sweep
             )
-        except ValidationError as exc:
-            raise with_headline(exc) from None
     checks = breakeven.map_checks(experiment=data.experiment)
     return breakeven_report.map_payload(data.bmap, placement, checks)
 
@@ -129,13 +117,11 @@ def check_create(
 ) -> Status[CheckAcceptedBody]:
     user = caller(request)
     data = _map(experiment_id)
-    try:
+    with headlined_errors():
         placement = breakeven.placement_source(
             data=data, experiment_id=payload.experiment, sweep_id=payload.sweep
         )
         check = breakeven.check_create(
             data=data, placement=placement, category=payload.category, user=user
         )
-    except ValidationError as exc:
-        raise with_headline(exc) from None
     return Status(202, {"check_id": check.pk, "verification_id": check.verification_id})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
@@ -15,6 +17,9 @@ from ninja.params.functions import Path
 
 from specdash.api import errors
 from specdash.api.schemas import MAX_ID, ErrorOut
+
+if TYPE_CHECKING:
+    from core.models import Job
 
 M = TypeVar("M", bound=Model)
 T = TypeVar("T")
@@ -76,6 +81,34 @@ def aware(value: datetime | None, name: str) -> datetime | None:
         ) from None
 
 
+class CreatedBounds(Protocol):
+    """A list's filters that bound the creation time (every ``*Filters`` of a kept record)."""
+
+    created_after: datetime | None
+    created_before: datetime | None
+
+
+class CreatedWindow(TypedDict):
+    """The selectors' ``created_after`` / ``created_before`` keywords, in UTC."""
+
+    created_after: datetime | None
+    created_before: datetime | None
+
+
+def created_window(filters: CreatedBounds) -> CreatedWindow:
+    """The filters' creation bounds as the selectors take them (a bad time is a 422 naming
+    the query parameter)."""
+    return {
+        "created_after": aware(filters.created_after, "query.created_after"),
+        "created_before": aware(filters.created_before, "query.created_before"),
+    }
+
+
+def job_url(job: Job | None) -> str | None:
+    """Where a 202 answer's client polls the job that does the work."""
+    return f"/api/v1/jobs/{job.pk}" if job is not None else None
+
+
 READ_ERRORS = (401, 403, 404, 422)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 422)
 
@@ -101,3 +134,13 @@ def with_headline(exc: ValidationError) -> ValidationError:
     fields = dict(exc.message_dict)
     fields.setdefault("__all__", [" ".join(m for ms in fields.values() for m in ms)])
     return ValidationError(fields)
+
+
+@contextmanager
+def headlined_errors() -> Iterator[None]:
+    """A service's ``ValidationError`` raised from the block, with its messages in the
+    headline too (``with_headline``): for the handlers whose services name no request field."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise with_headline(exc) from None

@@ -23,7 +23,9 @@ from specdash.api.common import (
     WRITE_ERRORS,
     PageBody,
     PageQuery,
-    aware,
+    created_window,
+    found,
+    job_url,
     paginate,
     path_id,
     responses,
@@ -68,18 +70,21 @@ class ComparisonQuery(Schema):
 
 
 def experiment_or_404(experiment_id: int) -> Experiment:
-    experiment = exp_selectors.experiment_detail(experiment_id=experiment_id)
-    if experiment is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No experiment #{experiment_id}.")
-    return experiment
+    return found(
+        exp_selectors.experiment_detail(experiment_id=experiment_id),
+        f"No experiment #{experiment_id}.",
+    )
 
 
 def experiment_accepted(experiment: Experiment) -> Status[ExperimentAcceptedBody]:
     """202 with the experiment as stored now and the URL of its job."""
     experiment = experiment_or_404(experiment.pk)
-    job = experiment.job
-    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
-    return Status(202, {"experiment": experiment, "job": job, "job_url": url})
+    body: ExperimentAcceptedBody = {
+        "experiment": experiment,
+        "job": experiment.job,
+        "job_url": job_url(experiment.job),
+    }
+    return Status(202, body)
 
 
 @router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
@@ -92,8 +97,7 @@ def experiment_list(
         profile_id=filters.profile,
         state=filters.state,
         tag=filters.tag,
-        created_after=aware(filters.created_after, "query.created_after"),
-        created_before=aware(filters.created_before, "query.created_before"),
+        **created_window(filters),
     )
     return paginate(request, qs, page)
 
@@ -110,24 +114,20 @@ def experiment_create(
     """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
     verified stop; then build the comparison. 202 with the experiment and its job."""
     user = caller(request)
-    found = host_selectors.profiles_by_id(profile_ids=payload.profiles)
-    missing = [pk for pk in payload.profiles if pk not in found]
+    by_id = host_selectors.profiles_by_id(profile_ids=payload.profiles)
+    missing = [pk for pk in payload.profiles if pk not in by_id]
     if missing:
         raise ValidationError({"profiles": [f"No profile #{pk}." for pk in missing]})
     experiment = services.experiment_create(
-        profiles=[found[pk] for pk in payload.profiles],
-        levels=payload.levels,
-        load=payload.load.model_dump(exclude_none=True),
+        profiles=[by_id[pk] for pk in payload.profiles],
         arm_loads=[arm.model_dump(exclude_none=True) for arm in payload.arm_loads],
-        name=payload.name,
-        repeats=payload.repeats,
-        order=payload.order,
         continue_on_start_failure=payload.continue_on_start_failure,
         check_output_equivalence=payload.check_output_equivalence,
         auto_resume=payload.auto_resume,
         notes=payload.notes,
         tags=payload.tags,
         user=user,
+        **payload.protocol_args(),
     )
     return experiment_accepted(experiment)
 

@@ -53,6 +53,22 @@ def _changes(payload: Schema) -> JsonObject:
     return payload.model_dump(exclude_unset=True)
 
 
+def _host(host_id: int) -> Host:
+    return found(host_selectors.host_detail(host_id=host_id), f"No host #{host_id}.")
+
+
+def _container(container_id: int) -> Container:
+    return found(
+        host_selectors.container_detail(container_id=container_id),
+        f"No container #{container_id}.",
+    )
+
+
+def profile_or_404(profile_id: int) -> ServerProfile:
+    """The profile at ``profile_id`` (a registry page, a start, a matrix's or a map's base)."""
+    return found(host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}.")
+
+
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
 @requires(viewer)
 def host_list(request: HttpRequest, page: Query[PageQuery]) -> PageBody[Host]:
@@ -68,7 +84,7 @@ def host_create(request: HttpRequest, payload: HostIn) -> Status[Host]:
 @router.get("/hosts/{host_id}", response=responses({200: HostOut}), summary="One host")
 @requires(viewer)
 def host_detail(request: HttpRequest, host_id: int = path_id("Host id")) -> Host:
-    return found(host_selectors.host_detail(host_id=host_id), f"No host #{host_id}.")
+    return _host(host_id)
 
 
 @router.patch("/hosts/{host_id}", response=responses({200: HostOut}, WRITE_ERRORS))
@@ -77,8 +93,7 @@ def host_update(
     request: HttpRequest, payload: HostPatch, host_id: int = path_id("Host id")
 ) -> Host:
     """Change the given fields of a host (staff)."""
-    host = found(host_selectors.host_detail(host_id=host_id), f"No host #{host_id}.")
-    return services.registry_update(obj=host, data=_changes(payload))
+    return services.registry_update(obj=_host(host_id), data=_changes(payload))
 
 
 @router.get("/containers", response=responses({200: ContainerPage}), summary="List containers")
@@ -102,10 +117,7 @@ def container_detail(
     request: HttpRequest, container_id: int = path_id("Container id")
 ) -> Container:
     """One container."""
-    return found(
-        host_selectors.container_detail(container_id=container_id),
-        f"No container #{container_id}.",
-    )
+    return _container(container_id)
 
 
 @router.patch("/containers/{container_id}", response=responses({200: ContainerOut}, WRITE_ERRORS))
@@ -114,11 +126,7 @@ def container_update(
     request: HttpRequest, payload: ContainerPatch, container_id: int = path_id("Container id")
 ) -> Container:
     """Change the given fields of a container (staff)."""
-    container = found(
-        host_selectors.container_detail(container_id=container_id),
-        f"No container #{container_id}.",
-    )
-    return services.registry_update(obj=container, data=_changes(payload))
+    return services.registry_update(obj=_container(container_id), data=_changes(payload))
 
 
 @router.get("/profiles", response=responses({200: ProfilePage}), summary="List server profiles")
@@ -143,7 +151,7 @@ def profile_create(request: HttpRequest, payload: ProfileIn) -> Status[ServerPro
 @requires(viewer)
 def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")) -> ServerProfile:
     """One server profile."""
-    return found(host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}.")
+    return profile_or_404(profile_id)
 
 
 @router.patch("/profiles/{profile_id}", response=responses({200: ProfileOut}, WRITE_ERRORS))
@@ -152,7 +160,4 @@ def profile_update(
     request: HttpRequest, payload: ProfilePatch, profile_id: int = path_id("Profile id")
 ) -> ServerProfile:
     """Change the given fields of a profile (staff); a running instance keeps its launch."""
-    profile = found(
-        host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}."
-    )
-    return services.registry_update(obj=profile, data=_changes(payload))
+    return services.registry_update(obj=profile_or_404(profile_id), data=_changes(payload))

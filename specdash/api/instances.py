@@ -19,12 +19,14 @@ from specdash.api.common import (
     WRITE_ERRORS,
     PageBody,
     PageQuery,
-    aware,
+    created_window,
     found,
+    job_url,
     paginate,
     path_id,
     responses,
 )
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import (
     Id,
     InstanceAccepted,
@@ -73,10 +75,10 @@ class LogQuery(Schema):
 
 
 def _instance(instance_id: int) -> ServerInstance:
-    instance = host_selectors.instance_detail(instance_id=instance_id)
-    if instance is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No server instance #{instance_id}.")
-    return instance
+    return found(
+        host_selectors.instance_detail(instance_id=instance_id),
+        f"No server instance #{instance_id}.",
+    )
 
 
 def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
@@ -85,7 +87,7 @@ def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
     body: InstanceAcceptedBody = {
         "instance": instance,
         "job": job,
-        "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None,
+        "job_url": job_url(job),
     }
     return Status(202, body)
 
@@ -101,8 +103,7 @@ def instance_list(
         host_id=filters.host,
         state=filters.state,
         tag=filters.tag,
-        created_after=aware(filters.created_after, "query.created_after"),
-        created_before=aware(filters.created_before, "query.created_before"),
+        **created_window(filters),
     )
     return paginate(request, qs, page)
 
@@ -119,10 +120,7 @@ def profile_start(
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
     user = caller(request)
-    profile = found(
-        host_selectors.profile_detail(profile_id=profile_id), f"No profile #{profile_id}."
-    )
-    return _accepted(services.instance_start(profile=profile, user=user))
+    return _accepted(services.instance_start(profile=profile_or_404(profile_id), user=user))
 
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))

@@ -10,9 +10,8 @@ from ninja import Field, Query, Router, Schema
 from core.jobs import selectors as job_selectors
 from core.jobs.health import worker_health
 from core.models import Job, JobState
-from specdash.api import errors
 from specdash.api.auth import requires, viewer
-from specdash.api.common import PageBody, PageQuery, paginate, path_id, responses
+from specdash.api.common import PageBody, PageQuery, found, paginate, path_id, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
 
 if TYPE_CHECKING:
@@ -54,10 +53,7 @@ def job_list(
 @router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")
 @requires(viewer)
 def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
-    job = job_selectors.job_detail(job_id=job_id)
-    if job is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No job #{job_id}.")
-    return job
+    return found(job_selectors.job_detail(job_id=job_id), f"No job #{job_id}.")
 
 
 @router.get("/health", response=responses({200: HealthOut}), summary="Job worker health")

@@ -21,7 +21,9 @@ from specdash.api.common import (
     WRITE_ERRORS,
     PageBody,
     PageQuery,
-    aware,
+    created_window,
+    found,
+    job_url,
     paginate,
     path_id,
     responses,
@@ -66,17 +68,12 @@ class SampleFilters(Schema):
 
 
 def _sweep(sweep_id: int) -> Sweep:
-    sweep = bench_selectors.sweep_detail(sweep_id=sweep_id)
-    if sweep is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No sweep #{sweep_id}.")
-    return sweep
+    return found(bench_selectors.sweep_detail(sweep_id=sweep_id), f"No sweep #{sweep_id}.")
 
 
 def _accepted(sweep: Sweep) -> Status[SweepAcceptedBody]:
     sweep = _sweep(sweep.pk)
-    job = sweep.job
-    url = f"/api/v1/jobs/{job.pk}" if job is not None else None
-    return Status(202, {"sweep": sweep, "job": job, "job_url": url})
+    return Status(202, {"sweep": sweep, "job": sweep.job, "job_url": job_url(sweep.job)})
 
 
 _CSV = {
@@ -107,8 +104,7 @@ def sweep_list(
         instance_id=filters.instance,
         state=filters.state,
         tag=filters.tag,
-        created_after=aware(filters.created_after, "query.created_after"),
-        created_before=aware(filters.created_before, "query.created_before"),
+        **created_window(filters),
     )
     return paginate(request, qs, page)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
@@ -13,12 +12,10 @@ from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import tuning
-from hosts import selectors as host_selectors
-from hosts.models import ServerProfile
-from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, path_id, responses, with_headline
+from specdash.api.common import WRITE_ERRORS, headlined_errors, path_id, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
+from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
 
@@ -111,14 +108,6 @@ class VerificationOut(Schema):
     )
 
 
-def base_profile_or_404(pk: int) -> ServerProfile:
-    """The profile a matrix or a map varies; 404 when there is none."""
-    base = host_selectors.profile_detail(profile_id=pk)
-    if base is None:
-        raise errors.ApiError(404, errors.NOT_FOUND, f"No profile #{pk}.")
-    return base
-
-
 @router.post(
     "/experiments/matrix",
     response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
@@ -129,22 +118,16 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[ExperimentA
     """Create (or reuse) one variant profile per combination of the axes' values, and queue
     an experiment with the variants as arms. 422 for an axis that cannot be applied."""
     user = caller(request)
-    base = base_profile_or_404(payload.profile)
-    try:
+    base = profile_or_404(payload.profile)
+    with headlined_errors():
         experiment = tuning.matrix_create(
             base=base,
             axes=payload.axes,
             include_off=payload.include_off,
-            levels=payload.levels,
-            load=payload.load.model_dump(exclude_none=True),
-            name=payload.name,
-            repeats=payload.repeats,
-            order=payload.order,
             auto_resume=payload.auto_resume,
             user=user,
+            **payload.protocol_args(),
         )
-    except ValidationError as exc:
-        raise with_headline(exc) from None
     return experiment_accepted(experiment)
 
 
@@ -165,13 +148,10 @@ def verification_create(
     The body may be empty."""
     user = caller(request)
     repeats = payload.repeats if payload is not None else None
-    try:
-        with transaction.atomic():
-            experiment = tuning.verification_create(
-                experiment=experiment_or_404(experiment_id), repeats=repeats, user=user
-            )
-    except ValidationError as exc:
-        raise with_headline(exc) from None
+    with headlined_errors(), transaction.atomic():
+        experiment = tuning.verification_create(
+            experiment=experiment_or_404(experiment_id), repeats=repeats, user=user
+        )
     return experiment_accepted(experiment)
 
 
@@ -188,9 +168,7 @@ def verification_report(
 ) -> dict[str, Any]:
     """Per level: tuned / best fixed variant with its interval, the fixed variants
     conclusively ahead of the schedule, and the verdict."""
-    try:
+    with headlined_errors():
         return tuning.verification_report(
             experiment=experiment_or_404(experiment_id), margin=query.margin
         )
-    except ValidationError as exc:
-        raise with_headline(exc) from None

@@ -129,6 +129,21 @@ def vllm_profiles() -> list[DemoProfile]:
     return out
 
 
+def _seed_profile(spec: DemoProfile, **defaults: Any) -> None:
+    """Register a demo profile once (one already there keeps what an operator changed since):
+    ``spec``'s launch, port and speculation, the engines' common health path, ``defaults``."""
+    ServerProfile.objects.get_or_create(
+        name=spec["name"],
+        defaults={
+            "launch_argv": spec["argv"],
+            "port": spec["port"],
+            "speculative": spec["speculative"],
+            "readiness_path": "/health",
+            **defaults,
+        },
+    )
+
+
 class Command(BaseCommand):
     help = "Create the demo registry (a local host, two simulated servers) and an operator login."
 
@@ -149,22 +164,16 @@ class Command(BaseCommand):
             },
         )
         for spec in demo_profiles(state_dir=state_dir):
-            ServerProfile.objects.get_or_create(
-                name=spec["name"],
-                defaults={
-                    "engine": Engine.SIMULATOR,
-                    "host": host,
-                    "launch_argv": spec["argv"],
-                    "env": {"SPECDASH_SIM_STATE_DIR": state_dir},
-                    "workdir": str(settings.BASE_DIR),
-                    "port": spec["port"],
-                    "gpu_ids": [0, 1, 2, 3],
-                    "readiness_path": "/health",
-                    "readiness_timeout_s": 60,
-                    "served_model_name": "specdash-sim",
-                    "speculative": spec["speculative"],
-                    "tags": spec["tags"],
-                },
+            _seed_profile(
+                spec,
+                engine=Engine.SIMULATOR,
+                host=host,
+                env={"SPECDASH_SIM_STATE_DIR": state_dir},
+                workdir=str(settings.BASE_DIR),
+                gpu_ids=[0, 1, 2, 3],
+                readiness_timeout_s=60,
+                served_model_name="specdash-sim",
+                tags=spec["tags"],
             )
         missing = missing_model_writer_modules()
         if llama_server_binary().is_file() and missing:
@@ -173,39 +182,27 @@ class Command(BaseCommand):
                 "is not installed (requirements-dev.txt): no llama.cpp demo profiles."
             )
         for spec in llamacpp_profiles(models_dir=settings.VAR_DIR / "models"):
-            ServerProfile.objects.get_or_create(
-                name=spec["name"],
-                defaults={
-                    "engine": Engine.LLAMACPP,
-                    "host": host,
-                    "launch_argv": spec["argv"],
-                    "port": spec["port"],
-                    "gpu_ids": [],
-                    "readiness_path": "/health",
-                    "metrics_path": "/metrics",
-                    "readiness_timeout_s": 120,
-                    "speculative": spec["speculative"],
-                    "tags": spec["tags"],
-                },
+            _seed_profile(
+                spec,
+                engine=Engine.LLAMACPP,
+                host=host,
+                gpu_ids=[],
+                metrics_path="/metrics",
+                readiness_timeout_s=120,
+                tags=spec["tags"],
             )
         for spec in vllm_profiles():
-            ServerProfile.objects.get_or_create(
-                name=spec["name"],
-                defaults={
-                    "engine": Engine.VLLM,
-                    "host": host,
-                    "launch_argv": spec["argv"],
-                    # A 1 GiB KV cache is plenty for the tiny model on a CPU.
-                    "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-                    "workdir": str(settings.BASE_DIR),
-                    "port": spec["port"],
-                    "gpu_ids": [],
-                    "readiness_path": "/health",
-                    "readiness_timeout_s": 600,
-                    "served_model_name": "tiny",
-                    "speculative": spec["speculative"],
-                    "tags": ["vllm-cpu", "draft_model" if spec["speculative"] else "baseline"],
-                },
+            _seed_profile(
+                spec,
+                engine=Engine.VLLM,
+                host=host,
+                # A 1 GiB KV cache is plenty for the tiny model on a CPU.
+                env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                workdir=str(settings.BASE_DIR),
+                gpu_ids=[],
+                readiness_timeout_s=600,
+                served_model_name="tiny",
+                tags=["vllm-cpu", "draft_model" if spec["speculative"] else "baseline"],
             )
         self._ensure_operator(options["username"])
 

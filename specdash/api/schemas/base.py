@@ -15,6 +15,10 @@ Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 _TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
 Text = Annotated[str, StringConstraints(pattern=_TEXT)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_TEXT)]
+# A run's optional title, its notes and one of its tags (sweeps, experiments, profiles).
+Title = Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)]
+Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)]
+Tag = Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]
 
 
 class In(Schema):

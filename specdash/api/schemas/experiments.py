@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ninja import Field, Schema
-from pydantic import StringConstraints, create_model
+from pydantic import create_model
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
 from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
-from specdash.api.schemas.base import _TEXT, Id, In, Page
+from specdash.api.schemas.base import Id, In, Notes, Page, Tag, Title
 from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
@@ -27,7 +27,7 @@ class ProtocolIn(In):
 
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
-    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
+    name: Title = ""
     repeats: int = Field(
         DEFAULT_REPEATS,
         ge=1,
@@ -39,6 +39,27 @@ class ProtocolIn(In):
         DEFAULT_ORDER.value,
         description="interleaved (A B B A, the default) or sequential (A A B B)",
     )
+
+    def protocol_args(self) -> ProtocolArgs:
+        """The protocol as the experiment services take it (unset load settings left out, so
+        the load generator's defaults apply)."""
+        return {
+            "levels": self.levels,
+            "load": self.load.model_dump(exclude_none=True),
+            "name": self.name,
+            "repeats": self.repeats,
+            "order": self.order,
+        }
+
+
+class ProtocolArgs(TypedDict):
+    """``ProtocolIn`` as keywords of ``experiment_create`` and the services built on it."""
+
+    levels: list[int]
+    load: JsonObject
+    name: str
+    repeats: int
+    order: str
 
 
 # An arm's own load settings: the acceptance axes of the one model (benchmarks.experiments.axes).
@@ -71,10 +92,8 @@ class ExperimentIn(ProtocolIn):
     continue_on_start_failure: bool = True
     check_output_equivalence: bool = False
     auto_resume: bool = Field(False, description="Resume by itself after a worker restart")
-    notes: Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)] = ""
-    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
-        default_factory=list, max_length=50
-    )
+    notes: Notes = ""
+    tags: list[Tag] = Field(default_factory=list, max_length=50)
 
 
 class ArmOut(Schema):

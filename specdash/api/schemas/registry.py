@@ -11,7 +11,7 @@ from pydantic import StringConstraints
 from benchlib.json_types import JsonObject
 from hosts.masking import masked_argv, masked_env  # secrets are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
-from specdash.api.schemas.base import _TEXT, Id, In, Name, Page, Text
+from specdash.api.schemas.base import _TEXT, Id, In, Name, Page, Tag, Text
 
 # -- registry -----------------------------------------------------------------------------
 
@@ -176,9 +176,7 @@ class ProfileIn(In):
     served_model_name: _Path = ""
     metrics_path: _Path = "/metrics"
     speculative: bool = False
-    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
-        default_factory=list
-    )
+    tags: list[Tag] = Field(default_factory=list)
     notes: Text = ""
 
 
@@ -207,7 +205,7 @@ class ProfilePatch(In):
     served_model_name: _Path | None = None
     metrics_path: _Path | None = None
     speculative: bool | None = None
-    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] | None = None
+    tags: list[Tag] | None = None
     notes: Text | None = None
 
 

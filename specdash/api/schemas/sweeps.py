@@ -14,7 +14,7 @@ from benchlib.loadgen.settings_fields import SloSettings
 from benchmarks import selectors as bench_selectors
 from benchmarks.sweeps.rows import SweepProgress
 from hosts.masking import masked_tree
-from specdash.api.schemas.base import _TEXT, Id, In, Page
+from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, Tag, Title
 from specdash.api.schemas.jobs import JobOut
 
 # -- sweeps -------------------------------------------------------------------------------
@@ -45,11 +45,9 @@ class SweepIn(In):
     )
     levels: list[int] = Field(min_length=1, max_length=64, description="Concurrency levels")
     load: SweepLoadIn = Field(default_factory=lambda: SweepLoadIn.model_validate({}))
-    name: Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)] = ""
-    notes: Annotated[str, StringConstraints(max_length=10_000, pattern=_TEXT)] = ""
-    tags: list[Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]] = Field(
-        default_factory=list, max_length=50
-    )
+    name: Title = ""
+    notes: Notes = ""
+    tags: list[Tag] = Field(default_factory=list, max_length=50)
 
 
 class ProgressOut(Schema):
