@@ -87,19 +87,19 @@ class ExperimentForm(LoadPlanForm):
             assert isinstance(field, ProfileChoiceField)
             field.queryset = selectors.experiment_profiles()
 
-    def _clean_arm_load(self, name: str) -> dict[str, Any]:
+    def _clean_arm_load(self, name: str) -> axes.ArmLoadText:
         return axes.parse_arm_load(self.cleaned_data.get(name) or "")
 
-    def clean_load_a(self) -> dict[str, Any]:
+    def clean_load_a(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_a")
 
-    def clean_load_b(self) -> dict[str, Any]:
+    def clean_load_b(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_b")
 
-    def clean_load_c(self) -> dict[str, Any]:
+    def clean_load_c(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_c")
 
-    def clean_load_d(self) -> dict[str, Any]:
+    def clean_load_d(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_d")
 
     def clean(self) -> dict[str, Any]:
