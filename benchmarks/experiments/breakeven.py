@@ -25,6 +25,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.breakeven import (
     BreakevenMap,
     CategoryPlacement,
@@ -67,7 +68,8 @@ NO_FORCED_ACCEPTANCE = {
 CATEGORY_PROMPT_SETS = {"chat": "sharegpt", "code": "humaneval", "synthetic": "synthetic"}
 
 
-def _vllm_config(argv: Sequence[str]) -> dict[str, Any] | None:
+def _vllm_config(argv: Sequence[str]) -> JsonObject | None:
+    """The JSON a profile's argv gives ``--speculative-config``, as written there."""
     raw = flag_value(argv, _VLLM_CONFIG)
     if raw is None:
         return None
