@@ -39,7 +39,7 @@ class ComparisonInputs:
     equivalence_runs: dict[str, list[dict[str, Any]]]
     slo: dict[str, Any] | None
     protocol: ProtocolRecord
-    environment_differences: Any
+    environment_differences: dict[str, list[str]]
     # What the arms are declared to differ in, and their acceptance-axis loads (axes).
     axes: ExperimentAxes
     # Each arm's series (its levels) and its profile's launch argv, for the schedule.
