@@ -116,7 +116,7 @@ def map_create(
     base: ServerProfile,
     acceptances: Sequence[float],
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: JsonObject,
     user: Any,
     **options: Any,
 ) -> Experiment:

@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
 from benchmarks.experiments.events import HistoryEntry
@@ -78,7 +79,7 @@ def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[
 
 
 def _validate(
-    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: dict[str, Any],
+    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: JsonObject,
     repeats: Any, order: str, arm_loads: Sequence[Mapping[str, Any]],
 ) -> tuple[list[int], dict[str, Any], list[axes.ArmLoad]]:  # fmt: skip
     errors: dict[str, list[str]] = {}
@@ -166,7 +167,7 @@ def experiment_create(
     *,
     profiles: Sequence[ServerProfile],
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: JsonObject,
     name: str = "",
     repeats: int = DEFAULT_REPEATS,
     order: str = DEFAULT_ORDER,
