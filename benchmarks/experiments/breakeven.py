@@ -116,7 +116,7 @@ def map_create(
     base: ServerProfile,
     acceptances: Sequence[float],
     levels: Sequence[int],
-    load: JsonObject,
+    load: Mapping[str, object],
     user: Any,
     **options: Any,
 ) -> Experiment:

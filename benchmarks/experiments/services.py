@@ -18,7 +18,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from benchlib.json_types import JsonObject
 from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
 from benchmarks.experiments.events import HistoryEntry
@@ -79,7 +78,7 @@ def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[
 
 
 def _validate(
-    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: JsonObject,
+    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: Mapping[str, object],
     repeats: Any, order: str, arm_loads: Sequence[Mapping[str, Any]],
 ) -> tuple[list[int], dict[str, Any], list[axes.ArmLoad]]:  # fmt: skip
     errors: dict[str, list[str]] = {}
@@ -167,7 +166,7 @@ def experiment_create(
     *,
     profiles: Sequence[ServerProfile],
     levels: Sequence[int],
-    load: JsonObject,
+    load: Mapping[str, object],
     name: str = "",
     repeats: int = DEFAULT_REPEATS,
     order: str = DEFAULT_ORDER,
