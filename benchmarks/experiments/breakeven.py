@@ -41,7 +41,7 @@ from benchmarks.experiments import services, tuning
 from benchmarks.experiments.comparison import _by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
 from benchmarks.experiments.series import experiment_arm_series, sweep_series
-from benchmarks.experiments.workload import acceptance_row
+from benchmarks.experiments.workload import AcceptanceRow, acceptance_row
 from benchmarks.models import BreakevenCheck, Experiment, Sweep
 from hosts.models import ServerProfile
 
@@ -226,7 +226,13 @@ class Placement:
     sweep_id: int | None = None
 
 
-def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+class LevelAcceptance(AcceptanceRow):
+    """A level of the source's speculative arm: its concurrency and acceptance row."""
+
+    concurrency: int
+
+
+def _category_acceptance(rows: Sequence[LevelAcceptance]) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     for row in rows:
         for name, figures in (row.get("by_category") or {}).items():
@@ -238,12 +244,12 @@ def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[in
 
 def _source_rows(
     *, experiment: Experiment | None, sweep: Sweep | None
-) -> tuple[str, ServerProfile, list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[str, ServerProfile, list[LevelAcceptance], dict[str, Any]]:
     if experiment is not None:
         for arm, series in experiment_arm_series(experiment=experiment):
             if arm.profile.speculative:
                 rows = [
-                    {"concurrency": c} | acceptance_row(runs)
+                    LevelAcceptance(concurrency=c, **acceptance_row(runs))
                     for c, runs in _by_concurrency(series.runs).items()
                 ]
                 return f"experiment {experiment.pk}", arm.profile, rows, dict(experiment.load)
@@ -254,7 +260,7 @@ def _source_rows(
         raise ValidationError({"source": [f"sweep {sweep.pk} ran no registered profile"]})
     (series,) = sweep_series(sweeps=[sweep])
     rows = [
-        {"concurrency": c} | acceptance_row(runs)
+        LevelAcceptance(concurrency=c, **acceptance_row(runs))
         for c, runs in _by_concurrency(series.runs).items()
     ]
     return f"sweep {sweep.pk}", sweep.profile, rows, dict(sweep.load or {})
