@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from django.core.exceptions import ValidationError
 
@@ -30,16 +30,35 @@ from benchmarks.models import Experiment
 ARM_LOAD_AXES = ("api", "temperature")
 LAUNCH_AXIS = "launch"
 
+# An arm's load as typed (``api=chat temperature=1``): numbers parsed, nothing checked yet.
+ArmLoadText = dict[str, float | str]
+
+
+class ArmLoad(TypedDict):
+    """An arm's own load settings as stored (``ExperimentArm.load``), checked: the acceptance
+    axes it sets (``ARM_LOAD_AXES``), each as the load settings' model cleaned it."""
+
+    api: NotRequired[str]
+    temperature: NotRequired[float]
+
+
+class ExperimentAxes(TypedDict):
+    """What the arms are declared to differ in, and each arm's acceptance-axis values (by
+    label; empty unless the axis names a load setting), for the comparison to show."""
+
+    declared_axis: list[str]
+    arm_loads: dict[str, dict[str, object]]
+
 
 def arm_load_field(label: str) -> str:
     """The field an arm's load errors are keyed by (the form's field of that arm)."""
     return f"load_{label.lower()}"
 
 
-def parse_arm_load(text: str) -> dict[str, Any]:
+def parse_arm_load(text: str) -> ArmLoadText:
     """An arm's load typed as ``key=value`` items (``api=chat temperature=1``, spaces or commas
     between them); numbers stay numbers. The values are checked by ``arm_load_clean``."""
-    out: dict[str, Any] = {}
+    out: ArmLoadText = {}
     for item in text.replace(",", " ").split():
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -55,7 +74,7 @@ def parse_arm_load(text: str) -> dict[str, Any]:
 
 def arm_load_clean(
     *, levels: Sequence[Any], load: Mapping[str, Any], arm_load: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[ArmLoad, dict[str, Any]]:
     """(the arm's own settings as stored, the load its sweeps run): only the acceptance axes,
     checked merged into the experiment's (cleaned) load by the sweep's own rules, so that a
     combination a sweep refuses (sessions on the completions API) is refused here. Blank
@@ -76,7 +95,8 @@ def arm_load_clean(
             else list(exc.messages)
         )
         raise ValidationError(messages) from None
-    return {k: merged[k] for k in given}, merged
+    # Only ARM_LOAD_AXES' keys are left (the unknown were refused above), in the order given.
+    return cast(ArmLoad, {k: merged[k] for k in given}), merged
 
 
 def arm_run_load(load: Mapping[str, Any], arm_load: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,7 +121,7 @@ def load_axes(axis: Sequence[str]) -> list[str]:
     return [a.removeprefix("load: ") for a in axis if a.startswith("load: ")]
 
 
-def experiment_axes(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_axes(*, experiment: Experiment) -> ExperimentAxes:
     """The experiment's declared axis and, when it includes a load setting, each arm's value of
     the acceptance axes (by label), for the comparison to show."""
     arms = list(experiment.arms.order_by("position"))

@@ -25,6 +25,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.breakeven import (
     BreakevenMap,
     CategoryPlacement,
@@ -40,7 +41,7 @@ from benchmarks.experiments import services, tuning
 from benchmarks.experiments.level_runs import by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
 from benchmarks.experiments.series import experiment_arm_series, sweep_series
-from benchmarks.experiments.workload import acceptance_row
+from benchmarks.experiments.workload import AcceptanceRow, acceptance_row
 from benchmarks.models import BreakevenCheck, Experiment, Sweep
 from hosts.models import ServerProfile
 
@@ -67,7 +68,8 @@ NO_FORCED_ACCEPTANCE = {
 CATEGORY_PROMPT_SETS = {"chat": "sharegpt", "code": "humaneval", "synthetic": "synthetic"}
 
 
-def _vllm_config(argv: Sequence[str]) -> dict[str, Any] | None:
+def _vllm_config(argv: Sequence[str]) -> JsonObject | None:
+    """The JSON a profile's argv gives ``--speculative-config``, as written there."""
     raw = flag_value(argv, _VLLM_CONFIG)
     if raw is None:
         return None
@@ -114,7 +116,7 @@ def map_create(
     base: ServerProfile,
     acceptances: Sequence[float],
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: Mapping[str, object],
     user: Any,
     **options: Any,
 ) -> Experiment:
@@ -224,7 +226,13 @@ class Placement:
     sweep_id: int | None = None
 
 
-def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+class LevelAcceptance(AcceptanceRow):
+    """A level of the source's speculative arm: its concurrency and acceptance row."""
+
+    concurrency: int
+
+
+def _category_acceptance(rows: Sequence[LevelAcceptance]) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     for row in rows:
         for name, figures in (row.get("by_category") or {}).items():
@@ -236,12 +244,12 @@ def _category_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[in
 
 def _source_rows(
     *, experiment: Experiment | None, sweep: Sweep | None
-) -> tuple[str, ServerProfile, list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[str, ServerProfile, list[LevelAcceptance], dict[str, Any]]:
     if experiment is not None:
         for arm, series in experiment_arm_series(experiment=experiment):
             if arm.profile.speculative:
                 rows = [
-                    {"concurrency": c} | acceptance_row(runs)
+                    LevelAcceptance(concurrency=c, **acceptance_row(runs))
                     for c, runs in by_concurrency(series.runs).items()
                 ]
                 return f"experiment {experiment.pk}", arm.profile, rows, dict(experiment.load)
@@ -252,7 +260,8 @@ def _source_rows(
         raise ValidationError({"source": [f"sweep {sweep.pk} ran no registered profile"]})
     (series,) = sweep_series(sweeps=[sweep])
     rows = [
-        {"concurrency": c} | acceptance_row(runs) for c, runs in by_concurrency(series.runs).items()
+        LevelAcceptance(concurrency=c, **acceptance_row(runs))
+        for c, runs in by_concurrency(series.runs).items()
     ]
     return f"sweep {sweep.pk}", sweep.profile, rows, dict(sweep.load or {})
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import django
-from asgiref.sync import sync_to_async
 
-from benchmarks.experiments import axes, comparison, schedule, selectors
+from benchmarks.experiments import axes, comparison, schedule, selectors, store
+from benchmarks.experiments.axes import ExperimentAxes
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
@@ -39,9 +39,9 @@ class ComparisonInputs:
     equivalence_runs: dict[str, list[dict[str, Any]]]
     slo: dict[str, Any] | None
     protocol: ProtocolRecord
-    environment_differences: Any
+    environment_differences: dict[str, list[str]]
     # What the arms are declared to differ in, and their acceptance-axis loads (axes).
-    axes: dict[str, Any]
+    axes: ExperimentAxes
     # Each arm's series (its levels) and its profile's launch argv, for the schedule.
     schedule_arms: Sequence[tuple[SeriesData, list[str]]]
     # The running-batch readings per level the schedule's switches are placed from.
@@ -98,7 +98,7 @@ def experiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) ->
 async def experiment_store_comparison_off_worker(*, experiment_id: int) -> dict[str, Any]:
     """``recording.experiment_store_comparison`` with the build in a child process, so no
     build length holds up the worker's other jobs, its event loop or its lease renewals."""
-    inputs = await sync_to_async(comparison_inputs)(experiment_id=experiment_id)
+    inputs = await store.acomparison_inputs(experiment_id=experiment_id)
     loop = asyncio.get_running_loop()
     context = multiprocessing.get_context("spawn")
     # A fresh interpreter (spawn: no copy of the worker's threads, locks or connections) that
@@ -111,5 +111,5 @@ async def experiment_store_comparison_off_worker(*, experiment_id: int) -> dict[
         # Never wait here: a worker shutting down mid-build must not block its event loop
         # (the child, which holds no database connection or lease, ends with its build).
         pool.shutdown(wait=False, cancel_futures=True)
-    await sync_to_async(experiment_save_comparison)(experiment_id=experiment_id, result=result)
+    await store.aexperiment_save_comparison(experiment_id=experiment_id, result=result)
     return result

@@ -17,11 +17,12 @@ import functools
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 
 from benchmarks.models import Sweep
+from hosts.agent.parts.probe import FileRecord
 from hosts.telemetry.nvidia_smi import parse_gpu_query
 
 # Flags whose value is a model file or directory, per engine (docs/engines.md); `vllm serve
@@ -86,11 +87,41 @@ def engine_version(server_info: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _gpus(details: str) -> list[dict[str, Any]]:
+class GpuRecord(TypedDict):
+    """One GPU as nvidia-smi reported it (``PROBE_GPU_FIELDS``; its text as given)."""
+
+    index: int
+    name: str | None
+    driver_version: str | None
+    clocks_sm_mhz: str | None
+    clocks_mem_mhz: str | None
+    clocks_max_sm_mhz: str | None
+    power_limit_w: str | None
+
+
+class RunRecord(TypedDict):
+    """One run's environment record (``run_environment_record``), kept append-only under its
+    sweep's ``environment["records"]``."""
+
+    engine_version: str | None
+    engine_packages: dict[str, dict[str, object]]
+    argv: list[str]
+    env: dict[str, str]
+    model_files: list[FileRecord]
+    gpus: list[GpuRecord]
+    driver_version: str | None
+    cuda_version: str | None
+    load_avg: list[float] | None
+    host: str | None
+    specdash_version: str
+    probe_error: str | None
+
+
+def _gpus(details: str) -> list[GpuRecord]:
     if not details.strip():
         return []
     parsed = parse_gpu_query(details, fields=PROBE_GPU_FIELDS)
-    out = []
+    out: list[GpuRecord] = []
     for gpu in parsed.gpus:
         extra = dict(gpu.extra)
         out.append(
@@ -109,7 +140,7 @@ def _gpus(details: str) -> list[dict[str, Any]]:
 
 def run_environment_record(
     *, sweep_environment: Mapping[str, Any], probe: Mapping[str, Any], gpu_ids: Sequence[int]
-) -> dict[str, Any]:
+) -> RunRecord:
     """One run's record from its sweep's snapshot (launch, server info) and the host probe
     taken when its server was ready (``benchmarks.experiments.stops.host_probe``)."""
     instance = sweep_environment.get("instance") or {}
@@ -176,7 +207,7 @@ def experiment_environment_differences(*, experiment_id: int) -> dict[str, list[
     """Per arm (by label) besides the reference A, what its runs' records differ in from A's
     first run besides their launch; also A's own later runs under A. Arms without a record
     (no probe: a sweep resumed on another server, an older experiment) are left out."""
-    first: dict[str, list[dict[str, Any]]] = {}
+    first: dict[str, list[RunRecord]] = {}
     sweeps = Sweep.objects.filter(experiment_step__experiment_id=experiment_id).order_by(
         "experiment_step__index"
     )

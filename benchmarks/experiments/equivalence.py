@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import httpx
 
@@ -27,6 +27,27 @@ REQUEST_TIMEOUT_S = 120.0
 MAX_LISTED_DIFFERENCES = 5
 
 
+class PromptOutput(TypedDict):
+    """One prompt's answer: its text and what the engine said of it, or the error that left
+    it without one."""
+
+    text: NotRequired[str]
+    finish_reason: NotRequired[str | None]
+    completion_tokens: NotRequired[int | None]
+    seconds: NotRequired[float]
+    error: NotRequired[str]
+
+
+class EquivalenceCheck(TypedDict):
+    """One server's output check (``equivalence_probe``), stored on its experiment step."""
+
+    prompts: list[str]
+    max_tokens: int
+    temperature: int
+    model: str
+    outputs: list[PromptOutput]
+
+
 class OutputDifference(TypedDict):
     """A prompt whose outputs differ (``output_differences``): each side's text, or its
     error where it had no output."""
@@ -38,6 +59,29 @@ class OutputDifference(TypedDict):
     common_prefix_chars: int
 
 
+class ProfileEquivalence(TypedDict):
+    """A profile's checks against the reference's first one, and against its own first."""
+
+    label: str
+    checks: int
+    equivalent: bool
+    deterministic: bool
+    difference_count: int
+    differences: list[OutputDifference]
+
+
+class EquivalenceSummary(TypedDict):
+    """Per profile label, whether its outputs match the reference's (``equivalence_summary``);
+    the prompts and their length only once the reference was checked."""
+
+    checked: bool
+    reference: str
+    prompts: NotRequired[list[str]]
+    max_tokens: NotRequired[int | None]
+    profiles: list[ProfileEquivalence]
+    flagged: list[str]
+
+
 async def equivalence_probe(
     *,
     base_url: str,
@@ -46,13 +90,13 @@ async def equivalence_probe(
     prompts: Sequence[str] = PROMPTS,
     max_tokens: int = MAX_TOKENS,
     client: httpx.AsyncClient | None = None,
-) -> dict[str, Any]:
+) -> EquivalenceCheck:
     """Send each prompt as a non-streaming greedy completion; never raises per prompt
     (a failed request is recorded with its error and counts as a difference)."""
     url = base_url.rstrip("/") + "/" + api_path.strip("/") + "/completions"
     own = client is None
     http = client or httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0))
-    outputs: list[dict[str, Any]] = []
+    outputs: list[PromptOutput] = []
     try:
         for prompt in prompts:
             body = {
@@ -132,7 +176,7 @@ def _common_prefix(a: str, b: str) -> int:
 
 def equivalence_summary(
     *, reference: str, runs: dict[str, list[dict[str, Any]]] | None
-) -> dict[str, Any]:
+) -> EquivalenceSummary:
     """Per profile label: do all its checks match the reference's first check?
 
     A profile's own repeats are compared too: a server whose greedy output changes from one
@@ -143,7 +187,7 @@ def equivalence_summary(
     if not baseline_runs:
         return {"checked": False, "reference": reference, "profiles": [], "flagged": []}
     baseline = baseline_runs[0]
-    profiles = []
+    profiles: list[ProfileEquivalence] = []
     for label, checks in runs.items():
         differences: list[OutputDifference] = []
         for check in checks:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import NotRequired, TypedDict
 
 from django.utils import timezone
 
@@ -22,6 +22,19 @@ class ExperimentStatePayload(TypedDict):
 class ExperimentStepPayload(TypedDict):
     experiment_id: int
     step: StepRow
+
+
+class HistoryEntry(TypedDict):
+    """One line of the experiment's history (what happened to it, by whom or why, and where),
+    as the page lists it; ``history_add`` stamps its time."""
+
+    event: str
+    reason: NotRequired[str]
+    by: NotRequired[str]
+    at: NotRequired[list[str]]  # the steps in progress when it happened
+    step: NotRequired[int]  # 1-based
+    sweep: NotRequired[int]
+    instance: NotRequired[int]
 
 
 EXPERIMENT_STATE = ChannelEvent("experiment.state", ExperimentStatePayload)
@@ -64,7 +77,7 @@ def close_steps(experiment_id: int, state: str, reason: str) -> None:
         broadcast_step(step_id)
 
 
-def history_add(experiment_id: int, entry: dict[str, Any]) -> None:
+def history_add(experiment_id: int, entry: HistoryEntry) -> None:
     """Append to the experiment's history (the row is locked by the caller's transaction)."""
     experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
     experiment.history = [*experiment.history, {"t": timezone.now().isoformat(), **entry}]

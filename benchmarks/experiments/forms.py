@@ -3,7 +3,7 @@ live in benchmarks.experiments.services.experiment_create."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -87,19 +87,19 @@ class ExperimentForm(LoadPlanForm):
             assert isinstance(field, ProfileChoiceField)
             field.queryset = selectors.experiment_profiles()
 
-    def _clean_arm_load(self, name: str) -> dict[str, Any]:
+    def _clean_arm_load(self, name: str) -> axes.ArmLoadText:
         return axes.parse_arm_load(self.cleaned_data.get(name) or "")
 
-    def clean_load_a(self) -> dict[str, Any]:
+    def clean_load_a(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_a")
 
-    def clean_load_b(self) -> dict[str, Any]:
+    def clean_load_b(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_b")
 
-    def clean_load_c(self) -> dict[str, Any]:
+    def clean_load_c(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_c")
 
-    def clean_load_d(self) -> dict[str, Any]:
+    def clean_load_d(self) -> axes.ArmLoadText:
         return self._clean_arm_load("load_d")
 
     def clean(self) -> dict[str, Any]:
@@ -169,6 +169,14 @@ def parse_axes_text(text: str) -> dict[str, list[int | float | str]]:
     return axes
 
 
+class MatrixPreviewArgs(TypedDict):
+    """``MatrixForm.preview_kwargs``: what ``matrix.matrix_preview`` takes from the form."""
+
+    base: ServerProfile
+    axes: dict[str, list[int | float | str]]
+    include_off: bool
+
+
 class MatrixForm(LoadPlanForm):
     """A parameter matrix: one base profile, axes over its launch argv, the variants run as
     one experiment's arms (benchmarks.experiments.tuning.matrix_create)."""
@@ -217,7 +225,7 @@ class MatrixForm(LoadPlanForm):
     def clean_axes(self) -> dict[str, list[int | float | str]]:
         return parse_axes_text(self.cleaned_data["axes"])
 
-    def preview_kwargs(self) -> dict[str, Any]:
+    def preview_kwargs(self) -> MatrixPreviewArgs:
         data = self.cleaned_data
         return {"base": data["base"], "axes": data["axes"], "include_off": data["include_off"]}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.stats import Curve, find_saturation
 from benchmarks.experiments.verdicts import SaturationEntry, saturation_dict
 
@@ -59,7 +60,8 @@ class HistoryPoint(TypedDict):
 
 def history_load(*, levels: Sequence[int], load: Mapping[str, Any]) -> tuple[str, str]:
     """(key, label) of a sweep's load: the asked levels and the settings in LOAD_KEYS."""
-    shape: dict[str, Any] = {"levels": sorted(int(c) for c in levels)}
+    asked = sorted(int(c) for c in levels)
+    shape: JsonObject = {"levels": asked}
     shape.update({k: load.get(k) for k in LOAD_KEYS if load.get(k) not in (None, "")})
     key = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
     per_level = (
@@ -68,7 +70,7 @@ def history_load(*, levels: Sequence[int], load: Mapping[str, Any]) -> tuple[str
         else f"{load.get('requests_per_level')} requests per level"
     )
     parts = [
-        f"C={', '.join(str(c) for c in shape['levels'])}",
+        f"C={', '.join(str(c) for c in asked)}",
         per_level,
         f"{load.get('api') or 'completions'}, {load.get('prompt_set') or 'synthetic'} prompts",
         f"{load.get('input_tokens')} in / {load.get('max_tokens')} out tokens"

@@ -5,18 +5,21 @@ job calls these through ``sync_to_async``. Re-exported by ``benchmarks.experimen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from benchmarks import services as sweep_services
 from benchmarks.experiments import axes, builds
+from benchmarks.experiments.axes import ArmLoad
 from benchmarks.experiments.environment import (
     run_environment_record,
 )
+from benchmarks.experiments.equivalence import EquivalenceCheck
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
@@ -35,7 +38,7 @@ class StepPlan:
     profile_id: int
     profile_name: str
     # The arm's own load settings (benchmarks.experiments.axes), over the experiment's.
-    arm_load: dict[str, Any] = field(default_factory=dict)
+    arm_load: ArmLoad = field(default_factory=lambda: ArmLoad())
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ def experiment_begin(*, experiment_id: int) -> ExperimentPlan | None:
             repeat=s.repeat,
             profile_id=s.arm.profile_id,
             profile_name=s.arm.profile.name,
-            arm_load=dict(s.arm.load or {}),
+            # Stored by ``experiment_create`` as ``axes.arm_load_clean`` returned it.
+            arm_load=cast(ArmLoad, dict(s.arm.load or {})),
         )
         for s in ExperimentStep.objects.filter(experiment_id=experiment_id)
         .select_related("arm__profile")
@@ -104,7 +108,7 @@ def experiment_step_update(
     reason: str | None = None,
     instance_id: int | None = _UNSET,
     environment: dict[str, Any] | None = None,
-    equivalence: dict[str, Any] | None = None,
+    equivalence: EquivalenceCheck | None = None,
 ) -> None:
     """Move a step on; it gets its start time when it leaves pending, its end when final."""
     with transaction.atomic():
@@ -193,7 +197,7 @@ def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
 
 
 def experiment_finish(
-    *, experiment_id: int, state: str, reason: str = "", evidence: dict[str, Any] | None = None
+    *, experiment_id: int, state: str, reason: str = "", evidence: JsonObject | None = None
 ) -> bool:
     """End an experiment; steps still pending are skipped (cancelled when it was cancelled).
     A reason recorded earlier (who cancelled) is kept. False if it had already ended."""

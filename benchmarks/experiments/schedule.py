@@ -15,8 +15,9 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.decision import DEFAULT_MARGIN, Arm
 from benchlib.stats.decision_matrix import MatrixVariant, decide_matrix
 from benchlib.stats.schedule import Schedule, Variant, derive_schedule
@@ -30,9 +31,53 @@ from benchmarks.experiments.workload import acceptance_row
 from benchmarks.models import Experiment
 
 
-def _vllm_base(argvs: Sequence[Sequence[str]]) -> dict[str, Any] | None:
-    """The speculative config (method, draft model) of the longest-drafting vLLM arm."""
-    best: tuple[int, dict[str, Any]] | None = None
+class ScheduleVariant(TypedDict):
+    label: str
+    name: str
+    draft_length: int
+
+
+class ScheduleBand(TypedDict):
+    """A range of concurrencies one variant serves best (``stats.schedule.Band``), with its
+    gain over the runner-up and that gain's interval (None when it has none)."""
+
+    variant: str
+    label: str
+    draft_length: int
+    start: int
+    end: int | None
+    levels: list[int]
+    expected_gain: float
+    gain_low: float | None
+    gain_high: float | None
+    runner_up: list[str]
+
+
+class ScheduleReport(TypedDict):
+    """An experiment's speculation schedule as stored and shown (``schedule_build``), or, with
+    ``available`` false, the ``message`` saying why it has none. ``steps``, ``choices``,
+    ``decision`` and ``configs`` are the statistics' own records as plain data (their
+    dataclasses' fields, declared in ``benchlib.stats``)."""
+
+    available: bool
+    message: str
+    engine: NotRequired[str]
+    reference: NotRequired[str]
+    confidence: NotRequired[float]
+    variants: NotRequired[list[ScheduleVariant]]
+    bands: NotRequired[list[ScheduleBand]]
+    steps: NotRequired[list[dict[str, Any]]]
+    choices: NotRequired[list[dict[str, Any]]]
+    untested: NotRequired[list[int]]
+    description: NotRequired[str]
+    decision: NotRequired[dict[str, Any]]
+    configs: NotRequired[list[dict[str, Any]]]
+
+
+def _vllm_base(argvs: Sequence[Sequence[str]]) -> JsonObject | None:
+    """The speculative config (method, draft model) of the longest-drafting vLLM arm: the JSON
+    a profile's argv gives ``--speculative-config``, as written there."""
+    best: tuple[int, JsonObject] | None = None
     for argv in argvs:
         raw = option([str(a) for a in argv], "--speculative-config", "-sc")
         config = json.loads(raw) if raw is not None else None
@@ -87,15 +132,15 @@ RATE_MODE_MESSAGE = (
 )
 
 
-def _unavailable(message: str) -> dict[str, Any]:
+def _unavailable(message: str) -> ScheduleReport:
     return {"available": False, "message": message}
 
 
 def _schedule_dict(
     schedule: Schedule, variants: Sequence[tuple[SeriesData, int]], engine: str
-) -> dict[str, Any]:
+) -> ScheduleReport:
     labels = {series.name: series.label for series, _ in variants}
-    bands = []
+    bands: list[ScheduleBand] = []
     for band in schedule.bands:
         interval = band.gain_interval
         bands.append({
@@ -124,7 +169,7 @@ def _schedule_dict(
 def schedule_build(
     arms: Sequence[tuple[SeriesData, Sequence[str]]],
     observed: Mapping[int, Mapping[int, int]] | None = None,
-) -> dict[str, Any]:
+) -> ScheduleReport:
     """The schedule of arms given as (series, profile launch argv); ``available`` false with
     a ``message`` saying why when there is none. ``observed``: the running-batch readings per
     level (``series.running_batches``) the switches are placed from."""
@@ -186,7 +231,7 @@ def schedule_build(
     return out
 
 
-def experiment_schedule(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_schedule(*, experiment: Experiment) -> ScheduleReport:
     """The schedule of an experiment's arms from their stored levels (a fixed number of
     queries whatever the number of arms)."""
     loads = load_axes(experiment_axes(experiment=experiment)["declared_axis"])

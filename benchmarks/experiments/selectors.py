@@ -103,6 +103,13 @@ class StepRow(TypedDict):
     duration_s: float | None
 
 
+class ExperimentSnapshot(TypedDict):
+    """What the experiment page's socket sends first: the experiment and every step."""
+
+    experiment: ExperimentRow
+    steps: list[StepRow]
+
+
 def step_as_dict(step: ExperimentStep) -> StepRow:
     sweep = _sweep_of(step)
     started, finished = step.started_at, step.finished_at
@@ -164,7 +171,7 @@ def experiment_current_step(*, steps: Sequence[ExperimentStep]) -> ExperimentSte
     return started[-1] if started else None
 
 
-def experiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
+def experiment_snapshot(*, experiment_id: int) -> ExperimentSnapshot | None:
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None:
         return None

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
+from benchmarks.experiments.events import HistoryEntry
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
@@ -77,9 +78,9 @@ def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[
 
 
 def _validate(
-    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: dict[str, Any],
+    *, profiles: Sequence[ServerProfile], levels: Sequence[Any], load: Mapping[str, object],
     repeats: Any, order: str, arm_loads: Sequence[Mapping[str, Any]],
-) -> tuple[list[int], dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+) -> tuple[list[int], dict[str, Any], list[axes.ArmLoad]]:  # fmt: skip
     errors: dict[str, list[str]] = {}
     if len(profiles) < 2:
         errors["profiles"] = ["Choose at least two server profiles."]
@@ -123,16 +124,19 @@ def _validate_arms(
     load: dict[str, Any] | None,
     arm_loads: Sequence[Mapping[str, Any]],
     errors: dict[str, list[str]],
-) -> list[dict[str, Any]]:
+) -> list[axes.ArmLoad]:
     """Each arm's own load settings (``axes.arm_load_clean``; ``load`` None: the experiment's
     was refused, so only compared), and no two arms alike: an arm may run another's profile
     only with another load (same server, other load)."""
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[axes.ArmLoad] = []
     seen: dict[tuple[int, str], str] = {}
     for i, profile in enumerate(profiles[: len(LABELS)]):
         label = LABELS[i]
         given = dict(arm_loads[i]) if i < len(arm_loads) else {}
-        own, runs = given, given
+        # Without the experiment's load (refused) the arms are only compared as given: the
+        # caller raises on the errors already found, so ``cleaned`` is then never used.
+        own: axes.ArmLoad = {}
+        runs: Mapping[str, Any] = given
         if load is not None:
             try:
                 own, runs = axes.arm_load_clean(levels=levels, load=load, arm_load=given)
@@ -162,7 +166,7 @@ def experiment_create(
     *,
     profiles: Sequence[ServerProfile],
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: Mapping[str, object],
     name: str = "",
     repeats: int = DEFAULT_REPEATS,
     order: str = DEFAULT_ORDER,
@@ -329,7 +333,7 @@ def experiment_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
 AUTO_RESUMER = "auto-resume"
 
 
-def experiment_history_note(*, experiment_id: int, entry: dict[str, Any]) -> None:
+def experiment_history_note(*, experiment_id: int, entry: HistoryEntry) -> None:
     """What a resumed run decided (server re-used or replaced, sweep resumed), for the page."""
     with transaction.atomic():
         _history_add(experiment_id, entry)

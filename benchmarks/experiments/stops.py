@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import store
 from benchmarks.experiments.environment import model_paths
 from hosts.lifecycle import store as lifecycle_store
@@ -37,7 +38,8 @@ class StopOutcome:
     clean: bool
     state: str
     reason: str
-    evidence: dict[str, Any]
+    # The server's own evidence as its lifecycle stored it (each verdict has its own shape).
+    evidence: JsonObject
 
 
 async def stop_verified(

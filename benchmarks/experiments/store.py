@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 
 from benchmarks import audit
 from benchmarks import services as sweep_services
-from benchmarks.experiments import recording, selectors, services
+from benchmarks.experiments import builds, recording, selectors, services
 from benchmarks.models import ExperimentStep, Sweep, SweepState
 from core.models import Job, JobState
 from hosts import services as host_services
@@ -33,6 +33,22 @@ aexperiment_finish = sync_to_async(recording.experiment_finish)
 aaudit_experiment_store = sync_to_async(audit.audit_experiment_store)
 asweep_resume = sync_to_async(sweep_services.sweep_resume)
 asweep_cancel = sync_to_async(sweep_services.sweep_cancel)
+
+
+# The comparison's build (``builds.experiment_store_comparison_off_worker``) reads its inputs
+# and writes its result through these. Written as functions rather than wrapped once like the
+# twins above: ``builds`` awaits them, so it imports this module while it is itself imported,
+# and its services are looked up when called, after both modules have loaded.
+
+
+async def acomparison_inputs(*, experiment_id: int) -> builds.ComparisonInputs:
+    return await sync_to_async(builds.comparison_inputs)(experiment_id=experiment_id)
+
+
+async def aexperiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+    await sync_to_async(builds.experiment_save_comparison)(
+        experiment_id=experiment_id, result=result
+    )
 
 
 async def aexperiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:

@@ -12,12 +12,13 @@ the records by design) is not run by a GET: a page shows the stored outcome, or 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
 from django.db import transaction
@@ -25,6 +26,7 @@ from django.db import transaction
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import (
     experiment_arm_series,
     experiment_series,
@@ -66,13 +68,17 @@ def content_key(kind: str, content: Any) -> str:
     return f"specdash:{kind}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def _cached(key: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    found = cache.get(key)
+_Built = TypeVar("_Built")
+
+
+def _cached(key: str, build: Callable[[], _Built]) -> _Built:
+    found: _Built | None = cache.get(key)
     if found is None:
         found = build()
         # No expiry: the key changes with the content, and the cache's own size limit evicts.
         cache.set(key, found, timeout=None)
-    return dict(found)
+    # A shallow copy (as ``dict(found)``), so that a caller adding keys leaves the cached one.
+    return copy.copy(found)
 
 
 def comparison_cached(
@@ -110,9 +116,15 @@ def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
     """The schedule kept with a finished experiment's comparison. One that ended before
     schedules were kept gets it built now and stored, once; a running one's is built once
     per completed level."""
+    # A ScheduleReport, handed on as the dict the API's schedule handler declares it returns.
+    return cast(dict[str, Any], _schedule_read(experiment))
+
+
+def _schedule_read(experiment: Experiment) -> ScheduleReport:
     stored = experiment.comparison or {}
     if experiment.is_finished and isinstance(stored.get("schedule"), dict):
-        return dict(stored["schedule"])
+        # Stored as ``schedule_build`` returned it.
+        return cast(ScheduleReport, dict(stored["schedule"]))
     if experiment.is_finished and stored:
         built = speculation_schedule.experiment_schedule(experiment=experiment)
         experiment_store_schedule(experiment_id=experiment.pk, schedule=built)
@@ -132,7 +144,7 @@ def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
     )
 
 
-def experiment_store_schedule(*, experiment_id: int, schedule: dict[str, Any]) -> None:
+def experiment_store_schedule(*, experiment_id: int, schedule: ScheduleReport) -> None:
     """Keep ``schedule`` in the experiment's stored comparison (a row lock: the end of run
     may write the comparison at the same moment)."""
     with transaction.atomic():

@@ -197,7 +197,7 @@ def matrix_create(
     axes: Mapping[str, Any],
     include_off: bool = False,
     levels: Sequence[int],
-    load: dict[str, Any],
+    load: Mapping[str, object],
     name: str = "",
     user: Any,
     **options: Any,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -14,6 +14,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from benchmarks import audit
+from benchmarks.controller_report import ControllerSection
 from benchmarks.experiments import (
     figures,
     forms,
@@ -25,11 +26,13 @@ from benchmarks.experiments import (
     tuning,
 )
 from benchmarks.experiments.history import history_build, history_groups
-from benchmarks.models import Experiment
+from benchmarks.experiments.selectors import StepRow
+from benchmarks.models import Experiment, ExperimentArm, ExperimentStep
 from benchmarks.models.experiments import ExperimentState
 from benchmarks.phases import comparison_phases
 from core import roles
 from core.http import HtmxHttpRequest
+from hosts.models import ServerInstance
 
 
 def can_run_experiments(user: Any) -> bool:
@@ -131,7 +134,32 @@ def experiment_verify(request: HttpRequest, experiment_id: int) -> HttpResponse:
     return redirect("benchmarks:experiment-detail", experiment_id=follow_up.pk)
 
 
-def _detail_context(request: HttpRequest, experiment: Experiment) -> dict[str, Any]:
+class LiveConfig(TypedDict):
+    """What the page's script reads (``experiment-config``) to join the experiment's feed."""
+
+    experimentId: int
+    wsPath: str
+
+
+class ExperimentDetailContext(TypedDict):
+    """What ``benchmarks/experiment_detail.html`` reads (the whole page and its live part)."""
+
+    experiment: Experiment
+    arms: list[ExperimentArm]
+    controller_tracks: list[ControllerSection]
+    steps: list[ExperimentStep]
+    step_rows: list[StepRow]
+    current: StepRow | None
+    verdicts: list[Any]  # the stored comparison's, as ``comparison.py`` builds them
+    can_run_experiments: bool
+    can_operate: bool
+    port_holder: ServerInstance | None
+    is_verification: bool
+    live_config: LiveConfig
+    nav: str
+
+
+def _detail_context(request: HttpRequest, experiment: Experiment) -> ExperimentDetailContext:
     steps = selectors.experiment_steps(experiment_id=experiment.pk)
     current = selectors.experiment_current_step(steps=steps)
     verdicts = (experiment.comparison or {}).get("verdicts", [])

@@ -69,6 +69,24 @@ class CategoryAcceptance(TypedDict):
     acceptance_rate: float | None
 
 
+class AcceptanceRow(TypedDict):
+    """``acceptance_row``: a level's speculative figures (None where no source gave one), each
+    with its source (a ``SPEC_SOURCES`` key) and that source's sentence."""
+
+    accept_length_source_text: str
+    tokens_per_step_source_text: str
+    acceptance_rate_source_text: str
+    accept_length: float | None
+    accept_length_source: str | None
+    tokens_per_step: float | None
+    tokens_per_step_source: str | None
+    acceptance_rate: float | None
+    acceptance_rate_source: str | None
+    server_accept_length: float | None
+    request_accept_length: float | None
+    by_category: dict[str, CategoryAcceptance]
+
+
 class RequestsRow(TypedDict):
     """``requests_row``: None where no repeat's summary counted its requests."""
 
@@ -94,7 +112,7 @@ def _server_figure(runs: Sequence[LevelRun], key: str) -> tuple[float | None, st
     return _mean([s[key] for s in present]), source
 
 
-def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
+def acceptance_row(runs: Sequence[LevelRun]) -> AcceptanceRow:
     """Both speculative figures of one level (mean over repeats), each with its source:
     `accept_length` (per drafted step) and `tokens_per_step` (per engine step), and the
     acceptance rate; and per category. Server counters over the level come first, the engine's
@@ -123,15 +141,10 @@ def acceptance_row(runs: Sequence[LevelRun]) -> dict[str, Any]:
             "accept_length": _mean([p.get("accept_length") for p in per]),
             "acceptance_rate": _mean([p.get("acceptance_rate") for p in per]),
         }
-    texts = {
-        f"{name}_source_text": SPEC_SOURCES.get(source or "", "")
-        for name, source in (
-            ("accept_length", length_source),
-            ("tokens_per_step", steps_source),
-            ("acceptance_rate", rate_source),
-        )
-    }
-    return texts | {
+    return {
+        "accept_length_source_text": SPEC_SOURCES.get(length_source or "", ""),
+        "tokens_per_step_source_text": SPEC_SOURCES.get(steps_source or "", ""),
+        "acceptance_rate_source_text": SPEC_SOURCES.get(rate_source or "", ""),
         "accept_length": length,
         "accept_length_source": length_source,
         "tokens_per_step": steps,

@@ -21,12 +21,13 @@ FACE_NAME = "store.py"
 
 # The wraps left outside the faces. It only goes down: lower it when a module moves its wraps
 # into its app's face, never raise it (add a twin to the face instead).
-CEILING = 2
+CEILING = 0
 
 # Modules whose async functions go through a face for every database read and write: no wrap
 # and no ``Model.objects`` in an ``async def`` (sync hooks in the same module may use the ORM).
 OFF_THE_ORM = (
     "benchmarks/consumers.py",
+    "benchmarks/experiments/builds.py",
     "benchmarks/experiments/runner.py",
     "benchmarks/experiments/step_run.py",
     "benchmarks/experiments/stops.py",

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks.experiments import services
 from benchmarks.experiments.environment import (
+    RunRecord,
     engine_version,
     experiment_environment_differences,
     model_paths,
@@ -60,7 +61,7 @@ def test_specdash_version_names_the_checkout() -> None:
     assert specdash_version() == described
 
 
-def _record(tmp_path: Path, **probe: Any) -> dict[str, Any]:
+def _record(tmp_path: Path, **probe: Any) -> RunRecord:
     sweep_env = {"instance": {"launch_argv": ["sim", "--model", "/m/a"], "env": {"HF_TOKEN": "***"},
                               "host": "local", "server_info": {"version": {"version": "1.0"}}}}  # fmt: skip
     base_probe = {"gpu_details": _smi_details(tmp_path), "driver_version": "580.1",
@@ -87,7 +88,11 @@ def test_a_record_holds_version_launch_files_gpus_load_and_specdash(tmp_path: Pa
 
 def test_differences_beyond_the_launch_are_named_and_the_launch_is_not(tmp_path: Path) -> None:
     a = _record(tmp_path)
-    b = {**_record(tmp_path, driver_version="575.0"), "argv": ["sim", "--other"], "env": {}}
+    b: dict[str, Any] = {
+        **_record(tmp_path, driver_version="575.0"),
+        "argv": ["sim", "--other"],
+        "env": {},
+    }
     b["engine_version"] = "version: 1.1"
     b["gpus"] = [{**b["gpus"][0], "power_limit_w": "400.00", "clocks_sm_mhz": "1000"}]
     b["model_files"] = [{**b["model_files"][0], "mtime": 2.0}]

@@ -7,6 +7,7 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -127,6 +128,8 @@ def test_a_clean_crossover_gives_two_bands_and_the_vllm_schedule(
     assert schedule["reference"] == "baseline"  # the simplest arm, whatever the arm order
     bands = [(b["start"], b["end"], b["draft_length"], b["levels"]) for b in schedule["bands"]]
     assert bands == [(1, 8, 3, [1, 8]), (9, None, 0, [64])]
+    first: Any
+    last: Any
     first, last = schedule["bands"]
     assert first["gain_low"] > 1.0 and first["expected_gain"] > first["gain_low"]
     assert last["gain_low"] > 1.0  # baseline conclusively ahead when saturated
