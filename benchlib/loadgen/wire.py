@@ -91,6 +91,8 @@ class SpecTokensDetails(TypedDict, total=False):
     spec_verify_ct: int
     spec_num_proposed_drafts: int
     spec_num_correct_drafts: int
+    spec_accept_length: float
+    spec_accept_rate: float
 
 
 class SglangExtension(TypedDict, total=False):
@@ -112,13 +114,44 @@ class OpenAIStreamChunk(TypedDict, total=False):
 
 
 class GenerateFinishReason(TypedDict, total=False):
-    type: str
+    type: str  # "length", "stop" or "abort", with the member that goes with it
+    length: int
+    matched: int | str
+    message: str
 
 
 class GenerateMetaInfo(SpecTokensDetails, total=False):
-    completion_tokens: int | None
-    prompt_tokens: int | None
+    id: str
     finish_reason: GenerateFinishReason | str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int
+    e2e_latency: float  # on the finished request
+
+
+class CompletionChoice(TypedDict):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: str
+
+
+class ChatChoice(TypedDict):
+    index: int
+    message: ChatMessage
+    logprobs: None
+    finish_reason: str
+
+
+class CompletionResponse(TypedDict):
+    """The whole answer to a request with `stream: false`, on either OpenAI endpoint."""
+
+    id: str
+    object: str  # "text_completion" or "chat.completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice] | list[ChatChoice]
+    usage: Usage
 
 
 class GenerateChunk(TypedDict, total=False):

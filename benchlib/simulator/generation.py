@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from benchlib.loadgen.wire import GenerateMetaInfo, SpecTokensDetails
+
 from .encode import DONE, StreamEncoder, generate_chunk, generate_json, generate_meta, openai_body
 from .protocol import GenRequest
 from .scheduler import SimRequest
@@ -100,18 +102,18 @@ async def serve_generation(
         app.request_finished(sim, chunks, error, reasoning_tokens=sim.reasoning_tokens)
 
 
-def spec_meta(sim: SimRequest) -> dict[str, Any]:
+def spec_meta(sim: SimRequest) -> SpecTokensDetails:
     """SGLang's per-request speculative figures on a finished request's meta_info (none without
     speculation): verify steps, proposed and correct drafts, their ratios."""
     if not sim.done or not sim.spec_steps:
-        return {}
-    return {
-        "spec_verify_ct": sim.spec_steps,
-        "spec_accept_length": sim.generated / sim.spec_steps,
-        "spec_accept_rate": sim.spec_accepted / sim.spec_drafted if sim.spec_drafted else 0.0,
-        "spec_num_correct_drafts": sim.spec_accepted,
-        "spec_num_proposed_drafts": sim.spec_drafted,
-    }
+        return SpecTokensDetails()
+    return SpecTokensDetails(
+        spec_verify_ct=sim.spec_steps,
+        spec_accept_length=sim.generated / sim.spec_steps,
+        spec_accept_rate=sim.spec_accepted / sim.spec_drafted if sim.spec_drafted else 0.0,
+        spec_num_correct_drafts=sim.spec_accepted,
+        spec_num_proposed_drafts=sim.spec_drafted,
+    )
 
 
 async def _unary(
@@ -133,7 +135,7 @@ async def _unary(
     created = int(sim.arrival)
     if req.kind == "generate":
         meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
-        meta |= spec_meta(sim)
+        meta = GenerateMetaInfo(**meta, **spec_meta(sim))
         body = generate_json(sim.generated, meta)
     else:
         body = openai_body(req, sim.request_id, created, sim.generated, reason)
