@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.loadgen.level import RecordSink
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
@@ -106,7 +106,16 @@ class LevelRecords:
                 self._spool.unlink(missing_ok=True)
 
 
-async def boundary_scrape(url: str) -> dict[str, Any]:
+class BoundaryScrape(TypedDict, total=False):
+    """The server's /metrics at a level's edge, spread into the event that marks it: the text
+    and when it answered, or why there is none."""
+
+    server_metrics_text: str
+    server_metrics_t: float
+    server_metrics_error: str
+
+
+async def boundary_scrape(url: str) -> BoundaryScrape:
     """The server's /metrics text just before a level starts, with the time it answered.
 
     Taken here, in the process that sends the requests, and awaited before the first one:
@@ -119,8 +128,8 @@ async def boundary_scrape(url: str) -> dict[str, Any]:
             response = await client.get(url)
             response.raise_for_status()
     except httpx.HTTPError as exc:
-        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
-    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
+        return BoundaryScrape(server_metrics_error=f"/metrics: {exc or type(exc).__name__}")
+    return BoundaryScrape(server_metrics_text=response.text, server_metrics_t=time.time())
 
 
 def write_output(path: Path, text: str) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from benchlib.stats.controller_types import ControllerFigures
+
 
 class Distribution(TypedDict):
     count: int
@@ -188,7 +190,7 @@ class LevelSummary(_Figures, total=False):
     ramp: dict[str, Any]
     # --controller-tracking (benchlib.stats.controller.controller_figures): the per-second
     # series and the switches with their cost; None when the server does not speculate.
-    controller: dict[str, Any] | None
+    controller: ControllerFigures | None
     # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times, token
     # gaps and tokens per chunk per phase.
     reasoning: ReasoningFigures
