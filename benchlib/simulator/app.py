@@ -9,8 +9,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from .asgi_types import Receive, Scope, Send
 from .config import SimConfig
-from .generation import JSON_HEADERS, Receive, Send, serve_generation
+from .generation import JSON_HEADERS, serve_generation
 from .metrics import EngineMetrics
 from .protocol import ApiError, Limits, load_json_object, parse_generate, parse_openai
 from .scheduler import AsyncScheduler, SchedulerCore, SimRequest
@@ -73,7 +74,7 @@ class SimApp:
         self.on_crash = on_crash
         self._tasks: set[asyncio.Future[None]] = set()
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
@@ -111,9 +112,7 @@ class SimApp:
             code="service_unavailable",
         )
 
-    async def _dispatch(
-        self, path: str, scope: dict[str, Any], receive: Receive, send: Send
-    ) -> None:
+    async def _dispatch(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
             data = load_json_object(await _read_body(receive))
             if self.crash_armed:

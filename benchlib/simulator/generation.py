@@ -3,11 +3,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from benchlib.loadgen.wire import GenerateMetaInfo, SpecTokensDetails
 
+from .asgi_types import Receive, Scope, Send
 from .encode import DONE, StreamEncoder, generate_chunk, generate_json, generate_meta, openai_body
 from .protocol import GenRequest
 from .scheduler import SimRequest
@@ -15,21 +15,19 @@ from .scheduler import SimRequest
 if TYPE_CHECKING:
     from .app import SimApp
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def category_from(scope: dict[str, Any]) -> str | None:
+def category_from(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"x-specdash-category" and value:
             return str(value.decode("latin-1"))[:40]
     return None
 
 
-def request_id_from(scope: dict[str, Any]) -> str:
+def request_id_from(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id" and value:
             return str(value.decode("latin-1"))
@@ -45,7 +43,7 @@ async def _watch_disconnect(app: SimApp, receive: Receive, sim: SimRequest) -> N
 
 
 async def serve_generation(
-    app: SimApp, scope: dict[str, Any], receive: Receive, send: Send, req: GenRequest
+    app: SimApp, scope: Scope, receive: Receive, send: Send, req: GenRequest
 ) -> None:
     """Queue one request on the scheduler and answer it, streaming one SSE event per step."""
     request_id = request_id_from(scope)
