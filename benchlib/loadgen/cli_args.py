@@ -14,7 +14,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.goodput import Slo
@@ -163,18 +163,34 @@ def run_params(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def trace_event(args: argparse.Namespace, trace: Trace | None) -> dict[str, Any]:
+class TraceReplay(TypedDict):
+    """The trace a level replays, as its level_start event names it."""
+
+    file: str
+    format: str
+    speed: float
+    start: float
+    duration: float | None
+    requests: int
+    rate: float
+
+
+class TraceEventFields(TypedDict, total=False):
+    trace: TraceReplay
+
+
+def trace_event(args: argparse.Namespace, trace: Trace | None) -> TraceEventFields:
     """What a level replays, for its level_start event (empty without a trace)."""
     if trace is None:
-        return {}
-    return {
-        "trace": {
-            "file": str(args.trace),
-            "format": args.trace_format,
-            "speed": args.trace_speed,
-            "start": args.trace_start,
-            "duration": args.trace_duration,
-            "requests": len(trace.requests),
-            "rate": trace.rate(),
-        }
-    }
+        return TraceEventFields()
+    return TraceEventFields(
+        trace=TraceReplay(
+            file=str(args.trace),
+            format=args.trace_format,
+            speed=args.trace_speed,
+            start=args.trace_start,
+            duration=args.trace_duration,
+            requests=len(trace.requests),
+            rate=trace.rate(),
+        )
+    )
