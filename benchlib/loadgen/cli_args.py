@@ -14,8 +14,9 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
@@ -155,9 +156,9 @@ def slo_from_args(args: argparse.Namespace) -> Slo | None:
     return settings_from_args(args).slo_target()
 
 
-def run_params(args: argparse.Namespace) -> dict[str, Any]:
+def run_params(args: argparse.Namespace) -> JsonObject:
     """The parsed flags as ``run_start`` and the results file echo them (paths as text)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in vars(args).items():
         out[key] = str(value) if isinstance(value, Path) else value
     return out
