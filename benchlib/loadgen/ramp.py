@@ -8,27 +8,12 @@ from __future__ import annotations
 # keeping up, inside the one level.
 import math
 from collections.abc import Iterable
-from typing import TypedDict
 
 from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.summary import RampSlice
 
 RAMPS = ("linear", "exponential")
-
-
-class RampSlice(TypedDict):
-    """One time slice of a ramped level (`slice_figures`); times from the first arrival."""
-
-    t0_s: float
-    t1_s: float
-    offered_rate: float
-    arrivals: int
-    arrival_rate: float | None
-    ok: int
-    output_tok_s: float | None
-    ttft_p50_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
 
 
 def ramp_rate(strategy: str, start: float, end: float, progress: float) -> float:

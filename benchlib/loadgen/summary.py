@@ -137,6 +137,31 @@ class SessionFigures(TypedDict):
     later_over_first_ttft: Distribution
 
 
+class RampSlice(TypedDict):
+    """One time slice of a ramped level (``benchlib.loadgen.ramp.slice_figures``); times from
+    the first arrival."""
+
+    t0_s: float
+    t1_s: float
+    offered_rate: float
+    arrivals: int
+    arrival_rate: float | None
+    ok: int
+    output_tok_s: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+
+
+class RampFigures(TypedDict):
+    """A ramped level's summary block (``LevelSummary.ramp``): the ramp and its slices."""
+
+    strategy: str
+    start_rate: float
+    end_rate: float
+    slices: list[RampSlice]
+
+
 class _Figures(TypedDict):
     """What every level summary has."""
 
@@ -187,7 +212,7 @@ class LevelSummary(_Figures, total=False):
     target_rate: float | None  # an open-loop level's request rate (req/s)
     burstiness: float | None  # its gamma shape (1: Poisson)
     # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
-    ramp: dict[str, Any]
+    ramp: RampFigures
     # --controller-tracking (benchlib.stats.controller.controller_figures): the per-second
     # series and the switches with their cost; None when the server does not speculate.
     controller: ControllerFigures | None
