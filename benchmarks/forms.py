@@ -9,7 +9,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from benchlib.loadgen.goodput import SLO_FIGURES
-from benchlib.loadgen.settings import UNSET, LoadSettings, flat_fields, number_kind, option
+from benchlib.loadgen.settings import LoadSettings, flat_fields
+from benchlib.loadgen.settings_fields import UNSET, number_kind, option
 from benchmarks import selectors, services
 from benchmarks.models.sweeps import DEFAULT_LEVELS
 from benchmarks.traces import trace_list

@@ -43,7 +43,8 @@ from benchlib.loadgen.level import run_level
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.prompts import SyntheticPrompts
 from benchlib.simulator.profiles import get_profile
-from benchlib.stats.decision import DEFAULT_MARGIN, Arm, Decision, decide_curves
+from benchlib.stats.decision import DEFAULT_MARGIN, Arm, Decision
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.drift import Run, experiment_drift, level_drift
 from benchlib.stats.types import Curve, LevelSample, RequestPoint
 from perf.bench_loadgen import _level_cfg, read_truth, simulator

@@ -38,7 +38,8 @@ from benchlib.loadgen.prompts import DatasetPrompts, Prompt, PromptSource, Synth
 from benchlib.simulator.profiles import get_profile
 from benchlib.simulator.virtual import simulate_closed_loop
 from benchlib.stats.breakeven import breakeven_map, check_prediction, place
-from benchlib.stats.decision import Arm, Decision, decide_curves
+from benchlib.stats.decision import Arm, Decision
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.drift import Run, level_drift
 from benchlib.stats.types import Curve, LevelSample, RequestPoint
 from perf.bench_aa import _reason_kind

@@ -31,10 +31,12 @@ from typing import Any
 import psutil
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig, LevelResult, run_level
-from benchlib.loadgen.metrics import distribution, summarize_level, window_tokens
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig, LevelResult
+from benchlib.loadgen.metrics import distribution, summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess
 from benchlib.loadgen.prompts import SyntheticPrompts
+from benchlib.loadgen.steady import window_tokens
 from perf.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig, run_level
-from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.traces import TracePrompts, load_trace
+from benchlib.stats.intervals import quantile
 from perf.bench_loadgen import CAPACITY_TARGET, MODEL, _cores, _verdict, simulator
 
 LATENESS_P99_MS = 5.0

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.traces import TracePrompts, load_trace
-from benchlib.stats.decision import Arm, Decision, decide_curves
+from benchlib.stats.decision import Arm, Decision
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.drift import Run, experiment_drift, level_drift
 from benchlib.stats.types import Curve, LevelSample
 from perf.bench_aa import interleaved_order

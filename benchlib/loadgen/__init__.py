@@ -11,9 +11,10 @@ from __future__ import annotations
 #                               anchor=result.anchor)
 from benchlib.loadgen.apis import Api, build_body
 from benchlib.loadgen.client import make_client, send_request
-from benchlib.loadgen.level import LevelConfig, LevelResult, LevelRunner, run_level
+from benchlib.loadgen.level import LevelRunner, run_level
+from benchlib.loadgen.level_config import LevelConfig, LevelResult
 from benchlib.loadgen.merge import merge_records, merge_results
-from benchlib.loadgen.metrics import distribution, quantile, steady_window, summarize_level
+from benchlib.loadgen.metrics import distribution, summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess, split_level
 from benchlib.loadgen.prompts import (
     DatasetPrompts,
@@ -25,6 +26,8 @@ from benchlib.loadgen.prompts import (
 )
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.sse import SSEDecoder
+from benchlib.loadgen.steady import steady_window
+from benchlib.stats.intervals import quantile
 
 __all__ = [
     "Api",

@@ -37,7 +37,8 @@ from benchlib.loadgen.cli_io import (
     write_output,
 )
 from benchlib.loadgen.events import EventWriter, dumps, silence_stdout
-from benchlib.loadgen.level import LevelConfig, RecordSink, level_plan, run_level
+from benchlib.loadgen.level import RecordSink, run_level
+from benchlib.loadgen.level_config import LevelConfig, level_plan
 from benchlib.loadgen.level_summary import level_summary
 from benchlib.loadgen.multiproc import run_level_multiprocess
 from benchlib.loadgen.ramp import slice_figures

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchlib.loadgen.metrics import deliveries, delivery_gaps, quantile
+from benchlib.loadgen.metrics import deliveries, delivery_gaps
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.summary import LevelGoodput
+from benchlib.stats.intervals import quantile
 
 SLO_FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "max_gap_ms", "e2e_ms")
 SLO_SCOPES = ("p99", "request")
@@ -102,7 +103,7 @@ def request_meets(rec: RequestRecord, slo: Slo) -> bool:
 
 
 def _p99(values: Sequence[float]) -> float | None:
-    """The p99 (interpolated like metrics.quantile); inf when it touches a failed request."""
+    """The p99 (interpolated like intervals.quantile); inf when it touches a failed request."""
     if not values:
         return None
     vals = sorted(values)

@@ -12,7 +12,8 @@ import time
 from collections import deque
 from typing import Any
 
-from benchlib.loadgen.metrics import distribution, quantile
+from benchlib.loadgen.metrics import distribution
+from benchlib.stats.intervals import quantile
 
 LAG_WARN_MS = 20.0  # p99 event-loop lag above this: the client delays what it timestamps
 # One stall this long delays every request in flight at that moment (a 635 ms stall raised a

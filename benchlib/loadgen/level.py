@@ -7,142 +7,27 @@ from __future__ import annotations
 # `drain_seconds`, then cut), or when the server-error policy gives up on the server.
 import asyncio
 import contextlib
-import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from benchlib.loadgen.apis import PATHS, Api, build_body
+from benchlib.loadgen.apis import PATHS
+from benchlib.loadgen.arrivals import OpenLoopSlots, next_gap, wait_until
 from benchlib.loadgen.client import StreamClient, make_client, send_request
 from benchlib.loadgen.health import HealthMonitor, LiveStats, client_limited
-from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.level_config import LevelConfig, LevelResult, share
+from benchlib.loadgen.level_requests import build_request
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.ramp import ramp_rate
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.sessions import Session
-from benchlib.loadgen.traces import Trace
-
-if TYPE_CHECKING:
-    from benchlib.loadgen.settings import LoadSettings
-
-DEFAULT_MAX_TOKENS = 128
-_LEVEL_STRIDE = 10_000_019  # prompt indices of different levels never overlap
+from benchlib.stats.intervals import quantile
 
 SampleCallback = Callable[[dict[str, Any]], None]
 # Takes each request's record as it completes (warm-up ones included) and the level's anchor:
 # with one, the runner keeps no records, so its memory does not grow with the level.
 RecordSink = Callable[[RequestRecord, ClockAnchor], None]
-
-
-@dataclass(frozen=True, slots=True)
-class LevelConfig:
-    """Everything one level (or one process's share of it) needs."""
-
-    api: Api
-    base_url: str
-    model: str
-    concurrency: int
-    level_index: int = 0
-    num_requests: int | None = None
-    duration: float | None = None
-    warmup_requests: int = 0
-    request_rate: float | None = None
-    # Gamma-distributed gaps between arrivals with this shape (1: Poisson; below 1 burstier, above
-    # more regular), scale 1 / (rate * burstiness) so the mean rate stays `request_rate`.
-    burstiness: float = 1.0
-    max_tokens: int | None = None  # None: the dataset's length, else DEFAULT_MAX_TOKENS
-    ignore_eos: bool = False
-    temperature: float | None = None
-    extra_body: dict[str, Any] | None = None
-    request_timeout: float = 600.0
-    seed: int = 0
-    drain_seconds: float = 0.0
-    on_server_error: str = "stop"  # or "continue"
-    max_consecutive_connect_errors: int = 10
-    max_error_ratio: float = 0.5
-    min_requests_for_ratio: int = 20
-    sample_interval: float = 1.0
-    run_id: str = "run"
-    # a share of a level split across processes: this process issues indices p, p+P, p+2P...
-    process_index: int = 0
-    process_count: int = 1
-    slot_offset: int = 0
-    # A replayed trace (already windowed and scaled): request k arrives at the measured phase's
-    # start + trace.requests[k].offset and is built from the trace's prompt k (the prompt source
-    # is then a TracePrompts over the same trace); the concurrency caps in-flight as with a rate.
-    trace: Trace | None = None
-    # A ramp within the level (benchlib.loadgen.ramp): the rate rises from ramp_start_rate to
-    # request_rate over the level's requests (or its duration).
-    ramp: str = ""
-    ramp_start_rate: float | None = None
-    # Multi-turn sessions (benchlib.loadgen.sessions): each closed-loop worker runs sessions of
-    # this many turns, one after another, history carried, `think_time` between turns.
-    session_turns: int = 0
-    turn_tokens: int = 32
-    think_time: float = 0.0
-
-    @property
-    def mode(self) -> str:
-        # A trace is open-loop arrivals too: its steady window is the arrival window.
-        return "rate" if self.request_rate or self.trace is not None else "closed"
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: LoadSettings,
-        *,
-        base_url: str,
-        concurrency: int,
-        request_rate: float | None,
-        **run: Any,
-    ) -> LevelConfig:
-        """One level of a run with these load settings (``run``: the rest, such as the
-        level's index, the seed and the server-error policy). A max_tokens not given leaves
-        the output length to the dataset."""
-        return cls(
-            api=Api(settings.api),
-            base_url=base_url,
-            model=settings.model,
-            concurrency=concurrency,
-            num_requests=settings.requests_per_level,
-            duration=settings.duration,
-            warmup_requests=settings.warmup_requests,
-            request_rate=request_rate,
-            burstiness=settings.burstiness,
-            max_tokens=settings.max_tokens if "max_tokens" in settings.model_fields_set else None,
-            ignore_eos=settings.ignore_eos,
-            temperature=settings.temperature,
-            request_timeout=settings.request_timeout,
-            ramp=settings.ramp,
-            ramp_start_rate=settings.ramp_start_rate,
-            session_turns=settings.session_turns,
-            turn_tokens=settings.turn_tokens,
-            think_time=settings.think_time,
-            **run,
-        )
-
-
-@dataclass(slots=True)
-class LevelResult:
-    level_index: int
-    concurrency: int
-    mode: str
-    anchor: ClockAnchor
-    records: list[RequestRecord] = field(default_factory=list)
-    warmup_records: list[RequestRecord] = field(default_factory=list)
-    status: str = "completed"  # "completed" | "cancelled" | "failed"
-    reason: str | None = None
-    client: dict[str, Any] = field(default_factory=dict)
-    # With a record sink the records went there as they completed and the lists above stay
-    # empty; these count them either way.
-    measured_count: int = 0
-    warmup_count: int = 0
-
-    @property
-    def partial(self) -> bool:
-        return self.status != "completed"
 
 
 class LevelRunner:
@@ -187,41 +72,17 @@ class LevelRunner:
         prompt_index: int | None = None,
         session: Session | None = None,
     ) -> tuple[RequestRecord, bytes]:
-        cfg = self.cfg
-        j = self._issued
+        issued = self._issued
         self._issued += 1
-        k = cfg.process_index + cfg.process_count * j
-        base = cfg.level_index * _LEVEL_STRIDE
-        if prompt_index is None:
-            prompt_index = base - 1 - k if warmup else base + k
-        prompt = self.prompts.get(prompt_index)
-        if session is not None and session.turn == 0:
-            session.begins(prompt)
-        elif session is not None:
-            prompt = session.follow_up(cfg.turn_tokens)
-        max_tokens = cfg.max_tokens or prompt.max_tokens or DEFAULT_MAX_TOKENS
-        body = build_body(
-            cfg.api,
-            model=cfg.model,
-            prompt=prompt.text,
-            max_tokens=max_tokens,
-            ignore_eos=cfg.ignore_eos,
-            temperature=cfg.temperature,
-            extra=cfg.extra_body,
+        return build_request(
+            self.cfg,
+            self.prompts,
+            issued,
+            warmup,
+            slot,
+            prompt_index=prompt_index,
+            session=session,
         )
-        if session is not None:
-            body["messages"] = session.ask(prompt.text)
-        rid = f"{cfg.run_id}-{cfg.level_index}-{'w' if warmup else ''}{k}"
-        rec = RequestRecord(
-            request_id=rid,
-            slot=cfg.slot_offset + slot,
-            process=cfg.process_index,
-            warmup=warmup,
-            category=prompt.category,
-        )
-        if session is not None:
-            rec.session, rec.turn = session.number, session.turn
-        return rec, json.dumps(body).encode()
 
     async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
         client = self.client
@@ -346,7 +207,7 @@ class LevelRunner:
         assert cfg.request_rate
         rate = cfg.request_rate
         rng = random.Random(f"{cfg.seed}:{cfg.level_index}:{cfg.process_index}:arrivals")
-        slots = _OpenLoopSlots(self, cfg.concurrency)
+        slots = OpenLoopSlots(cfg.concurrency, send=self._one, stopping=lambda: self.stopping)
         t0 = time.perf_counter()
 
         def rate_now() -> float:
@@ -389,7 +250,7 @@ class LevelRunner:
         cfg = self.cfg
         trace = cfg.trace
         assert trace is not None
-        slots = _OpenLoopSlots(self, cfg.concurrency)
+        slots = OpenLoopSlots(cfg.concurrency, send=self._one, stopping=lambda: self.stopping)
         try:
             t0 = time.perf_counter()
             while not self.stopping:
@@ -536,96 +397,6 @@ class LevelRunner:
         else:
             coro = self._closed_phase(cfg.concurrency, limit, deadline)
         return await self._run_phase(asyncio.create_task(coro))
-
-
-# epoll takes its timeout in whole milliseconds, rounded up, so asyncio.sleep(d) wakes up to
-# 1 ms after its time: every arrival of a schedule (a trace's offsets, a rate's gaps) went out
-# about 1 ms late at the median. Sleep to just before the time, then yield until it: each yield
-# still runs every other task's I/O, and the yielding costs at most this lead of CPU per arrival
-# (2% of a core at 20 arrivals a second).
-_SLEEP_LEAD_S = 0.0015
-
-
-async def wait_until(due: float) -> None:
-    """Return at ``due`` (a ``time.perf_counter()`` value) or as soon after it as the loop can."""
-    delay = due - time.perf_counter() - _SLEEP_LEAD_S
-    if delay > 0:
-        await asyncio.sleep(delay)
-    while time.perf_counter() < due:  # noqa: ASYNC110 (a yield until a time, not an event)
-        await asyncio.sleep(0)
-
-
-class _OpenLoopSlots:
-    """What an open-loop phase (fixed rate or trace) keeps: at most ``concurrency`` requests in
-    flight, each on a free slot (a slot is a client's connection), and their tasks until done."""
-
-    def __init__(self, runner: LevelRunner, concurrency: int) -> None:
-        self._runner = runner
-        self._sem = asyncio.Semaphore(concurrency)
-        self._free = list(range(concurrency - 1, -1, -1))
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def take(self) -> int | None:
-        """A free slot, waiting for one when the cap is reached; None once the level stops."""
-        await self._sem.acquire()
-        if self._runner.stopping:
-            self._sem.release()
-            return None
-        return self._free.pop()
-
-    def send(self, slot: int, rec: RequestRecord, content: bytes) -> None:
-        task = asyncio.create_task(self._one(slot, rec, content))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _one(self, slot: int, rec: RequestRecord, content: bytes) -> None:
-        try:
-            await self._runner._one(slot, rec, content)
-        finally:
-            self._free.append(slot)
-            self._sem.release()
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def cancel(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-def level_plan(
-    concurrency: Sequence[int], rates: Sequence[float] | None
-) -> list[tuple[int, float | None]]:
-    """(concurrency, rate) per level, from the CLI's --concurrency and --request-rate (and a
-    sweep's levels and request rates). One rate applies to every concurrency level; several
-    rates with one concurrency make a rate sweep capped at that concurrency; else the lists
-    pair up."""
-    if not rates:
-        return [(c, None) for c in concurrency]
-    if len(rates) == 1:
-        return [(c, rates[0]) for c in concurrency]
-    if len(concurrency) == 1:
-        return [(concurrency[0], r) for r in rates]
-    if len(rates) != len(concurrency):
-        raise ValueError("give one request rate, one concurrency, or as many rates as levels")
-    return list(zip(concurrency, rates, strict=True))
-
-
-def next_gap(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:
-    """Seconds to the next arrival: exponential (Poisson arrivals) or gamma with shape
-    `burstiness` and the same mean 1 / rate, as vLLM's benchmark client draws them."""
-    if burstiness == 1.0:
-        return rng.expovariate(rate)
-    return rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-
-
-def share(total: int | None, index: int, count: int) -> int | None:
-    """This process's part of `total` (the first `total % count` processes take one more)."""
-    if total is None:
-        return None
-    return total // count + (1 if index < total % count else 0)
 
 
 async def run_level(

@@ -9,7 +9,7 @@ summary from the file decides every threshold the same way.
 from __future__ import annotations
 
 from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.level import LevelResult
+from benchlib.loadgen.level_config import LevelResult
 from benchlib.loadgen.metrics import RecordSource, summarize_level, summarize_level_passes
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord

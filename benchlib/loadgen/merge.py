@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchlib.loadgen.level import LevelResult
+from benchlib.loadgen.level_config import LevelResult
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 
 _STATUS_RANK = {"completed": 0, "cancelled": 1, "failed": 2}

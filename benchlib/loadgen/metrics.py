@@ -15,20 +15,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.steady import DEFAULT_DIP_TOLERANCE_S, steady_figures
 from benchlib.loadgen.summary import Distribution, LevelSummary
 
 # One interpolated quantile for the load generator and the statistics. It lives with the
 # statistics, which import only the standard library (the simulator's nvidia-smi stand-in
 # runs them under a host's plain python3); the load generator may depend on them, not back.
-from benchlib.stats.intervals import quantile as quantile
+from benchlib.stats.intervals import quantile
 
 if TYPE_CHECKING:
     from benchlib.loadgen.goodput import Slo
 
-QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
-# Dips of the in-flight count below its target shorter than this are a closed-loop worker handing
-# its slot from one request to the next, not idle capacity.
-DEFAULT_DIP_TOLERANCE_S = 0.05
 # Events of one request that arrive less than this after the previous one are one delivery: the
 # tokens of one engine step sent as separate SSE events (llama-server sends each accepted token
 # of a verify step as its own event: tens of microseconds apart on a quiet machine, about 1 ms,
@@ -42,105 +39,27 @@ def distribution(values: Iterable[float], *, scale: float = 1.0) -> Distribution
     """count, mean, std (population), min, p50, p90, p95, p99, max of `values` times `scale`."""
     vals = sorted(values)
     n = len(vals)
-    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
-    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
-    if n:
-        mean = math.fsum(vals) / n
-        out["mean"] = mean * scale
-        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n) * scale
-        out["min"] = vals[0] * scale
-        for name, q in QUANTILES:
-            out[name] = quantile(vals, q) * scale
-        out["max"] = vals[-1] * scale
-    # QUANTILES names exactly the quantile keys Distribution declares.
-    return cast(Distribution, out)
+    if not n:
+        return _no_distribution()
+    mean = math.fsum(vals) / n
+    return Distribution(
+        count=n,
+        mean=mean * scale,
+        std=math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / n) * scale,
+        min=vals[0] * scale,
+        p50=quantile(vals, 0.50) * scale,
+        p90=quantile(vals, 0.90) * scale,
+        p95=quantile(vals, 0.95) * scale,
+        p99=quantile(vals, 0.99) * scale,
+        max=vals[-1] * scale,
+    )
 
 
-def in_flight_segments(
-    intervals: Iterable[tuple[float, float]], target: int
-) -> tuple[list[tuple[float, float]], int]:
-    """Maximal intervals where at least `target` requests are in flight, and the peak count.
-
-    A request is in flight on [start, end). At equal times ends count before starts, so a slot
-    handed from one request to the next at the same instant never looks busy twice.
-    """
-    events: list[tuple[float, int]] = []
-    for s, e in intervals:
-        events.append((s, 1))
-        events.append((e, -1))
-    events.sort()
-    segments: list[tuple[float, float]] = []
-    n = peak = 0
-    seg_start: float | None = None
-    for t, d in events:
-        n += d
-        peak = max(peak, n)
-        if n >= target and seg_start is None:
-            seg_start = t
-        elif n < target and seg_start is not None:
-            if t > seg_start:
-                segments.append((seg_start, t))
-            seg_start = None
-    return segments, peak
-
-
-def steady_window(
-    intervals: Sequence[tuple[float, float]],
-    target: int,
-    *,
-    dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
-) -> tuple[tuple[float, float] | None, int, bool]:
-    """The longest interval with `target` requests in flight, ignoring dips under the tolerance.
-
-    Returns (window or None, the in-flight level used, whether `target` was reached). When the
-    target is never reached (fewer requests than slots, a server refusing connections) the window
-    is taken at the peak in-flight level instead and `reached` is False.
-    """
-    segments, peak = in_flight_segments(intervals, target)
-    level, reached = target, True
-    if not segments:
-        if peak == 0:
-            return None, 0, False
-        level, reached = peak, False
-        segments, _ = in_flight_segments(intervals, peak)
-        if not segments:
-            return None, peak, False
-    merged = [segments[0]]
-    for s, e in segments[1:]:
-        if s - merged[-1][1] < dip_tolerance:
-            merged[-1] = (merged[-1][0], e)
-        else:
-            merged.append((s, e))
-    best = max(merged, key=lambda seg: (seg[1] - seg[0], -seg[0]))
-    return best, level, reached
-
-
-def mean_in_flight(intervals: Iterable[tuple[float, float]], a: float, b: float) -> float:
-    """The time-average number of requests in flight over [a, b]."""
-    if b <= a:
-        return 0.0
-    busy = math.fsum(max(0.0, min(e, b) - max(s, a)) for s, e in intervals)
-    return busy / (b - a)
-
-
-def window_tokens(times: Sequence[float], tokens: Sequence[int], a: float, b: float) -> float:
-    """Output tokens of one request produced in the window (a, b], token-level.
-
-    A chunk of n tokens arriving at t after the request's previous chunk at t' stands for n
-    tokens made evenly over (t', t]: the part of that interval inside the window counts. The
-    first chunk counts where it arrives. Counting whole chunks at their arrival instead makes a
-    short window's figure jump by a whole decode step's burst when an edge falls inside one.
-    """
-    total = 0.0
-    prev = None
-    for t, n in zip(times, tokens, strict=True):
-        if prev is None or t <= prev:
-            if a < t <= b:
-                total += n
-        elif t > a and prev < b:
-            total += n * (min(t, b) - max(prev, a)) / (t - prev)
-        prev = t
-    return total
+def _no_distribution() -> Distribution:
+    """The distribution of no values: a count of 0 and no figures."""
+    return Distribution(
+        count=0, mean=None, std=None, min=None, p50=None, p90=None, p95=None, p99=None, max=None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +118,21 @@ def _array_distribution(values: Any, *, scale: float = 1.0) -> Distribution:
     the same sorted values) at 8 bytes a value where a list of floats takes 32."""
     values.sort()
     n = len(values)
-    out: dict[str, Any] = {"count": n, "mean": None, "std": None, "min": None}
-    out |= dict.fromkeys([name for name, _ in QUANTILES] + ["max"])
-    if n:
-        mean = math.fsum(_chunked(values)) / n
-        out["mean"] = mean * scale
-        out["std"] = math.sqrt(math.fsum((x - mean) ** 2 for x in _chunked(values)) / n) * scale
-        out["min"] = float(values[0]) * scale
-        view = memoryview(values)  # indexes to Python floats, as a list would
-        for name, q in QUANTILES:
-            out[name] = quantile(view, q) * scale
-        out["max"] = float(values[-1]) * scale
-    return cast(Distribution, out)
+    if not n:
+        return _no_distribution()
+    mean = math.fsum(_chunked(values)) / n
+    view = memoryview(values)  # indexes to Python floats, as a list would
+    return Distribution(
+        count=n,
+        mean=mean * scale,
+        std=math.sqrt(math.fsum((x - mean) ** 2 for x in _chunked(values)) / n) * scale,
+        min=float(values[0]) * scale,
+        p50=quantile(view, 0.50) * scale,
+        p90=quantile(view, 0.90) * scale,
+        p95=quantile(view, 0.95) * scale,
+        p99=quantile(view, 0.99) * scale,
+        max=float(values[-1]) * scale,
+    )
 
 
 def _spread_out(gaps: Any, tokens: Any) -> Any:
@@ -373,7 +295,7 @@ def summarize_level_passes(
         out["window_wall"] = [anchor.to_wall(t_first), anchor.to_wall(t_last)]
 
     # Pass 2: the tokens each request made inside the steady window.
-    out["steady"] = _steady(
+    out["steady"] = steady_figures(
         lambda: (r for r in source() if not r.warmup and r.ok),
         intervals,
         concurrency,
@@ -439,47 +361,3 @@ def summarize_level_passes(
     if slo is not None:
         out["goodput"] = goodput_from_figures(measured, figures, slo, duration=duration)
     return cast(LevelSummary, out)
-
-
-def _steady(
-    ok: RecordSource,
-    intervals: Sequence[tuple[float, float]],
-    concurrency: int,
-    mode: str,
-    anchor: ClockAnchor | None,
-    dip_tolerance: float,
-) -> dict[str, Any]:
-    window: tuple[float, float] | None
-    if mode == "rate":
-        starts = [s for s, _ in intervals]
-        window = (min(starts), max(starts)) if starts else None
-        level, reached = concurrency, window is not None
-    else:
-        window, level, reached = steady_window(intervals, concurrency, dip_tolerance=dip_tolerance)
-    out: dict[str, Any] = {"target": concurrency, "in_flight_level": level, "reached": reached}
-    if window is None or window[1] <= window[0]:
-        return out | {"duration_s": 0.0, "output_tokens": 0, "output_tok_s": None}
-    a, b = window
-    arrived = 0
-    spread: list[float] = []
-    for r in ok():
-        times = r.chunk_times
-        if not times or times[-1] <= a or times[0] > b:
-            continue
-        spread.append(window_tokens(times, r.chunk_tokens, a, b))
-        arrived += sum(n for t, n in zip(times, r.chunk_tokens, strict=True) if a < t <= b)
-    tokens = math.fsum(spread)
-    inflight = mean_in_flight(intervals, a, b)
-    tok_s = tokens / (b - a)
-    out |= {
-        "duration_s": b - a,
-        "output_tokens": tokens,
-        "output_tok_s": tok_s,
-        "arrived_tokens": arrived,
-        "arrived_tok_s": arrived / (b - a),
-        "mean_in_flight": inflight,
-        "per_request_tok_s": tok_s / inflight if inflight > 0 else None,
-    }
-    if anchor is not None:
-        out["window_wall"] = [anchor.to_wall(a), anchor.to_wall(b)]
-    return out

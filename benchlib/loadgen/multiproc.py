@@ -21,18 +21,13 @@ from dataclasses import replace
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from benchlib.loadgen.level import (
-    LevelConfig,
-    LevelResult,
-    LevelRunner,
-    SampleCallback,
-    share,
-)
+from benchlib.loadgen.level import LevelRunner, SampleCallback
+from benchlib.loadgen.level_config import LevelConfig, LevelResult, share
 from benchlib.loadgen.merge import merge_results
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.prompts import PromptSource
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import RecordTarget
+from benchlib.stats.intervals import quantile
 
 START_MARGIN_S = 0.2  # between the last worker reporting ready and the common start
 

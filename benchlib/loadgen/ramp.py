@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from benchlib.loadgen.metrics import quantile
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.summary import RampSlice
+from benchlib.stats.intervals import quantile
 
 RAMPS = ("linear", "exponential")
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
-from benchlib.loadgen.metrics import distribution, quantile
+from benchlib.loadgen.metrics import distribution
 from benchlib.loadgen.prompts import _WORDS, Prompt, estimate_tokens
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.summary import SessionFigures, TurnFigures
+from benchlib.stats.intervals import quantile
 
 
 class Session:

@@ -13,15 +13,12 @@ from pydantic.fields import FieldInfo
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import (
-    UNSET,
     LoadSettings,
     LoadSettingsError,
     flat_fields,
-    nested_model,
-    number_kind,
-    option,
     validation_messages,
 )
+from benchlib.loadgen.settings_fields import UNSET, nested_model, number_kind, option
 
 
 def rate_list(text: str) -> list[float]:

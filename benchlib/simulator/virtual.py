@@ -33,7 +33,7 @@ def simulate_closed_loop(
 
     Throughput is counted over [warmup_s, duration_s], so the ramp-up is excluded.
     `speculation`: a draft length per running batch, as a server started with the engines'
-    flags (cli.speculation_from_args) runs.
+    flags (engine_flags.speculation_from_args) runs.
     """
     core = SchedulerCore(profile, seed=seed, speculation=speculation)
     arrivals: list[tuple[float, int]] = []

@@ -36,7 +36,7 @@ The rule:
    is what the verification run then checks.
 
 Without any readings every range is {C}: rule 1 never holds a variant across levels and
-rule 2 is the concurrency rule (``decision.group_bands``).
+rule 2 is the concurrency rule (``decision_rule.group_bands``).
 """
 
 from __future__ import annotations

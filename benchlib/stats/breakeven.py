@@ -4,7 +4,7 @@ cell with the decision object's status; the break-even contour and its band; a w
 measured per-category acceptance placed on it; and a placed prediction checked against a
 measured A/B.
 
-The map's cells are the levels of ordinary decisions (``decision.decide_curves`` on one
+The map's cells are the levels of ordinary decisions (``decision_rule.decide_curves`` on one
 forced-acceptance arm against the baseline, default protocol), so every status shown here is
 the decision's own. Between two tested acceptances the ratio, its interval's low and its high
 are each interpolated linearly in accept length: at a fixed batch the verify step's cost does
@@ -14,7 +14,7 @@ measured at that level where it was reported (a forced length is not exactly wha
 delivers: the last step of a request is cut short, so 2.5 forced reads about 2.48 at 128
 tokens), else the forced value: a workload's measured acceptance is placed on the same kind of
 figure it was measured as. Nothing is extrapolated: an acceptance outside the
-tested range gets no prediction. A placed prediction is then decided by ``decision.decide`` on
+tested range gets no prediction. A placed prediction is then decided by ``decision_rule.decide`` on
 the carried intervals, so its statuses, crossovers and "behind from" follow the same rules as
 a measured comparison's (docs/measurement.md, "The break-even map").
 """
@@ -27,14 +27,8 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
-from benchlib.stats.decision import (
-    DEFAULT_MARGIN,
-    Arm,
-    Decision,
-    LevelEvidence,
-    Status,
-    decide,
-)
+from benchlib.stats.decision import DEFAULT_MARGIN, Arm, Decision, LevelEvidence, Status
+from benchlib.stats.decision_rule import decide
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.types import Ratio
 

@@ -9,7 +9,7 @@ pairwise recommendations cannot disagree. The level's action is *on* (a draft le
 chosen), *off* (the simplest chosen and every other variant behind or equivalent to it), or
 *no recommendation yet* (the simplest chosen because nothing was shown either way; the
 schedule keeps it off there until shown). Untested concurrencies between two bands go to the
-simpler band (``decision.group_bands``). The bands become the engine's configuration through
+simpler band (``decision_rule.group_bands``). The bands become the engine's configuration through
 ``schedule_configs.engine_schedules``.
 """
 
@@ -34,10 +34,9 @@ from benchlib.stats.decision import (
     Band,
     Decision,
     conditions,
-    decide_curves,
-    group_bands,
-    span,
 )
+from benchlib.stats.decision_rule import decide_curves, group_bands
+from benchlib.stats.decision_wording import span
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 from benchlib.stats.schedule import Step
 from benchlib.stats.schedule_configs import EngineSchedule, engine_schedules

@@ -1,5 +1,5 @@
 """The decision of a schedule verification: the tuned schedule against every fixed variant it
-was derived from, each pair decided by ``decision.decide`` (tuned the candidate, the fixed
+was derived from, each pair decided by ``decision_rule.decide`` (tuned the candidate, the fixed
 variant the reference), and the verdict said once here.
 
 A fixed variant is *ahead of the schedule* at a level exactly when the pair's status there is
@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchlib.stats.decision import Arm, ArmHealth, Decision, conditions, decide_curves
+from benchlib.stats.decision import Arm, ArmHealth, Decision, conditions
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 from benchlib.stats.types import Curve, Ratio
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchlib.arrays.columns import RequestArrays
-from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
+from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence
+from benchlib.stats.decision_rule import decide
 from benchlib.stats.intervals import quantile
 from benchlib.stats.types import Curve, LevelSample, RatioCurve, RequestPoint
 from benchmarks.sweeps.health import client_state, request_counts, starved_state

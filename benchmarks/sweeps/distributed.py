@@ -29,7 +29,7 @@ from django.conf import settings
 
 from benchlib.loadgen.cli_io import sleep_until
 from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.level import share
+from benchlib.loadgen.level_config import share
 from benchlib.loadgen.records import ClockAnchor
 from benchlib.loadgen.summary import LevelSummary
 from benchmarks.models import SweepState

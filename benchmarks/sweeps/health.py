@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchlib.stats.decision import ACHIEVED_SHARE
+from benchlib.stats.decision_rule import ACHIEVED_SHARE
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from benchlib.loadgen import settings
-from benchlib.loadgen.level import level_plan
+from benchlib.loadgen import settings, settings_fields
+from benchlib.loadgen.level_config import level_plan
 
-MIN_RATE = settings.MIN_RATE
-MAX_RATE = settings.MAX_RATE
+MIN_RATE = settings_fields.MIN_RATE
+MAX_RATE = settings_fields.MAX_RATE
 
 LevelPlan = list[tuple[int, float | None]]
 

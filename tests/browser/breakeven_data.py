@@ -9,7 +9,8 @@ import sys
 from benchlib.simulator.profiles import get_profile
 from benchlib.simulator.virtual import simulate_closed_loop
 from benchlib.stats.breakeven import breakeven_map, place
-from benchlib.stats.decision import Arm, decide_curves
+from benchlib.stats.decision import Arm
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.types import Curve, LevelSample
 from benchmarks.experiments import breakeven
 from benchmarks.experiments.matrix import matrix_variants

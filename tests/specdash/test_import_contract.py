@@ -31,11 +31,10 @@ FIRST_PARTY = ("specdash", "core", "hosts", "benchmarks", "benchlib", "perf", "e
 # the far-side agent, the telemetry parsers and probes); the real-engine helpers; and the
 # benchmark scripts that drive the library as plain processes.
 DJANGO_FREE = (
-    # The JSON type names the Django-free modules declare their boundaries with.
-    "benchlib.json_types",
     "benchlib.loadgen",
     "benchlib.simulator",
     "benchlib.stats",
+    "benchlib.json_types",
     "perf.bench_aa",
     "perf.bench_trace_ab",
     "perf.bench_controller",

@@ -9,7 +9,8 @@ from ninja import Field, Schema
 from pydantic import StringConstraints, create_model
 
 from benchlib.json_types import JsonObject
-from benchlib.loadgen.settings import LoadSettings, SloSettings, input_fields
+from benchlib.loadgen.settings import LoadSettings, input_fields
+from benchlib.loadgen.settings_fields import SloSettings
 from benchmarks import selectors as bench_selectors
 from benchmarks.sweeps.rows import SweepProgress
 from hosts.masking import masked_tree

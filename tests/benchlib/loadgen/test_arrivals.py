@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen import cli
+from benchlib.loadgen.arrivals import next_gap
 from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
-from benchlib.loadgen.level import level_plan, next_gap
+from benchlib.loadgen.level_config import level_plan
 from tests.benchlib.loadgen.stub_server import StubServer
 
 

@@ -8,7 +8,8 @@ import pytest
 from benchlib.loadgen import datasets
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.datasets import builtin_prompts, humaneval_prompts, sharegpt_prompts
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from tests.benchlib.loadgen.stub_server import StubServer
 
 

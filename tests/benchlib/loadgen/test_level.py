@@ -5,9 +5,11 @@ import itertools
 from typing import Any
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig, run_level
-from benchlib.loadgen.metrics import steady_window, summarize_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
+from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.prompts import SyntheticPrompts
+from benchlib.loadgen.steady import steady_window
 from tests.benchlib.loadgen.conftest import stall_bound_s
 from tests.benchlib.loadgen.stub_server import StubConfig, StubServer
 

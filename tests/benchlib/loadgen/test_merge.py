@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import LevelConfig
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.merge import merge_records
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.multiproc import run_level_multiprocess, split_level

@@ -8,12 +8,11 @@ from benchlib.loadgen.metrics import (
     Delivery,
     deliveries,
     distribution,
-    quantile,
-    steady_window,
     summarize_level,
-    window_tokens,
 )
+from benchlib.loadgen.steady import steady_window, window_tokens
 from benchlib.stats import intervals
+from benchlib.stats.intervals import quantile
 from tests.benchlib.loadgen.conftest import make_record
 
 

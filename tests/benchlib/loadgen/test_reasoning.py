@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from benchlib.loadgen.apis import Api, OpenAIHandler
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.prompts import SyntheticPrompts
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import ClockAnchor, RequestRecord

@@ -9,9 +9,10 @@ from typing import Annotated
 import pytest
 
 from benchlib.loadgen.cli_args import build_parser
-from benchlib.loadgen.level import LevelConfig
-from benchlib.loadgen.settings import LoadSettings, LoadSettingsError, Option, flat_fields
+from benchlib.loadgen.level_config import LevelConfig
+from benchlib.loadgen.settings import LoadSettings, LoadSettingsError, flat_fields
 from benchlib.loadgen.settings_args import add_load_arguments, settings_from_args
+from benchlib.loadgen.settings_fields import Option
 
 # Every field away from its default, so a flag that is dropped or misread shows.
 EVERY_FIELD = LoadSettings.clean(

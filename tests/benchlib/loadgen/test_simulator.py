@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchlib.loadgen.apis import Api, OpenAIHandler
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.prompts import SyntheticPrompts
 from tests.fixtures.polls import eventually
 from tests.fixtures.ports import free_port

@@ -13,8 +13,8 @@ from benchlib.loadgen import cli
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.events import EventWriter
-from benchlib.loadgen.level import LevelConfig, run_level
-from benchlib.loadgen.metrics import quantile
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchlib.loadgen.traces import (
     Trace,
@@ -23,6 +23,7 @@ from benchlib.loadgen.traces import (
     TraceRequest,
     load_trace,
 )
+from benchlib.stats.intervals import quantile
 from tests.benchlib.loadgen.stub_server import StubServer
 
 # As in Mooncake's published traces (FAST'25 repository, traces/*.jsonl): one object a line.

@@ -1,4 +1,4 @@
-"""The open-loop phases' wait for an arrival's time (`level.wait_until`): never early, and never
+"""The open-loop phases' wait for an arrival's time (`arrivals.wait_until`): never early, and never
 holding the loop (other requests' I/O runs while it waits)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from benchlib.loadgen.level import wait_until
+from benchlib.loadgen.arrivals import wait_until
 
 
 def test_it_never_returns_before_its_time() -> None:

@@ -5,7 +5,8 @@ import random
 from collections.abc import Callable
 
 from benchlib.stats.batch_means import MIN_BLOCKS, achieved_concurrency, time_blocks
-from benchlib.stats.decision import WITHIN_RUN, Arm, decide_curves
+from benchlib.stats.decision import WITHIN_RUN, Arm
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.intervals import interval_scope, quantile
 from benchlib.stats.types import Curve, LevelSample, RequestPoint, inside_margin
 

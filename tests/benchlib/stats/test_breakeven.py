@@ -9,7 +9,8 @@ import pytest
 from benchlib.simulator.profiles import get_profile
 from benchlib.simulator.virtual import simulate_closed_loop
 from benchlib.stats.breakeven import breakeven_map, check_prediction, map_from_stored, place
-from benchlib.stats.decision import Arm, Decision, LevelEvidence, decide, decide_curves
+from benchlib.stats.decision import Arm, Decision, LevelEvidence
+from benchlib.stats.decision_rule import decide, decide_curves
 from benchlib.stats.types import Curve, LevelSample, Ratio
 
 LEVELS = (1, 2, 4, 8, 16)

@@ -2,14 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.stats.decision import (
-    WITHIN_RUN,
-    Arm,
-    ArmHealth,
-    LevelEvidence,
-    decide,
-    decide_curves,
-)
+from benchlib.stats.decision import WITHIN_RUN, Arm, ArmHealth, LevelEvidence
+from benchlib.stats.decision_rule import decide, decide_curves
 from benchlib.stats.types import Curve, LevelSample, Ratio, RatioMethod
 
 BASE = Arm("baseline", "A", speculative=False, engine="llamacpp")

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from benchlib.stats.decision import Arm, decide_curves
+from benchlib.stats.decision import Arm
+from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.intervals import ratio_curve, ratio_from_repeats
 from benchlib.stats.repeats import (
     PooledVariance,

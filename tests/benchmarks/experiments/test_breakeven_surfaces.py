@@ -13,7 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from benchlib.stats.decision import Arm, LevelEvidence, decide
+from benchlib.stats.decision import Arm, LevelEvidence
+from benchlib.stats.decision_rule import decide
 from benchlib.stats.types import Ratio
 from benchmarks.experiments import breakeven
 from benchmarks.models import Experiment

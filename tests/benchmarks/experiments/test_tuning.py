@@ -13,7 +13,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from benchlib.simulator.cli import parse_config
-from benchlib.stats.decision import Arm, LevelEvidence, decide
+from benchlib.stats.decision import Arm, LevelEvidence
+from benchlib.stats.decision_rule import decide
 from benchlib.stats.decision_verification import (
     VerificationDecision,
     decide_verification,

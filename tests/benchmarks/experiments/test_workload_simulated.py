@@ -35,7 +35,8 @@ from benchlib.loadgen.apis import Api
 from benchlib.loadgen.datasets import builtin_prompts
 from benchlib.loadgen.events import dumps
 from benchlib.loadgen.goodput import Slo
-from benchlib.loadgen.level import LevelConfig, run_level
+from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.level_summary import level_summary
 from benchmarks.experiments.comparison import LevelRun, SeriesData, comparison_build
 from tests.fixtures.ports import free_port

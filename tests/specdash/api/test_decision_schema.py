@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence, decide
+from benchlib.stats.decision import Arm, ArmHealth, Decision, LevelEvidence
+from benchlib.stats.decision_rule import decide
 from benchlib.stats.types import Ratio, RatioMethod
 from specdash.api.schemas.decisions import DecisionOut
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from benchlib.loadgen.cli_args import build_parser
-from benchlib.loadgen.level import level_plan
+from benchlib.loadgen.level_config import level_plan
 from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.forms import LoadPlanForm
