@@ -36,7 +36,20 @@ from benchlib.loadgen.cli_io import (
     summary_line,
     write_output,
 )
-from benchlib.loadgen.events import EventWriter, dumps, silence_stdout
+from benchlib.loadgen.events import (
+    BoundaryFields,
+    EventWriter,
+    LevelStartEvent,
+    LevelSummaryEvent,
+    LoadgenEvent,
+    MeasureStartEvent,
+    RunStartEvent,
+    StartGivenEvent,
+    boundary_fields,
+    check_event,
+    dumps,
+    silence_stdout,
+)
 from benchlib.loadgen.level import RecordSink, run_level
 from benchlib.loadgen.level_config import LevelConfig, level_plan
 from benchlib.loadgen.level_summary import level_summary
@@ -103,12 +116,23 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     settings = settings_from_args(args)
     slo = settings.slo_target()
     params = run_params(args)
-    start: dict[str, Any] = {}
+    start: StartGivenEvent | None = None
     if args.start_at is not None:
         # How far in the past the requested start already was (0 when it is still ahead).
         late = max(0.0, started - args.start_at)
-        start = {"start_at": args.start_at, "start_at_passed": late > 0, "start_at_late_s": late}
-    events.emit("run_start", run_id=run_id, t=started, params=params, pid=os.getpid(), **start)
+        start = _start_given(args.start_at, late)
+    opening: RunStartEvent = {
+        "event": "run_start",
+        "run_id": run_id,
+        "t": started,
+        "params": params,
+        "pid": os.getpid(),
+    }
+    if start is not None:
+        opening["start_at"] = start["start_at"]
+        opening["start_at_passed"] = start["start_at_passed"]
+        opening["start_at_late_s"] = start["start_at_late_s"]
+    events.emit(opening)
 
     async def read_start() -> None:
         nonlocal start
@@ -122,12 +146,8 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             stop.set("no start was given")
         else:
             late = max(0.0, time.time() - args.start_at)
-            start = {
-                "start_at": args.start_at,
-                "start_at_passed": late > 0,
-                "start_at_late_s": late,
-            }
-            events.emit("start_given", **start)
+            start = _start_given(args.start_at, late)
+            events.emit(start)
 
     # A gang member with warm-up requests warms up first and only then asks for its start (its
     # `warmed_up` event says it is ready), so that every member's warm-up is over at the common
@@ -145,14 +165,25 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
     tracker: ControllerTracker | None = None
     try:
         if discovery_error is not None:
-            events.emit("level_error", level_index=args.level_index_base, reason=discovery_error)
+            events.emit(
+                {
+                    "event": "level_error",
+                    "level_index": args.level_index_base,
+                    "reason": discovery_error,
+                }
+            )
             say(discovery_error)
             status, reason = "failed", discovery_error
         # A common start (processes on several machines) applies to the measured requests:
         # the first level's warm-up, if it has one, runs before it, so that it is over when
         # the level's server-side interval opens.
         wait_for = None
-        if args.start_at is not None and not start["start_at_passed"] and discovery_error is None:
+        if (
+            args.start_at is not None
+            and start is not None
+            and not start["start_at_passed"]
+            and discovery_error is None
+        ):
             wait_for = args.start_at
             if not args.warmup_requests:
                 say(f"[waiting {wait_for - time.time():.1f}s for --start-at {wait_for}]")
@@ -182,23 +213,26 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 trace=trace,
             )
             processes = max(1, min(args.processes, c))
-            events.emit(
-                "level_start",
-                level_index=i,
-                concurrency=c,
-                t=time.time(),
-                requests=args.requests_per_level,
-                duration=args.duration,
-                warmup_requests=args.warmup_requests,
-                request_rate=rate,
-                burstiness=args.burstiness,
-                processes=processes,
-                **trace_event(args, trace),
-            )
+            level_start: LevelStartEvent = {
+                "event": "level_start",
+                "level_index": i,
+                "concurrency": c,
+                "t": time.time(),
+                "requests": args.requests_per_level,
+                "duration": args.duration,
+                "warmup_requests": args.warmup_requests,
+                "request_rate": rate,
+                "burstiness": args.burstiness,
+                "processes": processes,
+            }
+            replayed = trace_event(args, trace)
+            if replayed:
+                level_start["trace"] = replayed["trace"]
+            events.emit(level_start)
 
             def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
                 s = {k: v for k, v in s.items() if k != "recent_ttft"}
-                events.emit("sample", level_index=i, concurrency=c, **s)
+                events.emit(_sample_event(i, c, s))
                 say(progress_line(i, c, s))
 
             async def open_interval(i: int = i, c: int = c) -> None:
@@ -208,9 +242,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 warmed_at = time.time()
                 if start_after_warmup:
                     start_after_warmup = False
-                    events.emit("warmed_up", level_index=i, t=warmed_at)
+                    events.emit({"event": "warmed_up", "level_index": i, "t": warmed_at})
                     await read_start()
-                    if args.start_at is not None and not start["start_at_passed"]:
+                    if args.start_at is not None and start and not start["start_at_passed"]:
                         wait_for = args.start_at
                 if wait_for is not None:
                     say(f"[waiting {wait_for - warmed_at:.1f}s for --start-at {wait_for}]")
@@ -219,9 +253,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 if cancel.is_set():
                     return  # no measured request follows: the level opens nothing
                 boundary = (
-                    await boundary_scrape(args.boundary_metrics_url)
+                    boundary_fields(await boundary_scrape(args.boundary_metrics_url))
                     if args.boundary_metrics_url
-                    else {}
+                    else BoundaryFields()
                 )
                 if args.controller_tracking:
                     # Imported here: httpx is only loaded by the paths that need it.
@@ -231,13 +265,17 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                         args.boundary_metrics_url or args.base_url.rstrip("/") + "/metrics"
                     )
                     tracker.start()
+                # The scrape's keys before the level's, as the line has always had them; mypy's
+                # extra checks want every optional key of the event in a ** item.
                 events.emit(
-                    "measure_start",
-                    **boundary,
-                    level_index=i,
-                    concurrency=c,
-                    warmed_at=warmed_at,
-                    t=time.time(),
+                    MeasureStartEvent(
+                        event="measure_start",
+                        **boundary,  # type: ignore[typeddict-item]
+                        level_index=i,
+                        concurrency=c,
+                        warmed_at=warmed_at,
+                        t=time.time(),
+                    )
                 )
 
             sink: RecordSink = records.sink(run_id=run_id, level_index=i)
@@ -267,7 +305,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                     await tracker.stop()
                 reason = f"level {i} could not run: {type(exc).__name__}: {exc}"
                 detail = traceback.format_exc()[-2000:]
-                events.emit("level_error", level_index=i, reason=reason, detail=detail)
+                events.emit(
+                    {"event": "level_error", "level_index": i, "reason": reason, "detail": detail}
+                )
                 status = "failed"
                 break
             # A split level's workers hand back their records at its end: they go to the
@@ -298,14 +338,19 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             levels.append(summary)
             # The level's closing scrape, before the next level can send anything.
             boundary = (
-                await boundary_scrape(args.boundary_metrics_url)
+                boundary_fields(await boundary_scrape(args.boundary_metrics_url))
                 if args.boundary_metrics_url
-                else {}
+                else BoundaryFields()
             )
-            events.emit("level_summary", level_index=i, summary=summary, **boundary)
+            closing: LevelSummaryEvent = {
+                "event": "level_summary",
+                "level_index": i,
+                "summary": summary,
+            }
+            events.emit({**closing, **boundary})
             say(summary_line(summary))
             if result.status == "failed":
-                events.emit("level_error", level_index=i, reason=result.reason)
+                events.emit({"event": "level_error", "level_index": i, "reason": result.reason})
                 if args.on_server_error == "stop":
                     status, reason = "failed", result.reason
                     break
@@ -328,8 +373,34 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
             "levels": levels,
         }
         write_output(args.output, json.dumps(json.loads(dumps(out)), indent=1) + "\n")
-    events.emit("run_end", status=status, reason=reason, t=time.time(), levels=len(levels))
+    events.emit(
+        {
+            "event": "run_end",
+            "status": status,
+            "reason": reason,
+            "t": time.time(),
+            "levels": len(levels),
+        }
+    )
     return EXIT_FAILED if status == "failed" else EXIT_OK
+
+
+def _start_given(start_at: float, late: float) -> StartGivenEvent:
+    return {
+        "event": "start_given",
+        "start_at": start_at,
+        "start_at_passed": late > 0,
+        "start_at_late_s": late,
+    }
+
+
+def _sample_event(level_index: int, concurrency: int, figures: dict[str, Any]) -> LoadgenEvent:
+    """A sample as the event, its figures in the order the level runner (or the merge of a
+    split level's processes) gives them: checked against SampleEvent rather than rebuilt key
+    by key, so the line's bytes stay as they were."""
+    return check_event(
+        {"event": "sample", "level_index": level_index, "concurrency": concurrency, **figures}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from typing import TypedDict
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.datasets import builtin_prompts
+from benchlib.loadgen.events import LevelTrace
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
@@ -164,20 +165,8 @@ def run_params(args: argparse.Namespace) -> JsonObject:
     return out
 
 
-class TraceReplay(TypedDict):
-    """The trace a level replays, as its level_start event names it."""
-
-    file: str
-    format: str
-    speed: float
-    start: float
-    duration: float | None
-    requests: int
-    rate: float
-
-
 class TraceEventFields(TypedDict, total=False):
-    trace: TraceReplay
+    trace: LevelTrace
 
 
 def trace_event(args: argparse.Namespace, trace: Trace | None) -> TraceEventFields:
@@ -185,7 +174,7 @@ def trace_event(args: argparse.Namespace, trace: Trace | None) -> TraceEventFiel
     if trace is None:
         return TraceEventFields()
     return TraceEventFields(
-        trace=TraceReplay(
+        trace=LevelTrace(
             file=str(args.trace),
             format=args.trace_format,
             speed=args.trace_speed,

@@ -28,6 +28,7 @@ from typing import Any
 from django.conf import settings
 
 from benchlib.loadgen.cli_io import sleep_until
+from benchlib.loadgen.events import LevelStartEvent, LevelSummaryEvent, check_event
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level_config import share
 from benchlib.loadgen.records import ClockAnchor
@@ -101,34 +102,37 @@ class _Level:
         self.warmed_up: set[int] = set()  # shards that said `warmed_up` (started on stdin)
 
     async def read(self, shard: Shard, proc: LoadgenProcess | RemoteShardProcess) -> None:
+        # The shard's state is kept as plain JSON objects (split.Shard): each event is copied in.
         async for event in proc.events():
-            kind = event.get("event")
-            if kind == "run_start":
-                shard.run_start = event
-            elif kind == "run_end":
-                shard.run_end = event
-            elif kind == "warmed_up":
+            if event["event"] == "run_start":
+                shard.run_start = dict(event)
+            elif event["event"] == "run_end":
+                shard.run_end = dict(event)
+            elif event["event"] == "warmed_up":
                 self.warmed_up.add(shard.index)
-            elif kind == "measure_start":
+            elif event["event"] == "measure_start":
                 warmed_at = event.get("warmed_at")
                 shard.warmed_at = float(warmed_at) if isinstance(warmed_at, int | float) else None
-            elif kind == "level_summary":
+            elif event["event"] == "level_summary":
                 shard.summary = dict(event.get("summary") or {})
                 if isinstance(shard.summary.get("anchor"), dict):
                     shard.anchor = ClockAnchor(**shard.summary["anchor"])
-            elif kind == "sample":
-                shard.last_sample = event
+            elif event["event"] == "sample":
+                shard.last_sample = dict(event)
                 self._fresh.add(shard.index)
                 if self._fresh >= {s.index for s in self.shards}:
                     await self._emit_sample()
-            elif kind == "level_error":
+            elif event["event"] == "level_error":
                 self.recorder.level_errors.append(str(event.get("reason") or "level error"))
 
     async def _emit_sample(self) -> None:
         self._fresh.clear()
         latest = [s.last_sample for s in self.shards if s.last_sample is not None]
         sample = combine_samples(latest, concurrency=self.concurrency)
-        await self.recorder.handle({**sample, "event": "sample", "level_index": self.index})
+        # The combined figures keep the shards' keys and order; checked as a sample event.
+        await self.recorder.handle(
+            check_event({**sample, "event": "sample", "level_index": self.index})
+        )
 
     def terminate(self) -> None:
         for proc in self.procs:
@@ -234,8 +238,12 @@ async def _run_level(
         except PlacementError as exc:
             return None, f"level {index} (C={concurrency}) cannot be placed: {exc}"
         gang = {"gang_wait_s": waited}
-    started = {"event": "level_start", "level_index": index, "concurrency": concurrency,
-               "t": start_at or time.time()}  # fmt: skip
+    started: LevelStartEvent = {
+        "event": "level_start",
+        "level_index": index,
+        "concurrency": concurrency,
+        "t": start_at or time.time(),
+    }
     await recorder.handle(started)
     readers = [
         asyncio.create_task(level.read(s, p))
@@ -341,7 +349,11 @@ async def run_split_sweep(ctx: JobContext, plan: recording.SweepPlan) -> dict[st
                 break
             summary, stop = await _run_level(ctx, plan, recorder, server, index, concurrency)
             if summary is not None:
-                event = {"event": "level_summary", "level_index": index, "summary": summary}
+                event: LevelSummaryEvent = {
+                    "event": "level_summary",
+                    "level_index": index,
+                    "summary": summary,
+                }
                 await recorder.handle(event)
                 # the server's own figures for exactly this level, after its shards' warm-up
                 warmed_at = summary["split"].get("warmed_at")

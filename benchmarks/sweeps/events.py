@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from benchlib.loadgen.events import LoadgenEvent, RunEndEvent, RunStartEvent, SampleEvent
 from benchmarks.sweeps.store import ServiceStore
 from core import realtime
 
@@ -42,22 +43,21 @@ class SweepRecorder:
         self.store: SweepStore = store if store is not None else ServiceStore()
         self.batch_seconds = batch_seconds
         self.clock = clock
-        self.run_start: dict[str, Any] | None = None
-        self.run_end: dict[str, Any] | None = None
+        self.run_start: RunStartEvent | None = None
+        self.run_end: RunEndEvent | None = None
         self.level_errors: list[str] = []
         self.levels_finished = 0
         self.current_level: int | None = None
-        self._samples: list[dict[str, Any]] = []
+        self._samples: list[SampleEvent] = []
         self._last_flush = clock()
         # Flushes come from handle() and from the job's ticker: one at a time, in order.
         self._lock = asyncio.Lock()
 
-    async def handle(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "sample":
+    async def handle(self, event: LoadgenEvent) -> None:
+        if event["event"] == "sample":
             self._samples.append(event)
             await self.flush_if_due()
-        elif kind == "level_start":
+        elif event["event"] == "level_start":
             await self.flush()
             self.current_level = int(event["level_index"])
             await self.store.level_started(
@@ -66,18 +66,18 @@ class SweepRecorder:
                 concurrency=int(event["concurrency"]),
                 t=float(event.get("t") or time.time()),
             )
-        elif kind == "level_summary":
+        elif event["event"] == "level_summary":
             await self.flush()
-            summary = dict(event.get("summary") or {})
+            summary: dict[str, Any] = dict(event.get("summary") or {})
             summary.setdefault("level_index", event.get("level_index"))
             await self.store.level_finished(sweep_id=self.sweep_id, summary=summary)
             self.levels_finished += 1
             self.current_level = None
-        elif kind == "level_error":
+        elif event["event"] == "level_error":
             self.level_errors.append(str(event.get("reason") or "level error"))
-        elif kind == "run_start":
+        elif event["event"] == "run_start":
             self.run_start = event
-        elif kind == "run_end":
+        elif event["event"] == "run_end":
             await self.flush()
             self.run_end = event
 
@@ -91,4 +91,5 @@ class SweepRecorder:
             if not self._samples:
                 return
             batch, self._samples = self._samples, []
-            await self.store.samples_add(sweep_id=self.sweep_id, samples=batch)
+            # The store takes plain JSON objects (its rows' data); the events go as they came.
+            await self.store.samples_add(sweep_id=self.sweep_id, samples=[dict(s) for s in batch])

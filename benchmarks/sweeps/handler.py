@@ -87,7 +87,7 @@ async def _crash_behind(
     """A load generator can give up on a dead server (connection errors in a row) before the
     lifecycle has marked it crashed: a run that did not complete waits for that verdict, so
     the sweep names the cause instead of the symptom."""
-    if (recorder.run_end or {}).get("status") == "completed":
+    if recorder.run_end is not None and recorder.run_end["status"] == "completed":
         return None
     done, _ = await asyncio.wait({crash_watch}, timeout=settle)
     return crash_watch.result() if done else None
@@ -113,8 +113,9 @@ def _outcome(
     crash: str | None,
     records_path: Path | str = "the records file",
 ) -> tuple[str, str]:
-    run_end = recorder.run_end or {}
-    status, reason = run_end.get("status"), run_end.get("reason") or ""
+    run_end = recorder.run_end
+    status = run_end["status"] if run_end is not None else None
+    reason = (run_end.get("reason") if run_end is not None else None) or ""
     if crash is not None:
         return SweepState.FAILED, f"server crashed mid-sweep: {crash}"
     if cancelled:

@@ -15,7 +15,9 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from benchlib.loadgen import events as loadgen_events
 from benchlib.loadgen.apis import Api, engine_extra_body
+from benchlib.loadgen.events import LoadgenEvent
 from benchlib.loadgen.settings import LoadSettings
 
 logger = logging.getLogger(__name__)
@@ -90,24 +92,21 @@ def request_extra_body(engine: str, load: dict[str, Any]) -> dict[str, Any]:
     return {**engine_extra_body(engine, api), **(user if isinstance(user, dict) else {})}
 
 
-def parse_event(line: bytes) -> dict[str, Any] | None:
-    """One event line as a dict; None (and a warning) for anything else."""
+def parse_event(line: bytes) -> LoadgenEvent | None:
+    """One event line as its event (``benchlib.loadgen.events.parse_event``); None (and a
+    warning saying what is wrong) for anything else, such as a traceback on stdout."""
     text = line.strip()
     if not text:
         return None
     try:
-        event = json.loads(text)
-    except ValueError:
-        logger.warning("load generator wrote a line that is not JSON: %r", text[:200])
+        return loadgen_events.parse_event(text.decode("utf-8"))
+    except (UnicodeDecodeError, loadgen_events.MalformedEvent) as exc:
+        logger.warning("load generator wrote a line that is not one of its events: %s", exc)
         return None
-    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-        logger.warning("load generator wrote an unexpected line: %r", text[:200])
-        return None
-    return event
 
 
 class LoadgenProcess:
-    """A running load generator: ``events()`` yields its event lines as dicts."""
+    """A running load generator: ``events()`` yields its event lines as events."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -152,7 +151,7 @@ class LoadgenProcess:
         while line := await stream.readline():
             self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[LoadgenEvent]:
         stream = self.process.stdout
         assert stream is not None
         while True:

@@ -25,10 +25,11 @@ import itertools
 import tempfile
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
+from benchlib.loadgen.events import LoadgenEvent
 from benchmarks.sweeps.runner import LoadgenProcess
 from core.jobs import JobContext
 from core.jobs import store as jobs_store
@@ -125,10 +126,10 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
         async def read() -> None:
             nonlocal published
             async for event in proc.events():
-                if ready_on is None or event.get("event") == ready_on:
+                if ready_on is None or event["event"] == ready_on:
                     up.set()
                 pending.append((EVENT, event))
-                if loop.time() - published >= PUBLISH_S or event.get("event") != "sample":
+                if loop.time() - published >= PUBLISH_S or event["event"] != "sample":
                     published = loop.time()
                     await _append(ctx, pending)
             await _append(ctx, pending)
@@ -232,7 +233,7 @@ class RemoteShardProcess:
     def pid(self) -> int:
         return -self.job_id  # not a process here; shown in logs only
 
-    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self) -> AsyncGenerator[LoadgenEvent, None]:
         if self.position == 0:
             await asyncio.to_thread(self.records_path.write_text, "", encoding="utf-8")
         while True:
@@ -252,7 +253,9 @@ class RemoteShardProcess:
                     # never gets it again from a reader attached at its position.
                     self.position = row.seq
                     if row.kind == EVENT:
-                        yield dict(row.payload)
+                        # Rows hold only what the shard's own reader took in through
+                        # parse_event (run_shard): checked once, there, not again here.
+                        yield cast(LoadgenEvent, dict(row.payload))
                 await self._take_records(records, upto=rows[-1].seq)
             if job.is_finished:
                 self._finish(job)

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 import httpx
 
-from benchlib.json_types import JsonObject
+from benchlib.loadgen.events import (
+    BoundaryFields,
+    LevelSummaryEvent,
+    LoadgenEvent,
+    MeasureStartEvent,
+)
 from hosts.telemetry.deltas import HistogramSummary, IntervalMetrics, interval_between
 from hosts.telemetry.engine_profiles import PROFILES
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
@@ -205,7 +210,7 @@ def level_server_metrics(
     return figures
 
 
-def _time(event: JsonObject, key: str) -> float | None:
+def _time(event: Mapping[str, object], key: str) -> float | None:
     value = event.get(key)
     return float(value) if isinstance(value, int | float) else None
 
@@ -298,19 +303,15 @@ class LevelServerMetrics:
         )
         return marks
 
-    async def observe(self, event: JsonObject) -> None:
+    async def observe(self, event: LoadgenEvent) -> None:
         """Never raises: a server without metrics leaves the level's figures unavailable.
-        ``event``: one load-generator event line as parsed (only the keys read here matter)."""
-        kind = event.get("event")
-        if kind not in {"measure_start", "level_summary"}:
-            return
-        level_index = event.get("level_index")
-        if not isinstance(level_index, int | float | str):
-            return
-        try:
-            index = int(level_index)
-        except (TypeError, ValueError):
-            return
+        ``event``: one load-generator event as parsed; a level's measure_start opens its
+        interval, its level_summary closes it, the others are not read here."""
+        if event["event"] == "measure_start" or event["event"] == "level_summary":
+            await self._boundary(event)
+
+    async def _boundary(self, event: MeasureStartEvent | LevelSummaryEvent) -> None:
+        index = event["level_index"]
         raw: BoundaryScrape | None = None
         if "server_metrics_text" in event or "server_metrics_error" in event:
             # The load generator scraped right before the level's first request (or after its
@@ -322,7 +323,7 @@ class LevelServerMetrics:
             metrics, problem = await self._scrape()
             if metrics is not None and self.last_scrape is not None:
                 raw = self.last_scrape.copy()
-        if kind == "measure_start":
+        if event["event"] == "measure_start":
             self._before[index] = metrics
             self._raw[index] = raw
             self._opening[index] = (_time(event, "start_at"), _time(event, "warmed_at"))
@@ -358,7 +359,7 @@ class LevelServerMetrics:
             logger.warning("sweep %s: saving level %s server metrics failed", self.sweep_id, index)
 
     def _parse_boundary(
-        self, event: JsonObject
+        self, event: BoundaryFields
     ) -> tuple[EngineMetrics | None, str, BoundaryScrape | None]:
         """The metrics the load generator scraped at a boundary, the problem if none, and the
         raw scrape (its time as the event gave it) to keep."""

@@ -122,8 +122,10 @@ def load(**overrides: Any) -> dict[str, Any]:
 
 
 def level_summary_event(index: int, concurrency: int, *, status: str = "completed",
-                        ok: int = 10, failed: int = 0, tok_s: float = 500.0) -> dict[str, Any]:  # fmt: skip
-    """A level_summary event line as the load generator writes it (trimmed to what we read)."""
+                        ok: int = 10, failed: int = 0, tok_s: float = 500.0) -> Any:  # fmt: skip
+    """A level_summary event line as the load generator writes it (trimmed to what we read,
+    so its summary is not a whole LevelSummary: typed Any, for the event readers and the
+    services' dicts alike)."""
     dist = lambda base: {"count": ok, "mean": base, "p50": base, "p90": base * 1.5, "p99": base * 2}  # noqa: E731
     return {
         "event": "level_summary",
@@ -144,7 +146,7 @@ def level_summary_event(index: int, concurrency: int, *, status: str = "complete
 
 def sample_event(
     index: int, t: float, *, tok_s: float = 100.0, in_flight: int = 2
-) -> dict[str, Any]:
+) -> Any:  # a SampleEvent for the recorder, a plain dict for the services' samples
     return {"event": "sample", "level_index": index, "concurrency": 2, "t": t, "phase": "measure",
             "tok_s": tok_s, "in_flight": in_flight, "completed": 3, "errors": 0, "ttft_p50": 0.02,
             "loop_lag_ms": 1.0, "client_cpu": 5.0, "client_limited": False}  # fmt: skip

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchlib.loadgen.events import LoadgenEvent
 from benchmarks import services
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample
 from benchmarks.sweeps import recording
@@ -58,7 +59,7 @@ async def test_samples_are_sent_in_batches_about_once_a_second() -> None:
 async def test_level_events_flush_earlier_samples_first_and_keep_the_order() -> None:
     store, clock = RecordingStore(), Clock()
     recorder = SweepRecorder(1, store=store, clock=clock)
-    events = [
+    events: list[LoadgenEvent] = [
         {"event": "run_start", "run_id": "r", "t": 1.0, "params": {}},
         {"event": "level_start", "level_index": 0, "concurrency": 1, "t": 1.0},
         sample_event(0, 1.1),

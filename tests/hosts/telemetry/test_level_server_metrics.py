@@ -91,7 +91,7 @@ async def test_a_level_is_measured_between_its_own_start_and_summary_scrapes() -
     await marks.observe({"event": "level_start", "level_index": 3, "concurrency": 4})
     await marks.observe({"event": "measure_start", "level_index": 3, "concurrency": 4})
     await marks.observe({"event": "sample", "level_index": 3})
-    await marks.observe({"event": "level_summary", "level_index": 3, "summary": {}})
+    await marks.observe({"event": "level_summary", "level_index": 3, "summary": {}})  # type: ignore[typeddict-item]
     assert [(s, i) for s, i, _ in saved] == [(7, 3)]
     metrics = saved[0][2]
     # Worked out by hand from the two fixture files (scrape 2 minus scrape 1), not by the code
