@@ -32,6 +32,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo, request_figures
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
@@ -276,7 +277,7 @@ def _key(level: Any, attempt: Any) -> tuple[int, int] | None:
     return level, attempt if valid else -1
 
 
-def _gap_figures(row: dict[str, Any]) -> tuple[float, float]:
+def _gap_figures(row: JsonObject) -> tuple[float, float]:
     """A request's ITL and longest gap (ms) as ``goodput.request_figures`` gives them."""
     try:
         record = RequestRecord.from_json(row, _EPOCH)
@@ -288,7 +289,7 @@ def _gap_figures(row: dict[str, Any]) -> tuple[float, float]:
     return figures["itl_ms"], figures["max_gap_ms"]
 
 
-def _row_columns(rows: list[dict[str, Any]], gaps: bool) -> dict[str, npt.NDArray[Any]]:
+def _row_columns(rows: list[JsonObject], gaps: bool) -> dict[str, npt.NDArray[Any]]:
     """Columns of rows already parsed (JSON lines, or a compact block decoded whole)."""
     out: dict[str, npt.NDArray[Any]] = {
         "start": np.array([_number(r.get("start")) for r in rows], dtype=np.float64),
@@ -307,7 +308,7 @@ def _row_columns(rows: list[dict[str, Any]], gaps: bool) -> dict[str, npt.NDArra
     return out
 
 
-def _first_usable(row: dict[str, Any]) -> bool:
+def _first_usable(row: JsonObject) -> bool:
     """Whether ``RequestRecord.from_json`` reads the row (its id, a numeric or missing first
     token): the goodput points leave out the rows it cannot read."""
     first = row.get("first_token")
@@ -415,7 +416,7 @@ def read_record_columns(path: Path, *, gaps: bool = False) -> RecordColumns:
                 rows_seen += len(levels)
                 out.unlabelled += _split(builders, levels, attempts, columns, gaps)
         else:
-            batch: list[dict[str, Any]] = []
+            batch: list[JsonObject] = []
             for row in iter_jsonl(path, state=state):
                 batch.append(row)
                 if len(batch) >= 4096:
@@ -434,7 +435,7 @@ def read_record_columns(path: Path, *, gaps: bool = False) -> RecordColumns:
 
 
 def _split_rows(
-    builders: dict[tuple[int, int], _Builder], rows: list[dict[str, Any]], gaps: bool
+    builders: dict[tuple[int, int], _Builder], rows: list[JsonObject], gaps: bool
 ) -> int:
     levels = [r.get("level") for r in rows]
     attempts = [r.get("attempt", 1) for r in rows]

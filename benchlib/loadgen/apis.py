@@ -7,9 +7,24 @@ from __future__ import annotations
 # work per event must not grow with the output so far (a /generate chunk repeats all of it).
 import enum
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.wire import (
+    ChatMessage,
+    ChoiceDelta,
+    GenerateChunk,
+    GenerateMetaInfo,
+    GenerateRequest,
+    GenerateSampling,
+    OpenAIRequest,
+    OpenAIStreamChunk,
+    SglangSpecDetailsAsk,
+    SpecTokensDetails,
+    StreamOptions,
+)
 
 
 class Api(enum.StrEnum):
@@ -28,10 +43,10 @@ PATHS: dict[Api, str] = {
 # SGLang gives a request's own speculative figures on its OpenAI endpoints only when asked
 # (docs/engines.md, "SGLang"); other engines do not know the field (vLLM logs a warning for every
 # request carrying an unknown field), so it is sent to SGLang servers alone.
-SGLANG_SPEC_DETAILS: dict[str, Any] = {"return_spec_tokens_details": True}
+SGLANG_SPEC_DETAILS = SglangSpecDetailsAsk(return_spec_tokens_details=True)
 
 
-def engine_extra_body(engine: str, api: Api) -> dict[str, Any]:
+def engine_extra_body(engine: str, api: Api) -> JsonObject:
     """Body fields a request to `engine` (a profile's engine name) should carry on `api` so the
     server reports the request's speculative figures; merge them into `build_body`'s `extra`."""
     if engine in ("sglang", "simulator") and api is not Api.GENERATE:
@@ -53,42 +68,44 @@ def build_body(
     max_tokens: int,
     ignore_eos: bool = False,
     temperature: float | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: JsonObject | None = None,
+) -> JsonObject:
     """The JSON body of one streamed request; `extra` fields are merged last (they win)."""
-    body: dict[str, Any]
     if api is Api.GENERATE:
-        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos}
+        sampling = GenerateSampling(max_new_tokens=max_tokens, ignore_eos=ignore_eos)
         if temperature is not None:
             sampling["temperature"] = temperature
-        body = {"text": prompt, "sampling_params": sampling, "stream": True}
+        generate = GenerateRequest(text=prompt, sampling_params=sampling, stream=True)
         if model:
-            body["model"] = model
+            generate["model"] = model
+        body: JsonObject = dict(generate)
     else:
-        body = {
-            "model": model,
-            "max_tokens": max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }
+        openai = OpenAIRequest(
+            model=model,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options=StreamOptions(include_usage=True, continuous_usage_stats=True),
+        )
         if api is Api.CHAT:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            openai["messages"] = [ChatMessage(role="user", content=prompt)]
         else:
-            body["prompt"] = prompt
+            openai["prompt"] = prompt
         if ignore_eos:
-            body["ignore_eos"] = True
+            openai["ignore_eos"] = True
         if temperature is not None:
-            body["temperature"] = temperature
+            openai["temperature"] = temperature
+        body = dict(openai)
     if extra:
         for key, value in extra.items():
-            if isinstance(value, dict) and isinstance(body.get(key), dict):
-                body[key] = {**body[key], **value}
+            current = body.get(key)
+            if isinstance(value, dict) and isinstance(current, dict):
+                body[key] = {**current, **value}
             else:
                 body[key] = value
     return body
 
 
-def _error_text(obj: dict[str, Any]) -> str | None:
+def _error_text(obj: Mapping[str, object]) -> str | None:
     err = obj.get("error")
     if err is not None:
         if isinstance(err, dict):
@@ -99,11 +116,11 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
+def read_llamacpp_timings(timings: object, rec: RequestRecord) -> None:
     """llama.cpp's per-request `timings` (on the final chunk of a stream, and on non-streamed
     responses): `draft_n` tokens drafted, `draft_n_accepted` accepted, `predicted_n` generated.
 
@@ -122,7 +139,7 @@ def read_llamacpp_timings(timings: Any, rec: RequestRecord) -> None:
         rec.spec_steps = predicted - 1 - accepted
 
 
-def read_vllm_spec_metrics(metrics: Any, rec: RequestRecord) -> None:
+def read_vllm_spec_metrics(metrics: object, rec: RequestRecord) -> None:
     """vLLM's per-request figures (`--per-request-spec-decode-metrics summary`, vLLM 0.32): on
     the final usage chunk, `metrics.speculative_decoding` with `num_spec_steps` verify steps,
     `num_draft_tokens` drafted and `num_accepted_draft_tokens` accepted (v1/metrics/stats.py
@@ -138,7 +155,7 @@ def read_vllm_spec_metrics(metrics: Any, rec: RequestRecord) -> None:
     rec.spec_accepted = _count(spec.get("num_accepted_draft_tokens"))
 
 
-def read_sglang_meta(meta: dict[str, Any], rec: RequestRecord) -> None:
+def read_sglang_meta(meta: SpecTokensDetails, rec: RequestRecord) -> None:
     """SGLang's per-request figures, in `meta_info` of a finished speculative `/generate`
     request or in `sglext.spec_tokens_details` on its OpenAI endpoints (same names):
     `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
@@ -242,7 +259,7 @@ class OpenAIHandler(ChunkHandler):
         # vLLM and SGLang `reasoning_content`) and the one after it are decoded to find it.
         self.answered = not chat
 
-    def _phase(self, delta: Any, now: float) -> None:
+    def _phase(self, delta: ChoiceDelta, now: float) -> None:
         """Note the reasoning phase and where the answer starts, before this chunk's tokens
         are added: the tokens counted so far are the reasoning's."""
         rec = self.rec
@@ -293,7 +310,7 @@ class OpenAIHandler(ChunkHandler):
             rec.prompt_tokens = prompt
         return True
 
-    def handle(self, obj: Any, now: float) -> None:
+    def handle(self, obj: OpenAIStreamChunk, now: float) -> None:
         usage = obj.get("usage")
         choices = obj.get("choices")
         rec = self.rec
@@ -306,12 +323,12 @@ class OpenAIHandler(ChunkHandler):
         if choices:
             choice = choices[0]
             if self.chat and not self.answered:
-                self._phase(choice.get("delta") or {}, now)
+                self._phase(choice.get("delta") or ChoiceDelta(), now)
             if usage:
                 n = usage["completion_tokens"] - self.counted
             else:
                 if self.chat:
-                    delta = choice.get("delta") or {}
+                    delta = choice.get("delta") or ChoiceDelta()
                     has_text = bool(
                         delta.get("content")
                         or delta.get("reasoning_content")
@@ -354,7 +371,7 @@ _META_KEY = b'"meta_info":'
 _parse_object = json.JSONDecoder().raw_decode
 
 
-def meta_info_of(payload: bytes) -> dict[str, Any] | None:
+def meta_info_of(payload: bytes) -> GenerateMetaInfo | None:
     """The `meta_info` object of a `/generate` chunk, parsed without the text and ids before it;
     None when the chunk has no such key or it does not hold an object."""
     i = payload.rfind(_META_KEY)
@@ -362,6 +379,8 @@ def meta_info_of(payload: bytes) -> dict[str, Any] | None:
         return None
     try:
         text = payload[i + len(_META_KEY) :].decode().lstrip()
+        # Declared as what it should be; the isinstance below checks it is an object at all.
+        meta: GenerateMetaInfo
         meta, _ = _parse_object(text)
     except ValueError:  # UnicodeDecodeError included
         return None
@@ -382,7 +401,7 @@ class GenerateHandler(ChunkHandler):
         self._meta(meta, now, None)
         return True
 
-    def handle(self, obj: Any, now: float) -> None:
+    def handle(self, obj: GenerateChunk, now: float) -> None:
         rec = self.rec
         meta = obj.get("meta_info")
         if meta is None:
@@ -393,7 +412,7 @@ class GenerateHandler(ChunkHandler):
             return
         self._meta(meta, now, obj)
 
-    def _meta(self, meta: dict[str, Any], now: float, obj: Any) -> None:
+    def _meta(self, meta: GenerateMetaInfo, now: float, obj: GenerateChunk | None) -> None:
         rec = self.rec
         total = meta.get("completion_tokens")
         if total is None:

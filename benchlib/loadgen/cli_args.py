@@ -14,9 +14,11 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.datasets import builtin_prompts
+from benchlib.loadgen.events import LevelTrace
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.prefixes import SharedPrefixPrompts
 from benchlib.loadgen.prompts import PromptSource, load_dataset
@@ -155,26 +157,30 @@ def slo_from_args(args: argparse.Namespace) -> Slo | None:
     return settings_from_args(args).slo_target()
 
 
-def run_params(args: argparse.Namespace) -> dict[str, Any]:
+def run_params(args: argparse.Namespace) -> JsonObject:
     """The parsed flags as ``run_start`` and the results file echo them (paths as text)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in vars(args).items():
         out[key] = str(value) if isinstance(value, Path) else value
     return out
 
 
-def trace_event(args: argparse.Namespace, trace: Trace | None) -> dict[str, Any]:
+class TraceEventFields(TypedDict, total=False):
+    trace: LevelTrace
+
+
+def trace_event(args: argparse.Namespace, trace: Trace | None) -> TraceEventFields:
     """What a level replays, for its level_start event (empty without a trace)."""
     if trace is None:
-        return {}
-    return {
-        "trace": {
-            "file": str(args.trace),
-            "format": args.trace_format,
-            "speed": args.trace_speed,
-            "start": args.trace_start,
-            "duration": args.trace_duration,
-            "requests": len(trace.requests),
-            "rate": trace.rate(),
-        }
-    }
+        return TraceEventFields()
+    return TraceEventFields(
+        trace=LevelTrace(
+            file=str(args.trace),
+            format=args.trace_format,
+            speed=args.trace_speed,
+            start=args.trace_start,
+            duration=args.trace_duration,
+            requests=len(trace.requests),
+            rate=trace.rate(),
+        )
+    )

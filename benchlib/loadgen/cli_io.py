@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from benchlib.loadgen.events import BoundaryFields
 from benchlib.loadgen.level import RecordSink
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
@@ -106,7 +107,7 @@ class LevelRecords:
                 self._spool.unlink(missing_ok=True)
 
 
-async def boundary_scrape(url: str) -> dict[str, Any]:
+async def boundary_scrape(url: str) -> BoundaryFields:
     """The server's /metrics text just before a level starts, with the time it answered.
 
     Taken here, in the process that sends the requests, and awaited before the first one:
@@ -119,8 +120,8 @@ async def boundary_scrape(url: str) -> dict[str, Any]:
             response = await client.get(url)
             response.raise_for_status()
     except httpx.HTTPError as exc:
-        return {"server_metrics_error": f"/metrics: {exc or type(exc).__name__}"}
-    return {"server_metrics_text": response.text, "server_metrics_t": time.time()}
+        return BoundaryFields(server_metrics_error=f"/metrics: {exc or type(exc).__name__}")
+    return BoundaryFields(server_metrics_text=response.text, server_metrics_t=time.time())
 
 
 def write_output(path: Path, text: str) -> None:

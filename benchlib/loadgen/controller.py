@@ -19,7 +19,6 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import httpx
 
@@ -31,6 +30,7 @@ from benchlib.stats.controller import (
     scrape_values,
     tier_reading,
 )
+from benchlib.stats.controller_types import ControllerFigures
 
 # A scrape that takes longer than the period is abandoned: the next one is due.
 SCRAPE_TIMEOUT_S = 0.9
@@ -96,7 +96,7 @@ class ControllerTracker:
         self.scrapes.append(scrape_values(response.text))
         return True
 
-    async def stop(self) -> dict[str, Any] | None:
+    async def stop(self) -> ControllerFigures | None:
         """End the scraping (one last scrape closes the series) and return the level's
         figures, or None when the server exports no speculative figures."""
         for task in self._tasks:

@@ -19,6 +19,7 @@ from typing import Any
 
 from benchlib.loadgen.metrics import deliveries, delivery_gaps
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.summary import LevelGoodput
 from benchlib.stats.intervals import quantile
 
 SLO_FIGURES = ("ttft_ms", "tpot_ms", "itl_ms", "max_gap_ms", "e2e_ms")
@@ -112,7 +113,7 @@ def _p99(values: Sequence[float]) -> float | None:
     return quantile(vals, 0.99)
 
 
-def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float) -> dict[str, Any]:
+def level_goodput(records: Iterable[RequestRecord], slo: Slo, *, duration: float) -> LevelGoodput:
     """Per level: requests meeting the SLO, their share, goodput req/s and output tok/s over
     `duration` (the level's, as in its throughput), the p99 over requests of each set figure
     (failed requests as inf) and whether the level meets the SLO."""
@@ -128,7 +129,7 @@ def goodput_from_figures(
     slo: Slo,
     *,
     duration: float,
-) -> dict[str, Any]:
+) -> LevelGoodput:
     """`level_goodput` from the measured requests and each one's `request_figures`, taken
     beforehand (a summary that streams the records keeps the figures, not the chunks)."""
     limits = slo.limits()
@@ -150,14 +151,14 @@ def goodput_from_figures(
         )
     else:
         met = share is not None and share >= slo.attainment
-    return {
-        "slo": slo.to_dict(),
-        "requests": total,
-        "met": good,
-        "share": share,
-        "goodput_req_s": good / duration if duration > 0 else None,
-        "goodput_tok_s": good_tokens / duration if duration > 0 else None,
-        "p99": {k: (None if v is None or math.isinf(v) else v) for k, v in p99.items()},
-        "p99_failed": {k: v is not None and math.isinf(v) for k, v in p99.items()},
-        "meets_slo": met,
-    }
+    return LevelGoodput(
+        slo=slo.to_dict(),
+        requests=total,
+        met=good,
+        share=share,
+        goodput_req_s=good / duration if duration > 0 else None,
+        goodput_tok_s=good_tokens / duration if duration > 0 else None,
+        p99={k: (None if v is None or math.isinf(v) else v) for k, v in p99.items()},
+        p99_failed={k: v is not None and math.isinf(v) for k, v in p99.items()},
+        meets_slo=met,
+    )

@@ -8,9 +8,9 @@ from __future__ import annotations
 # keeping up, inside the one level.
 import math
 from collections.abc import Iterable
-from typing import Any
 
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.summary import RampSlice
 from benchlib.stats.intervals import quantile
 
 RAMPS = ("linear", "exponential")
@@ -29,7 +29,7 @@ def ramp_rate(strategy: str, start: float, end: float, progress: float) -> float
 def slice_figures(
     records: Iterable[RequestRecord], *, slices: int, start_rate: float, end_rate: float,
     strategy: str,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[RampSlice]:  # fmt: skip
     """Per time slice of the arrival window (first to last request start, cut in `slices`
     equal parts): the rate the ramp offered at the slice's middle, the arrivals and their rate,
     the requests that started there and finished, the output tokens delivered within the slice
@@ -41,7 +41,7 @@ def slice_figures(
     first = min(r.start for r in recs)
     last = max(r.start for r in recs)
     width = (last - first) / slices if last > first else 0.0
-    rows: list[dict[str, Any]] = []
+    rows: list[RampSlice] = []
     for k in range(slices):
         lo = first + k * width
         hi = first + (k + 1) * width
@@ -54,14 +54,14 @@ def slice_figures(
             if r.first_token is not None and r.output_tokens > 1
         )
         rows.append(
-            {
-                "t0_s": k * width,
-                "t1_s": (k + 1) * width,
-                "offered_rate": ramp_rate(strategy, start_rate, end_rate, (k + 0.5) / slices),
-                "arrivals": len(inside),
-                "arrival_rate": len(inside) / width if width > 0 else None,
-                "ok": len(ok),
-                "output_tok_s": (
+            RampSlice(
+                t0_s=k * width,
+                t1_s=(k + 1) * width,
+                offered_rate=ramp_rate(strategy, start_rate, end_rate, (k + 0.5) / slices),
+                arrivals=len(inside),
+                arrival_rate=len(inside) / width if width > 0 else None,
+                ok=len(ok),
+                output_tok_s=(
                     math.fsum(
                         n
                         for r in recs
@@ -73,9 +73,9 @@ def slice_figures(
                     if width > 0
                     else None
                 ),
-                "ttft_p50_ms": quantile(ttfts, 0.5) if ttfts else None,
-                "ttft_p99_ms": quantile(ttfts, 0.99) if ttfts else None,
-                "tpot_p50_ms": quantile(tpots, 0.5) if tpots else None,
-            }
+                ttft_p50_ms=quantile(ttfts, 0.5) if ttfts else None,
+                ttft_p99_ms=quantile(ttfts, 0.99) if ttfts else None,
+                tpot_p50_ms=quantile(tpots, 0.5) if tpots else None,
+            )
         )
     return rows

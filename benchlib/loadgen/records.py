@@ -2,8 +2,9 @@ from __future__ import annotations
 
 # Per-request records and the clock anchor that ties perf_counter() times to wall time.
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,44 @@ class ClockAnchor:
 
     def to_dict(self) -> dict[str, float]:
         return {"t0_wall": self.t0_wall, "t0_perf": self.t0_perf}
+
+
+class RecordRow(TypedDict):
+    """A record's JSON form (`RequestRecord.to_json`): one line of records.jsonl, one row of a
+    compact records file. Times are wall-clock epoch seconds rounded to 1 us; the keys after
+    `finish` appear only when they apply."""
+
+    level: int
+    id: str
+    slot: int
+    proc: int
+    start: float
+    end: float
+    first_token: float | None
+    chunks: list[list[float]]  # [arrival time, output tokens] per chunk
+    out: int
+    prompt: int | None
+    finish: str | None
+    sent: NotRequired[float]
+    written: NotRequired[float]
+    warmup: NotRequired[bool]
+    out_est: NotRequired[bool]
+    chunk_est: NotRequired[bool]
+    error_kind: NotRequired[str]
+    error: NotRequired[str | None]
+    retries: NotRequired[int]
+    cat: NotRequired[str]
+    spec_steps: NotRequired[int]
+    spec_drafted: NotRequired[int]
+    spec_accepted: NotRequired[int]
+    scheduled: NotRequired[float]
+    reasoning: NotRequired[int]
+    first_answer: NotRequired[float]
+    session: NotRequired[int]
+    turn: NotRequired[int | None]
+    # The attempt of the level that wrote the row (recordstore.RecordTarget, the CLI's
+    # --attempt), when the level was run again.
+    attempt: NotRequired[int]
 
 
 @dataclass(slots=True)
@@ -136,10 +175,10 @@ class RequestRecord:
             turn=self.turn,
         )
 
-    def to_json(self, anchor: ClockAnchor, *, level_index: int) -> dict[str, Any]:
+    def to_json(self, anchor: ClockAnchor, *, level_index: int) -> RecordRow:
         """A compact JSON form with wall-clock (epoch) times, comparable with a truth log."""
         w = anchor.t0_wall - anchor.t0_perf
-        d: dict[str, Any] = {
+        d: RecordRow = {
             "level": level_index,
             "id": self.request_id,
             "slot": self.slot,
@@ -191,8 +230,11 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], anchor: ClockAnchor) -> RequestRecord:
-        """Inverse of `to_json` (to within the 1 us rounding), onto `anchor`'s perf clock."""
+    def from_json(cls, d: Mapping[str, Any], anchor: ClockAnchor) -> RequestRecord:
+        """Inverse of `to_json` (to within the 1 us rounding), onto `anchor`'s perf clock.
+
+        `d` is a `RecordRow`, or a row read back from a file or a stored field before anything
+        checked its shape; a row missing a required key raises KeyError."""
         p = anchor.t0_perf - anchor.t0_wall
         chunks = d.get("chunks") or []
         ft = d.get("first_token")

@@ -26,10 +26,12 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchlib.loadgen.records import RecordRow
 
 MAGIC = b"SDREC01\n"
 COMPACT_SUFFIX = ".sdrec"
@@ -81,8 +83,9 @@ def _us(t: float) -> int:
     return round(t * 1e6)
 
 
-def encode_block(rows: Iterable[dict[str, Any]]) -> bytes:
-    """One block (framing included) holding `rows`."""
+def encode_block(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """One block (framing included) holding `rows` (`RecordRow`s, or rows read back from a file
+    and tagged, as a split level's union is written)."""
     rows = list(rows)
     n = len(rows)
     starts = [_us(r["start"]) for r in rows]
@@ -323,7 +326,7 @@ class RecordWriter:
         self.compact = compact_path(path) if compact is None else compact
         self.batch_rows = batch_rows
         self.flush_interval = flush_interval
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[Mapping[str, Any]] = []
         self._last_flush = time.monotonic()
         self.rows_written = 0
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if append else os.O_TRUNC)
@@ -361,7 +364,7 @@ class RecordWriter:
         """The file's size now: where the rows written from here on begin (after a flush)."""
         return os.fstat(self._fd).st_size
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: Mapping[str, Any]) -> None:
         self._rows.append(row)
         if len(self._rows) >= self.batch_rows:
             self.flush()
@@ -438,7 +441,7 @@ class RecordTarget:
             for path, compact in self.files
         ]
 
-    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+    def row(self, record: RecordRow) -> RecordRow:
         if self.attempt is not None:
             record["attempt"] = self.attempt
         return record

@@ -11,11 +11,11 @@ from __future__ import annotations
 # recorded questions in order, the recorded replies as the history (see Session).
 import random
 from collections.abc import Iterable
-from typing import Any
 
 from benchlib.loadgen.metrics import distribution
 from benchlib.loadgen.prompts import _WORDS, Prompt, estimate_tokens
 from benchlib.loadgen.records import RequestRecord
+from benchlib.loadgen.summary import SessionFigures, TurnFigures
 from benchlib.stats.intervals import quantile
 
 
@@ -69,33 +69,33 @@ class Session:
         self.messages.append({"role": "assistant", "content": words})
 
 
-def turn_figures(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
+def turn_figures(records: Iterable[RequestRecord]) -> list[TurnFigures]:
     """Per turn index (0: first): requests, ok, prompt tokens (mean, from the server's usage),
     TTFT p50 and p99 (ms), over the measured requests of the level's sessions."""
     by_turn: dict[int, list[RequestRecord]] = {}
     for r in records:
         if r.turn is not None and not r.warmup:
             by_turn.setdefault(r.turn, []).append(r)
-    rows = []
+    rows: list[TurnFigures] = []
     for turn in sorted(by_turn):
         recs = by_turn[turn]
         ok = [r for r in recs if r.ok]
         ttfts = sorted((r.first_token - r.start) * 1e3 for r in ok if r.first_token is not None)
         prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
         rows.append(
-            {
-                "turn": turn,
-                "requests": len(recs),
-                "ok": len(ok),
-                "prompt_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
-                "ttft_p50_ms": quantile(ttfts, 0.5) if ttfts else None,
-                "ttft_p99_ms": quantile(ttfts, 0.99) if ttfts else None,
-            }
+            TurnFigures(
+                turn=turn,
+                requests=len(recs),
+                ok=len(ok),
+                prompt_tokens_mean=sum(prompts) / len(prompts) if prompts else None,
+                ttft_p50_ms=quantile(ttfts, 0.5) if ttfts else None,
+                ttft_p99_ms=quantile(ttfts, 0.99) if ttfts else None,
+            )
         )
     return rows
 
 
-def session_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+def session_figures(records: Iterable[RequestRecord]) -> SessionFigures | None:
     """Per session, over the level's measured sessions (None: the level ran none): how many
     there were and how many had every turn succeed, turns per session, the session's length
     (first turn sent to last answer, s), and its later turns' mean TTFT over its first turn's
@@ -121,10 +121,10 @@ def session_figures(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
         first = ttft.pop(0, None)
         if first and ttft:
             later_over_first.append(sum(ttft.values()) / len(ttft) / first)
-    return {
-        "sessions": len(by_session),
-        "complete": complete,
-        "turns": distribution(turns),
-        "duration_s": distribution(lengths),
-        "later_over_first_ttft": distribution(later_over_first),
-    }
+    return SessionFigures(
+        sessions=len(by_session),
+        complete=complete,
+        turns=distribution(turns),
+        duration_s=distribution(lengths),
+        later_over_first_ttft=distribution(later_over_first),
+    )

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import (
     LoadSettings,
@@ -61,7 +62,7 @@ def add_load_arguments(
         default = field.get_default() if opt.cli_default is UNSET else opt.cli_default
         if not defaults:
             default = None
-        kw: dict[str, Any] = {"dest": name, "default": default}
+        kw: dict[str, object] = {"dest": name, "default": default}  # add_argument's keywords
         flags = [opt.flag, *(aliases or {}).get(name, ())]
         if field.annotation is bool:
             target.add_argument(*flags, action="store_true", help=field.description, **kw)
@@ -77,10 +78,10 @@ def add_load_arguments(
 
 def given_settings(
     args: argparse.Namespace, model: type[LoadSettings] = LoadSettings
-) -> dict[str, Any]:
+) -> JsonObject:
     """The settings given on a command line declared with ``defaults=False``, as a request
     body's ``load`` (the nested SLO as an object)."""
-    raw: dict[str, Any] = {}
+    raw: JsonObject = {}
     for name, field in model.model_fields.items():
         nested = nested_model(field)
         if nested is None:
@@ -99,7 +100,7 @@ def settings_from_args(
 ) -> LoadSettings:
     """The settings an argparse namespace holds (built by ``add_load_arguments``). Raises
     LoadSettingsError."""
-    raw: dict[str, Any] = {}
+    raw: JsonObject = {}
     for name, field in model.model_fields.items():
         nested = nested_model(field)
         if nested is None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from benchlib.stats.controller_types import ControllerFigures
+
 
 class Distribution(TypedDict):
     count: int
@@ -77,6 +79,89 @@ class ReasoningFigures(TypedDict):
     accept_answer: PhaseAcceptance
 
 
+class AcceptanceFigures(TypedDict):
+    """Speculative acceptance over some requests (``benchlib.loadgen.acceptance``)."""
+
+    requests: int
+    output_tokens: int
+    reporting: int  # requests whose engine reported their verify steps (or drafts)
+    verify_steps: int
+    draft_tokens: int
+    accepted_tokens: int
+    accept_length: float | None
+    acceptance_rate: float | None
+
+
+class LevelAcceptance(AcceptanceFigures):
+    """A level summary's `acceptance`: the level's figures and each prompt category's."""
+
+    # Each an AcceptanceFigures; declared loosely while a reader takes a `{}` default for a
+    # category it lacks.
+    by_category: dict[str, Any]
+
+
+class LevelGoodput(TypedDict):
+    """A level summary's `goodput` (`goodput_from_figures`). `p99` and `p99_failed` have a key
+    per limit the SLO sets: the p99 over requests (None when it touches a failed request, which
+    `p99_failed` then says)."""
+
+    slo: dict[str, Any]  # Slo.to_dict
+    requests: int
+    met: int
+    share: float | None
+    goodput_req_s: float | None
+    goodput_tok_s: float | None
+    p99: dict[str, float | None]
+    p99_failed: dict[str, bool]
+    meets_slo: bool
+
+
+class TurnFigures(TypedDict):
+    """One turn index's row of a multi-turn level (``benchlib.loadgen.sessions.turn_figures``)."""
+
+    turn: int  # 0: first
+    requests: int
+    ok: int
+    prompt_tokens_mean: float | None  # from the server's usage
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+
+
+class SessionFigures(TypedDict):
+    """A multi-turn level's sessions (``benchlib.loadgen.sessions.session_figures``)."""
+
+    sessions: int
+    complete: int  # every turn succeeded
+    turns: Distribution
+    duration_s: Distribution
+    later_over_first_ttft: Distribution
+
+
+class RampSlice(TypedDict):
+    """One time slice of a ramped level (``benchlib.loadgen.ramp.slice_figures``); times from
+    the first arrival."""
+
+    t0_s: float
+    t1_s: float
+    offered_rate: float
+    arrivals: int
+    arrival_rate: float | None
+    ok: int
+    output_tok_s: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+
+
+class RampFigures(TypedDict):
+    """A ramped level's summary block (``LevelSummary.ramp``): the ramp and its slices."""
+
+    strategy: str
+    start_rate: float
+    end_rate: float
+    slices: list[RampSlice]
+
+
 class _Figures(TypedDict):
     """What every level summary has."""
 
@@ -106,14 +191,14 @@ class _Figures(TypedDict):
     mean_tokens_per_chunk: float | None
     mean_tokens_per_delivery: float | None
     estimated: Estimated
-    acceptance: dict[str, Any]
+    acceptance: LevelAcceptance
 
 
 class LevelSummary(_Figures, total=False):
     """A level summary: the figures, and what applies to this level."""
 
     window_wall: list[float]
-    goodput: dict[str, Any]
+    goodput: LevelGoodput
     # Added by whoever ran the level (the load generator's level_summary event, or the merge of
     # a split level's shards), not by summarize_level:
     level_index: int
@@ -127,13 +212,13 @@ class LevelSummary(_Figures, total=False):
     target_rate: float | None  # an open-loop level's request rate (req/s)
     burstiness: float | None  # its gamma shape (1: Poisson)
     # A ramped level (benchlib.loadgen.ramp): strategy, start and end rates, figures per slice.
-    ramp: dict[str, Any]
+    ramp: RampFigures
     # --controller-tracking (benchlib.stats.controller.controller_figures): the per-second
     # series and the switches with their cost; None when the server does not speculate.
-    controller: dict[str, Any] | None
+    controller: ControllerFigures | None
     # Streams with a reasoning phase (benchlib.loadgen.reasoning): first-token times, token
     # gaps and tokens per chunk per phase.
     reasoning: ReasoningFigures
     # Multi-turn sessions (benchlib.loadgen.sessions): figures per turn index, and per session.
-    turns: list[dict[str, Any]]
-    sessions: dict[str, Any]
+    turns: list[TurnFigures]
+    sessions: SessionFigures

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.prompts import _WORDS, Prompt
 
 TRACE_FORMATS = ("mooncake", "burstgpt", "jsonl")
@@ -110,7 +111,7 @@ def _hashes(value: Any, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _json_lines(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
+def _json_lines(path: Path) -> Iterable[tuple[str, JsonObject]]:
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():

@@ -9,12 +9,14 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from .asgi_types import Receive, Scope, Send
 from .config import SimConfig
-from .generation import JSON_HEADERS, Receive, Send, serve_generation
+from .generation import JSON_HEADERS, serve_generation
 from .metrics import EngineMetrics
 from .protocol import ApiError, Limits, load_json_object, parse_generate, parse_openai
 from .scheduler import AsyncScheduler, SchedulerCore, SimRequest
-from .truth import TruthLog
+from .server_info import server_info
+from .truth import DraftLengthSwitch, RequestTruth, TruthLog
 
 log = logging.getLogger("specdash.sim")
 
@@ -72,7 +74,7 @@ class SimApp:
         self.on_crash = on_crash
         self._tasks: set[asyncio.Future[None]] = set()
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
@@ -110,9 +112,7 @@ class SimApp:
             code="service_unavailable",
         )
 
-    async def _dispatch(
-        self, path: str, scope: dict[str, Any], receive: Receive, send: Send
-    ) -> None:
+    async def _dispatch(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
             data = load_json_object(await _read_body(receive))
             if self.crash_armed:
@@ -216,58 +216,7 @@ class SimApp:
             return {"model_path": cfg.model, "tokenizer_path": cfg.model, "is_generation": True}
         if path == "/version":
             return {"version": VERSION}
-        return self.server_info()
-
-    def server_info(self) -> dict[str, Any]:
-        cfg, core, profile = self.config, self.core, self.config.profile
-        state: dict[str, Any] = {
-            "last_gen_throughput": self.metrics.gen_throughput,
-            "memory_usage": {"kvcache_tokens": core.kv_used, "token_capacity": profile.kv_tokens},
-        }
-        info: dict[str, Any] = {
-            "model_path": cfg.model,
-            "served_model_name": cfg.model,
-            "host": cfg.host,
-            "port": cfg.port,
-            "tp_size": cfg.ranks,
-            "dp_size": 1,
-            "gpu_ids": list(cfg.gpus),
-            "max_running_requests": profile.max_running,
-            "max_total_num_tokens": profile.kv_tokens,
-            "context_length": cfg.max_model_len,
-            "enable_metrics": True,
-            "speculative_algorithm": None,
-            "version": VERSION,
-            "simulator": {
-                "profile": profile.name,
-                "t0_ms": profile.t0_ms,
-                "k_ms": profile.k_ms,
-                "accept_length": profile.accept_length,
-                "seed": cfg.seed,
-            },
-        }
-        schedule = cfg.speculation
-        if schedule is not None:
-            info["simulator"]["schedule"] = {
-                "engine": schedule.engine,
-                "starts": list(schedule.starts),
-                "draft_lengths": list(schedule.lengths),
-                "cuda_graph_bs": list(schedule.cuda_graph_bs),
-            }
-        if core.speculative:
-            # Lifetime average like SGLang's: tokens emitted per request-step since start.
-            steps = core.request_steps
-            state["avg_spec_accept_length"] = core.generated_tokens / steps if steps else 0.0
-            most = profile.spec_steps if schedule is None else schedule.max_draft_length
-            info.update(
-                speculative_algorithm="EAGLE3",
-                speculative_num_steps=most,
-                speculative_eagle_topk=1,
-                speculative_num_draft_tokens=most + 1,
-                speculative_adaptive=schedule is not None and schedule.engine == "sglang",
-            )
-        info["internal_states"] = [state]
-        return info
+        return server_info(self, VERSION)
 
     def cached_tokens(self, prefixes: tuple[tuple[bytes, int], ...]) -> int:
         """The prompt tokens a prefix cache holds for these message prefixes (the longest one
@@ -296,51 +245,40 @@ class SimApp:
     ) -> None:
         finish = time.time()
         reason = sim.finish_reason or "abort"
-        self.truth.write(
-            {
-                "request_id": sim.request_id,
-                "arrival": sim.arrival,
-                "admitted": sim.admitted,
-                "first_token": chunks[0][0] if chunks else None,
-                "chunks": chunks,
-                "finish": finish,
-                "prompt_tokens": sim.prompt_tokens,
-                "completion_tokens": sim.generated,
-                "finish_reason": reason,
-                "error": error,
-                # Reasoning mode: how many of its first tokens were reasoning (chat streams).
-                # Its verify steps per phase and the tokens they made: a step that starts in
-                # the reasoning counts there whole, though its last tokens may be the answer's.
-                **(
-                    {
-                        "reasoning_tokens": min(reasoning_tokens, sim.generated),
-                        "reasoning_verify_steps": sim.phase_steps[0],
-                        "reasoning_step_tokens": sim.phase_steps[1],
-                        "answer_verify_steps": sim.phase_steps[2],
-                        "answer_step_tokens": sim.phase_steps[3],
-                    }
-                    if reasoning_tokens
-                    else {}
-                ),
-                **({"cached_tokens": sim.cached_tokens} if self.config.prefix_cache else {}),
-                # Sampled (temperature > 0): its drafts were accepted at the sampled rate.
-                **({"sampled": True} if sim.sampled else {}),
-                # Under a schedule: which draft length each of its verify steps used, and
-                # the running batch it was chosen from.
-                **({"decode_steps": sim.decode_steps} if self.core.speculation else {}),
-                # Under speculation: its verify steps and its drafted and accepted draft
-                # tokens as the engine counted them (what per-level acceptance is checked on).
-                **(
-                    {
-                        "spec_verify_steps": sim.spec_steps,
-                        "spec_drafted": sim.spec_drafted,
-                        "spec_accepted": sim.spec_accepted,
-                    }
-                    if sim.spec_steps
-                    else {}
-                ),
-            }
+        truth = RequestTruth(
+            request_id=sim.request_id,
+            arrival=sim.arrival,
+            admitted=sim.admitted,
+            first_token=chunks[0][0] if chunks else None,
+            chunks=chunks,
+            finish=finish,
+            prompt_tokens=sim.prompt_tokens,
+            completion_tokens=sim.generated,
+            finish_reason=reason,
+            error=error,
         )
+        if reasoning_tokens:
+            # A step that starts in the reasoning counts there whole, though its last tokens
+            # may be the answer's.
+            truth["reasoning_tokens"] = min(reasoning_tokens, sim.generated)
+            truth["reasoning_verify_steps"] = sim.phase_steps[0]
+            truth["reasoning_step_tokens"] = sim.phase_steps[1]
+            truth["answer_verify_steps"] = sim.phase_steps[2]
+            truth["answer_step_tokens"] = sim.phase_steps[3]
+        if self.config.prefix_cache:
+            truth["cached_tokens"] = sim.cached_tokens
+        if sim.sampled:  # its drafts were accepted at the sampled rate
+            truth["sampled"] = True
+        if self.core.speculation:
+            # Which draft length each of its verify steps used, and the running batch it was
+            # chosen from.
+            truth["decode_steps"] = sim.decode_steps
+        if sim.spec_steps:
+            # What per-level acceptance is checked on.
+            truth["spec_verify_steps"] = sim.spec_steps
+            truth["spec_drafted"] = sim.spec_drafted
+            truth["spec_accepted"] = sim.spec_accepted
+        self.truth.write(truth)
         self.metrics.observe_request(
             sim.arrival,
             chunks,
@@ -358,7 +296,9 @@ class SimApp:
                 self.on_crash()
 
     def draft_length_switched(self, t: float, before: int, after: int, batch: int) -> None:
-        self.controller_truth.write({"t": t, "from": before, "to": after, "batch": batch})
+        self.controller_truth.write(
+            DraftLengthSwitch({"t": t, "from": before, "to": after, "batch": batch})
+        )
 
     def abort_all(self, reason: str) -> None:
         self.stopping = True

@@ -1,7 +1,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from benchlib.loadgen.wire import (
+    ChatChoice,
+    ChatMessage,
+    CompletionChoice,
+    CompletionResponse,
+    GenerateFinishReason,
+    GenerateMetaInfo,
+    SpecTokensDetails,
+    Usage,
+)
 
 from .protocol import GenRequest
 
@@ -115,7 +125,7 @@ class StreamEncoder:
             parts.append(b"}]}\n\n")
         return b"".join(parts)
 
-    def sglext_chunk(self, details: dict[str, Any]) -> bytes:
+    def sglext_chunk(self, details: SpecTokensDetails) -> bytes:
         """SGLang's per-request speculative figures for a request that set
         `return_spec_tokens_details`: a `choices: []` chunk before the usage chunk, the figures
         under `sglext.spec_tokens_details` (docs/engines.md, "SGLang")."""
@@ -139,38 +149,40 @@ class StreamEncoder:
 
 def openai_body(req: GenRequest, request_id: str, created: int, n: int, reason: str) -> bytes:
     text = token_text(0, n).decode()
-    usage = {"prompt_tokens": req.prompt_tokens, "completion_tokens": n}
-    usage["total_tokens"] = req.prompt_tokens + n
-    choice: dict[str, Any]
+    usage = Usage(
+        prompt_tokens=req.prompt_tokens, completion_tokens=n, total_tokens=req.prompt_tokens + n
+    )
+    choices: list[CompletionChoice] | list[ChatChoice]
     if req.kind == "chat":
-        message = {"role": "assistant", "content": text}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+        message = ChatMessage(role="assistant", content=text)
+        choices = [ChatChoice(index=0, message=message, logprobs=None, finish_reason=reason)]
         ident, obj = "chatcmpl-" + request_id, "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        choices = [CompletionChoice(index=0, text=text, logprobs=None, finish_reason=reason)]
         ident, obj = "cmpl-" + request_id, "text_completion"
-    body = {"id": ident, "object": obj, "created": created, "model": req.model}
-    body.update(choices=[choice], usage=usage)
+    body = CompletionResponse(
+        id=ident, object=obj, created=created, model=req.model, choices=choices, usage=usage
+    )
     return json.dumps(body).encode()
 
 
 def generate_meta(
     req: GenRequest, request_id: str, completion: int, reason: str | None, e2e: float | None
-) -> dict[str, Any]:
-    finish: dict[str, Any] | None = None
+) -> GenerateMetaInfo:
+    finish: GenerateFinishReason | None = None
     if reason == "length":
-        finish = {"type": "length", "length": completion}
+        finish = GenerateFinishReason(type="length", length=completion)
     elif reason == "stop":
-        finish = {"type": "stop", "matched": 2}
+        finish = GenerateFinishReason(type="stop", matched=2)
     elif reason == "abort":
-        finish = {"type": "abort", "message": "aborted"}
-    meta: dict[str, Any] = {
-        "id": request_id,
-        "finish_reason": finish,
-        "prompt_tokens": req.prompt_tokens,
-        "completion_tokens": completion,
-        "cached_tokens": 0,
-    }
+        finish = GenerateFinishReason(type="abort", message="aborted")
+    meta = GenerateMetaInfo(
+        id=request_id,
+        finish_reason=finish,
+        prompt_tokens=req.prompt_tokens,
+        completion_tokens=completion,
+        cached_tokens=0,
+    )
     if e2e is not None:
         meta["e2e_latency"] = e2e
     return meta
@@ -199,7 +211,7 @@ def generate_chunk(
     request_id: str,
     completion: int,
     reason: str | None,
-    extra: dict[str, Any] | None = None,
+    extra: SpecTokensDetails | None = None,
 ) -> bytes:
     """SGLang-native streaming event, shaped as SGLang 0.5.23 sends it (docs/engines.md,
     "SGLang"): compact JSON with the cumulative `text`, the cumulative `output_ids`, then
@@ -207,11 +219,11 @@ def generate_chunk(
     figures in `extra`). Every chunk repeats the whole output so far."""
     meta = generate_meta(req, request_id, completion, reason, None)
     if extra:
-        meta |= extra
+        meta = GenerateMetaInfo(**meta, **extra)  # the figures' keys follow the others
     return b"data: " + generate_json(completion, meta) + b"\n\n"
 
 
-def generate_json(completion: int, meta: dict[str, Any]) -> bytes:
+def generate_json(completion: int, meta: GenerateMetaInfo) -> bytes:
     """`{"text":...,"output_ids":[...],"meta_info":{...}}` for the first `completion` tokens."""
     return b"".join(
         (

@@ -3,9 +3,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from benchlib.loadgen.wire import GenerateMetaInfo, SpecTokensDetails
+
+from .asgi_types import Receive, Scope, Send
 from .encode import DONE, StreamEncoder, generate_chunk, generate_json, generate_meta, openai_body
 from .protocol import GenRequest
 from .scheduler import SimRequest
@@ -13,21 +15,19 @@ from .scheduler import SimRequest
 if TYPE_CHECKING:
     from .app import SimApp
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def category_from(scope: dict[str, Any]) -> str | None:
+def category_from(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"x-specdash-category" and value:
             return str(value.decode("latin-1"))[:40]
     return None
 
 
-def request_id_from(scope: dict[str, Any]) -> str:
+def request_id_from(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id" and value:
             return str(value.decode("latin-1"))
@@ -43,7 +43,7 @@ async def _watch_disconnect(app: SimApp, receive: Receive, sim: SimRequest) -> N
 
 
 async def serve_generation(
-    app: SimApp, scope: dict[str, Any], receive: Receive, send: Send, req: GenRequest
+    app: SimApp, scope: Scope, receive: Receive, send: Send, req: GenRequest
 ) -> None:
     """Queue one request on the scheduler and answer it, streaming one SSE event per step."""
     request_id = request_id_from(scope)
@@ -100,18 +100,18 @@ async def serve_generation(
         app.request_finished(sim, chunks, error, reasoning_tokens=sim.reasoning_tokens)
 
 
-def spec_meta(sim: SimRequest) -> dict[str, Any]:
+def spec_meta(sim: SimRequest) -> SpecTokensDetails:
     """SGLang's per-request speculative figures on a finished request's meta_info (none without
     speculation): verify steps, proposed and correct drafts, their ratios."""
     if not sim.done or not sim.spec_steps:
-        return {}
-    return {
-        "spec_verify_ct": sim.spec_steps,
-        "spec_accept_length": sim.generated / sim.spec_steps,
-        "spec_accept_rate": sim.spec_accepted / sim.spec_drafted if sim.spec_drafted else 0.0,
-        "spec_num_correct_drafts": sim.spec_accepted,
-        "spec_num_proposed_drafts": sim.spec_drafted,
-    }
+        return SpecTokensDetails()
+    return SpecTokensDetails(
+        spec_verify_ct=sim.spec_steps,
+        spec_accept_length=sim.generated / sim.spec_steps,
+        spec_accept_rate=sim.spec_accepted / sim.spec_drafted if sim.spec_drafted else 0.0,
+        spec_num_correct_drafts=sim.spec_accepted,
+        spec_num_proposed_drafts=sim.spec_drafted,
+    )
 
 
 async def _unary(
@@ -133,7 +133,7 @@ async def _unary(
     created = int(sim.arrival)
     if req.kind == "generate":
         meta = generate_meta(req, sim.request_id, sim.generated, reason, time.time() - sim.arrival)
-        meta |= spec_meta(sim)
+        meta = GenerateMetaInfo(**meta, **spec_meta(sim))
         body = generate_json(sim.generated, meta)
     else:
         body = openai_body(req, sim.request_id, created, sim.generated, reason)

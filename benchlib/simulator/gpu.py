@@ -9,7 +9,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 COUNT_ENV = "SPECDASH_SIM_GPU_COUNT"
@@ -26,7 +26,18 @@ class Gpu:
     total_mib: int
 
 
-def _write_atomic(path: str, data: dict[str, Any]) -> None:
+class LedgerEntry(TypedDict):
+    """One process's GPU use, as the simulated nvidia-smi reads it from the ledger."""
+
+    pid: int
+    start_time: int | None  # /proc start time: a reused pid is told apart
+    role: str
+    memory_mib: dict[str, int]  # by GPU index
+    utilization: dict[str, int]
+    updated: float
+
+
+def _write_atomic(path: str, data: LedgerEntry) -> None:
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     with os.fdopen(fd, "w") as f:
@@ -120,14 +131,14 @@ class Holding:
     def write(self) -> None:
         _write_atomic(
             self.path,
-            {
-                "pid": self.pid,
-                "start_time": proc_start_time(self.pid),
-                "role": self.role,
-                "memory_mib": {str(k): v for k, v in self.memory_mib.items()},
-                "utilization": {str(k): v for k, v in self.utilization.items()},
-                "updated": time.time(),
-            },
+            LedgerEntry(
+                pid=self.pid,
+                start_time=proc_start_time(self.pid),
+                role=self.role,
+                memory_mib={str(k): v for k, v in self.memory_mib.items()},
+                utilization={str(k): v for k, v in self.utilization.items()},
+                updated=time.time(),
+            ),
         )
 
     def release(self) -> None:

@@ -11,17 +11,13 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 from urllib.parse import unquote
+
+from .asgi_types import App, Message, Scope
 
 log = logging.getLogger("specdash.sim")
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-App = Callable[
-    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
-]
 
 MAX_HEAD = 64 * 1024
 _REASONS = {

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from benchlib.json_types import JsonObject
 
 Kind = Literal["completions", "chat", "generate"]
 
@@ -74,7 +77,7 @@ def _wrong_type(name: str, expected: str) -> ApiError:
     return ApiError(400, f"Parameter '{name}' must be {expected}.", param=name, code="invalid_type")
 
 
-def load_json_object(body: bytes) -> dict[str, Any]:
+def load_json_object(body: bytes) -> JsonObject:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -84,7 +87,7 @@ def load_json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _opt_bool(data: dict[str, Any], name: str, default: bool = False) -> bool:
+def _opt_bool(data: Mapping[str, object], name: str, default: bool = False) -> bool:
     value = data.get(name, default)
     if value is None:
         return default
@@ -93,7 +96,7 @@ def _opt_bool(data: dict[str, Any], name: str, default: bool = False) -> bool:
     return value
 
 
-def _opt_int(data: dict[str, Any], name: str) -> int | None:
+def _opt_int(data: Mapping[str, object], name: str) -> int | None:
     value = data.get(name)
     if value is None:
         return None
@@ -102,16 +105,16 @@ def _opt_int(data: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _check_number(data: dict[str, Any], name: str) -> None:
+def _check_number(data: Mapping[str, object], name: str) -> None:
     value = data.get(name)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise _wrong_type(name, "a number")
 
 
-def _samples(data: dict[str, Any]) -> bool:
+def _samples(data: Mapping[str, object]) -> bool:
     """Whether the (checked) body asks for sampling: a temperature above 0."""
     temperature = data.get("temperature")
-    return temperature is not None and temperature > 0
+    return isinstance(temperature, int | float) and temperature > 0
 
 
 def _text_tokens(text: str) -> int:
@@ -165,7 +168,7 @@ def _chat_prompt_tokens(messages: object) -> int:
     return total
 
 
-def _check_model(data: dict[str, Any], limits: Limits) -> str:
+def _check_model(data: Mapping[str, object], limits: Limits) -> str:
     model = data.get("model")
     if model is None:
         return limits.served_model
@@ -198,7 +201,7 @@ def _check_length(name: str, max_tokens: int, prompt: int, limits: Limits) -> No
         )
 
 
-def parse_openai(kind: Kind, data: dict[str, Any], limits: Limits) -> GenRequest:
+def parse_openai(kind: Kind, data: Mapping[str, object], limits: Limits) -> GenRequest:
     """Validate a /v1/completions or /v1/chat/completions body."""
     model = _check_model(data, limits)
     if kind == "chat":
@@ -250,7 +253,8 @@ def parse_openai(kind: Kind, data: dict[str, Any], limits: Limits) -> GenRequest
     )
 
 
-def _message_prefixes(messages: list[Any]) -> tuple[tuple[bytes, int], ...]:
+def _message_prefixes(messages: object) -> tuple[tuple[bytes, int], ...]:
+    assert isinstance(messages, list)  # checked by _chat_prompt_tokens
     out: list[tuple[bytes, int]] = []
     digest = hashlib.blake2b(digest_size=16)
     tokens = 0
@@ -261,7 +265,7 @@ def _message_prefixes(messages: list[Any]) -> tuple[tuple[bytes, int], ...]:
     return tuple(out)
 
 
-def parse_generate(data: dict[str, Any], limits: Limits) -> GenRequest:
+def parse_generate(data: Mapping[str, object], limits: Limits) -> GenRequest:
     """Validate an SGLang-native /generate body."""
     if "text" in data:
         prompt = prompt_tokens_of(data["text"], "text")

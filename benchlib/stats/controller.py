@@ -30,8 +30,15 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+
+from benchlib.stats.controller_types import (
+    ControllerFigures,
+    ControllerSeries,
+    Source,
+    SwitchRow,
+    TierReadings,
+)
 
 SGLANG_TIER = "sglang:spec_num_steps"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
@@ -61,8 +68,6 @@ COST_WINDOW_S = 3
 # which the switches are found: a flap out and back is seen when a reading falls inside it, so
 # the shortest flap always seen is this period (docs/measurement.md, "Controller tracking").
 TIER_INTERVAL_S = 0.05
-
-Source = Literal["sglang_gauges", "vllm_counters"]
 
 
 def scrape_values(text: str) -> dict[str, float]:
@@ -325,7 +330,7 @@ def controller_figures(
     tier_times: Sequence[float] = (),
     tiers: Sequence[float] = (),
     tier_interval_s: float = TIER_INTERVAL_S,
-) -> dict[str, Any] | None:
+) -> ControllerFigures | None:
     """What a level's summary keeps (plain JSON): the series, as seconds since the level
     opened, and the switches with their costs; None when the scrapes carry neither engine's
     figures. With fast readings of SGLang's tier (``tier_times``, ``tiers``) the switches come
@@ -335,36 +340,48 @@ def controller_figures(
         return None
     fast = source == "sglang_gauges" and len(tiers) >= 2
     switches = detect_tier_switches(tier_times, tiers, points) if fast else detect_switches(points)
-    figures: dict[str, Any] = {
-        "source": source,
-        "interval_s": INTERVAL_S,
-        "opened_at": opened_at,
-        "series": {
-            "t_s": [round(p.t - opened_at, 3) for p in points],
-            "drafted_per_step": [p.drafted_per_step for p in points],
-            "tokens_per_step": [p.tokens_per_step for p in points],
-            "acceptance": [p.acceptance for p in points],
-            "throughput": [p.throughput for p in points],
-        },
-        "switches": [
-            {
-                **asdict(s),
-                "t_s": round(s.t - opened_at, 3),
-                "window": list(s.window),
-                "episode": list(s.episode) if s.episode else None,
-                "episode_s": [round(t - opened_at, 3) for t in s.episode] if s.episode else None,
-            }
-            for s in switches
-        ],
-        "switches_from": "tier_readings" if fast else "series",
-    }
+    figures = ControllerFigures(
+        source=source,
+        interval_s=INTERVAL_S,
+        opened_at=opened_at,
+        series=ControllerSeries(
+            t_s=[round(p.t - opened_at, 3) for p in points],
+            drafted_per_step=[p.drafted_per_step for p in points],
+            tokens_per_step=[p.tokens_per_step for p in points],
+            acceptance=[p.acceptance for p in points],
+            throughput=[p.throughput for p in points],
+        ),
+        switches=[_switch_row(s, opened_at) for s in switches],
+        switches_from="tier_readings" if fast else "series",
+    )
     if fast:
-        figures["tier_readings"] = {
-            "interval_s": tier_interval_s,
-            "t_s": [round(t - opened_at, 3) for t in tier_times],
-            "drafted_per_step": list(tiers),
-        }
+        figures["tier_readings"] = TierReadings(
+            interval_s=tier_interval_s,
+            t_s=[round(t - opened_at, 3) for t in tier_times],
+            drafted_per_step=list(tiers),
+        )
     return figures
+
+
+def _switch_row(s: Switch, opened_at: float) -> SwitchRow:
+    # In the order of the fields, then the times from the opening (as ``asdict`` plus them
+    # would give).
+    return SwitchRow(
+        t=s.t,
+        window=list(s.window),
+        before=s.before,
+        after=s.after,
+        throughput_before=s.throughput_before,
+        throughput_after=s.throughput_after,
+        throughput_change=s.throughput_change,
+        acceptance_before=s.acceptance_before,
+        acceptance_after=s.acceptance_after,
+        acceptance_drop=s.acceptance_drop,
+        episode=list(s.episode) if s.episode else None,
+        episode_switches=s.episode_switches,
+        t_s=round(s.t - opened_at, 3),
+        episode_s=[round(t - opened_at, 3) for t in s.episode] if s.episode else None,
+    )
 
 
 @dataclass(frozen=True)

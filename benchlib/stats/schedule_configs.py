@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.engines import ENGINE_NAMES, EngineOptionSpec, option_row
 from benchlib.stats.schedule import Step
 
@@ -119,14 +120,14 @@ def vllm_check(ranges: Any) -> None:
 
 def vllm_speculative_config_for(
     steps: Sequence[Step], base: Mapping[str, Any] | None = None, *, max_num_seqs: int | None = None
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """``base`` (a variant's speculative config: method, model) with the schedule; None when
     the schedule never drafts (serve without a speculative config)."""
     check_steps(steps)
     k = _max_k(steps)
     if k == 0:
         return None
-    config = {**(base or {}), "num_speculative_tokens": k}
+    config: JsonObject = {**(base or {}), "num_speculative_tokens": k}
     config.pop(VLLM_SETTING, None)
     if len(steps) > 1:
         config[VLLM_SETTING] = vllm_ranges(steps, max_num_seqs=max_num_seqs)

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from benchlib.stats.controller import controller_figures
+from benchlib.stats.controller_types import ControllerFigures
 from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, SweepLevel
 from benchmarks.sweeps.runner import loadgen_argv
 from benchmarks.sweeps.split import Shard, shard_argv
@@ -39,7 +40,7 @@ ADAPTIVE = controller_figures(
 STATIC = controller_figures([100.0 + t for t in range(8)], [_gauges(3, 210)] * 8, opened_at=100.0)
 
 
-def _store(sweep_id: int, concurrency: int, figures: dict | None) -> None:
+def _store(sweep_id: int, concurrency: int, figures: ControllerFigures | None) -> None:
     level = SweepLevel.objects.get(sweep_id=sweep_id, concurrency=concurrency)
     level.summary = {**level.summary, "controller": figures}
     level.save(update_fields=["summary"])

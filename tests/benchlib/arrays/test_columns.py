@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,12 @@ SLOS = [
 ]
 
 
-def _rows(seed: int) -> list[dict[str, Any]]:
+def _rows(seed: int) -> list[Mapping[str, Any]]:
     """Three levels (one with a second attempt) of closed-loop requests with token chunks
     bunched like a speculative server's, warm-ups, failures, a request with no first token,
     ties on start and end, and an unlabelled row."""
     rng = random.Random(seed)
-    rows: list[dict[str, Any]] = []
+    rows: list[Mapping[str, Any]] = []
     for level, concurrency, attempt, n in ((0, 1, 1, 40), (1, 4, 1, 300), (1, 4, 2, 301),
                                            (2, 16, 1, 900)):  # fmt: skip
         clocks = [10.0 * level] * concurrency

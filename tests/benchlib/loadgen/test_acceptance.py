@@ -22,6 +22,7 @@ from benchlib.loadgen.acceptance import level_acceptance
 from benchlib.loadgen.apis import Api, build_body, engine_extra_body
 from benchlib.loadgen.client import send_request
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.wire import SpecTokensDetails
 from benchlib.simulator.app import SimApp
 from benchlib.simulator.config import SimConfig
 from benchlib.simulator.encode import StreamEncoder
@@ -111,7 +112,7 @@ def test_level_acceptance_sums_before_dividing_and_splits_by_category() -> None:
     assert got["requests"] == 3  # the failed request is not counted
 
 
-def _sglang_openai_stream(details: dict[str, object] | None) -> bytes:
+def _sglang_openai_stream(details: SpecTokensDetails | None) -> bytes:
     """An SGLang 0.5.23-shaped /v1/completions stream of 9 tokens in chunks of 1, 4, 4, with
     usage on every chunk, the sglext chunk (when given), the usage chunk and [DONE]."""
     req = GenRequest("completions", "m", 5, 9, True, True, True, True, spec_details=True)
@@ -123,7 +124,7 @@ def _sglang_openai_stream(details: dict[str, object] | None) -> bytes:
 
 
 async def test_sglang_openai_sglext_chunk_gives_verify_steps_and_drafts() -> None:
-    details: dict[str, object] = {
+    details: SpecTokensDetails = {
         "spec_verify_ct": 2,
         "spec_accept_length": 4.5,
         "spec_accept_rate": 1.0,

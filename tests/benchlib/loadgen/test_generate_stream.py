@@ -18,10 +18,11 @@ from benchlib.loadgen import apis
 from benchlib.loadgen.apis import Api, make_handler
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.sse import SSEDecoder
+from benchlib.loadgen.wire import SpecTokensDetails
 from benchlib.simulator.encode import generate_chunk
 from benchlib.simulator.protocol import GenRequest
 
-SPEC = {
+SPEC: SpecTokensDetails = {
     "spec_verify_ct": 1500,
     "spec_accept_length": 2.6666,
     "spec_accept_rate": 0.5555,

@@ -24,6 +24,7 @@ from benchlib.loadgen.prompts import SyntheticPrompts
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.summary import PhaseAcceptance, ReasoningFigures
+from benchlib.loadgen.wire import ChoiceDelta, OpenAIStreamChunk
 from benchlib.simulator.encode import StreamEncoder
 from benchlib.simulator.profiles import PROFILES
 from benchlib.simulator.protocol import GenRequest
@@ -164,7 +165,7 @@ def test_the_answer_is_found_by_the_delta_field_not_by_order() -> None:
     rec = RequestRecord(request_id="r")
     handler = OpenAIHandler(rec, None, chat=True)
 
-    def chunk(delta: dict[str, str], done: int) -> dict[str, object]:
+    def chunk(delta: ChoiceDelta, done: int) -> OpenAIStreamChunk:
         return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": done}}  # fmt: skip
 
@@ -302,7 +303,7 @@ def test_an_event_carrying_the_last_reasoning_and_the_first_answer_starts_the_an
     rec = RequestRecord(request_id="r")
     handler = OpenAIHandler(rec, None, chat=True)
 
-    def chunk(delta: dict[str, str], done: int) -> dict[str, object]:
+    def chunk(delta: ChoiceDelta, done: int) -> OpenAIStreamChunk:
         return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": done}}  # fmt: skip
 

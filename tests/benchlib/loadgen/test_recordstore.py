@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level, summarize_level_passes
-from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.records import ClockAnchor, RecordRow, RequestRecord
 from benchlib.loadgen.recordstore import (
     MAGIC,
     ReadState,
@@ -66,7 +68,7 @@ def _records(n: int, *, seed: int = 7) -> list[RequestRecord]:
     return out
 
 
-def _rows(records: list[RequestRecord], attempt: int | None = 3) -> list[dict]:
+def _rows(records: list[RequestRecord], attempt: int | None = 3) -> list[RecordRow]:
     rows = []
     for rec in records:
         row = rec.to_json(ANCHOR, level_index=2)
@@ -76,7 +78,9 @@ def _rows(records: list[RequestRecord], attempt: int | None = 3) -> list[dict]:
     return rows
 
 
-def _write(path: Path, rows: list[dict], *, batch_rows: int = 64, append: bool = False) -> None:
+def _write(
+    path: Path, rows: Sequence[Mapping[str, Any]], *, batch_rows: int = 64, append: bool = False
+) -> None:
     writer = RecordWriter(path, append=append, batch_rows=batch_rows)
     for row in rows:
         writer.write(row)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from benchlib.simulator.app import SimApp
+from benchlib.simulator.asgi_types import Message, Scope
 from tests.fixtures.procs import alive
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,9 +55,9 @@ async def call(
     raw = body if isinstance(body, bytes) else (b"" if body is None else json.dumps(body).encode())
     delivered = False
     closed = asyncio.Event()
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal delivered
         if not delivered:
             delivered = True
@@ -64,10 +65,10 @@ async def call(
         await closed.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         messages.append(message)
 
-    scope = {"type": "http", "method": method, "path": path, "headers": headers or []}
+    scope: Scope = {"type": "http", "method": method, "path": path, "headers": headers or []}
     await app(scope, receive, send)
     closed.set()
     start = messages[0]

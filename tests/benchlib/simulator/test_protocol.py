@@ -7,6 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib.simulator.app import SimApp
+from benchlib.simulator.asgi_types import Scope
 from benchlib.simulator.config import SimConfig
 from benchlib.simulator.profiles import PROFILES
 from benchlib.simulator.scheduler import MAX_LAG_S
@@ -328,7 +329,7 @@ async def test_client_disconnect_aborts_the_request(tmp_path):
             closed.set()
         sent.append(1)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+    scope: Scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
     await asyncio.wait_for(app(scope, receive, send), 5)
     record = json.loads((tmp_path / "truth.jsonl").read_text())
     assert record["finish_reason"] == "abort"
