@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
@@ -207,7 +208,22 @@ def _from_epoch(t: Any) -> datetime:
     return timezone.now()
 
 
-def _earlier_attempt(level: SweepLevel) -> dict[str, Any]:
+class EarlierAttempt(TypedDict):
+    """One entry of a level's ``earlier_attempts``: its row as an earlier attempt left it."""
+
+    attempt: int
+    state: str
+    reason: str
+    requests_ok: int
+    requests_failed: int
+    output_tok_s: float | None
+    summary: JsonObject  # the level summary it had (LevelSummary, as stored)
+    server_metrics: JsonObject
+    started_at: str | None  # ISO 8601
+    finished_at: str | None
+
+
+def _earlier_attempt(level: SweepLevel) -> EarlierAttempt:
     """What a level's row held before the level was run again: kept beside the new run."""
     return {
         "attempt": level.attempt,
