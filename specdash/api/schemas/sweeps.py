@@ -129,7 +129,7 @@ _LEVEL_ROW_DESCRIPTIONS = {
 }
 
 
-def _level_row_fields() -> dict[str, Any]:
+def _level_row_fields() -> dict[str, tuple[object, object]]:
     hints = get_type_hints(LevelRow)
     return {
         name: (kind, Field(description=_LEVEL_ROW_DESCRIPTIONS[name]))
