@@ -90,9 +90,11 @@ def undrafted_steps(environment: Mapping[str, Any]) -> bool:
     return "--speculative-adaptive" in argv or info.get("speculative_adaptive") is True
 
 
-def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
-    """Store a level's server-side figures (hosts.telemetry.levels measures them) and tell
-    the sweep page its row changed; False when the level is not there."""
+def sweep_level_server_metrics_save(
+    *, sweep_id: int, index: int, metrics: Mapping[str, object]
+) -> bool:
+    """Store a level's server-side figures (``ServerMetrics``: hosts.telemetry.levels measures
+    them) and tell the sweep page its row changed; False when the level is not there."""
     with transaction.atomic():
         level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
         if level is None:
