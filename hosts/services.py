@@ -4,7 +4,8 @@ after commit; the slow work happens in a background job, never in the request.""
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
@@ -282,13 +283,33 @@ def instance_kill_holders(
     return instance
 
 
+class InstanceFields(TypedDict, total=False):
+    """The instance columns a transition may write beside its state (``instance_transition``)."""
+
+    reason: str
+    evidence: Mapping[str, object]  # what the step that judged it found (StopEvidence, ...)
+    stop_requested: bool
+    exit_code: int | None
+    log_tail: str
+    pid: int | None
+    pgid: int | None
+    sid: int | None
+    supervisor_pid: int | None
+    proc_start_time: int | None
+    boot_id: str
+    run_dir: str
+    log_path: str
+    baseline_gpu_memory: Mapping[str, int]  # MiB in use per GPU index before launch
+    server_info: Mapping[str, object]  # what the server reported about itself
+
+
 def instance_transition(
     *,
     instance_id: int,
     state: str,
     message: str = "",
     release_claims: bool | None = None,
-    **fields: Any,
+    **fields: Unpack[InstanceFields],
 ) -> ServerInstance:
     """Move an instance to ``state`` (validated against the state machine), persist the
     given fields, record the history event and release port/GPU claims when terminal."""
