@@ -4,8 +4,7 @@ after commit; the slow work happens in a background job, never in the request.""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
@@ -17,6 +16,7 @@ from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
 from hosts.channel import INSTANCE_EVENT, INSTANCE_STATE
+from hosts.instance_fields import InstanceFields
 from hosts.lifecycle.probe import ProbeReport, host_probe
 from hosts.masking import MASK, masked_text, masked_tree, unmask_argv, unmask_env
 from hosts.models import (
@@ -281,26 +281,6 @@ def instance_kill_holders(
             user=user,
         )
     return instance
-
-
-class InstanceFields(TypedDict, total=False):
-    """The instance columns a transition may write beside its state (``instance_transition``)."""
-
-    reason: str
-    evidence: Mapping[str, object]  # what the step that judged it found (StopEvidence, ...)
-    stop_requested: bool
-    exit_code: int | None
-    log_tail: str
-    pid: int | None
-    pgid: int | None
-    sid: int | None
-    supervisor_pid: int | None
-    proc_start_time: int | None
-    boot_id: str
-    run_dir: str
-    log_path: str
-    baseline_gpu_memory: Mapping[str, int]  # MiB in use per GPU index before launch
-    server_info: Mapping[str, object]  # what the server reported about itself
 
 
 def instance_transition(

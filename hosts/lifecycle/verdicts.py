@@ -12,9 +12,9 @@ from hosts import services
 from hosts.agent.parts.control import CountedHolder, GpuMemoryCheck, StopAnswer, VerifyAnswer
 from hosts.agent.parts.ports import PortState
 from hosts.agent.parts.procfs import Member
+from hosts.instance_fields import InstanceFields
 from hosts.lifecycle.steps import Plan, note
 from hosts.models import InstanceState, ServerInstance
-from hosts.services import InstanceFields
 from hosts.telemetry.manager import GpuReading
 
 
