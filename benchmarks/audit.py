@@ -11,12 +11,12 @@ on the row, ``*_store``, which the pages show without rerunning it) and by ``GET
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.utils import timezone
 
 from benchmarks import audit_comparison, audit_levels
-from benchmarks.audit_report import AuditReport
+from benchmarks.audit_report import AuditReport, AuditReportBody
 from benchmarks.models import Experiment, Sweep
 from benchmarks.sweeps.recordfile import records_read_once
 
@@ -40,7 +40,22 @@ def audit_sweeps(*, sweeps: list[Sweep]) -> AuditReport:
     return report
 
 
-def stored_outcome(report: AuditReport) -> dict[str, Any]:
+class StoredAudit(AuditReportBody):
+    """What an audited sweep or experiment keeps in its ``audit`` field."""
+
+    checked_at: str  # ISO 8601
+
+
+class SweepsAudit(TypedDict):
+    """``stored_audit_of_sweeps``: the picked sweeps' kept outcomes as one."""
+
+    target: str
+    ok: bool
+    problems: list[str]
+    checked: bool  # every sweep was audited
+
+
+def stored_outcome(report: AuditReport) -> StoredAudit:
     """What is kept of an audit on the audited row: the report and when it ran."""
     return {**report.as_dict(), "checked_at": timezone.now().isoformat()}
 
@@ -82,7 +97,7 @@ def audit_all_store() -> AuditReport:
     return report
 
 
-def stored_audit_of_sweeps(*, sweeps: list[Sweep]) -> dict[str, Any]:
+def stored_audit_of_sweeps(*, sweeps: list[Sweep]) -> SweepsAudit:
     """The kept outcomes of several sweeps' last audits as one (a comparison of picked
     sweeps); ``checked`` False where a sweep was never audited. Runs nothing."""
     problems = [p for s in sweeps for p in (s.audit or {}).get("problems") or []]

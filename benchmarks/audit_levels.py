@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
@@ -112,7 +113,7 @@ def _goodput_differences(stored: Any, fresh: Any) -> list[str]:
 
 
 def audit_level(
-    level: SweepLevel, records: list[dict[str, Any]], *, slo: Slo | None = None
+    level: SweepLevel, records: list[JsonObject], *, slo: Slo | None = None
 ) -> list[str]:
     """Disagreements between one level row and the records of its attempt (``slo``: the
     sweep's, under which goodput is recomputed)."""

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 # Records keep times to 1 us, so recomputed durations and rates agree to about 1e-6; a
 # record lost, duplicated or altered moves a figure by far more than these.
 REL_TOL = 1e-4
+
+
+class AuditReportBody(TypedDict):
+    """``AuditReport.as_dict``: what the API, the command line and the audited rows show."""
+
+    target: str
+    ok: bool
+    problems: list[str]
+    levels_checked: int
+    records_checked: int
+    comparisons_checked: int
 
 
 @dataclass
@@ -35,7 +46,7 @@ class AuditReport:
         self.records_checked += other.records_checked
         self.comparisons_checked += other.comparisons_checked
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AuditReportBody:
         return {
             "target": self.target,
             "ok": self.ok,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import LoadSettings, flat_fields
 from benchlib.loadgen.settings_fields import UNSET, number_kind, option
@@ -44,6 +45,17 @@ def load_form_field(field: FieldInfo) -> forms.Field:
 class InstanceChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
     def label_from_instance(self, obj: ServerInstance) -> str:
         return f"{obj.profile.name} · #{obj.pk} on {obj.host.name}:{obj.port}"
+
+
+class PlanKwargs(TypedDict):
+    """A load plan as the form cleaned it, the keyword arguments the create services take:
+    levels, the load as given (every setting, None where left empty; the service checks it and
+    fills in the defaults), notes and tags."""
+
+    levels: list[int]
+    load: JsonObject
+    notes: str
+    tags: list[str]
 
 
 class LoadPlanForm(forms.Form):
@@ -107,9 +119,9 @@ class LoadPlanForm(forms.Form):
     def clean_tags(self) -> list[str]:
         return [t.strip() for t in self.cleaned_data["tags"].split(",") if t.strip()]
 
-    def plan_kwargs(self) -> dict[str, Any]:
+    def plan_kwargs(self) -> PlanKwargs:
         data = self.cleaned_data
-        load = {name: data.get(name) for name in self.LOAD_FIELDS}
+        load: JsonObject = {name: data.get(name) for name in self.LOAD_FIELDS}
         slo = {name[4:]: data.get(name) for name in self.SLO_FIELDS}
         if any(slo.get(figure) is not None for figure in SLO_FIGURES):
             # the limits as given (None: no limit); the rest only when set
@@ -130,6 +142,14 @@ class LoadPlanForm(forms.Form):
             if field == "slo":
                 field = "slo_ttft_ms"
             self.add_error(field if field in self.fields else None, messages)
+
+
+class SweepCreateKwargs(PlanKwargs):
+    """What ``SweepForm`` hands ``services.sweep_create`` (beside the user)."""
+
+    instance: ServerInstance | None
+    endpoint: ServerProfile | None
+    name: str
 
 
 class SweepForm(LoadPlanForm):
@@ -166,7 +186,7 @@ class SweepForm(LoadPlanForm):
             self.add_error("instance", "Choose a ready server or an endpoint (one of them).")
         return data
 
-    def service_kwargs(self) -> dict[str, Any]:
+    def service_kwargs(self) -> SweepCreateKwargs:
         data = self.cleaned_data
         return {
             "instance": data["instance"],

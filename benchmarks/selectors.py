@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
 
 from django.db.models import QuerySet
 
 from benchlib.json_types import PlotlyFigure
-from benchlib.loadgen.settings import stored_workload
 from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
@@ -135,70 +133,6 @@ def sweep_level_table(*, sweep: Sweep) -> list[SweepLevel]:
         )
         setattr(level, "health", health)  # noqa: B010
     return levels
-
-
-def _figure(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> dict[str, Any]:
-    """Goodput and per-category acceptance per level, from the level summaries already read
-    (no query): ``goodput`` rows when the sweep set SLOs, ``categories`` (names) and
-    ``acceptance`` rows when the engine reported per-request acceptance for any level."""
-    slo = (sweep.load or {}).get("slo")
-    goodput = []
-    acceptance = []
-    names: set[str] = set()
-    reported = False
-    for level in levels:
-        by_category = _figure(level.summary, "acceptance", "by_category") or {}
-        names.update(by_category)
-        reported = reported or any(
-            isinstance(c, dict)
-            and (c.get("accept_length") is not None or c.get("acceptance_rate") is not None)
-            for c in by_category.values()
-        )
-    # Only where the engine reported per-request acceptance (every summary has categories).
-    categories = sorted(names) if reported else []
-    for level in levels:
-        label = getattr(level, "label", f"C={level.concurrency}")
-        found = _figure(level.summary, "goodput")
-        if slo and isinstance(found, dict):
-            goodput.append(
-                {
-                    "index": level.index,
-                    "label": label,
-                    "share": found.get("share"),
-                    "met": found.get("met"),
-                    "requests": found.get("requests"),
-                    "goodput_req_s": found.get("goodput_req_s"),
-                    "goodput_tok_s": found.get("goodput_tok_s"),
-                    "meets_slo": bool(found.get("meets_slo")),
-                }
-            )
-        by_category = _figure(level.summary, "acceptance", "by_category") or {}
-        if categories and by_category:
-            acceptance.append(
-                {
-                    "index": level.index,
-                    "label": label,
-                    "accept_length": _figure(level.summary, "acceptance", "accept_length"),
-                    "acceptance_rate": _figure(level.summary, "acceptance", "acceptance_rate"),
-                    "cells": [{**(by_category.get(n) or {}), "name": n} for n in categories],
-                }
-            )
-    return {
-        "slo": slo,
-        "goodput": goodput,
-        "categories": categories,
-        "acceptance": acceptance,
-        "description": stored_workload(sweep.load),
-        **sweep_phases(levels=levels),
-    }
 
 
 def sweep_phases(*, levels: list[SweepLevel]) -> PhaseBlocks:

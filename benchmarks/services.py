@@ -10,7 +10,7 @@ commit (see core.realtime for the payloads).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
@@ -313,6 +313,14 @@ def sweep_resume(
     return sweep
 
 
+class _RerunTarget(TypedDict, total=False):
+    """Where a re-run goes (one of them): the endpoint profile, a ready server, or the URL."""
+
+    endpoint: ServerProfile
+    instance: ServerInstance
+    base_url: str
+
+
 def sweep_rerun(*, sweep: Sweep, user: Any = None) -> Sweep:
     """A new sweep with a finished sweep's settings (levels, load, name, notes, tags) against
     the same target: its server if still ready, else a ready server of the same profile (an
@@ -325,7 +333,7 @@ def sweep_rerun(*, sweep: Sweep, user: Any = None) -> Sweep:
             {"state": f"this sweep is {sweep.state}: re-run it once it has finished"}
         )
     profile = sweep.profile
-    target: dict[str, Any] = {}
+    target: _RerunTarget = {}
     if profile is not None and profile.is_endpoint:
         target["endpoint"] = profile
     elif sweep.instance is not None or profile is not None:

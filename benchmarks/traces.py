@@ -19,9 +19,9 @@ import os
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -33,6 +33,17 @@ from core import roles
 # the suffixes the formats use.
 TRACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}\.(jsonl|json|csv)$")
 _PART_PREFIX = ".upload-"
+
+
+class TraceRow(TypedDict):
+    """``TraceFile.as_dict``: a trace as the API and the trace page list it."""
+
+    name: str
+    format: str
+    size: int
+    requests: int | None
+    rate: float | None
+    span_s: float | None
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,15 @@ class TraceFile:
     rate: float | None = None
     span_s: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> TraceRow:
+        return TraceRow(
+            name=self.name,
+            format=self.format,
+            size=self.size,
+            requests=self.requests,
+            rate=self.rate,
+            span_s=self.span_s,
+        )
 
 
 def _folder() -> Path:

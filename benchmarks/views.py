@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from benchmarks import forms, selectors, services, traces
 from benchmarks.models import Sweep
 from benchmarks.sweeps import exports
+from benchmarks.sweeps.workload import sweep_workload
 from core import roles
 from core.http import HtmxHttpRequest
 
@@ -65,7 +66,7 @@ def sweep_detail(request: HtmxHttpRequest, sweep_id: int) -> HttpResponse:
         "sweep": sweep,
         "levels": levels,
         "rate_sweep": selectors.sweep_is_rate_sweep(sweep=sweep),
-        "workload": selectors.sweep_workload(sweep=sweep, levels=levels),
+        "workload": sweep_workload(sweep=sweep, levels=levels),
         "progress": selectors.sweep_progress(sweep=sweep, levels=levels),
         "controller_tracks": selectors.sweep_controller_tracks(sweep=sweep, levels=levels),
         "can_run_sweeps": roles.can_run_sweeps(request.user),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
@@ -82,7 +83,8 @@ class ViewerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         A consumer whose group needs a lookup (the host behind a page) overrides this."""
         return self.group_name()
 
-    async def snapshot(self) -> dict[str, Any] | None:
+    async def snapshot(self) -> Mapping[str, object] | None:
+        # Each page's own shape (a TypedDict where its selector builds it), sent as it is.
         raise NotImplementedError
 
     async def forward(self, event: ChannelMessage) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.db import DatabaseError
 from django.http import HttpRequest
@@ -11,13 +11,25 @@ from django.utils.functional import SimpleLazyObject
 from core.jobs.health import WorkerHealth, worker_health
 
 
-def _health() -> WorkerHealth | dict[str, Any]:
+class _HealthUnread(TypedDict):
+    """What the banner reads when the workers' beats cannot be read (WorkerHealth's names)."""
+
+    ok: bool
+    message: str
+    workers: tuple[()]
+
+
+class WorkerContext(TypedDict):
+    worker_health: SimpleLazyObject  # WorkerHealth or _HealthUnread, read on first use
+
+
+def _health() -> WorkerHealth | _HealthUnread:
     try:
         return worker_health()
     except DatabaseError as exc:
         return {"ok": False, "message": f"The database cannot be read ({exc}).", "workers": ()}
 
 
-def job_worker(request: HttpRequest) -> dict[str, Any]:
+def job_worker(request: HttpRequest) -> WorkerContext:
     """``worker_health``, read once per page and only by a page that shows it."""
     return {"worker_health": SimpleLazyObject(_health)}

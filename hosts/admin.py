@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -169,10 +169,10 @@ PROFILE_FIELDSETS: _FieldsetSpec = [
 # The fields only one kind uses, with their empty values. Switching a filled form's Kind drops
 # the other kind's (a notice names them) rather than refusing the save: a staff member who
 # chose Endpoint on an add form that opened with SGLang's preset meant "no launch command".
-LAUNCH_ONLY_FIELDS: dict[str, Any] = {
+LAUNCH_ONLY_FIELDS: Mapping[str, object] = {
     "launch_argv": [], "env": {}, "workdir": "", "gpu_ids": [], "container": None,
 }  # fmt: skip
-ENDPOINT_ONLY_FIELDS: dict[str, Any] = {"base_url": "", "metrics_url": "", "api_kind": ""}
+ENDPOINT_ONLY_FIELDS: Mapping[str, object] = {"base_url": "", "metrics_url": "", "api_kind": ""}
 
 
 class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]

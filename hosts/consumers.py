@@ -5,7 +5,9 @@ from typing import Any
 from core import realtime
 from core.consumers import ViewerConsumer
 from hosts import store
+from hosts.selectors import InstanceSnapshot
 from hosts.telemetry import store as telemetry_store
+from hosts.telemetry.selectors import TelemetrySnapshot
 
 
 class InstanceConsumer(ViewerConsumer):
@@ -14,7 +16,7 @@ class InstanceConsumer(ViewerConsumer):
     def group_name(self) -> str:
         return realtime.instance_group(self.scope["url_route"]["kwargs"]["instance_id"])
 
-    async def snapshot(self) -> dict[str, Any] | None:
+    async def snapshot(self) -> InstanceSnapshot | None:
         instance_id = self.scope["url_route"]["kwargs"]["instance_id"]
         return await store.ainstance_snapshot(instance_id=instance_id)
 
@@ -53,7 +55,7 @@ class TelemetryConsumer(ViewerConsumer):
         self.host_id = window.host_id
         return self.group_name()
 
-    async def snapshot(self) -> dict[str, Any] | None:
+    async def snapshot(self) -> TelemetrySnapshot | None:
         kwargs = self.scope["url_route"]["kwargs"]
         snapshot = await telemetry_store.atelemetry_subscribe(
             target=kwargs["target"], pk=kwargs["pk"], user=self.scope["user"]

@@ -9,17 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from django.db.models import Count, Prefetch, QuerySet
 
+from benchlib.json_types import JsonObject
 from core.listing import run_filters, tag_q
 from hosts.masking import masked_text, masked_tree
 from hosts.models import Container, Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
 
 
-def dashboard_overview() -> dict[str, Any]:
+class DashboardOverview(TypedDict):
+    """The dashboard page's context: every host, the base profiles (with their variant
+    counts) and the instances that hold a GPU."""
+
+    hosts: list[Host]
+    profiles: list[ServerProfile]
+    running_instances: list[ServerInstance]
+
+
+def dashboard_overview() -> DashboardOverview:
     return {
         "hosts": list(Host.objects.prefetch_related("containers")),
         # Base profiles only; a matrix's variants are counted under their base.
@@ -139,7 +149,15 @@ def instance_events(*, instance_id: int) -> list[InstanceEvent]:
     return list(InstanceEvent.objects.filter(instance_id=instance_id).select_related("actor"))
 
 
-def instance_snapshot(*, instance_id: int) -> dict[str, Any] | None:
+class InstanceSnapshot(TypedDict):
+    """What an instance page's websocket client gets first."""
+
+    instance: InstanceRow
+    events: list[InstanceEventRow]
+    log_tail: str
+
+
+def instance_snapshot(*, instance_id: int) -> InstanceSnapshot | None:
     """What a websocket client gets first: the instance's current state and history."""
     instance = instance_detail(instance_id=instance_id)
     if instance is None:
@@ -166,8 +184,8 @@ class InstanceRow(TypedDict):
     reason: str
     # Free-form: what the lifecycle found (process, port, GPUs) when it judged a stop or a
     # crash, and the GPUs' memory before launch, each as its own step recorded it.
-    evidence: dict[str, Any]
-    baseline_gpu_memory: dict[str, Any]
+    evidence: JsonObject
+    baseline_gpu_memory: JsonObject
     created_at: str | None  # ISO 8601
     ready_at: str | None
     stopped_at: str | None
@@ -180,7 +198,7 @@ class InstanceEventRow(TypedDict):
     state: str
     message: str
     actor: str | None  # the username, None for the system
-    data: dict[str, Any]  # free-form: whatever the step that recorded the event attached
+    data: JsonObject  # free-form: whatever the step that recorded the event attached
 
 
 def instance_as_dict(instance: ServerInstance) -> InstanceRow:

@@ -4,7 +4,7 @@ after commit; the slow work happens in a background job, never in the request.""
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
@@ -16,6 +16,7 @@ from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from hosts import presets, selectors
 from hosts.channel import INSTANCE_EVENT, INSTANCE_STATE
+from hosts.instance_fields import InstanceFields
 from hosts.lifecycle.probe import ProbeReport, host_probe
 from hosts.masking import MASK, masked_text, masked_tree, unmask_argv, unmask_env
 from hosts.models import (
@@ -288,7 +289,7 @@ def instance_transition(
     state: str,
     message: str = "",
     release_claims: bool | None = None,
-    **fields: Any,
+    **fields: Unpack[InstanceFields],
 ) -> ServerInstance:
     """Move an instance to ``state`` (validated against the state machine), persist the
     given fields, record the history event and release port/GPU claims when terminal."""

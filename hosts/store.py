@@ -8,15 +8,14 @@ connections around the call: a consumer lives as long as its socket, far longer 
 
 from __future__ import annotations
 
-from typing import Any
-
 from channels.db import database_sync_to_async
 
 from hosts import selectors
+from hosts.selectors import InstanceSnapshot
 
 
-async def ainstance_snapshot(*, instance_id: int) -> dict[str, Any] | None:
-    snapshot: dict[str, Any] | None = await database_sync_to_async(selectors.instance_snapshot)(
+async def ainstance_snapshot(*, instance_id: int) -> InstanceSnapshot | None:
+    snapshot: InstanceSnapshot | None = await database_sync_to_async(selectors.instance_snapshot)(
         instance_id=instance_id
     )
     return snapshot

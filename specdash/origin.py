@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from asgiref.typing import WebSocketScope
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
@@ -49,7 +50,7 @@ def origin_allowed(origin: str, host_header: str, *, secure: bool = False) -> bo
     return (parts.hostname.lower(), origin_port or default) == (served[0].strip("[]"), served[1])
 
 
-def _secure(scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
+def _secure(scope: WebSocketScope, headers: dict[bytes, bytes]) -> bool:
     """Whether the socket is TLS: its own scheme, or behind a proxy trusted for it
     (SPECDASH_SECURE sets SECURE_PROXY_SSL_HEADER) the X-Forwarded-Proto it sends."""
     if scope.get("scheme") == "wss":
@@ -67,7 +68,8 @@ class SameOriginValidator:
     def __init__(self, application: Any) -> None:
         self.application = application
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+    # The websocket protocol's scope (this middleware is routed websocket scopes only).
+    async def __call__(self, scope: WebSocketScope, receive: Any, send: Any) -> Any:
         headers = dict(scope.get("headers") or [])
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1")

@@ -10,10 +10,59 @@ from __future__ import annotations
 
 import platform
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
+from benchlib.json_types import JsonObject
 from hosts.masking import masked_argv, masked_env, masked_tree
 from hosts.models import ServerInstance, ServerProfile
+
+
+class EnvironmentTarget(TypedDict):
+    base_url: str
+    model: str  # "" until the sweep job asks the server
+    metrics_url: NotRequired[str]  # an endpoint's
+    model_source: NotRequired[str]  # kept across a resume when the job discovered the model
+
+
+class EnvironmentClient(TypedDict):
+    python: str
+    executable: str
+
+
+class EnvironmentInstance(TypedDict):
+    """The server specdash launched, secrets masked."""
+
+    id: int
+    run_id: str
+    host: str
+    port: int
+    launch_argv: list[str]
+    env: JsonObject
+    gpu_ids: list[int]
+    server_info: JsonObject  # what the server reported about itself
+    ready_at: str | None  # ISO 8601
+
+
+class EnvironmentProfile(TypedDict):
+    id: int
+    name: str
+    kind: NotRequired[str]  # written for an endpoint profile
+    engine: str
+    speculative: bool
+    served_model_name: str
+    tags: list[str]
+
+
+class SweepEnvironment(TypedDict):
+    """``sweep_environment``: what a sweep stores in ``Sweep.environment`` (a resume adds
+    ``earlier_instances``, the servers it ran on before)."""
+
+    target: EnvironmentTarget
+    client: EnvironmentClient
+    dashboard_host: str
+    instance: NotRequired[EnvironmentInstance]  # a server specdash started
+    profile: NotRequired[EnvironmentProfile]
 
 
 def sweep_environment(
@@ -22,9 +71,9 @@ def sweep_environment(
     base_url: str,
     model: str,
     endpoint: ServerProfile | None = None,
-) -> dict[str, Any]:
+) -> SweepEnvironment:
     """What makes a run comparable, frozen at creation: the server's launch and the client."""
-    env: dict[str, Any] = {
+    env: SweepEnvironment = {
         "target": {"base_url": base_url, "model": model},
         "client": {"python": platform.python_version(), "executable": sys.executable},
         "dashboard_host": platform.node(),
@@ -67,7 +116,7 @@ def sweep_environment(
     return env
 
 
-def target_model(instance: ServerInstance | None, load: dict[str, Any]) -> str:
+def target_model(instance: ServerInstance | None, load: Mapping[str, object]) -> str:
     if load["model"]:
         return str(load["model"])
     if instance is not None:

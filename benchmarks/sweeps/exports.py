@@ -7,15 +7,17 @@ import csv
 import io
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.recordstore import iter_jsonl_bytes
 from benchmarks import selectors
 from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps.rows import LevelRow, SweepRow
 from hosts.masking import masked_tree
 
 # (column, path into the level summary); None paths are SweepLevel attributes.
@@ -96,7 +98,32 @@ def levels_csv(*, sweep: Sweep) -> str:
     return out.getvalue()
 
 
-def levels_json(*, sweep: Sweep) -> dict[str, Any]:
+class ExportedSweep(SweepRow):
+    """The sweep in its JSON export: its row, and what it was asked to do and where."""
+
+    name: str
+    target: JsonObject  # the environment's target (URL and model)
+    load: JsonObject  # its load settings, as stored
+    environment: JsonObject  # secrets masked
+    notes: str
+    tags: list[str]
+
+
+class ExportedLevel(LevelRow):
+    """A level in the JSON export: its row, its full summary and the server's figures."""
+
+    summary: JsonObject
+    server_metrics: JsonObject
+
+
+class LevelsExport(TypedDict):
+    """``levels_json``: the sweep's JSON export."""
+
+    sweep: ExportedSweep
+    levels: list[ExportedLevel]
+
+
+def levels_json(*, sweep: Sweep) -> LevelsExport:
     levels = selectors.sweep_levels(sweep_id=sweep.pk)
     return {
         "sweep": {

@@ -27,14 +27,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from benchlib.arrays.columns import RecordColumns, read_record_columns
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.recordstore import ReadState, cut_torn_block, is_compact, iter_rows
 
 T = TypeVar("T")
 
 
-def record_attempt(record: dict[str, Any]) -> int:
+def record_attempt(record: JsonObject) -> int:
     value = record.get("attempt", 1)
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+# A records file's row as read: a request record's JSON (``RequestRecord.to_json``, whose
+# fields benchlib.loadgen.records declares) plus its level and attempt tags. Readers here look
+# only at the tags and ``warmup``; the rest goes on to the record's own parser.
 
 
 @dataclass
@@ -43,14 +49,14 @@ class RecordFile:
 
     path: Path
     exists: bool = True
-    by_level: dict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=dict)
+    by_level: dict[tuple[int, int], list[JsonObject]] = field(default_factory=dict)
     bad_lines: list[int] = field(default_factory=list)
     unlabelled: int = 0
 
-    def level(self, index: int, attempt: int) -> list[dict[str, Any]]:
+    def level(self, index: int, attempt: int) -> list[JsonObject]:
         return self.by_level.get((index, attempt), [])
 
-    def measured(self, index: int, attempt: int) -> list[dict[str, Any]]:
+    def measured(self, index: int, attempt: int) -> list[JsonObject]:
         """The level's measured requests (warm-up left out), failed ones included."""
         return [r for r in self.level(index, attempt) if not r.get("warmup")]
 
@@ -86,13 +92,13 @@ class RecordGroups:
     exists: bool = True
     bad_lines: list[int] = field(default_factory=list)
 
-    def groups(self) -> Iterator[tuple[tuple[int, int] | None, list[dict[str, Any]]]]:
+    def groups(self) -> Iterator[tuple[tuple[int, int] | None, list[JsonObject]]]:
         """Each run of consecutive rows with the same key, in file order (a level's rows are
         consecutive unless two writers interleaved them: a key may then come back). Memory is
         one run; ``exists`` and ``bad_lines`` are set once the pass ends."""
         state = ReadState()
         key: tuple[int, int] | None = None
-        run: list[dict[str, Any]] = []
+        run: list[JsonObject] = []
         rows = 0
         try:
             for record in iter_rows(self.path, state=state):
@@ -116,7 +122,7 @@ class RecordGroups:
             self.bad_lines.append(rows + 1)
 
 
-def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[dict[str, Any]]:
+def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[JsonObject]:
     """The records of one level attempt, one at a time, in either format (memory bounded by
     one block of the compact format or one line); nothing when the file is missing."""
     try:

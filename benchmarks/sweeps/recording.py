@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from benchmarks import selectors
 from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
@@ -89,9 +90,11 @@ def undrafted_steps(environment: Mapping[str, Any]) -> bool:
     return "--speculative-adaptive" in argv or info.get("speculative_adaptive") is True
 
 
-def sweep_level_server_metrics_save(*, sweep_id: int, index: int, metrics: dict[str, Any]) -> bool:
-    """Store a level's server-side figures (hosts.telemetry.levels measures them) and tell
-    the sweep page its row changed; False when the level is not there."""
+def sweep_level_server_metrics_save(
+    *, sweep_id: int, index: int, metrics: Mapping[str, object]
+) -> bool:
+    """Store a level's server-side figures (``ServerMetrics``: hosts.telemetry.levels measures
+    them) and tell the sweep page its row changed; False when the level is not there."""
     with transaction.atomic():
         level = SweepLevel.objects.filter(sweep_id=sweep_id, index=index).first()
         if level is None:
@@ -207,7 +210,22 @@ def _from_epoch(t: Any) -> datetime:
     return timezone.now()
 
 
-def _earlier_attempt(level: SweepLevel) -> dict[str, Any]:
+class EarlierAttempt(TypedDict):
+    """One entry of a level's ``earlier_attempts``: its row as an earlier attempt left it."""
+
+    attempt: int
+    state: str
+    reason: str
+    requests_ok: int
+    requests_failed: int
+    output_tok_s: float | None
+    summary: JsonObject  # the level summary it had (LevelSummary, as stored)
+    server_metrics: JsonObject
+    started_at: str | None  # ISO 8601
+    finished_at: str | None
+
+
+def _earlier_attempt(level: SweepLevel) -> EarlierAttempt:
     """What a level's row held before the level was run again: kept beside the new run."""
     return {
         "attempt": level.attempt,

@@ -17,8 +17,9 @@ import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.merge import merge_client_health
 from benchlib.loadgen.metrics import RecordSource, summarize_level_passes
@@ -55,10 +56,11 @@ class Shard:
     records_path: Path
     anchor: ClockAnchor | None = None
     summary: dict[str, Any] = field(default_factory=dict)
-    run_start: dict[str, Any] = field(default_factory=dict)
-    run_end: dict[str, Any] = field(default_factory=dict)
+    # Its load generator's events as read (benchmarks.sweeps.distributed).
+    run_start: JsonObject = field(default_factory=dict)
+    run_end: JsonObject = field(default_factory=dict)
     exit_code: int | None = None
-    last_sample: dict[str, Any] | None = None
+    last_sample: JsonObject | None = None
     worker_id: str = ""  # the job worker that ran it, when shards run as jobs
     warmed_at: float | None = None  # when its warm-up was over (its measure_start event)
 
@@ -75,7 +77,7 @@ class ShardLevel:
     records: Sequence[RequestRecord] | RecordSource
     status: str = "completed"
     reason: str | None = None
-    client: dict[str, Any] = field(default_factory=dict)
+    client: JsonObject = field(default_factory=dict)  # its summary's client health
     start_at: float | None = None
     worker_id: str = ""
 
@@ -86,7 +88,25 @@ class ShardLevel:
         return lambda: records
 
 
-def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
+class ShardFigures(TypedDict):
+    """One shard's row in a split level's ``split.shards``: its share, its own figures and,
+    once every shard is in, why it fell behind (empty when it did not)."""
+
+    index: int
+    concurrency: int
+    status: str
+    requests_ok: int
+    requests_failed: int
+    output_tok_s: float | None
+    per_stream_tok_s: float | None
+    achieved_concurrency: float | None
+    start_lag_s: float | None  # after the common start, to its first measured request
+    client_limited: bool
+    worker: str
+    behind: NotRequired[list[str]]
+
+
+def _shard_figures(part: ShardLevel, mode: str) -> ShardFigures:
     source = part.source()
     own = summarize_level_passes(
         source, concurrency=part.concurrency, mode=mode, anchor=part.anchor
@@ -113,7 +133,7 @@ def _shard_figures(part: ShardLevel, mode: str) -> dict[str, Any]:
     }
 
 
-def _behind(row: dict[str, Any], best_rate: float | None) -> list[str]:
+def _behind(row: ShardFigures, best_rate: float | None) -> list[str]:
     why = []
     if row["status"] != "completed":
         why.append(f"ended {row['status']}")
@@ -130,10 +150,10 @@ def _behind(row: dict[str, Any], best_rate: float | None) -> list[str]:
     return why
 
 
-def start_skew(rows: Sequence[dict[str, Any]]) -> float | None:
+def start_skew(rows: Sequence[ShardFigures]) -> float | None:
     """Between the first and the last shard to send its first measured request: how far
     apart the shards of a level really began (None with fewer than two that began)."""
-    lags = [r["start_lag_s"] for r in rows if r.get("start_lag_s") is not None]
+    lags = [lag for r in rows if (lag := r.get("start_lag_s")) is not None]
     return max(lags) - min(lags) if len(lags) >= 2 else None
 
 
@@ -225,18 +245,25 @@ def read_shard_records(
     return read
 
 
-def combine_samples(samples: Sequence[dict[str, Any]], *, concurrency: int) -> dict[str, Any]:
-    """One live sample from the shards' latest ones: counts add up; latency and client
-    figures are the worst shard's (live percentiles cannot be merged, the summary is exact)."""
+def _figure(sample: JsonObject, key: str) -> float | None:
+    # A sample's figures are numbers or null (the load generator writes no other kind).
+    value = sample.get(key)
+    return value if isinstance(value, int | float) else None
+
+
+def combine_samples(samples: Sequence[JsonObject], *, concurrency: int) -> JsonObject:
+    """One live sample (``benchmarks.sweeps.rows.LiveSample``, as the load generator's sample
+    event) from the shards' latest ones: counts add up; latency and client figures are the
+    worst shard's (live percentiles cannot be merged, the summary is exact)."""
     first = samples[0]
     out = {k: v for k, v in first.items() if k not in {"event"}}
     for key in ("tok_s", "in_flight", "completed", "errors"):
-        out[key] = sum(s.get(key) or 0 for s in samples)
+        out[key] = sum(_figure(s, key) or 0 for s in samples)
     for key in ("ttft_p50", "loop_lag_ms", "client_cpu"):
-        values = [s[key] for s in samples if s.get(key) is not None]
+        values = [v for s in samples if (v := _figure(s, key)) is not None]
         out[key] = max(values) if values else None
     out["client_limited"] = any(s.get("client_limited") for s in samples)
-    out["t"] = max(float(s.get("t") or 0.0) for s in samples)
+    out["t"] = max(float(_figure(s, "t") or 0.0) for s in samples)
     out["concurrency"] = concurrency
     out["shards"] = len(samples)
     return out

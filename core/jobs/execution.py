@@ -14,12 +14,11 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from django.db import DatabaseError
 
 from core.jobs import store
-from core.jobs.registry import JobContext, LeaseLost, handler_for
+from core.jobs.registry import JobContext, JobResult, LeaseLost, handler_for
 from core.models import JobHook, JobState
 
 logger = logging.getLogger(__name__)
@@ -116,7 +115,7 @@ class JobRuns:
         ended: Callable[[], object],
         *,
         state: str,
-        result: dict[str, Any] | None = None,
+        result: JobResult | None = None,
         error: str = "",
         hook_owed: str = "",
     ) -> bool:

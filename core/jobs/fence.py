@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from core.jobs.registry import JobResult
 from core.models import Job, JobEvent, JobState
 
 
@@ -19,7 +20,7 @@ def _ours(job_id: int, worker_id: str) -> Any:
     return Job.objects.filter(pk=job_id, worker_id=worker_id, state=JobState.RUNNING)
 
 
-def job_publish(*, job_id: int, worker_id: str, result: dict[str, Any]) -> bool:
+def job_publish(*, job_id: int, worker_id: str, result: JobResult) -> bool:
     """Progress into the job's result (replacing it); False if the job is no longer ours.
     What grows as the job runs goes to ``job_append`` instead."""
     return bool(_ours(job_id, worker_id).update(result=result, heartbeat_at=timezone.now()))
@@ -60,7 +61,7 @@ def job_finish(
     job_id: int,
     worker_id: str,
     state: str,
-    result: dict[str, Any] | None = None,
+    result: JobResult | None = None,
     error: str = "",
     hook_owed: str = "",
 ) -> bool:

@@ -8,14 +8,13 @@ import logging
 import socket
 import time
 from datetime import timedelta
-from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from core.jobs.fence import job_finish, job_renew
-from core.jobs.registry import forced_cancel_hook_for, interrupt_hook_for
+from core.jobs.registry import JobResult, forced_cancel_hook_for, interrupt_hook_for
 from core.models import Job, JobHook, JobState
 
 logger = logging.getLogger(__name__)
@@ -155,7 +154,7 @@ def finish_job(
     *,
     job_id: int,
     state: str,
-    result: dict[str, Any] | None = None,
+    result: JobResult | None = None,
     error: str = "",
     worker_id: str | None = None,
 ) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ class JobContext:
         if self.lost:
             raise LeaseLost(f"job {self.job_id}: {self.lost}")
 
-    async def publish(self, result: dict[str, Any]) -> None:
+    async def publish(self, result: JobResult) -> None:
         """Write progress into the job's ``result``, only while this worker owns it."""
         from core.jobs import store
 
@@ -98,7 +98,11 @@ class JobContext:
         return None
 
 
-Handler = Callable[[JobContext], Awaitable[dict[str, Any] | None]]
+# A job's result as its handler returns (or publishes) it: each kind's own JSON object (a
+# TypedDict or a plain dict), stored in ``Job.result`` as it is. Read-only here: the queue only
+# stores it, so a Mapping lets every kind declare its own shape.
+JobResult = Mapping[str, object]
+Handler = Callable[[JobContext], Awaitable[JobResult | None]]
 # Sync hooks, run in one transaction with the clearing of the job's owed follow-up: they may
 # run again after a crash before their commit, so what they do must be idempotent.
 InterruptHook = Callable[[int, dict[str, Any]], None]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
@@ -11,7 +12,7 @@ from core.models import Job, JobState
 def job_enqueue(
     *,
     kind: str,
-    params: dict[str, Any] | None = None,
+    params: Mapping[str, object] | None = None,  # the kind's own JSON object
     lock_key: str = "",
     user: Any = None,
     tag: str = "",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from hosts.agent.join import join_agent
 
@@ -48,7 +47,7 @@ def agent_argv(command: str, args: Mapping[str, object], *, python: str = "pytho
     return [python, "-", command, json.dumps(args, separators=(",", ":"), sort_keys=True)]
 
 
-def parse_agent_output(stdout: str, stderr: str = "") -> dict[str, Any]:
+def parse_agent_output(stdout: str, stderr: str = "") -> dict[str, object]:
     """The agent's RESULT object, or AgentProtocolError saying which part is missing."""
     lines = stdout.splitlines()
     if not any(line.strip() == BEGIN_MARKER for line in lines):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import httpx
 from django.conf import settings
@@ -21,6 +21,7 @@ from django.conf import settings
 from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts import presets
 from hosts.agent.parts.control import StatusAnswer
+from hosts.agent.parts.files import LogTail
 from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
 from hosts.lifecycle import steps, store
 from hosts.lifecycle.readiness import (
@@ -46,6 +47,20 @@ from hosts.transports import TransportError
 logger = logging.getLogger(__name__)
 
 
+class ServerOutcome(TypedDict):
+    """A server job's result (``server.run``, ``server.stop``, ``server.kill_holders``): the
+    state its instance ended in, as the job left it."""
+
+    outcome: str
+
+
+class _LogUnread(TypedDict):
+    """The run directory's log when the agent could not be asked for it."""
+
+    exists: None
+    error: str
+
+
 def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
     """The agent of a job that drives a server: it stops at once when the job's lease is lost,
     and the agent itself refuses a job that was taken over (a higher job id controls)."""
@@ -55,7 +70,7 @@ def _fenced_agent(ctx: JobContext, plan: steps.Plan) -> Agent:
 
 
 @job_handler("server.run")
-async def run_server(ctx: JobContext) -> dict[str, Any]:
+async def run_server(ctx: JobContext) -> ServerOutcome:
     plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     await telemetry.ensure_for_host(plan.host.pk)
@@ -173,7 +188,7 @@ def _bind_hint(plan: steps.Plan) -> str:
 
 async def _watch(
     ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
-) -> dict[str, Any]:
+) -> ServerOutcome:
     """While ready: a crash is seen within one poll; a stop request ends the watch."""
     unreachable_since: float | None = None
     loop = asyncio.get_running_loop()
@@ -206,7 +221,7 @@ async def _watch(
 
 async def _adopt(
     ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
-) -> dict[str, Any]:
+) -> ServerOutcome:
     """Re-attach to an instance whose owning job was interrupted, or mark it lost."""
     if plan.pid is None:
         return await _adopt_unrecorded_launch(ctx, plan, agent, client)
@@ -261,7 +276,7 @@ async def _clean_up_leftovers(
 
 async def _adopt_unrecorded_launch(
     ctx: JobContext, plan: steps.Plan, agent: Agent, client: httpx.AsyncClient
-) -> dict[str, Any]:
+) -> ServerOutcome:
     """The owner went away before it recorded a launch, but the agent carries on when the
     dashboard dies: the server may be running with nobody knowing its pid. Its processes
     carry the marker, so ask for them before declaring anything."""
@@ -323,9 +338,10 @@ async def _adopt_unrecorded_launch(
     return await _watch(ctx, plan, agent, client)
 
 
-async def _run_dir_log(agent: Agent, plan: steps.Plan) -> dict[str, Any]:
+async def _run_dir_log(agent: Agent, plan: steps.Plan) -> LogTail | _LogUnread:
     try:
-        return await agent.call("log_tail", {"run_dir": plan.run_dir, "lines": 20}, timeout=30)
+        answer = await agent.call("log_tail", {"run_dir": plan.run_dir, "lines": 20}, timeout=30)
+        return cast(LogTail, answer)
     except (TransportError, AgentFailed) as exc:
         return {"exists": None, "error": str(exc)}
 
@@ -356,7 +372,7 @@ def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
 
 
 @job_handler("server.stop")
-async def stop_server(ctx: JobContext) -> dict[str, Any]:
+async def stop_server(ctx: JobContext) -> ServerOutcome:
     plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     if plan.state in steps.CLEANUP_STATES:
@@ -366,7 +382,7 @@ async def stop_server(ctx: JobContext) -> dict[str, Any]:
 
 
 @job_handler("server.kill_holders")
-async def kill_holders(ctx: JobContext) -> dict[str, Any]:
+async def kill_holders(ctx: JobContext) -> ServerOutcome:
     plan = await store.aload_plan(ctx.params["instance_id"])
     agent = _fenced_agent(ctx, plan)
     try:

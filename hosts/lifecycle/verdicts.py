@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict, final
+from typing import Literal, NotRequired, TypedDict, final
 
 from hosts import services
 from hosts.agent.parts.control import CountedHolder, GpuMemoryCheck, StopAnswer, VerifyAnswer
 from hosts.agent.parts.ports import PortState
 from hosts.agent.parts.procfs import Member
+from hosts.instance_fields import InstanceFields
 from hosts.lifecycle.steps import Plan, note
 from hosts.models import InstanceState, ServerInstance
 from hosts.telemetry.manager import GpuReading
@@ -191,7 +192,7 @@ def mark_dirty(
         services.instance_transition(
             instance_id=plan.instance_id, state=InstanceState.STOPPING, message="Stopping"
         )
-    fields: dict[str, Any] = {"reason": reason, "evidence": evidence, "stop_requested": False}
+    fields: InstanceFields = {"reason": reason, "evidence": evidence, "stop_requested": False}
     if exit_code is not None:
         fields["exit_code"] = exit_code
     services.instance_transition(
@@ -235,7 +236,7 @@ def finish_cleanup(
             if claims.came_from in {InstanceState.FAILED, InstanceState.CRASHED}
             else InstanceState.STOPPED
         )
-        fields: dict[str, Any] = {"evidence": evidence, "stop_requested": False}
+        fields: InstanceFields = {"evidence": evidence, "stop_requested": False}
         if final == InstanceState.STOPPED:
             fields["reason"] = ""
         services.instance_transition(

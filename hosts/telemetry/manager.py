@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import httpx
 
@@ -83,6 +83,16 @@ class DatabaseStore:
         return await store.atelemetry_prune(host_id=host_id, now=now, thinned_until=thinned_until)
 
 
+class TelemetryResult(TypedDict):
+    """A host telemetry job's result: why it ended and, once its probes ran, what they did."""
+
+    outcome: str
+    batches: NotRequired[int]  # sample batches written
+    gpu_samples: NotRequired[int]
+    gpu_stream_starts: NotRequired[int]
+    gpu_last_error: NotRequired[str]
+
+
 @dataclass
 class HostTelemetry:
     """The probes of one host and the batches they feed."""
@@ -106,7 +116,7 @@ class HostTelemetry:
         self._buffer.append(sample)
         self._tick.set()
 
-    async def run(self, stop: asyncio.Event) -> dict[str, Any]:
+    async def run(self, stop: asyncio.Event) -> TelemetryResult:
         host_id = self.target.host_id
         gpu = GpuStreamProbe(
             self.target.transport,
@@ -198,7 +208,7 @@ class HostTelemetry:
 
 
 @job_handler(service.TELEMETRY_JOB)
-async def run_host_telemetry(ctx: JobContext) -> dict[str, Any]:
+async def run_host_telemetry(ctx: JobContext) -> TelemetryResult:
     host_id = int(ctx.params["host_id"])
     target = await store.aload_target(host_id)
     if target is None:

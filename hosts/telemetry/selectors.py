@@ -188,7 +188,20 @@ def telemetry_history(
     return samples
 
 
-def telemetry_snapshot(*, window: Window) -> dict[str, Any]:
+class TelemetrySnapshot(TypedDict):
+    """What a telemetry chart's websocket client gets first: its window and the rows in it,
+    and how often to say it is still watching."""
+
+    host_id: int
+    instance_id: int | None
+    since: float
+    until: float | None
+    samples: list[TelemetrySampleRow]
+    keepalive_s: float
+    gpu_interval_ms: int
+
+
+def telemetry_snapshot(*, window: Window) -> TelemetrySnapshot:
     conf = TelemetrySettings.load()
     return {
         "host_id": window.host_id,

@@ -24,6 +24,7 @@ from hosts.telemetry import selectors
 from hosts.telemetry.channel import TELEMETRY_SAMPLES, TelemetrySamplesPayload
 from hosts.telemetry.conf import TelemetrySettings
 from hosts.telemetry.probes import Sample
+from hosts.telemetry.selectors import TelemetrySnapshot
 
 TELEMETRY_JOB = "telemetry.host"
 _DELETE_CHUNK = 500
@@ -90,7 +91,7 @@ def telemetry_watch(*, host_id: int) -> None:
     telemetry_host_ensure(host_id=host_id)
 
 
-def telemetry_subscribe(*, target: str, pk: int, user: Any) -> dict[str, Any] | None:
+def telemetry_subscribe(*, target: str, pk: int, user: Any) -> TelemetrySnapshot | None:
     """A page opened: the recent history to draw first; and, for a user who may start and
     stop servers, a claim on the host's probes (``telemetry_keepalive``). A viewer only
     reads: the probes run while the host has an active instance (the dashboard's own,

@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from hosts.telemetry import selectors, service, targets
+from hosts.telemetry.selectors import TelemetrySnapshot
 
 aload_target = sync_to_async(targets.load_target)
 atelemetry_host_plan = sync_to_async(selectors.telemetry_host_plan)
@@ -32,8 +33,8 @@ async def atelemetry_window(*, target: str, pk: int) -> selectors.Window | None:
     return window
 
 
-async def atelemetry_subscribe(*, target: str, pk: int, user: Any) -> dict[str, Any] | None:
-    snapshot: dict[str, Any] | None = await database_sync_to_async(service.telemetry_subscribe)(
+async def atelemetry_subscribe(*, target: str, pk: int, user: Any) -> TelemetrySnapshot | None:
+    snapshot: TelemetrySnapshot | None = await database_sync_to_async(service.telemetry_subscribe)(
         target=target, pk=pk, user=user
     )
     return snapshot

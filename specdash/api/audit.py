@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from benchmarks import audit, audit_levels
 from benchmarks import selectors as bench_selectors
+from benchmarks.audit_report import AuditReportBody
 from benchmarks.experiments import selectors as exp_selectors
 from specdash.api import errors
 from specdash.api.auth import requires, viewer
@@ -35,7 +34,7 @@ class AuditOut(Schema):
 
 @router.get("/audit", response=responses({200: AuditOut}), summary="Audit stored figures")
 @requires(viewer)
-def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> dict[str, Any]:
+def audit_run(request: HttpRequest, query: Query[AuditQuery]) -> AuditReportBody:
     """Recompute every level summary (counts, tokens, tok/s, percentiles) from the records
     and every comparison (ratios, intervals, crossover, saturation) from those levels;
     ``ok`` is false and ``problems`` lists each disagreement. Give exactly one of

@@ -4,10 +4,13 @@ usable from scripts and notebooks. It imports nothing from Django."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from benchlib.json_types import JsonObject
 
 INSTANCE_SETTLED = frozenset({"ready", "failed", "crashed", "dirty", "stopped", "lost"})
 
@@ -67,13 +70,20 @@ class SpecdashClient:
                 return int(profile["id"])
         raise ApiFailure(404, "not_found", f"No profile named {name_or_id!r}.", {})
 
+    # The bodies are the API's JSON: this client imports nothing from Django, so their shapes
+    # (specdash.api.schemas) are not restated here.
     def wait(
-        self, path: str, done: Any, *, timeout: float = 600.0, interval: float = 1.0
-    ) -> dict[str, Any]:
+        self,
+        path: str,
+        done: Callable[[JsonObject], bool],
+        *,
+        timeout: float = 600.0,
+        interval: float = 1.0,
+    ) -> JsonObject:
         """Poll ``path`` until ``done(body)``; TimeoutError with the last body otherwise."""
         deadline = time.monotonic() + timeout
         while True:
-            body: dict[str, Any] = self.get(path)
+            body: JsonObject = self.get(path)
             if done(body):
                 return body
             if time.monotonic() > deadline:
@@ -82,10 +92,10 @@ class SpecdashClient:
 
     def wait_instance(
         self, instance_id: int, *, states: frozenset[str] = INSTANCE_SETTLED, timeout: float = 600.0
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         return self.wait(
             f"/instances/{instance_id}", lambda b: b["state"] in states, timeout=timeout
         )
 
-    def wait_finished(self, path: str, *, timeout: float = 3600.0) -> dict[str, Any]:
+    def wait_finished(self, path: str, *, timeout: float = 3600.0) -> JsonObject:
         return self.wait(path, lambda b: bool(b["finished"]), timeout=timeout)

@@ -9,7 +9,7 @@ different file.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
@@ -17,6 +17,7 @@ from ninja.responses import Status
 from pydantic import StringConstraints
 
 from benchmarks import traces
+from benchmarks.traces import TraceRow
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, responses
 from specdash.api.schemas.base import In
@@ -42,14 +43,14 @@ class TraceIn(In):
 
 @router.get("/traces", response=responses({200: list[TraceOut]}), summary="List traces")
 @requires(viewer)
-def trace_list(request: HttpRequest) -> list[dict[str, Any]]:
+def trace_list(request: HttpRequest) -> list[TraceRow]:
     """The traces in the dashboard's trace folder, with each one's detected format."""
     return [t.as_dict() for t in traces.trace_list()]
 
 
 @router.post("/traces", response=responses({201: TraceOut}, WRITE_ERRORS), summary="Upload a trace")
 @requires(sweeper)
-def trace_upload(request: HttpRequest, payload: TraceIn) -> Status[dict[str, Any]]:
+def trace_upload(request: HttpRequest, payload: TraceIn) -> Status[TraceRow]:
     """Store a trace file in the trace folder once every line reads in its detected format;
     201 with its format, requests and rate. 422 naming `name` (not a plain trace file name, or
     a different file stored under it), `file` (empty, or over SPECDASH_TRACE_MAX_BYTES) or

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 from ninja import Field, Schema
 from pydantic import StringConstraints, create_model
@@ -12,7 +12,7 @@ from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchlib.loadgen.settings_fields import SloSettings
 from benchmarks import selectors as bench_selectors
-from benchmarks.sweeps.rows import SweepProgress
+from benchmarks.sweeps.rows import LevelRow, SweepProgress
 from hosts.masking import masked_tree
 from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, Tag, Title
 from specdash.api.schemas.jobs import JobOut
@@ -117,25 +117,37 @@ class SweepAccepted(Schema):
     job_url: str | None
 
 
-class LevelOut(Schema):
-    index: int
-    concurrency: int = Field(description="The level's C (in a rate sweep: the in-flight cap)")
-    target_rate: float | None = Field(
-        description="The offered request rate of an open-loop level (req/s; null: closed loop)"
-    )
-    state: str
-    output_tok_s: float | None
-    steady_output_tok_s: float | None
-    ttft_p50_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
-    itl_p50_ms: float | None
-    itl_p99_ms: float | None
-    e2e_p50_ms: float | None
-    achieved_concurrency: float | None
-    requests_ok: int
-    requests_failed: int
-    reason: str
+# The headline figures a level shares with the page's level row are declared once, in
+# benchmarks.sweeps.rows.LevelRow: the schema takes their names and types from it, in its order,
+# and adds the descriptions the API documents. Left out: the row's place on the page's curve
+# (x, label) and its times, which the API gives as datetimes rather than epoch seconds.
+_LEVEL_ROW_NOT_IN_API = frozenset({"x", "label", "started_at", "finished_at"})
+_LEVEL_ROW_DESCRIPTIONS = {
+    "concurrency": "The level's C (in a rate sweep: the in-flight cap)",
+    "target_rate": "The offered request rate of an open-loop level (req/s; null: closed loop)",
+}
+
+
+def _level_row_fields() -> dict[str, tuple[object, object]]:
+    hints = get_type_hints(LevelRow)
+    return {
+        name: (kind, Field(description=_LEVEL_ROW_DESCRIPTIONS[name]))
+        if name in _LEVEL_ROW_DESCRIPTIONS
+        else (kind, ...)
+        for name, kind in hints.items()
+        if name not in _LEVEL_ROW_NOT_IN_API
+    }
+
+
+if TYPE_CHECKING:
+
+    class _LevelRowOut(Schema): ...
+
+else:
+    _LevelRowOut = create_model("_LevelRowOut", __base__=Schema, **_level_row_fields())
+
+
+class LevelOut(_LevelRowOut):
     attempt: int = Field(description="The sweep attempt whose records this level summarises")
     earlier_attempts: list[JsonObject] = Field(
         description="What earlier attempts of this level measured before it was run again"

@@ -7,27 +7,20 @@ local database, for bootstrapping scripts and CI.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from benchlib.loadgen.settings_args import add_load_arguments, given_settings
 from benchmarks.experiments.axes import parse_arm_load
-from benchmarks.models.experiments import (
-    DEFAULT_ORDER,
-    DEFAULT_REPEATS,
-    ExperimentOrder,
-    ExperimentState,
-)
+from benchmarks.models.experiments import ExperimentState
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
+from specdash.management.cli_arguments import CliOptions, add_cli_arguments, given_load
 
 # The states a stop ends in, what `stop --wait` waits for.
 STOP_SETTLED = frozenset(
@@ -35,162 +28,26 @@ STOP_SETTLED = frozenset(
 )
 
 
-def _load_arguments(parser: CommandParser) -> None:
-    """The load of a sweep or an experiment: levels, then every load setting with the load
-    generator's own flag (benchlib.loadgen.settings); only those given are sent, the server
-    fills in the rest."""
-    parser.add_argument("--levels", required=True, type=_levels, help="e.g. 1,2,5,10")
-    add_load_arguments(parser, defaults=False, aliases={"requests_per_level": ("--requests",)})
-
-
-def _load(options: dict[str, Any]) -> dict[str, Any]:
-    load = given_settings(argparse.Namespace(**options))
-    if "duration" not in load and "requests_per_level" not in load:
-        load["requests_per_level"] = 20
-    return load
-
-
-def _levels(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise CommandError(f"--levels takes comma-separated whole numbers, not {text!r}") from None
-
-
 class Command(BaseCommand):
     help = "Drive specdash over its REST API: start, sweep, wait, stop, compare."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--url", default=os.environ.get("SPECDASH_URL", "http://127.0.0.1:8000")
-        )
-        parser.add_argument("--token", default=os.environ.get("SPECDASH_TOKEN", ""))
-        parser.add_argument("--json", action="store_true", help="Print the API's JSON")
-        sub = parser.add_subparsers(dest="action", required=True)
-
-        token = sub.add_parser("token", help="Create an API token in the local database")
-        token.add_argument("--user", required=True)
-        token.add_argument("--name", default="cli")
-        token.add_argument("--expires-days", type=int, default=None)
-
-        sub.add_parser("profiles", help="List server profiles")
-        start = sub.add_parser("start", help="Start a profile (name or id)")
-        start.add_argument("profile")
-        start.add_argument("--wait", action="store_true", help="Wait until ready (or failed)")
-        stop = sub.add_parser("stop", help="Stop an instance")
-        stop.add_argument("instance", type=int)
-        stop.add_argument("--wait", action="store_true", help="Wait until stopped (or dirty)")
-
-        endpoint = sub.add_parser(
-            "endpoint",
-            help="Register a server already running (outside specdash) as an endpoint profile",
-        )
-        endpoint.add_argument("name")
-        endpoint.add_argument("base_url", help="e.g. http://10.0.0.5:30000")
-        endpoint.add_argument("--engine", default="custom")
-        endpoint.add_argument("--metrics-url", default="")
-        endpoint.add_argument("--api", default="", choices=["", "completions", "chat", "generate"])
-        endpoint.add_argument("--model", default="", help="Its served model name")
-        endpoint.add_argument("--readiness-path", default="/health")
-        endpoint.add_argument("--speculative", action="store_true")
-
-        sweep = sub.add_parser("sweep", help="Sweep a ready instance or an endpoint profile")
-        target = sweep.add_mutually_exclusive_group(required=True)
-        target.add_argument("instance", type=int, nargs="?", help="A ready instance's id")
-        target.add_argument("--endpoint", help="An endpoint profile (name or id)")
-        _load_arguments(sweep)
-        sweep.add_argument("--name", default="")
-        sweep.add_argument("--tag", action="append", default=[])
-        sweep.add_argument("--wait", action="store_true", help="Wait until it finishes")
-
-        wait = sub.add_parser("wait", help="Wait for an instance, sweep, experiment or job")
-        wait.add_argument("kind", choices=["instance", "sweep", "experiment", "job"])
-        wait.add_argument("id", type=int)
-        wait.add_argument("--state", action="append", help="Instance states to wait for")
-        wait.add_argument("--timeout", type=float, default=3600.0)
-
-        audit = sub.add_parser(
-            "audit",
-            help="Recompute stored summaries and comparisons from the raw records "
-            "(local database and records files; exit status 1 when anything disagrees)",
-        )
-        target = audit.add_mutually_exclusive_group(required=True)
-        target.add_argument("--sweep", type=int)
-        target.add_argument("--experiment", type=int)
-        target.add_argument("--all", action="store_true")
-
-        experiment = sub.add_parser("experiment", help="A/B experiments: create, wait, ...")
-        verbs = experiment.add_subparsers(dest="verb", required=True)
-        create = verbs.add_parser("create", help="Queue an experiment (profiles: first is A)")
-        create.add_argument(
-            "profiles", nargs="+",
-            help="Profile names or ids, A first (one twice: two arms of one server, each with "
-            "its own --arm-load)",
-        )  # fmt: skip
-        _load_arguments(create)
-        create.add_argument(
-            "--arm-load", action="append", default=[], metavar="SETTINGS",
-            help="One per profile, in order: that arm's own api and temperature over the load, "
-            "e.g. --arm-load temperature=0 --arm-load temperature=1 ('' for none)",
-        )  # fmt: skip
-        create.add_argument(
-            "--repeats",
-            type=int,
-            default=DEFAULT_REPEATS,
-            help=f"Sweeps per arm (default {DEFAULT_REPEATS}; 1 = single run, within-run interval)",
-        )
-        create.add_argument(
-            "--order", choices=ExperimentOrder.values, default=DEFAULT_ORDER.value,
-            help="interleaved: A B B A (default); sequential: A A B B",
-        )  # fmt: skip
-        create.add_argument("--name", default="")
-        create.add_argument("--tag", action="append", default=[])
-        create.add_argument(
-            "--auto-resume", action="store_true", help="Resume by itself after a worker restart"
-        )
-        create.add_argument("--wait", action="store_true", help="Wait until it finishes")
-        for verb, text in (
-            ("wait", "Wait until it finishes"),
-            ("resume", "Resume an interrupted experiment"),
-            ("cancel", "Cancel it (its server gets a verified stop)"),
-            ("compare", "Print its comparison"),
-        ):
-            parser_ = verbs.add_parser(verb, help=text)
-            parser_.add_argument("id", type=int)
-            if verb in {"wait", "resume"}:
-                parser_.add_argument("--timeout", type=float, default=24 * 3600.0)
-            if verb == "resume":
-                parser_.add_argument("--wait", action="store_true", help="Wait until it finishes")
-
-        verify = verbs.add_parser(
-            "verify",
-            help="Verify the speculation schedule of a completed matrix experiment: queue the "
-            "tuned arm against every fixed variant",
-        )
-        verify.add_argument("id", type=int, help="The matrix experiment")
-        verify.add_argument(
-            "--repeats", type=int, default=None, help="Sweeps per arm (default 3, or more)"
-        )
-        verify.add_argument("--margin", type=float, default=None, help="Verdict margin (default 0)")
-        verify.add_argument("--wait", action="store_true", help="Wait, then print the verdict")
-        verify.add_argument("--timeout", type=float, default=24 * 3600.0)
-
-        compare = sub.add_parser("compare", help="Compare sweeps (first = reference)")
-        compare.add_argument("sweeps", nargs="*", type=int)
-        compare.add_argument("--experiment", type=int, help="Or an experiment's comparison")
+        add_cli_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Declared by add_arguments above; argparse itself hands them over untyped.
+        cli_options = cast(CliOptions, options)
         if options["action"] == "token":
-            self._token(options)
+            self._token(cli_options)
             return
         if options["action"] == "audit":
-            self._audit(options)
+            self._audit(cli_options)
             return
         if not options["token"]:
             raise CommandError("Give --token or set SPECDASH_TOKEN (see `specdash token`).")
         client = SpecdashClient(options["url"], options["token"])
         try:
-            getattr(self, f"_{options['action']}")(client, options)
+            getattr(self, f"_{options['action']}")(client, cli_options)
         except ApiFailure as exc:
             raise CommandError(str(exc)) from None
         except TimeoutError as exc:
@@ -198,10 +55,10 @@ class Command(BaseCommand):
         finally:
             client.close()
 
-    def _out(self, options: dict[str, Any], body: Any, text: str) -> None:
+    def _out(self, options: CliOptions, body: Any, text: str) -> None:
         self.stdout.write(json.dumps(body, indent=1) if options["json"] else text)
 
-    def _token(self, options: dict[str, Any]) -> None:
+    def _token(self, options: CliOptions) -> None:
         from core.tokens import api_token_create
 
         user = get_user_model().objects.filter(username=options["user"]).first()
@@ -212,7 +69,7 @@ class Command(BaseCommand):
         _token, secret = api_token_create(user=user, name=options["name"], expires_at=expires)
         self.stdout.write(secret)
 
-    def _audit(self, options: dict[str, Any]) -> None:
+    def _audit(self, options: CliOptions) -> None:
         # Local, like `token`: it reads the database and the records files themselves, so
         # it also works while no dashboard is running (right after a crash, say). The outcome
         # is kept on each audited sweep and experiment, where their pages show it.
@@ -244,10 +101,10 @@ class Command(BaseCommand):
                 f"audit failed: {len(report.problems)} disagreement(s)", returncode=1
             )
 
-    def _experiment(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _experiment(self, client: SpecdashClient, options: CliOptions) -> None:
         verb = options["verb"]
         if verb == "create":
-            load = _load(options)
+            load = given_load(options)
             try:
                 arm_loads = [parse_arm_load(text) for text in options["arm_load"]]
             except ValidationError as exc:
@@ -268,7 +125,7 @@ class Command(BaseCommand):
         elif verb == "cancel":
             experiment = client.post(f"/experiments/{options['id']}/cancel")["experiment"]
         elif verb == "compare":
-            self._compare(client, {**options, "experiment": options["id"], "sweeps": []})
+            self._compare(client, options, experiment=options["id"], sweeps=[])
             return
         elif verb == "verify":
             self._verify(client, options)
@@ -285,7 +142,7 @@ class Command(BaseCommand):
         if verb == "wait" and experiment["state"] != ExperimentState.COMPLETED:
             raise CommandError(text, returncode=1)
 
-    def _verify(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _verify(self, client: SpecdashClient, options: CliOptions) -> None:
         payload = {} if options["repeats"] is None else {"repeats": options["repeats"]}
         experiment = client.post(f"/experiments/{options['id']}/verify", payload)["experiment"]
         if not options["wait"]:
@@ -310,7 +167,7 @@ class Command(BaseCommand):
             message = "the schedule is not at least as good as every fixed choice"
             raise CommandError(message, returncode=1)
 
-    def _profiles(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _profiles(self, client: SpecdashClient, options: CliOptions) -> None:
         page = client.get("/profiles", limit=200)
         lines = [
             f"{p['id']:>4}  {p['name']}  (endpoint {p['base_url']}, not started by specdash)"
@@ -320,7 +177,7 @@ class Command(BaseCommand):
         ]
         self._out(options, page, "\n".join(lines))
 
-    def _endpoint(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _endpoint(self, client: SpecdashClient, options: CliOptions) -> None:
         profile = client.post(
             "/profiles",
             {
@@ -337,7 +194,7 @@ class Command(BaseCommand):
             f"endpoint profile {profile['id']} {profile['name']} ({profile['base_url']})",
         )
 
-    def _start(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _start(self, client: SpecdashClient, options: CliOptions) -> None:
         body = client.post(f"/profiles/{client.profile_id(options['profile'])}/start")
         instance = body["instance"]
         if options["wait"]:
@@ -348,14 +205,14 @@ class Command(BaseCommand):
                 )
         self._out(options, instance, f"instance {instance['id']} {instance['state']}")
 
-    def _stop(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _stop(self, client: SpecdashClient, options: CliOptions) -> None:
         instance = client.post(f"/instances/{options['instance']}/stop")["instance"]
         if options["wait"]:
             instance = client.wait_instance(instance["id"], states=STOP_SETTLED)
         self._out(options, instance, f"instance {instance['id']} {instance['state']}")
 
-    def _sweep(self, client: SpecdashClient, options: dict[str, Any]) -> None:
-        load = _load(options)
+    def _sweep(self, client: SpecdashClient, options: CliOptions) -> None:
+        load = given_load(options)
         target: dict[str, int | None] = (
             {"profile_id": client.profile_id(options["endpoint"])}
             if options["endpoint"]
@@ -372,7 +229,7 @@ class Command(BaseCommand):
             sweep = client.wait_finished(f"/sweeps/{sweep['id']}")
         self._out(options, sweep, f"sweep {sweep['id']} {sweep['state']}")
 
-    def _wait(self, client: SpecdashClient, options: dict[str, Any]) -> None:
+    def _wait(self, client: SpecdashClient, options: CliOptions) -> None:
         kind, ident, timeout = options["kind"], options["id"], options["timeout"]
         if kind == "instance":
             states = frozenset(options["state"] or INSTANCE_SETTLED)
@@ -381,13 +238,21 @@ class Command(BaseCommand):
             body = client.wait_finished(f"/{kind}s/{ident}", timeout=timeout)
         self._out(options, body, f"{kind} {ident} {body['state']}")
 
-    def _compare(self, client: SpecdashClient, options: dict[str, Any]) -> None:
-        if options["experiment"] is not None:
-            body = client.get(f"/experiments/{options['experiment']}/comparison")
-        elif len(options["sweeps"]) >= 2:
-            body = client.request(
-                "GET", "/comparisons", params=[("sweep", s) for s in options["sweeps"]]
-            )
+    def _compare(
+        self,
+        client: SpecdashClient,
+        options: CliOptions,
+        *,
+        experiment: int | None = None,
+        sweeps: list[int] | None = None,
+    ) -> None:
+        # `experiment compare ID` passes its experiment here; `compare` reads its own options.
+        if sweeps is None:
+            experiment, sweeps = options["experiment"], options["sweeps"]
+        if experiment is not None:
+            body = client.get(f"/experiments/{experiment}/comparison")
+        elif len(sweeps) >= 2:
+            body = client.request("GET", "/comparisons", params=[("sweep", s) for s in sweeps])
         else:
             raise CommandError("Give two or more sweep ids, or --experiment ID.")
         lines = []

@@ -69,7 +69,7 @@ def _cli_lines(client: Client, sweeps: tuple[int, int]) -> list[str]:
     out = io.StringIO()
     command.stdout = OutputWrapper(out)
     api = _ApiClient(client)
-    command._compare(api, {"experiment": None, "sweeps": list(sweeps), "json": False})  # type: ignore[arg-type]
+    command._compare(api, {"experiment": None, "sweeps": list(sweeps), "json": False})  # type: ignore[arg-type, typeddict-item]
     assert api.asked == ["/comparisons"]
     return out.getvalue().splitlines()
 
@@ -238,7 +238,7 @@ def test_a_finished_experiment_says_its_stored_decision_everywhere(
     out = io.StringIO()
     command.stdout = OutputWrapper(out)
     fake = _Get(client)
-    command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type]
+    command._compare(fake, {"experiment": experiment.pk, "sweeps": [], "json": False})  # type: ignore[arg-type, typeddict-item]
     assert fake.asked == [f"{base}/comparison"]
     assert out.getvalue().splitlines()[1:] == decision["statements"]
 

@@ -73,7 +73,7 @@ def truth_tok_s(experiment_id: int, label: str, truth_log: Path) -> dict[int, fl
     records = read_record_file(Path(sweep.records_path))
     out = {}
     for level in SweepLevel.objects.filter(sweep=sweep):
-        measured = [r for r in records.level(level.index, level.attempt)
+        measured: list[dict[str, Any]] = [r for r in records.level(level.index, level.attempt)
                     if not r.get("warmup") and not r.get("error_kind")]  # fmt: skip
         served = [truth[r["id"]] for r in measured]
         assert served and all(t["finish_reason"] == "length" for t in served)

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from core.jobs import JobContext
-from core.jobs.registry import handler_for, load_handlers
+from core.jobs.registry import JobResult, handler_for, load_handlers
 from core.models import Job, JobState
 from hosts.telemetry.service import TELEMETRY_JOB, telemetry_lock_key
 
@@ -39,7 +39,7 @@ class TelemetryJob:
     def __init__(self) -> None:
         load_handlers()
         self.ctx: JobContext | None = None
-        self.task: asyncio.Future[dict[str, Any] | None] | None = None
+        self.task: asyncio.Future[JobResult | None] | None = None
 
     async def start(self, host_id: int) -> None:
         job = await Job.objects.filter(
@@ -57,4 +57,4 @@ class TelemetryJob:
         self.ctx.cancelled.set()
         result = await asyncio.wait_for(self.task, 30)
         await Job.objects.filter(pk=self.ctx.job_id).aupdate(state=JobState.SUCCEEDED)
-        return result or {}
+        return cast(dict[str, Any], result or {})
