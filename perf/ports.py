@@ -30,10 +30,27 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+def _worker_share() -> tuple[int, int]:
+    """(index, count) of this pytest-xdist worker among the run's workers; (0, 1) outside one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    except ValueError:
+        return 0, 1
+    return (index, count) if 0 <= index < count else (0, 1)
+
+
 class _Ports:
     def __init__(self) -> None:
-        self.high = _ephemeral_low()
-        self.low = max(1024, self.high - _SPAN)
+        high = _ephemeral_low()
+        low = max(1024, high - _SPAN)
+        # The workers of one pytest-xdist run each get a slice of their own: two workers never
+        # hand out the same port, even in the window between the check and the server's bind.
+        index, count = _worker_share()
+        share = (high - low) // count
+        self.low = low + index * share
+        self.high = self.low + share
         span = self.high - self.low
         # Another test run or script on the same machine starts elsewhere in the span.
         self.offset = (os.getpid() * 7919) % span

@@ -25,7 +25,8 @@ class StageRecords:
     counts: Counter[str] = field(default_factory=Counter)
     durations: list[tuple[float, str]] = field(default_factory=list)
     unexpected_skips: list[str] = field(default_factory=list)
-    running: tuple[str, float] | None = None
+    # Every test started and not yet torn down: one per pytest-xdist worker when it runs several.
+    running: list[tuple[str, float]] = field(default_factory=list)
 
 
 def read_stage(path: Path) -> StageRecords:
@@ -54,9 +55,7 @@ def read_stage(path: Path) -> StageRecords:
             # pytest-clock runs pytest twice into one file: the counts add up.
             records.counts["deselected"] += record["counts"].get("deselected", 0)
             records.unexpected_skips += record["unexpected_skips"]
-    if started:
-        nodeid, since = max(started.items(), key=lambda item: item[1])
-        records.running = (nodeid, since)
+    records.running = sorted(started.items(), key=lambda item: item[1])
     return records
 
 
@@ -79,8 +78,7 @@ def render(report_dir: Path, timings: Path, slowest: int) -> str:
         everything += [(d, f"{stage:<14} {what}") for d, what in records.durations]
         for nodeid in records.unexpected_skips:
             notes.append(f"  unexpected skip in {stage}: {nodeid}")
-        if status == "STOPPED" and records.running is not None:
-            nodeid, since = records.running
+        for nodeid, since in records.running if status == "STOPPED" else []:
             notes.append(
                 f"  {stage} was stopped in {nodeid}, running for {time.time() - since:.0f} s"
             )

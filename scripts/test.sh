@@ -16,8 +16,8 @@ budget=${SPECDASH_TEST_BUDGET_S:-4800}
 # pytest serves llama-server, pytest-vllm serves vLLM in its own run (docs/engines.md). Lint and
 # typecheck need only the venv and take seconds: they come before the build, which on a fresh
 # machine takes 10-40 minutes, so that a style error fails at once.
-stages=(system-deps venv lint typecheck engines pytest pytest-clock pytest-browser pytest-vllm)
-pytest_stages=" pytest pytest-clock pytest-browser pytest-vllm "
+stages=(system-deps venv lint typecheck engines pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm)
+pytest_stages=" pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm "
 
 reports=${SPECDASH_TEST_REPORTS:-var/test-reports}
 rm -rf "$reports"

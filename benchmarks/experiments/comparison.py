@@ -34,7 +34,7 @@ from benchmarks.experiments.candidate_decision import (
     latency_ratios,
 )
 from benchmarks.experiments.decisions import RATE_FIGURE, is_rate_mode
-from benchmarks.experiments.equivalence import equivalence_summary
+from benchmarks.experiments.equivalence import EquivalenceSummary, equivalence_summary
 from benchmarks.experiments.goodput_verdicts import goodput_verdicts
 from benchmarks.experiments.level_rows import LevelRow, series_rows
 from benchmarks.experiments.level_runs import (
@@ -113,7 +113,7 @@ class Comparison(TypedDict):
     rows: list[TableRow]
     slo: JsonObject | None
     goodput_verdicts: list[VerdictEntry]
-    equivalence: JsonObject | None
+    equivalence: EquivalenceSummary | None
     warnings: list[str]
     built_at: str
 

@@ -199,3 +199,82 @@ def test_the_watchdog_stops_a_hung_stage_and_prints_the_table_with_the_running_t
     assert pytest_row[2:] == ["1", "0", "0", "0", "0", "STOPPED"]
     assert "pytest was stopped in tests_hang/test_hang.py::test_hangs, running for" in table
     assert "tests_hang/test_hang.py::test_quick" in table  # among the slowest
+
+
+def test_under_xdist_the_controller_alone_writes_every_count_once(tmp_path):
+    # `make pytest` runs on pytest-xdist workers: each worker collects and deselects the whole
+    # suite and reports its tests to the controller, which writes the one record.
+    write(
+        tmp_path / "test_first.py",
+        """
+        import pytest
+
+        def test_one():
+            pass
+
+        def test_left_out():
+            pass
+
+        @pytest.mark.skip(reason="off")
+        def test_skipped():
+            pass
+        """,
+    )
+    write(
+        tmp_path / "test_second.py",
+        """
+        def test_two():
+            assert 1 == 2
+
+        def test_three():
+            pass
+        """,
+    )
+    report = tmp_path / "stage.jsonl"
+    result = run_pytest(
+        tmp_path, "-n", "2", "--dist", "loadfile", "-k", "not left_out", ".", report=report
+    )
+    assert result.returncode == 1, result.stdout
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [r["event"] for r in records].count("session") == 1
+    summary = records[-1]
+    assert summary["event"] == "summary"
+    assert summary["counts"] == {"passed": 2, "failed": 1, "skipped": 1, "deselected": 1}
+    assert summary["unexpected_skips"] == ["test_first.py::test_skipped"]
+    starts = sorted(r["nodeid"] for r in records if r["event"] == "start")
+    assert starts == [
+        "test_first.py::test_one",
+        "test_first.py::test_skipped",
+        "test_second.py::test_three",
+        "test_second.py::test_two",
+    ]
+
+
+def test_a_stopped_stage_names_every_test_still_running(tmp_path):
+    # Two workers, two tests in flight when the watchdog stops the stage: both are named.
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    records = [
+        {"event": "start", "nodeid": "test_a.py::test_done", "t": 100.0},
+        {"event": "start", "nodeid": "test_a.py::test_hangs", "t": 101.0},
+        {"event": "result", "nodeid": "test_a.py::test_done", "when": "call",
+         "outcome": "passed", "duration": 1.0},
+        {"event": "result", "nodeid": "test_a.py::test_done", "when": "teardown",
+         "outcome": "ok", "duration": 0.0},
+        {"event": "start", "nodeid": "test_b.py::test_hangs_too", "t": 102.0},
+    ]  # fmt: skip
+    (reports / "pytest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    timings = reports / "stages.tsv"
+    timings.write_text("pytest\t600.0\tSTOPPED\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/stage_report.py"), str(reports), str(timings)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    stopped = [line for line in result.stdout.splitlines() if "was stopped in" in line]
+    assert [line.split(" was stopped in ")[1].split(",")[0] for line in stopped] == [
+        "test_a.py::test_hangs",
+        "test_b.py::test_hangs_too",
+    ]

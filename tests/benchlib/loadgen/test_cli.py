@@ -339,7 +339,13 @@ def test_sigterm_while_waiting_for_a_start_on_stdin_exits_promptly(stub_process)
     assert lg.events[-1]["status"] == "cancelled" and lg.of("level_start") == []
 
 
-@pytest.mark.parametrize("value", ["soon", "-5", "nan", str(int(time.time() * 1000))])
+# Named ids: the milliseconds value is read off the clock, and pytest-xdist's workers must collect
+# the same test ids.
+@pytest.mark.parametrize(
+    "value",
+    ["soon", "-5", "nan", str(int(time.time() * 1000))],
+    ids=["word", "negative", "nan", "milliseconds"],
+)
 def test_start_at_that_is_not_plausible_epoch_seconds_is_a_usage_error(value):
     proc = subprocess.run(
         [

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from benchlib.simulator.gpu import GPU_NAME, Holding, load_inventory, split_memo
 
 from .conftest import SMI, gpu_used, smi, wait_until
 
+ROOT = Path(__file__).resolve().parents[3]
 FIELDS = "index,uuid,name,memory.total,memory.used,memory.free,utilization.gpu,power.draw,temperature.gpu"
 
 
@@ -56,8 +59,21 @@ def test_list_gpus_matches_the_inventory(state):
     ]
 
 
+# A holder in a process of its own, started as the Python interpreter: its process name (what
+# nvidia-smi shows) is known whatever runs the test (pytest-xdist retitles its workers).
+HOLDER = (
+    "import sys; from benchlib.simulator.gpu import Holding; "
+    "Holding(sys.argv[1], {0: 100, 1: 200}, 'worker0'); print('held', flush=True); sys.stdin.read()"
+)
+
+
 def test_compute_apps_list_live_holders_and_skip_dead_ones(state):
-    holding = Holding(str(state), {0: 100, 1: 200}, "worker0")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(state)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     ledger = state / "ledger"
     # A dead pid and a reused pid (right pid, wrong start time) must not show.
     (ledger / "999999999.json").write_text(
@@ -72,14 +88,15 @@ def test_compute_apps_list_live_holders_and_skip_dead_ones(state):
         )
         used = smi(state, "--query-gpu=memory.used", "--format=csv,noheader,nounits")
     finally:
-        holding.release()
+        holder.kill()  # its ledger entry stays behind, as a crashed holder's would
+        holder.communicate()
     uuids = {g.index: g.uuid for g in load_inventory(str(state))}
     rows = [line.split(", ") for line in out.stdout.splitlines()]
     assert [(r[0], r[1], r[3]) for r in rows] == [
-        (uuids[0], str(os.getpid()), "100"),
-        (uuids[1], str(os.getpid()), "200"),
+        (uuids[0], str(holder.pid), "100"),
+        (uuids[1], str(holder.pid), "200"),
     ]
-    assert "python" in rows[0][2]
+    assert rows[0][2] == rows[1][2] == sys.executable
     assert used.stdout.splitlines() == ["100", "200"]
     assert smi(
         state, "--query-gpu=memory.used", "--format=csv,noheader,nounits"
