@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -44,6 +44,9 @@ from benchmarks.experiments.series import experiment_arm_series, sweep_series
 from benchmarks.experiments.workload import AcceptanceRow, acceptance_row
 from benchmarks.models import BreakevenCheck, Experiment, Sweep
 from hosts.models import ServerProfile
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.builds import StoredComparison
 
 MAP_TAG = "breakeven-map"
 CHECK_TAG = "breakeven-check"
@@ -163,7 +166,7 @@ class MapData:
 def experiment_map(*, experiment: Experiment) -> MapData | None:
     """The map of a map experiment from its stored comparison, or None when it has none yet
     (or is not a map: fewer than two arms that force an acceptance)."""
-    verdicts = (experiment.comparison or {}).get("verdicts") or []
+    verdicts = cast("StoredComparison", experiment.comparison or {}).get("verdicts") or []
     arms = experiment_arm_series(experiment=experiment)
     if not verdicts or not arms:
         return None

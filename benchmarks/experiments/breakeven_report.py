@@ -7,9 +7,9 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
-from benchlib.json_types import PlotlyFigure
+from benchlib.json_types import JsonObject, PlotlyFigure
 from benchlib.stats.breakeven import BreakevenMap, PredictionCheck
 from benchmarks.experiments.breakeven import Placement
 
@@ -25,11 +25,40 @@ _STATUS_MARK = {
 }
 
 
+class PlacementPayload(TypedDict):
+    """A workload placed on the map: its source, profile and categories (each
+    ``CategoryPlacement.to_dict``)."""
+
+    source: str
+    profile: str
+    categories: list[JsonObject]
+
+
+class CheckPayload(TypedDict):
+    """One of the map's checks, with its result (``PredictionCheck.to_dict``) once run."""
+
+    id: int
+    category: str
+    source: str
+    verification_id: int
+    verification_state: str
+    created_at: str
+    result: JsonObject | None
+
+
+class MapPayload(TypedDict):
+    """``map_payload``: the map (``BreakevenMap.to_dict``), the placement and the checks."""
+
+    map: JsonObject
+    placement: PlacementPayload | None
+    checks: list[CheckPayload]
+
+
 def map_payload(
     bmap: BreakevenMap,
     placement: Placement | None,
     checks: Sequence[tuple[Any, PredictionCheck | None]] = (),
-) -> dict[str, Any]:
+) -> MapPayload:
     """The map, the placement and the checks as plain JSON (the API's body, the page's data)."""
     return {
         "map": bmap.to_dict(),

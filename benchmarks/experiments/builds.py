@@ -17,18 +17,35 @@ import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired
 
 import django
 
 from benchmarks.experiments import axes, comparison, schedule, selectors, store
 from benchmarks.experiments.axes import ExperimentAxes
+from benchmarks.experiments.comparison import Comparison
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
+from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
 from benchmarks.models import Experiment
 from benchmarks.sweeps.recordfile import records_read_once
+
+
+class StoredComparison(Comparison):
+    """A comparison as kept on the experiment (``Experiment.comparison``) and read back by
+    every surface: what ``comparison_build`` returns, with what ``comparison_from_inputs``
+    adds before storing it. A running experiment's read (``stored``) adds only the axes; a
+    comparison stored before schedules were kept gains its schedule later
+    (``stored.experiment_store_schedule``); a compare-sweeps one has none of them."""
+
+    protocol: NotRequired[ProtocolRecord]
+    environment_differences: NotRequired[dict[str, list[str]]]
+    # ``ExperimentAxes``' keys.
+    declared_axis: NotRequired[list[str]]
+    arm_loads: NotRequired[dict[str, dict[str, object]]]
+    schedule: NotRequired[ScheduleReport]
 
 
 @dataclass(frozen=True)

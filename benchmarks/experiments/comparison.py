@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
@@ -54,6 +54,9 @@ from benchmarks.experiments.verdicts import (
 )
 from benchmarks.sweeps.recordfile import records_read_once
 
+if TYPE_CHECKING:
+    from benchmarks.experiments.series import EnvironmentSummary
+
 logger = logging.getLogger(__name__)
 
 COMPARISON_VERSION = 1
@@ -70,7 +73,7 @@ class SeriesEntry(TypedDict):
     sweep_ids: list[int]
     levels: list[LevelRow]
     interval_sources: dict[str, IntervalSource]
-    environment: list[JsonObject]
+    environment: list[EnvironmentSummary]
     saturation: SaturationEntry | None
     slo_max_concurrency: int | None
 

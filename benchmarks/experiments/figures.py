@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from benchlib.json_types import PlotlyFigure
 
 if TYPE_CHECKING:
+    from benchmarks.experiments.comparison import SeriesEntry
     from benchmarks.experiments.history import HistoryPoint
 
 
@@ -23,7 +24,7 @@ def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
-def _name(series: dict[str, Any]) -> str:
+def _name(series: SeriesEntry) -> str:
     return f"{series['label']}: {series['name']}"
 
 

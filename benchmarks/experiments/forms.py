@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from benchmarks.experiments import axes, selectors, services
 from benchmarks.experiments.tuning import DEFAULT_MARGIN
-from benchmarks.forms import LoadPlanForm
+from benchmarks.forms import LoadPlanForm, PlanKwargs
 from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
 from hosts.models import ServerProfile
 
@@ -21,6 +21,20 @@ class ProfileChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
         if obj.is_endpoint or obj.host is None:
             return f"{obj.name} (endpoint {obj.base_url}, not started by specdash{spec})"
         return f"{obj.name} ({obj.host.name}:{obj.port}{spec})"
+
+
+class ExperimentCreateArgs(PlanKwargs):
+    """``ExperimentForm.service_kwargs``: what ``services.experiment_create`` takes from the
+    form (the chosen arms' profiles and loads in arm order, the protocol and the plan)."""
+
+    profiles: list[ServerProfile]
+    arm_loads: list[axes.ArmLoadText]
+    name: str
+    repeats: int
+    order: str
+    continue_on_start_failure: bool
+    check_output_equivalence: bool
+    auto_resume: bool
 
 
 class ExperimentForm(LoadPlanForm):
@@ -110,7 +124,7 @@ class ExperimentForm(LoadPlanForm):
                 self.add_error(arm_load, f"Choose profile {letter} for this arm's load.")
         return data
 
-    def service_kwargs(self) -> dict[str, Any]:
+    def service_kwargs(self) -> ExperimentCreateArgs:
         data = self.cleaned_data
         chosen = [
             (data[p], data.get(a) or {})
@@ -177,6 +191,15 @@ class MatrixPreviewArgs(TypedDict):
     include_off: bool
 
 
+class MatrixCreateArgs(MatrixPreviewArgs, PlanKwargs):
+    """``MatrixForm.service_kwargs``: what ``tuning.matrix_create`` takes from the form."""
+
+    name: str
+    repeats: int
+    order: str
+    auto_resume: bool
+
+
 class MatrixForm(LoadPlanForm):
     """A parameter matrix: one base profile, axes over its launch argv, the variants run as
     one experiment's arms (benchmarks.experiments.tuning.matrix_create)."""
@@ -229,7 +252,7 @@ class MatrixForm(LoadPlanForm):
         data = self.cleaned_data
         return {"base": data["base"], "axes": data["axes"], "include_off": data["include_off"]}
 
-    def service_kwargs(self) -> dict[str, Any]:
+    def service_kwargs(self) -> MatrixCreateArgs:
         data = self.cleaned_data
         return {
             **self.preview_kwargs(),

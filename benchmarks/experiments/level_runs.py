@@ -19,11 +19,14 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from benchlib.json_types import JsonObject
 from benchlib.stats import Curve, LevelSample, RequestPoint
 from benchmarks.experiments.records import read_request_points
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.series import EnvironmentSummary
 
 METRIC = "output_tok_s"
 # Figures averaged over repeats for the table and charts (the ratio uses METRIC only).
@@ -73,7 +76,7 @@ class SeriesData:
     sweep_ids: tuple[int, ...]
     runs: tuple[LevelRun, ...]
     # Each sweep's environment as series.py summarises it (engine, launch argv, GPUs, ...).
-    environment: list[JsonObject] = field(default_factory=list)
+    environment: list[EnvironmentSummary] = field(default_factory=list)
     engine: str = ""  # the profile's engine key
 
 

@@ -11,12 +11,15 @@ experiment ends, so that the decision can hold a level whose drift exceeds the m
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from benchlib.stats.drift import ArmDrift, LevelDrift, Run, experiment_drift, level_drift
 from benchlib.stats.intervals import interval_scope
-from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.experiments.environment import RunRecord, experiment_environment_differences
 from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, SweepLevel
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.builds import StoredComparison
 
 # The figure drift is measured on: the one the comparison ranks by default.
 DRIFT_METRIC = "output_tok_s"
@@ -33,6 +36,25 @@ class ProtocolRecord(TypedDict):
     interval_scope: str
     metric: str
     drift: dict[str, list[dict[str, Any]]]  # candidate label -> LevelDrift.as_dict() per level
+
+
+class ProtocolRun(TypedDict):
+    """One run of an arm (``experiment_protocol_report``) with its environment records."""
+
+    step: int
+    label: str
+    repeat: int
+    sweep_id: int
+    records: list[RunRecord]
+
+
+class ProtocolReport(TypedDict):
+    """How an experiment ran its arms (``experiment_protocol_report``; the API's
+    ``ProtocolOut``)."""
+
+    protocol: ProtocolRecord
+    environment_differences: dict[str, list[str]]
+    runs: list[ProtocolRun]
 
 
 def protocol_interval_method(repeats: int, levels: int = 2) -> str:
@@ -133,16 +155,16 @@ def protocol_drift(protocol: ProtocolRecord) -> dict[str, dict[int, float]]:
     return out
 
 
-def experiment_protocol_report(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_protocol_report(*, experiment: Experiment) -> ProtocolReport:
     """The protocol record, the arms' environment differences and every run's environment
     records: as stored with a finished experiment's comparison, else computed from the runs
     so far (``GET /api/v1/experiments/{id}/protocol``)."""
-    stored = experiment.comparison if experiment.is_finished else {}
+    stored = cast("StoredComparison", experiment.comparison if experiment.is_finished else {})
     protocol = stored.get("protocol") or experiment_protocol(experiment=experiment)
     differences = stored.get("environment_differences")
     if differences is None:
         differences = experiment_environment_differences(experiment_id=experiment.pk)
-    runs = [
+    runs: list[ProtocolRun] = [
         {
             "step": step_index + 1,
             "label": label,

@@ -5,7 +5,7 @@ job calls these through ``sync_to_async``. Re-exported by ``benchmarks.experimen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import transaction
 from django.db.models import F, Value
@@ -27,6 +27,9 @@ from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
 from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.stops import HostProbe
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def experiment_step_update(
     state: str,
     reason: str | None = None,
     instance_id: int | None = _UNSET,
-    environment: dict[str, Any] | None = None,
+    environment: HostProbe | None = None,
     equivalence: EquivalenceCheck | None = None,
 ) -> None:
     """Move a step on; it gets its start time when it leaves pending, its end when final."""
@@ -147,7 +150,7 @@ def experiment_step_sweep(
     plan: ExperimentPlan,
     step: StepPlan,
     instance_id: int | None,
-    host_probe: dict[str, Any],
+    host_probe: HostProbe,
     endpoint: ServerProfile | None = None,
 ) -> Sweep:
     """Create the step's sweep against its READY instance (or, for an endpoint profile's

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.level_runs import SHOWN_FIGURES, LevelRun, SeriesData
@@ -78,7 +79,29 @@ def gpu_summary(lines: Sequence[str], gpu_ids: Sequence[int]) -> list[str]:
     ]
 
 
-def _environment_summary(sweep: Sweep) -> dict[str, Any]:
+class EnvironmentSummary(TypedDict):
+    """One sweep's environment as its series shows it (``_environment_summary``, from its
+    ``SweepEnvironment``, masked again); the launch figures are None for an endpoint's sweep,
+    which ran no server of specdash's."""
+
+    sweep_id: int
+    engine: str | None
+    launch_argv: list[str] | None
+    env: JsonObject | None
+    server_info: JsonObject | None
+    gpus: list[str]
+    driver_version: str | None
+    cuda_version: str | None
+    host: str | None
+    endpoint: bool
+    base_url: str | None
+    notes: str
+    tags: list[str]
+    created_at: str
+    workload: str
+
+
+def _environment_summary(sweep: Sweep) -> EnvironmentSummary:
     # Masked again here: snapshots taken before argv was masked still hold their secrets.
     env = masked_tree(sweep.environment or {})
     instance = env.get("instance") or {}

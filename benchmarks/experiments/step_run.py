@@ -18,7 +18,13 @@ from django.core.exceptions import ValidationError
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.experiments import equivalence, services, store
-from benchmarks.experiments.stops import SETTINGS, endpoint_host_probe, host_probe, stop_verified
+from benchmarks.experiments.stops import (
+    SETTINGS,
+    HostProbe,
+    endpoint_host_probe,
+    host_probe,
+    stop_verified,
+)
 from benchmarks.models import StepState, Sweep, SweepState
 from benchmarks.sweeps import endpoints
 from core.jobs import JobContext
@@ -101,7 +107,7 @@ class StepRun:
 
     async def _measure(self, step: services.StepPlan, instance: ServerInstance) -> bool:
         """From a READY server: probe, optional output check, sweep; True when it completed."""
-        probe: JsonObject = {}
+        probe: HostProbe = {}
         if self.cfg.probe_host:
             probe = await host_probe(instance.pk, self.cfg.probe_timeout_s)
             await self.update(step_id=step.step_id, state=StepState.STARTING, environment=probe)

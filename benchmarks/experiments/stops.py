@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import store
 from benchmarks.experiments.environment import model_paths
+from hosts.agent.parts.probe import ContainerFacts, FileRecord
 from hosts.lifecycle import store as lifecycle_store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import Container, Host, InstanceState
@@ -82,7 +83,26 @@ async def stop_verified(
     return StopOutcome(clean, state, instance.reason, dict(instance.evidence))
 
 
-async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
+class HostProbe(TypedDict):
+    """What a run's environment keeps of its host (``_probe``, from the agent's
+    ``ProbeAnswer``; under the sweep's ``environment["host_probe"]``), or only the ``error``
+    that left it unprobed."""
+
+    error: NotRequired[str]
+    gpus: NotRequired[list[str]]  # `nvidia-smi -L` lines
+    nvidia_smi_error: NotRequired[str | None]
+    driver_version: NotRequired[str | None]
+    cuda_version: NotRequired[str | None]
+    gpu_details: NotRequired[str]  # PROBE_GPU_FIELDS as CSV rows
+    engines: NotRequired[dict[str, dict[str, object]]]
+    load_avg: NotRequired[list[float] | None]
+    files: NotRequired[list[FileRecord]]
+    hostname: NotRequired[str | None]
+    kernel: NotRequired[str | None]
+    container: NotRequired[ContainerFacts | None]
+
+
+async def host_probe(instance_id: int, seconds: float) -> HostProbe:
     """GPU names, clocks and power limits, engine versions, the load average and the model
     files the server's argv names, as the host reports them (best effort, never raises)."""
     instance = await store.ainstance_with_host(instance_id)
@@ -91,7 +111,7 @@ async def host_probe(instance_id: int, seconds: float) -> dict[str, Any]:
     )
 
 
-async def endpoint_host_probe(profile_id: int, seconds: float) -> dict[str, Any]:
+async def endpoint_host_probe(profile_id: int, seconds: float) -> HostProbe:
     """The probe of an endpoint profile's registered host (in its container, if it names one):
     the same GPU, driver, engine and load figures as a managed server's run gets; no model
     files, since specdash never saw the endpoint's argv. No registered host: says so."""
@@ -103,7 +123,7 @@ async def endpoint_host_probe(profile_id: int, seconds: float) -> dict[str, Any]
 
 async def _probe(
     host: Host, container: Container | None, files: list[str], seconds: float
-) -> dict[str, Any]:
+) -> HostProbe:
     try:
         agent = Agent.for_host(host, container)
         answer = await agent.call("probe", {"files": files}, timeout=seconds)

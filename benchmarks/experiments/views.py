@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -27,12 +27,16 @@ from benchmarks.experiments import (
 )
 from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.experiments.selectors import StepRow
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, Sweep
 from benchmarks.models.experiments import ExperimentState
 from benchmarks.phases import comparison_phases
 from core import roles
 from core.http import HtmxHttpRequest
 from hosts.models import ServerInstance
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.builds import StoredComparison
+    from benchmarks.experiments.verdicts import VerdictEntry
 
 
 def can_run_experiments(user: Any) -> bool:
@@ -60,7 +64,7 @@ _RATE_SWEEPS = (
 )
 
 
-def _picked_sweeps(request: HttpRequest) -> list[Any]:
+def _picked_sweeps(request: HttpRequest) -> list[Sweep]:
     ids = forms.parse_sweep_ids(request.GET.getlist("sweeps"))
     reference = forms.parse_id(request.GET.get("reference", ""))
     if reference is not None and reference in ids:
@@ -150,7 +154,7 @@ class ExperimentDetailContext(TypedDict):
     steps: list[ExperimentStep]
     step_rows: list[StepRow]
     current: StepRow | None
-    verdicts: list[Any]  # the stored comparison's, as ``comparison.py`` builds them
+    verdicts: list[VerdictEntry]  # the stored comparison's, as ``comparison.py`` builds them
     can_run_experiments: bool
     can_operate: bool
     port_holder: ServerInstance | None
@@ -162,7 +166,7 @@ class ExperimentDetailContext(TypedDict):
 def _detail_context(request: HttpRequest, experiment: Experiment) -> ExperimentDetailContext:
     steps = selectors.experiment_steps(experiment_id=experiment.pk)
     current = selectors.experiment_current_step(steps=steps)
-    verdicts = (experiment.comparison or {}).get("verdicts", [])
+    verdicts = cast("StoredComparison", experiment.comparison or {}).get("verdicts", [])
     return {
         "experiment": experiment,
         "arms": selectors.experiment_arms(experiment_id=experiment.pk),

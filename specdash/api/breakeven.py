@@ -18,6 +18,7 @@ from specdash.api.schemas import ExperimentAccepted, Id, In
 from specdash.api.schemas.experiments import ProtocolIn
 
 if TYPE_CHECKING:
+    from benchmarks.experiments.breakeven_report import MapPayload
     from specdash.api.experiments import ExperimentAcceptedBody
 
 router = Router(tags=["experiments"])
@@ -92,7 +93,7 @@ def map_read(
     request: HttpRequest,
     query: Query[SourceQuery],
     experiment_id: int = path_id("Map experiment id"),
-) -> dict[str, Any]:
+) -> MapPayload:
     """The map's cells (B/A, interval, the decision's status), its contour and band; with
     ?experiment= or ?sweep=, that workload's categories placed on it; every check."""
     data = _map(experiment_id)

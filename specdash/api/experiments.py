@@ -42,6 +42,7 @@ from specdash.api.schemas import (
 )
 
 if TYPE_CHECKING:
+    from benchmarks.experiments.protocol import ProtocolReport
     from core.models import Job
 
 router = Router(tags=["experiments"])
@@ -219,7 +220,7 @@ class ProtocolOut(Schema):
 @requires(viewer)
 def experiment_protocol(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> dict[str, Any]:
+) -> ProtocolReport:
     """How the experiment ran its arms (repeats, order, the interval and what it includes),
     each level's drift and order effect, and each run's environment record with what differs
     between the arms besides their launch (docs/measurement.md, "Protocols")."""
