@@ -4,6 +4,7 @@ from typing import Any
 
 from benchmarks.experiments import store as experiment_store
 from benchmarks.sweeps import store as sweep_store
+from benchmarks.sweeps.rows import SweepSnapshot
 from core import realtime
 from core.consumers import ViewerConsumer
 
@@ -14,7 +15,7 @@ class SweepConsumer(ViewerConsumer):
     def group_name(self) -> str:
         return realtime.sweep_group(self.scope["url_route"]["kwargs"]["sweep_id"])
 
-    async def snapshot(self) -> dict[str, Any] | None:
+    async def snapshot(self) -> SweepSnapshot | None:
         sweep_id = self.scope["url_route"]["kwargs"]["sweep_id"]
         return await sweep_store.asweep_snapshot(sweep_id=sweep_id)
 

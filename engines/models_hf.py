@@ -28,7 +28,10 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch  # imported at run time only by the functions that build weights
 
 # Printable ASCII, in the order the byte-level alphabet gives them token ids 0..94.
 PRINTABLE = [chr(c) for c in range(33, 127)] + [" "]
@@ -268,7 +271,7 @@ def _head_config(arch_extra: dict[str, object], intermediate: int) -> dict[str, 
     return config | arch_extra
 
 
-def _attention(prefix: str, in_features: int) -> dict[str, Any]:
+def _attention(prefix: str, in_features: int) -> dict[str, torch.Tensor]:
     """Attention that runs for real and writes nothing (o_proj = 0), as in the target."""
     import torch
 
@@ -362,7 +365,7 @@ def write_eagle3(out: Path) -> Path:
     return _write_head(out, weights, _head_config(extra, h))
 
 
-def _write_head(out: Path, weights: dict[str, Any], config: dict[str, object]) -> Path:
+def _write_head(out: Path, weights: dict[str, torch.Tensor], config: dict[str, object]) -> Path:
     import torch
     from safetensors.torch import save_file
 

@@ -11,7 +11,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -147,7 +147,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES: dict[str, Any] = {
+DATABASES: dict[str, dj_database_url.DBConfig] = {
     "default": dj_database_url.parse(
         os.environ.get("SPECDASH_DATABASE_URL", f"sqlite:///{VAR_DIR / 'specdash.sqlite3'}"),
         conn_max_age=int(os.environ.get("SPECDASH_DB_CONN_MAX_AGE", "0")),
@@ -174,7 +174,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 
 
-def redis_channel_layer(url: str) -> dict[str, Any]:
+class RedisHost(TypedDict):
+    address: str
+    socket_timeout: float | None
+
+
+class RedisLayerConfig(TypedDict):
+    hosts: list[RedisHost]
+
+
+class ChannelLayer(TypedDict):
+    """One entry of ``CHANNEL_LAYERS`` as Channels reads it: the backend's import path and the
+    keyword arguments it is built with."""
+
+    BACKEND: str
+    CONFIG: NotRequired[RedisLayerConfig]
+
+
+def redis_channel_layer(url: str) -> ChannelLayer:
     """The channels-redis layer on ``url``.
 
     No socket timeout: a consumer waits for its next event in a BZPOPMIN that Redis answers
@@ -189,7 +206,7 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
 
 
 _redis_url = os.environ.get("SPECDASH_REDIS_URL")
-CHANNEL_LAYERS: dict[str, Any] = {
+CHANNEL_LAYERS: dict[str, ChannelLayer] = {
     "default": redis_channel_layer(_redis_url)
     if _redis_url
     else {"BACKEND": "channels.layers.InMemoryChannelLayer"}

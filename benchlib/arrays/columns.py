@@ -38,6 +38,7 @@ from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
     _PAYLOAD,
     MAGIC,
+    OtherColumns,
     ReadState,
     decode_block,
     iter_compact_blocks,
@@ -319,7 +320,7 @@ def _tokens(value: Any) -> int:
     return int(value or 0) if isinstance(value, int | float) or value is None else 0
 
 
-def _column(other: dict[str, Any], key: str, n: int, default: Any) -> list[Any]:
+def _column(other: OtherColumns, key: str, n: int, default: Any) -> list[Any]:
     """One of a compact block's other columns, ``default`` in the rows that lack the key."""
     found = other.get(key)
     if found is None:

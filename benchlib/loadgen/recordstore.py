@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.loadgen.records import RecordRow
 
@@ -76,6 +76,18 @@ _KEY_ORDER = (
 _ORDER = {k: i for i, k in enumerate(_KEY_ORDER)}
 
 
+class SparseColumn(TypedDict):
+    """A key only some of a block's rows have: those rows' indices and their values."""
+
+    rows: list[int]
+    values: list[Any]
+
+
+# A compact block's other columns (every key but the start, the times and the chunks), by key:
+# each row's value, or a sparse column where some rows lack the key.
+OtherColumns = dict[str, list[Any] | SparseColumn]
+
+
 def _us(t: float) -> int:
     # `t` is a JSON time, already rounded to 6 decimals: t * 1e6 is within 0.4 of an integer
     # (0.12 us of representation error at epoch magnitudes plus the product's rounding), and
@@ -112,7 +124,7 @@ def encode_block(rows: Iterable[Mapping[str, Any]]) -> bytes:
     columns["nchunks"] = chunk_counts
     # Every other key by column; a key some rows lack lists the rows that have it.
     keys = sorted({k for r in rows for k in r} - {"start", "chunks", *_TIME_KEYS})
-    other: dict[str, Any] = {}
+    other: OtherColumns = {}
     for key in keys:
         present = [i for i, r in enumerate(rows) if key in r]
         if len(present) == n:

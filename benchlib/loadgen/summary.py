@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from benchlib.loadgen.steady import SteadyFigures
 from benchlib.stats.controller_types import ControllerFigures
 
 
@@ -176,7 +177,7 @@ class _Figures(TypedDict):
     total_tok_s: float | None
     request_rate: float | None
     achieved_concurrency: float | None
-    steady: dict[str, Any]
+    steady: SteadyFigures
     ttft_ms: Distribution
     send_ms: Distribution
     ttft_after_send_ms: Distribution

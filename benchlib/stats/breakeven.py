@@ -25,12 +25,13 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypedDict
 
+from benchlib.json_types import JsonObject
 from benchlib.stats.decision import DEFAULT_MARGIN, Arm, Decision, LevelEvidence, Status
 from benchlib.stats.decision_rule import decide
 from benchlib.stats.intervals import DEFAULT_CONFIDENCE
-from benchlib.stats.types import Ratio
+from benchlib.stats.types import Ratio, RatioJson
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,29 @@ class ContourPoint:
     at: float | None
     low: float | None
     high: float | None
+
+
+class CellJson(TypedDict):
+    """A ``Cell`` as JSON (``dataclasses.asdict``)."""
+
+    accept_length: float
+    concurrency: int
+    ratio: RatioJson
+    status: Status
+    measured: float | None
+
+
+class BreakevenMapJson(TypedDict):
+    """``BreakevenMap.to_dict``: the map's fields as JSON, and its contour."""
+
+    reference: str
+    acceptances: list[float]
+    levels: list[int]
+    cells: list[CellJson]
+    margin: float
+    confidence: float
+    # Each ContourPoint by dataclasses.asdict (concurrency, at, low, high).
+    contour: list[JsonObject]
 
 
 @dataclass(frozen=True)
@@ -128,8 +152,8 @@ class BreakevenMap:
             lo.ratio.confidence,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+    def to_dict(self) -> BreakevenMapJson:
+        out: BreakevenMapJson = json.loads(json.dumps(asdict(self)))
         out["contour"] = [asdict(p) for p in self.contour()]
         return out
 
@@ -283,6 +307,30 @@ class LevelCheck:
     within: bool  # the predicted point lies inside the measured interval
 
 
+class LevelCheckJson(TypedDict):
+    """A ``LevelCheck`` as JSON (``dataclasses.asdict``)."""
+
+    concurrency: int
+    predicted: RatioJson
+    predicted_status: Status
+    measured: RatioJson
+    measured_status: Status
+    within: bool
+
+
+class PredictionCheckJson(TypedDict):
+    """``PredictionCheck.to_dict``: its fields as JSON, and the figures derived from them."""
+
+    category: str
+    levels: list[LevelCheckJson]
+    predicted_crossover: int | None
+    measured_crossover: int | None
+    share_within: float
+    crossover_found: bool
+    measured_bracket: tuple[int, int] | None  # a list once stored as JSON
+    crossover_in_bracket: bool
+
+
 @dataclass(frozen=True)
 class PredictionCheck:
     category: str
@@ -326,8 +374,8 @@ class PredictionCheck:
             and bracket[0] < self.predicted_crossover <= bracket[1]
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+    def to_dict(self) -> PredictionCheckJson:
+        out: PredictionCheckJson = json.loads(json.dumps(asdict(self)))
         out["share_within"] = self.share_within
         out["crossover_found"] = self.crossover_found
         out["measured_bracket"] = self.measured_bracket

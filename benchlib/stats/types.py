@@ -22,7 +22,7 @@ import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 
 RatioMethod = Literal[
     "repeats-log-t", "repeats-pooled-log-t", "bootstrap-requests", "batch-means-log-t", "none"
@@ -194,6 +194,17 @@ class Ratio:
         # A bootstrap replicate with no tokens on one side gives a bound of 0 (or inf).
         low = max(low, sys.float_info.min)
         return math.log(low), math.log(self.point), math.log(high)
+
+
+class RatioJson(TypedDict):
+    """A ``Ratio`` as JSON (``dataclasses.asdict``), as the stored figures carry it."""
+
+    point: float
+    low: float | None
+    high: float | None
+    method: RatioMethod
+    confidence: float
+    refused: str
 
 
 def inside_margin(low: float, high: float, margin: float) -> bool:

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -59,6 +59,9 @@ from benchmarks.sweeps.split import (
 from core.jobs import JobContext
 from hosts.models import InstanceState
 from hosts.telemetry.levels import LevelServerMetrics
+
+if TYPE_CHECKING:
+    from benchmarks.sweeps.handler import SweepRunResult
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +330,7 @@ async def _run_level(
     return summary, stop_reason
 
 
-async def run_split_sweep(ctx: JobContext, plan: recording.SweepPlan) -> dict[str, Any]:
+async def run_split_sweep(ctx: JobContext, plan: recording.SweepPlan) -> SweepRunResult:
     """The ``sweep.run`` job for a sweep with split levels: level by level, shards started
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from django.conf import settings
 
@@ -223,7 +223,20 @@ async def audit_at_end(sweep_id: int) -> None:
         logger.exception("sweep %s: the audit at its end could not run", sweep_id)
 
 
-async def run_sweep(ctx: JobContext) -> dict[str, Any]:
+class SweepRunResult(TypedDict):
+    """The ``sweep.run`` job's result, as stored in ``Job.result`` (here and by
+    ``distributed.run_split_sweep`` for a sweep with split levels)."""
+
+    sweep_id: int
+    skipped: NotRequired[str]  # why the job did nothing (not queued, server not ready)
+    state: NotRequired[str]  # a SweepState
+    reason: NotRequired[str]
+    levels_finished: NotRequired[int]
+    loadgen_exit_code: NotRequired[int | None]
+    split: NotRequired[bool]  # run as shards (distributed)
+
+
+async def run_sweep(ctx: JobContext) -> SweepRunResult:
     """The job handler of ``sweep.run``; params: ``{"sweep_id": ...}``."""
     sweep_id = int(ctx.params["sweep_id"])
     resume_from = int(ctx.params.get("resume_from", 0))

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen import events as loadgen_events
 from benchlib.loadgen.apis import Api, engine_extra_body
 from benchlib.loadgen.events import LoadgenEvent
@@ -82,7 +83,7 @@ def loadgen_argv(
     return argv
 
 
-def request_extra_body(engine: str, load: dict[str, Any]) -> dict[str, Any]:
+def request_extra_body(engine: str, load: dict[str, Any]) -> JsonObject:
     """The engine's speculative-figures fields, then the user's extra body (its fields win)."""
     try:
         api = Api(str(load.get("api") or "completions"))

@@ -25,7 +25,7 @@ import itertools
 import tempfile
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from django.conf import settings
 
@@ -99,7 +99,18 @@ def _with_records(argv: list[str], records: Path) -> list[str]:
     return out
 
 
-async def run_shard(ctx: JobContext) -> dict[str, Any]:
+class ShardResult(TypedDict):
+    """A shard job's result, as stored in ``Job.result``; the last three once its load
+    generator has stopped and its records are sent."""
+
+    worker_id: str
+    pid: int
+    exit_code: NotRequired[int]
+    records: NotRequired[int]  # request records appended as the job's rows
+    stderr: NotRequired[str]  # the load generator's last 2000 characters of stderr
+
+
+async def run_shard(ctx: JobContext) -> ShardResult:
     """Run one shard's load generator here and report through the job's events: each event,
     then each request record, appended once as its own row. A gang member starts its load
     generator at once, says it is ready when that process is up, and hands it the common
@@ -113,7 +124,7 @@ async def run_shard(ctx: JobContext) -> dict[str, Any]:
         proc = await LoadgenProcess.start(
             _with_records(argv, records), cwd=settings.BASE_DIR, stdin_pipe=gang
         )
-        result: dict[str, Any] = {"worker_id": ctx.worker_id, "pid": proc.pid}
+        result: ShardResult = {"worker_id": ctx.worker_id, "pid": proc.pid}
         loop = asyncio.get_running_loop()
         published = 0.0
         pending: list[tuple[str, Any]] = []

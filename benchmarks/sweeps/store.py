@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 
 from benchmarks import audit, selectors
 from benchmarks.sweeps import recording
+from benchmarks.sweeps.rows import SweepSnapshot
 from hosts.telemetry.levels import ServerMetrics
 
 asweep_begin = sync_to_async(recording.sweep_begin)
@@ -41,10 +42,10 @@ async def asweep_level_server_metrics_save(
     )
 
 
-async def asweep_snapshot(*, sweep_id: int) -> dict[str, Any] | None:
+async def asweep_snapshot(*, sweep_id: int) -> SweepSnapshot | None:
     """For the sweep page's consumer: Channels' wrap closes stale connections around it."""
     snapshot = await database_sync_to_async(selectors.sweep_snapshot)(sweep_id=sweep_id)
-    return cast(dict[str, Any] | None, snapshot)
+    return cast("SweepSnapshot | None", snapshot)
 
 
 class ServiceStore:

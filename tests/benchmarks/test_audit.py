@@ -43,7 +43,7 @@ def _measure(simulator: Simulator, levels: list[int], **fields: Any) -> Sweep:
     job = Job.objects.get(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
 
-    async def run() -> dict[str, Any]:
+    async def run() -> handler.SweepRunResult:
         return await asyncio.wait_for(handler.run_sweep(ctx), 90)
 
     result = async_to_sync(run)()

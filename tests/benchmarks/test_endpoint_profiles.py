@@ -36,12 +36,12 @@ def endpoint_profile(name: str, base_url: str, **fields: Any) -> ServerProfile:
     return profile
 
 
-def _run(sweep: Sweep) -> dict[str, Any]:
+def _run(sweep: Sweep) -> handler.SweepRunResult:
     assert sweep.job_id is not None
     job = Job.objects.get(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
 
-    async def run() -> dict[str, Any]:
+    async def run() -> handler.SweepRunResult:
         return await asyncio.wait_for(handler.run_sweep(ctx), 90)
 
     return async_to_sync(run)()

@@ -28,7 +28,7 @@ def test_a_rate_sweep_runs_one_open_loop_level_per_rate_under_its_cap(
     job = Job.objects.get(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
 
-    async def run() -> dict[str, Any]:
+    async def run() -> handler.SweepRunResult:
         return await asyncio.wait_for(handler.run_sweep(ctx), 90)
 
     assert async_to_sync(run)()["state"] == SweepState.COMPLETED

@@ -63,7 +63,7 @@ def _swept(base_url: str) -> Sweep:
     job = Job.objects.get(pk=sweep.job_id)
     ctx = JobContext(job_id=job.pk, kind=job.kind, params=job.params, worker_id="test")
 
-    async def run() -> dict[str, Any]:
+    async def run() -> handler.SweepRunResult:
         return await asyncio.wait_for(handler.run_sweep(ctx), 600)
 
     assert async_to_sync(run)()["state"] == SweepState.COMPLETED
