@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from typing import Any, TypedDict
 
 from benchlib.json_types import JsonObject, PlotlyFigure
-from benchlib.stats.breakeven import BreakevenMap, PredictionCheck
+from benchlib.stats.breakeven import (
+    BreakevenMap,
+    BreakevenMapJson,
+    PredictionCheck,
+    PredictionCheckJson,
+)
 from benchmarks.experiments.breakeven import Placement
 
 CSV_COLUMNS = (
@@ -43,13 +48,13 @@ class CheckPayload(TypedDict):
     verification_id: int
     verification_state: str
     created_at: str
-    result: JsonObject | None
+    result: PredictionCheckJson | None
 
 
 class MapPayload(TypedDict):
     """``map_payload``: the map (``BreakevenMap.to_dict``), the placement and the checks."""
 
-    map: JsonObject
+    map: BreakevenMapJson
     placement: PlacementPayload | None
     checks: list[CheckPayload]
 
