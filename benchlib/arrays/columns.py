@@ -34,11 +34,10 @@ import numpy.typing as npt
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo, request_figures
-from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.records import ClockAnchor, OtherColumns, RequestRecord
 from benchlib.loadgen.recordstore import (
     _PAYLOAD,
     MAGIC,
-    OtherColumns,
     ReadState,
     decode_block,
     iter_compact_blocks,

@@ -269,3 +269,15 @@ class RequestRecord:
             session=d.get("session"),
             turn=d.get("turn"),
         )
+
+
+class SparseColumn(TypedDict):
+    """A key only some of a block's rows have: those rows' indices and their values."""
+
+    rows: list[int]
+    values: list[Any]
+
+
+# A compact block's other columns (recordstore.py: every key but the start, the times and the
+# chunks), by key: each row's value, or a sparse column where some rows lack the key.
+OtherColumns = dict[str, list[Any] | SparseColumn]

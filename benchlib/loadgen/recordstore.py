@@ -29,9 +29,9 @@ from array import array
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
-from benchlib.loadgen.records import RecordRow
+from benchlib.loadgen.records import OtherColumns, RecordRow
 
 MAGIC = b"SDREC01\n"
 COMPACT_SUFFIX = ".sdrec"
@@ -74,18 +74,6 @@ _KEY_ORDER = (
     "attempt",
 )
 _ORDER = {k: i for i, k in enumerate(_KEY_ORDER)}
-
-
-class SparseColumn(TypedDict):
-    """A key only some of a block's rows have: those rows' indices and their values."""
-
-    rows: list[int]
-    values: list[Any]
-
-
-# A compact block's other columns (every key but the start, the times and the chunks), by key:
-# each row's value, or a sparse column where some rows lack the key.
-OtherColumns = dict[str, list[Any] | SparseColumn]
 
 
 def _us(t: float) -> int:
