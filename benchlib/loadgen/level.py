@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from benchlib.loadgen.apis import PATHS
@@ -28,6 +28,18 @@ SampleCallback = Callable[[dict[str, Any]], None]
 # Takes each request's record as it completes (warm-up ones included) and the level's anchor:
 # with one, the runner keeps no records, so its memory does not grow with the level.
 RecordSink = Callable[[RequestRecord, ClockAnchor], None]
+
+
+async def _run_workers(workers: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run the workers together until all end; when the phase is cancelled (or one worker
+    raises), cancel the rest and wait for them, so none outlives its phase."""
+    tasks = [asyncio.create_task(w) for w in workers]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LevelRunner:
@@ -180,27 +192,12 @@ class LevelRunner:
                     await asyncio.sleep(cfg.think_time)
 
     async def _sessions_phase(self, limit: int | None, deadline: float | None) -> None:
-        workers = self.cfg.concurrency
-        tasks = [
-            asyncio.create_task(self._session_worker(i, limit, deadline)) for i in range(workers)
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _run_workers(
+            self._session_worker(i, limit, deadline) for i in range(self.cfg.concurrency)
+        )
 
     async def _closed_phase(self, workers: int, limit: int | None, deadline: float | None) -> None:
-        tasks = [
-            asyncio.create_task(self._closed_worker(i, limit, deadline)) for i in range(workers)
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _run_workers(self._closed_worker(i, limit, deadline) for i in range(workers))
 
     async def _rate_phase(self, limit: int | None, deadline: float | None) -> None:
         cfg = self.cfg
