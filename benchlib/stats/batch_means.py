@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from benchlib.stats.tdist import t_ppf
-from benchlib.stats.types import Ratio, RequestColumns, RequestPoint
+from benchlib.stats.types import Ratio, RequestColumns, RequestPoint, sum_over_span
 
 METHOD: Final = "batch-means-log-t"
 MIN_BLOCKS = 3
@@ -57,10 +57,7 @@ def achieved_concurrency(requests: Sequence[RequestPoint]) -> float:
     """Little's law over the level: sum of the requests' durations / the level's span."""
     if isinstance(requests, RequestColumns):
         return requests.achieved_concurrency()
-    span = max(r.end for r in requests) - min(r.start for r in requests)
-    if span <= 0:
-        raise ValueError("the requests span no time")
-    return sum(r.duration for r in requests) / span
+    return sum_over_span(requests, "duration")
 
 
 def time_blocks(requests: Sequence[RequestPoint]) -> list[Sequence[RequestPoint]]:
