@@ -10,7 +10,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from benchlib.loadgen.apis import PATHS
 from benchlib.loadgen.arrivals import OpenLoopSlots, next_gap, wait_until
@@ -24,7 +24,27 @@ from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.sessions import Session
 from benchlib.stats.intervals import quantile
 
-SampleCallback = Callable[[dict[str, Any]], None]
+
+class LiveSample(TypedDict):
+    """A level's live figures, once per sample interval (``LevelRunner._sampler``; summed over
+    a split level's processes by ``multiproc``): the load generator's ``sample`` event without
+    ``recent_ttft``, and its progress line."""
+
+    t: float  # epoch seconds
+    phase: str  # "warmup" or "measure"
+    tok_s: float  # output tokens per second over the interval
+    in_flight: int
+    completed: int
+    errors: int
+    ttft_p50: float | None  # seconds, over the recent TTFTs (None: none yet)
+    loop_lag_ms: float
+    client_cpu: float  # percent of one core
+    client_limited: bool
+    recent_ttft: list[float]  # seconds, sorted
+    processes: NotRequired[int]  # a level split across processes (multiproc)
+
+
+SampleCallback = Callable[[LiveSample], None]
 # Takes each request's record as it completes (warm-up ones included) and the level's anchor:
 # with one, the runner keeps no records, so its memory does not grow with the level.
 RecordSink = Callable[[RequestRecord, ClockAnchor], None]
@@ -309,7 +329,7 @@ class LevelRunner:
             tokens = live.tokens
             lag_ms, cpu = self.health.take()
             ttfts = sorted(live.recent_ttft)
-            sample = {
+            sample: LiveSample = {
                 "t": time.time(),
                 "phase": self.phase,
                 "tok_s": (tokens - last_tokens) / (now - last_t),
