@@ -51,7 +51,7 @@ from benchlib.loadgen.events import (
     dumps,
     silence_stdout,
 )
-from benchlib.loadgen.level import LiveSample, RecordSink, run_level
+from benchlib.loadgen.level import RecordSink, RunnerSample, run_level
 from benchlib.loadgen.level_config import LevelConfig, level_plan
 from benchlib.loadgen.level_summary import level_summary
 from benchlib.loadgen.multiproc import run_level_multiprocess
@@ -231,7 +231,7 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 level_start["trace"] = replayed["trace"]
             events.emit(level_start)
 
-            def on_sample(s: LiveSample, i: int = i, c: int = c) -> None:
+            def on_sample(s: RunnerSample, i: int = i, c: int = c) -> None:
                 figures = {k: v for k, v in s.items() if k != "recent_ttft"}
                 events.emit(_sample_event(i, c, figures))
                 say(progress_line(i, c, s))

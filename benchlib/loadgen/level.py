@@ -25,10 +25,10 @@ from benchlib.loadgen.sessions import Session
 from benchlib.stats.intervals import quantile
 
 
-class LiveSample(TypedDict):
-    """A level's live figures, once per sample interval (``LevelRunner._sampler``; summed over
-    a split level's processes by ``multiproc``): the load generator's ``sample`` event without
-    ``recent_ttft``, and its progress line."""
+class RunnerSample(TypedDict):
+    """What the level runner hands ``on_sample`` once per sample interval (``_sampler``;
+    summed over a split level's processes by ``multiproc``). The command line writes it, less
+    ``recent_ttft``, as its ``sample`` event (``events.SampleEvent``) and a progress line."""
 
     t: float  # epoch seconds
     phase: str  # "warmup" or "measure"
@@ -44,7 +44,7 @@ class LiveSample(TypedDict):
     processes: NotRequired[int]  # a level split across processes (multiproc)
 
 
-SampleCallback = Callable[[LiveSample], None]
+SampleCallback = Callable[[RunnerSample], None]
 # Takes each request's record as it completes (warm-up ones included) and the level's anchor:
 # with one, the runner keeps no records, so its memory does not grow with the level.
 RecordSink = Callable[[RequestRecord, ClockAnchor], None]
@@ -329,7 +329,7 @@ class LevelRunner:
             tokens = live.tokens
             lag_ms, cpu = self.health.take()
             ttfts = sorted(live.recent_ttft)
-            sample: LiveSample = {
+            sample: RunnerSample = {
                 "t": time.time(),
                 "phase": self.phase,
                 "tok_s": (tokens - last_tokens) / (now - last_t),

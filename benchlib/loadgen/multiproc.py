@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from benchlib.loadgen.level import LevelRunner, LiveSample, SampleCallback
+from benchlib.loadgen.level import LevelRunner, RunnerSample, SampleCallback
 from benchlib.loadgen.level_config import LevelConfig, LevelResult, share
 from benchlib.loadgen.merge import merge_results
 from benchlib.loadgen.prompts import PromptSource
@@ -141,14 +141,14 @@ class _SampleMerger:
     """
 
     def __init__(self) -> None:
-        self.latest: dict[int, LiveSample] = {}
+        self.latest: dict[int, RunnerSample] = {}
         self.fresh = False
 
-    def add(self, idx: int, sample: LiveSample) -> None:
+    def add(self, idx: int, sample: RunnerSample) -> None:
         self.latest[idx] = sample
         self.fresh = True
 
-    def combined(self) -> LiveSample | None:
+    def combined(self) -> RunnerSample | None:
         if not self.fresh:
             return None
         self.fresh = False
