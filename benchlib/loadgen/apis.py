@@ -116,6 +116,15 @@ def _error_text(obj: Mapping[str, object]) -> str | None:
     return None
 
 
+def _read_error(obj: Mapping[str, object], rec: RequestRecord) -> None:
+    """An event that carries an error rather than tokens: the server's message on the record
+    (cut to 500 characters); nothing for an event that is neither."""
+    text = _error_text(obj)
+    if text is not None:
+        rec.error_kind = "server_error"
+        rec.error = text[:500]
+
+
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -356,10 +365,7 @@ class OpenAIHandler(ChunkHandler):
             if isinstance(details, dict):
                 read_sglang_meta(details, rec)
         elif usage is None:
-            text = _error_text(obj)
-            if text is not None:
-                rec.error_kind = "server_error"
-                rec.error = text[:500]
+            _read_error(obj, rec)
             return
         if usage:
             rec.output_tokens = usage.get("completion_tokens") or 0
@@ -410,10 +416,7 @@ class GenerateHandler(ChunkHandler):
         rec = self.rec
         meta = obj.get("meta_info")
         if meta is None:
-            text = _error_text(obj)
-            if text is not None:
-                rec.error_kind = "server_error"
-                rec.error = text[:500]
+            _read_error(obj, rec)
             return
         self._meta(meta, now, obj)
 
