@@ -198,6 +198,10 @@ class ReadState:
     torn_tail: bool = False
     end_offset: int = 0
 
+    def bad_line_numbers(self, rows: int) -> list[int]:
+        """After a pass that read `rows` rows: the bad lines, a torn tail the row after them."""
+        return [*self.bad_lines, rows + 1] if self.torn_tail else list(self.bad_lines)
+
 
 def iter_compact(
     path: Path, *, offset: int = 0, state: ReadState | None = None
