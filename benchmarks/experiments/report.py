@@ -13,7 +13,7 @@ from typing import Any
 import plotly.io as pio
 from django.template.loader import render_to_string
 
-from benchlib.json_types import PlotlyFigure
+from benchlib.json_types import JsonObject, PlotlyFigure
 from benchmarks.experiments.figures import (
     COLORS,
     REPORT_LEGEND_WIDTH_PX,
@@ -27,7 +27,7 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 # The dashboard's look (static/specdash/app.css) for the report's charts: without a template
 # of its own, plotly.io.to_html applies Python Plotly's default one (grey plot area, white
 # grid), which the page's charts (plotly.js, no template) never show.
-APP_TEMPLATE: dict[str, Any] = {
+APP_TEMPLATE: JsonObject = {
     "layout": {
         "font": {"family": "system-ui, sans-serif", "color": "#1d2330", "size": 12},
         "paper_bgcolor": "#ffffff",
