@@ -45,7 +45,9 @@ async def acomparison_inputs(*, experiment_id: int) -> builds.ComparisonInputs:
     return await sync_to_async(builds.comparison_inputs)(experiment_id=experiment_id)
 
 
-async def aexperiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+async def aexperiment_save_comparison(
+    *, experiment_id: int, result: builds.StoredComparison
+) -> None:
     await sync_to_async(builds.experiment_save_comparison)(
         experiment_id=experiment_id, result=result
     )
