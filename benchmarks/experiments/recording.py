@@ -49,7 +49,8 @@ class ExperimentPlan:
     experiment_id: int
     name: str
     levels: list[int]
-    load: dict[str, Any]
+    # The load settings as stored (their JSON form, checked by LoadSettings when created).
+    load: JsonObject
     repeats: int
     notes: str
     tags: list[str]
