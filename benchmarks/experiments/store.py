@@ -10,11 +10,10 @@ service's parameters), so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from benchlib.json_types import JsonObject
 from benchmarks import audit
 from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
@@ -53,12 +52,13 @@ async def aexperiment_save_comparison(
     )
 
 
-async def aexperiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
-    """For the experiment page's consumer: Channels' wrap closes stale connections around it."""
+async def aexperiment_snapshot(*, experiment_id: int) -> JsonObject | None:
+    """For the experiment page's consumer, which sends it as plain JSON: Channels' wrap
+    closes stale connections around it."""
     snapshot = await database_sync_to_async(selectors.experiment_snapshot)(
         experiment_id=experiment_id
     )
-    return cast(dict[str, Any] | None, snapshot)
+    return dict(snapshot) if snapshot is not None else None
 
 
 # Reads the runner polls and decides on: the async ORM already, gathered here so the runner
