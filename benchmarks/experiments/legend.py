@@ -1,14 +1,15 @@
 """Where a server-built chart's legend goes and how much room it takes: under the x axis's
-title, in the figure's own bottom margin, its long entries wrapped (``legend_below``); every
-server-built figure (the comparison's, the history's, the ramps' and the schedule's) goes
-through it, and static/specdash/charts.js fits the margin to the rows the legend really took.
+title, in the figure's own bottom margin, its long entries wrapped (``legend_below``). The
+comparison's, the history's, the ramps' and the schedule's figures go through it, and
+static/specdash/charts.js fits the margin to the rows the legend really took.
 """
 
 from __future__ import annotations
 
 from benchlib.json_types import PlotlyFigure
 
-# Every server-built chart's margins before its legend's rows and its title's lines are added.
+# A chart's margins (figures.py's, and a figure's without its own) before its legend's rows and
+# its title's lines are added.
 MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
 
 # The legend goes under the x axis's title, in the figure's own bottom margin (``yref``
