@@ -49,7 +49,8 @@ class ExperimentPlan:
     experiment_id: int
     name: str
     levels: list[int]
-    load: dict[str, Any]
+    # The load settings as stored (their JSON form, checked by LoadSettings when created).
+    load: JsonObject
     repeats: int
     notes: str
     tags: list[str]
@@ -190,7 +191,7 @@ def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) ->
         _close_steps(experiment_id, state, reason)
 
 
-def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
+def experiment_store_comparison(*, experiment_id: int) -> builds.StoredComparison:
     """Build the comparison (and the schedule) from the experiment's sweeps and keep them on
     the experiment, here on the caller's thread (the worker builds it in a child process:
     ``builds.experiment_store_comparison_off_worker``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Prefetch, QuerySet
 
@@ -29,6 +29,9 @@ from benchmarks.models import (
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.models import ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.equivalence import EquivalenceCheck
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -209,9 +212,9 @@ def experiment_profiles() -> QuerySet[ServerProfile]:
     return ServerProfile.objects.select_related("host").order_by("name")
 
 
-def experiment_equivalence_runs(*, experiment: Experiment) -> dict[str, list[dict[str, Any]]]:
+def experiment_equivalence_runs(*, experiment: Experiment) -> dict[str, list[EquivalenceCheck]]:
     """Each arm's output checks (one per step that ran them), by arm label."""
-    runs: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, list[EquivalenceCheck]] = {}
     for step in experiment_steps(experiment_id=experiment.pk):
         if step.equivalence:
             runs.setdefault(step.arm.label, []).append(step.equivalence)

@@ -10,11 +10,10 @@ service's parameters), so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from benchlib.json_types import JsonObject
 from benchmarks import audit
 from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
@@ -45,18 +44,21 @@ async def acomparison_inputs(*, experiment_id: int) -> builds.ComparisonInputs:
     return await sync_to_async(builds.comparison_inputs)(experiment_id=experiment_id)
 
 
-async def aexperiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+async def aexperiment_save_comparison(
+    *, experiment_id: int, result: builds.StoredComparison
+) -> None:
     await sync_to_async(builds.experiment_save_comparison)(
         experiment_id=experiment_id, result=result
     )
 
 
-async def aexperiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
-    """For the experiment page's consumer: Channels' wrap closes stale connections around it."""
+async def aexperiment_snapshot(*, experiment_id: int) -> JsonObject | None:
+    """For the experiment page's consumer, which sends it as plain JSON: Channels' wrap
+    closes stale connections around it."""
     snapshot = await database_sync_to_async(selectors.experiment_snapshot)(
         experiment_id=experiment_id
     )
-    return cast(dict[str, Any] | None, snapshot)
+    return dict(snapshot) if snapshot is not None else None
 
 
 # Reads the runner polls and decides on: the async ORM already, gathered here so the runner

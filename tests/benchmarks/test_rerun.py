@@ -10,6 +10,7 @@ from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from benchlib.json_types import JsonObject
 from benchmarks import services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.recording import ExperimentPlan
@@ -25,7 +26,7 @@ from tests.benchmarks.test_endpoint_profiles import endpoint_profile
 
 pytestmark = pytest.mark.django_db
 
-LOAD = {"requests_per_level": 4, "max_tokens": 8, "input_tokens": 16}
+LOAD: JsonObject = {"requests_per_level": 4, "max_tokens": 8, "input_tokens": 16}
 
 
 def _finished(sweep: Sweep, state: str = SweepState.COMPLETED) -> Sweep:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from benchmarks.experiments.figures import comparison_figures, legend_rows
+from benchmarks.experiments.figures import comparison_figures
+from benchmarks.experiments.legend import legend_rows
 from benchmarks.models import Sweep
 from benchmarks.templatetags.readable import argv_lines, name_value_rows
 from hosts.models import ServerProfile
