@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -53,10 +53,31 @@ Sleep = Callable[[float], Awaitable[None]]
 BACKOFF_S: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+class HostSampleData(TypedDict):
+    cpu: float  # busy percent over all CPUs, one decimal
+    cpus: int
+    mem_used: int  # bytes
+    mem_total: int  # bytes
+    load1: float
+
+
+class ServerSampleData(TypedDict):
+    """A server's live figures (None where its engine does not export them)."""
+
+    running: float | None
+    queued: float | None
+    gen_tps: float | None
+    kv: float | None
+    accept_length: float | None
+    accept_rate: float | None
+
+
 @dataclass(frozen=True)
 class Sample:
     kind: str  # "gpu" | "host" | "server"
     t: float  # epoch seconds on the dashboard's clock, when the probe got it
+    # The probe's reading for its kind (gpu_sample_data's parallel lists, a HostSampleData, a
+    # ServerSampleData), as its JSON column stores it and chart code reads it back.
     data: dict[str, Any]
     instance_id: int | None = None
     # Known when the probe runs for one sweep only (an endpoint's server scrape): the row is
@@ -80,7 +101,7 @@ def gpu_sample_data(gpus: Sequence[GpuSample]) -> dict[str, list[Any]]:
     }
 
 
-def host_sample_data(sample: HostLoadSample) -> dict[str, Any]:
+def host_sample_data(sample: HostLoadSample) -> HostSampleData:
     return {
         "cpu": round(sample.cpu_busy_pct, 1),
         "cpus": sample.cpu_count,
@@ -90,7 +111,7 @@ def host_sample_data(sample: HostLoadSample) -> dict[str, Any]:
     }
 
 
-def server_sample_data(before: EngineMetrics | None, after: EngineMetrics) -> dict[str, Any]:
+def server_sample_data(before: EngineMetrics | None, after: EngineMetrics) -> ServerSampleData:
     """The live server figures; accept length over the last scrape interval where possible."""
     accept_length = after.spec_accept_length
     accept_rate = after.spec_accept_rate
@@ -213,7 +234,7 @@ class LocalHostProbe:
         while True:
             await asyncio.sleep(self.interval_s)
             sample = self.sampler.sample()
-            self.sink(Sample(kind="host", t=sample.at, data=host_sample_data(sample)))
+            self.sink(Sample(kind="host", t=sample.at, data=dict(host_sample_data(sample))))
 
 
 # A constant script (never built from input); the interval arrives as "$1".
@@ -295,7 +316,7 @@ class RemoteHostProbe:
             memory=memory,
             load=load,
         )
-        out = Sample(kind="host", t=sample.at, data=host_sample_data(sample))
+        out = Sample(kind="host", t=sample.at, data=dict(host_sample_data(sample)))
         self.stats.samples += 1
         self.sink(out)
         return out
@@ -365,7 +386,7 @@ class ServerMetricsProbe:
         sample = Sample(
             kind="server",
             t=metrics.scraped_at,
-            data=server_sample_data(previous, metrics),
+            data=dict(server_sample_data(previous, metrics)),
             instance_id=self.instance_id,
             sweep_id=self.sweep_id,
         )
