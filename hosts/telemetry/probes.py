@@ -42,7 +42,7 @@ from hosts.telemetry.nvidia_smi import (
     parse_gpu_query,
 )
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
-from hosts.transports import Transport, TransportError
+from hosts.transports import LineStream, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,58 @@ class StreamStats:
     restarts_at: list[float] = field(default_factory=list)
 
 
-class GpuStreamProbe:
+class _RestartingStream:
+    """A long-lived command over the transport, read until it ends and then restarted with
+    backoff, until cancelled. Subclasses read its lines (`_read`) and say what a stream's end
+    is called (`_exit_note`) and what follows it before the next (`_ended`)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        argv: Sequence[str],
+        *,
+        sink: Sink,
+        clock: Clock,
+        backoff: tuple[float, ...],
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.transport = transport
+        self.argv = list(argv)
+        self.sink = sink
+        self.clock = clock
+        self.backoff = _Backoff(backoff)
+        self.sleep = sleep
+        self.stats = StreamStats()
+
+    async def run(self) -> None:
+        while True:
+            produced = await self._one_stream()
+            await self.sleep(self._ended(produced=produced))
+
+    async def _one_stream(self) -> bool:
+        """One stream, start to end; whether it produced a sample."""
+        self.stats.starts += 1
+        before = self.stats.samples
+        try:
+            async with self.transport.stream(self.argv) as lines:
+                await self._read(lines)
+            self.stats.last_error = self._exit_note(lines)
+        except TransportError as exc:
+            self.stats.last_error = str(exc)
+        return self.stats.samples > before
+
+    async def _read(self, lines: LineStream) -> None:
+        raise NotImplementedError
+
+    def _exit_note(self, lines: LineStream) -> str:
+        return f"exit {lines.returncode}"
+
+    def _ended(self, *, produced: bool) -> float:
+        """The wait before the next stream."""
+        return self.backoff.next_delay(produced=produced)
+
+
+class GpuStreamProbe(_RestartingStream):
     """One `nvidia-smi -lms` stream per host, restarted with backoff until cancelled."""
 
     def __init__(
@@ -166,43 +217,31 @@ class GpuStreamProbe:
         backoff: tuple[float, ...] = BACKOFF_S,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        self.transport = transport
-        self.argv = list(argv)
-        self.sink = sink
-        self.clock = clock
-        self.backoff = _Backoff(backoff)
-        self.sleep = sleep
+        super().__init__(transport, argv, sink=sink, clock=clock, backoff=backoff, sleep=sleep)
         self.assembler = GpuStreamAssembler()
-        self.stats = StreamStats()
 
     @staticmethod
     def default_argv(interval_ms: int) -> list[str]:
         return gpu_query_argv(interval_ms)
 
-    async def run(self) -> None:
-        while True:
-            produced = await self._one_stream()
-            for tick in self.assembler.restart():
+    async def _read(self, lines: LineStream) -> None:
+        async for line in lines:
+            for tick in self.assembler.feed_line(line):
                 self._emit(tick.gpus)
-            delay = self.backoff.next_delay(produced=produced)
-            self.stats.restarts_at.append(self.clock())
-            logger.info("GPU stream ended (%s); restarting in %.1fs", self.stats.last_error, delay)
-            await self.sleep(delay)
 
-    async def _one_stream(self) -> bool:
-        self.stats.starts += 1
-        before = self.stats.samples
-        try:
-            async with self.transport.stream(self.argv) as lines:
-                async for line in lines:
-                    for tick in self.assembler.feed_line(line):
-                        self._emit(tick.gpus)
-                stderr = lines.stderr.decode("utf-8", "replace").strip()[-300:]
-                detail = f": {stderr}" if stderr else ""
-                self.stats.last_error = f"exit {lines.returncode}{detail}"
-        except TransportError as exc:
-            self.stats.last_error = str(exc)
-        return self.stats.samples > before
+    def _exit_note(self, lines: LineStream) -> str:
+        stderr = lines.stderr.decode("utf-8", "replace").strip()[-300:]
+        detail = f": {stderr}" if stderr else ""
+        return f"exit {lines.returncode}{detail}"
+
+    def _ended(self, *, produced: bool) -> float:
+        # A tick cut short by the stream's end is emitted now, so it never glues onto the next.
+        for tick in self.assembler.restart():
+            self._emit(tick.gpus)
+        delay = self.backoff.next_delay(produced=produced)
+        self.stats.restarts_at.append(self.clock())
+        logger.info("GPU stream ended (%s); restarting in %.1fs", self.stats.last_error, delay)
+        return delay
 
     def _emit(self, gpus: Sequence[GpuSample]) -> None:
         if not gpus:
@@ -248,7 +287,7 @@ def hostload_argv(interval_s: float) -> list[str]:
     return ["sh", "-c", _HOSTLOAD_SCRIPT, "specdash-hostload", f"{interval_s:g}"]
 
 
-class RemoteHostProbe:
+class RemoteHostProbe(_RestartingStream):
     """A remote host's load read from /proc over one long-lived command (nothing to install)."""
 
     def __init__(
@@ -260,28 +299,14 @@ class RemoteHostProbe:
         clock: Clock = time.time,
         backoff: tuple[float, ...] = BACKOFF_S,
     ) -> None:
-        self.transport = transport
-        self.argv = hostload_argv(interval_s)
-        self.sink = sink
-        self.clock = clock
-        self.backoff = _Backoff(backoff)
-        self.stats = StreamStats()
+        super().__init__(
+            transport, hostload_argv(interval_s), sink=sink, clock=clock, backoff=backoff
+        )
         self._previous: ProcStat | None = None
 
-    async def run(self) -> None:
-        while True:
-            self.stats.starts += 1
-            before = self.stats.samples
-            self._previous = None
-            try:
-                async with self.transport.stream(self.argv) as lines:
-                    await self._read(lines)
-                self.stats.last_error = f"exit {lines.returncode}"
-            except TransportError as exc:
-                self.stats.last_error = str(exc)
-            await asyncio.sleep(self.backoff.next_delay(produced=self.stats.samples > before))
-
-    async def _read(self, lines: Any) -> None:
+    async def _read(self, lines: LineStream) -> None:
+        # CPU use is the difference between two blocks of one stream, never across streams.
+        self._previous = None
         sections: dict[str, list[str]] = {"stat": [], "meminfo": [], "loadavg": []}
         current = "stat"
         async for line in lines:
