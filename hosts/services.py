@@ -4,7 +4,6 @@ after commit; the slow work happens in a background job, never in the request.""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Any, TypeVar, Unpack
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -230,8 +229,7 @@ class HoldersNotListed(KillRefused):
     """A holder the instance's verification did not list (by pid and start time), or none."""
 
 
-def _holder_key(holder: Mapping[str, object]) -> tuple[object, object]:
-    # Read with get: the evidence is the stored JSON of the agent's verification.
+def _holder_key(holder: dict[str, Any]) -> tuple[Any, Any]:
     return holder.get("pid"), holder.get("start_time")
 
 
@@ -241,11 +239,8 @@ def holders_listed(
     """The given holders that the instance's verification listed, matched by pid and start
     time (a pid alone may have been reused by an unrelated process since)."""
     listed = {_holder_key(h) for h in instance.evidence.get("holders", [])}
-    return [
-        {"pid": h["pid"], "start_time": h["start_time"]}
-        for h in holders
-        if _holder_key(h) in listed
-    ]
+    keys = [_holder_key(h) for h in holders]
+    return [{"pid": pid, "start_time": start} for pid, start in keys if (pid, start) in listed]
 
 
 def instance_kill_holders(
