@@ -15,7 +15,7 @@ from typing import Any
 from benchmarks.audit_report import AuditReport, figures_agree
 from benchmarks.experiments import builds
 from benchmarks.experiments.level_runs import METRIC
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 
 
 def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:

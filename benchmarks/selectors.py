@@ -14,9 +14,10 @@ from django.db.models import QuerySet
 
 from benchlib.json_types import PlotlyFigure
 from benchmarks.controller_report import ControllerSection, tracks_context
-from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
+from benchmarks.experiments.models import Experiment
 from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow, SweepSnapshot
 from core.listing import run_filters

@@ -19,10 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import targets
 from benchmarks.sweeps.environment import sweep_environment, target_model
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.recording import broadcast_sweep_state
 from benchmarks.traces import trace_format_of
 from core.jobs import job_cancel, job_enqueue

@@ -17,8 +17,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks import forms, selectors, services, traces
-from benchmarks.models import Sweep
 from benchmarks.sweeps import exports
+from benchmarks.sweeps.models import Sweep
 from benchmarks.sweeps.workload import sweep_workload
 from core import roles
 from core.http import HtmxHttpRequest

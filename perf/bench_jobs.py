@@ -136,7 +136,7 @@ def _run(
     *, sweeps: int, workers: int, base_url: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
     from benchmarks import services
-    from benchmarks.models import Sweep, SweepLevel
+    from benchmarks.sweeps.models import Sweep, SweepLevel
 
     load = {
         "api": "completions",

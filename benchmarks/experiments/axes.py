@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments.level_runs import SeriesData
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 
 # The load settings an arm may set for itself (LoadSettings' own fields and rules).
 ARM_LOAD_AXES = ("api", "temperature")

@@ -23,8 +23,14 @@ from benchmarks.experiments.equivalence import EquivalenceCheck
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.experiments.models import (
+    FINISHED_STEP_STATES,
+    Experiment,
+    ExperimentState,
+    ExperimentStep,
+    StepState,
+)
+from benchmarks.sweeps.models import Sweep
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile
 

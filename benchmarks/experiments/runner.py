@@ -29,6 +29,12 @@ from django.core.exceptions import ValidationError
 
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import builds, services, store
+from benchmarks.experiments.models import (
+    FINISHED_STEP_STATES,
+    ExperimentState,
+    ExperimentStep,
+    StepState,
+)
 from benchmarks.experiments.step_run import (
     ExperimentCancelled,
     Halt,
@@ -36,8 +42,7 @@ from benchmarks.experiments.step_run import (
     StepsStopped,
 )
 from benchmarks.experiments.stops import host_probe, stop_verified
-from benchmarks.models import ExperimentStep, StepState, SweepState
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.sweeps.models import SweepState
 from core.jobs import JobContext
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 

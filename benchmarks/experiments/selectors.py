@@ -17,15 +17,8 @@ from django.db.models import Prefetch, QuerySet
 
 from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.experiments.history import HistoryRun, history_load
-from benchmarks.models import (
-    Experiment,
-    ExperimentArm,
-    ExperimentStep,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepState,
-)
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.plan import is_rate_sweep
 from hosts.models import ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES

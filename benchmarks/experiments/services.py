@@ -25,6 +25,17 @@ from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
 from benchmarks.experiments.events import history_add as _history_add
+from benchmarks.experiments.models import (
+    DEFAULT_ORDER,
+    DEFAULT_REPEATS,
+    FINISHED_STEP_STATES,
+    Experiment,
+    ExperimentArm,
+    ExperimentOrder,
+    ExperimentState,
+    ExperimentStep,
+    StepState,
+)
 from benchmarks.experiments.recording import ExperimentPlan as ExperimentPlan
 from benchmarks.experiments.recording import StepPlan as StepPlan
 from benchmarks.experiments.recording import experiment_begin as experiment_begin
@@ -37,14 +48,6 @@ from benchmarks.experiments.recording import experiment_step_sweep as experiment
 from benchmarks.experiments.recording import experiment_step_update as experiment_step_update
 from benchmarks.experiments.recording import (
     experiment_store_comparison as experiment_store_comparison,
-)
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
-from benchmarks.models.experiments import (
-    DEFAULT_ORDER,
-    DEFAULT_REPEATS,
-    FINISHED_STEP_STATES,
-    ExperimentOrder,
-    ExperimentState,
 )
 from benchmarks.sweeps.plan import is_rate_sweep
 from core.jobs import job_cancel, job_enqueue

@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
 from benchmarks.experiments import equivalence, services, store
+from benchmarks.experiments.models import StepState
 from benchmarks.experiments.stops import (
     SETTINGS,
     HostProbe,
@@ -25,8 +26,8 @@ from benchmarks.experiments.stops import (
     host_probe,
     stop_verified,
 )
-from benchmarks.models import StepState, Sweep, SweepState
 from benchmarks.sweeps import endpoints
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs import JobContext
 from hosts import presets
 from hosts import services as host_services

@@ -18,7 +18,8 @@ from channels.db import database_sync_to_async
 from benchmarks import audit
 from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
-from benchmarks.models import ExperimentStep, Sweep, SweepState
+from benchmarks.experiments.models import ExperimentStep
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile

@@ -26,6 +26,7 @@ from django.db import transaction
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import (
     experiment_arm_series,
@@ -33,7 +34,7 @@ from benchmarks.experiments.series import (
     running_batches,
     sweep_series,
 )
-from benchmarks.models import Experiment, Sweep
+from benchmarks.sweeps.models import Sweep
 
 # Bumped when what is cached changes shape, so an old entry is never read as a new one.
 CACHE_VERSION = 1

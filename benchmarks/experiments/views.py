@@ -26,10 +26,10 @@ from benchmarks.experiments import (
     tuning,
 )
 from benchmarks.experiments.history import history_build, history_groups
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
 from benchmarks.experiments.selectors import StepRow
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, Sweep
-from benchmarks.models.experiments import ExperimentState
 from benchmarks.phases import comparison_phases
+from benchmarks.sweeps.models import Sweep
 from core import roles
 from core.http import HtmxHttpRequest
 from hosts.models import ServerInstance

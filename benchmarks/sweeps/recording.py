@@ -21,8 +21,6 @@ from django.utils import timezone
 
 from benchlib.json_types import JsonObject
 from benchmarks import selectors
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps.channel import (
     SWEEP_LEVEL,
@@ -32,6 +30,14 @@ from benchmarks.sweeps.channel import (
     SweepStatePayload,
 )
 from benchmarks.sweeps.endpoints import EndpointCheck
+from benchmarks.sweeps.models import (
+    FINISHED_SWEEP_STATES,
+    LevelState,
+    Sweep,
+    SweepLevel,
+    SweepSample,
+    SweepState,
+)
 from benchmarks.sweeps.rows import LiveSample
 from core import realtime
 from hosts.models import InstanceState

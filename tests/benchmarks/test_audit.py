@@ -17,8 +17,9 @@ from django.test import Client
 from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
 from benchmarks import audit, audit_comparison, audit_levels, services
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
+from benchmarks.experiments.models import Experiment
 from benchmarks.sweeps import handler
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from core.jobs import JobContext
 from core.models import Job

@@ -15,7 +15,8 @@ from django.test import Client
 
 from benchmarks import audit, audit_comparison, audit_levels
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -14,8 +14,8 @@ from django.test import Client
 
 from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import audit_levels, services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler, recording
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, level_summary_event, load

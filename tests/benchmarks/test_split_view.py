@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from benchmarks import services
-from benchmarks.models import LevelState, SweepLevel
+from benchmarks.sweeps.models import LevelState, SweepLevel
 from tests.benchmarks.conftest import load
 
 

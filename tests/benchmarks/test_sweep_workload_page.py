@@ -14,8 +14,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks import selectors, services
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps import recording
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
 

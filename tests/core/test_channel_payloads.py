@@ -24,8 +24,9 @@ from channels.layers import get_channel_layer
 from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.events import EXPERIMENT_STATE, EXPERIMENT_STEP
-from benchmarks.models import StepState, Sweep, SweepSample, SweepState
+from benchmarks.experiments.models import StepState
 from benchmarks.sweeps.channel import SWEEP_LEVEL, SWEEP_SAMPLES, SWEEP_STATE
+from benchmarks.sweeps.models import Sweep, SweepSample, SweepState
 from core import realtime
 from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job

@@ -17,8 +17,8 @@ from django.conf import settings
 
 from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.jobs.worker import Worker
 from engines.llamacpp import llamacpp_argv
 from engines.models import ModelPair, write_pair

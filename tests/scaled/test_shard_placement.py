@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, load, start_simulator

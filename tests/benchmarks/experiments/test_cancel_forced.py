@@ -8,8 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, StepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
 from core.jobs.registry import forced_cancel_hook_for, load_handlers
 from core.models import Job
 from hosts.models import ServerProfile

@@ -13,7 +13,7 @@ import pytest
 from benchmarks.experiments import comparison, equivalence, selectors, services
 from benchmarks.experiments.history import history_build
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import LevelState
+from benchmarks.sweeps.models import LevelState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

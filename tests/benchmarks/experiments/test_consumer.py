@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks.experiments import services
-from benchmarks.models import StepState
+from benchmarks.experiments.models import StepState
 from tests.benchmarks.test_consumer import _connect, _session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,8 +17,8 @@ from django.test import Client
 
 from benchlib.stats.decision import WITHIN_RUN
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, SweepLevel
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import ServerProfile
 from specdash.management.commands.specdash import Command
 from tests.benchmarks.experiments.constructed import make_sweep

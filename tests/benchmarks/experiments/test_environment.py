@@ -19,7 +19,7 @@ from benchmarks.experiments.environment import (
     run_environment_record,
     specdash_version,
 )
-from benchmarks.models import Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -15,7 +15,7 @@ from benchmarks import audit, audit_levels
 from benchmarks.experiments import builds, records, workload
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from benchmarks.sweeps import recordfile
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep

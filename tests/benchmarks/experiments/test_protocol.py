@@ -16,8 +16,8 @@ from benchlib.stats.intervals import interval_scope, level_ratio
 from benchlib.stats.types import LevelSample, RequestPoint
 from benchmarks.experiments import services
 from benchmarks.experiments.forms import ExperimentForm, MatrixForm
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.protocol import experiment_protocol
-from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.constructed import make_sweep

@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepSample
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepSample
 from core.jobs.queue import reap_expired_jobs
 from core.jobs.worker import Worker
 from core.models import Job, JobState

@@ -14,7 +14,8 @@ from benchmarks import audit
 from benchmarks.experiments import comparison, stored
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from benchlib.loadgen.recordstore import iter_rows
 from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps import handler, recording
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from core.jobs import JobContext
 from core.jobs.queue import reap_expired_jobs
 from core.jobs.worker import Worker, WorkerSettings

@@ -25,8 +25,8 @@ from benchmarks import services
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import report
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import Host

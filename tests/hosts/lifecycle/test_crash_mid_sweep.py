@@ -13,8 +13,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks import services as sweeps
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import handler
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from hosts.models import InstanceState
 from tests.fixtures.procs import alive

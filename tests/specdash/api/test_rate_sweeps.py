@@ -12,9 +12,10 @@ from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level_config import level_plan
 from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.experiments.models import Experiment
 from benchmarks.forms import LoadPlanForm
-from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import recording
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.constructed import make_sweep
