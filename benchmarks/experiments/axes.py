@@ -22,9 +22,9 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from django.core.exceptions import ValidationError
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments.level_runs import SeriesData
 from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps import services as sweep_services
 
 # The load settings an arm may set for itself (LoadSettings' own fields and rules).
 ARM_LOAD_AXES = ("api", "temperature")

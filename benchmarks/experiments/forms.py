@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from benchmarks.experiments import axes, selectors, services
 from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
 from benchmarks.experiments.tuning import DEFAULT_MARGIN
-from benchmarks.forms import LoadPlanForm, PlanKwargs
+from benchmarks.sweeps.forms import LoadPlanForm, PlanKwargs
 from hosts.models import ServerProfile
 
 

@@ -13,7 +13,6 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchlib.json_types import JsonObject
-from benchmarks import services as sweep_services
 from benchmarks.experiments import axes, builds
 from benchmarks.experiments.axes import ArmLoad
 from benchmarks.experiments.environment import (
@@ -30,6 +29,7 @@ from benchmarks.experiments.models import (
     ExperimentStep,
     StepState,
 )
+from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.models import Sweep
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile

@@ -18,7 +18,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
 from benchmarks.experiments.events import HistoryEntry
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
@@ -49,6 +48,7 @@ from benchmarks.experiments.recording import experiment_step_update as experimen
 from benchmarks.experiments.recording import (
     experiment_store_comparison as experiment_store_comparison,
 )
+from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.plan import is_rate_sweep
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require

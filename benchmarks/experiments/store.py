@@ -16,9 +16,9 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from benchmarks import audit
-from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
 from benchmarks.experiments.models import ExperimentStep
+from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.models import Sweep, SweepState
 from core.models import Job, JobState
 from hosts import services as host_services

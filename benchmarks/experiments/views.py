@@ -382,3 +382,9 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
         "nav": "experiments",
     }
     return render(request, "benchmarks/comparison_history.html", context)
+
+
+@roles.viewer_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    context = {"experiments": selectors.experiment_list()[:100], "nav": "experiments"}
+    return render(request, "benchmarks/experiments.html", context)

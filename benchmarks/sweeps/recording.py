@@ -20,8 +20,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from benchlib.json_types import JsonObject
-from benchmarks import selectors
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps import selectors
 from benchmarks.sweeps.channel import (
     SWEEP_LEVEL,
     SWEEP_SAMPLES,

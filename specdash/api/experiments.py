@@ -11,7 +11,6 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
-from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.models import Experiment, ExperimentState
@@ -93,7 +92,7 @@ def experiment_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
 ) -> PageBody[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
-    qs = bench_selectors.experiment_filter(
+    qs = exp_selectors.experiment_filter(
         profile_id=filters.profile,
         state=filters.state,
         tag=filters.tag,

@@ -10,9 +10,8 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from benchmarks import selectors as bench_selectors
-from benchmarks import services
-from benchmarks.sweeps import exports
+from benchmarks.sweeps import exports, services
+from benchmarks.sweeps import selectors as bench_selectors
 from benchmarks.sweeps.models import Sweep, SweepState
 from hosts import selectors as host_selectors
 from specdash.api import errors

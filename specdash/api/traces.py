@@ -16,8 +16,8 @@ from ninja import Field, Router, Schema
 from ninja.responses import Status
 from pydantic import StringConstraints
 
-from benchmarks import traces
-from benchmarks.traces import TraceRow
+from benchmarks.sweeps import traces
+from benchmarks.sweeps.traces import TraceRow
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, responses
 from specdash.api.schemas.base import In

@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
-from benchmarks import audit, audit_comparison, audit_levels, services
+from benchmarks import audit, audit_comparison, audit_levels
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.models import Experiment
-from benchmarks.sweeps import handler
+from benchmarks.sweeps import handler, services
 from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from core.jobs import JobContext

@@ -8,7 +8,7 @@ from django.conf import LazySettings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from benchmarks import services
+from benchmarks.sweeps import services
 from benchmarks.sweeps.models import Sweep, SweepState
 from core.models import Job
 from hosts.models import Host, HostKind

@@ -10,11 +10,11 @@ from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from benchmarks import services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.recording import ExperimentPlan
 from benchmarks.experiments.runner import ExperimentRun
+from benchmarks.sweeps import services
 from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState

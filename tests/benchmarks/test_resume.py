@@ -13,8 +13,8 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import audit_levels, services
-from benchmarks.sweeps import handler, recording
+from benchmarks import audit_levels
+from benchmarks.sweeps import handler, recording, services
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState

@@ -13,8 +13,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import selectors, services
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, selectors, services
 from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load

@@ -21,10 +21,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.events import EXPERIMENT_STATE, EXPERIMENT_STEP
 from benchmarks.experiments.models import StepState
+from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.channel import SWEEP_LEVEL, SWEEP_SAMPLES, SWEEP_STATE
 from benchmarks.sweeps.models import Sweep, SweepSample, SweepState
 from core import realtime

@@ -15,9 +15,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.jobs.worker import Worker
 from engines.llamacpp import llamacpp_argv

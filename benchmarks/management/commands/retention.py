@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from benchmarks.retention import retention_run
+from benchmarks.sweeps.retention import retention_run
 
 
 class Command(BaseCommand):

@@ -189,7 +189,7 @@ async def test_profiles_whose_greedy_outputs_differ_are_flagged(
 def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
-    import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
+    import benchmarks.experiments.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     experiment = services.experiment_create(
         profiles=[make_profile(), make_profile()],

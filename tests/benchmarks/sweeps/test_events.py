@@ -7,8 +7,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.events import LoadgenEvent
-from benchmarks import services
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample
 from benchmarks.sweeps.runner import parse_event

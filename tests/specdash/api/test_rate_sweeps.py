@@ -10,11 +10,10 @@ from django.core.management import CommandError, call_command
 
 from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level_config import level_plan
-from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.models import Experiment
-from benchmarks.forms import LoadPlanForm
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, selectors, services
+from benchmarks.sweeps.forms import LoadPlanForm
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
