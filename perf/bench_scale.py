@@ -383,7 +383,7 @@ def child(args: argparse.Namespace) -> None:
     from django.test import Client
 
     from benchmarks import audit
-    from benchmarks.experiments import services
+    from benchmarks.experiments import recording
     from core.roles import VIEWERS
 
     t0 = time.perf_counter()
@@ -410,9 +410,9 @@ def child(args: argparse.Namespace) -> None:
         print(json.dumps(out))
         return
     build_s, build_mb, _ = _timed(
-        lambda: services.experiment_store_comparison(experiment_id=experiment.pk)
+        lambda: recording.experiment_store_comparison(experiment_id=experiment.pk)
     )
-    services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     out["build"] = {"s": build_s, "peak_mb": build_mb}
     if args.mode in ("full", "answers"):
         user = User.objects.create_user("viewer")

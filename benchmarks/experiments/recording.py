@@ -29,8 +29,8 @@ from benchmarks.experiments.models import (
     ExperimentStep,
     StepState,
 )
-from benchmarks.sweeps import services as sweep_services
 from benchmarks.sweeps.models import Sweep
+from benchmarks.sweeps.services import sweep_create
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile
 
@@ -164,7 +164,7 @@ def experiment_step_sweep(
     with transaction.atomic():
         instance = ServerInstance.objects.get(pk=instance_id) if instance_id is not None else None
         repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
-        sweep = sweep_services.sweep_create(
+        sweep = sweep_create(
             instance=instance,
             endpoint=endpoint,
             levels=plan.levels,
