@@ -13,7 +13,7 @@ Three figures are printed:
 - module arrows: every such pair;
 - part arrows: the same pairs with each module folded into its part (a sub-package of the
   package, or a top-level module: ``benchmarks.sweeps.handler`` is the part
-  ``benchmarks.sweeps``, ``benchmarks.views`` is its own), arrows inside one part dropped;
+  ``benchmarks.sweeps``, ``benchmarks.audit`` is its own), arrows inside one part dropped;
 - two-way part pairs: parts that import each other (the tangle a newcomer trips over).
 """
 

@@ -197,7 +197,7 @@ class SweepForm(LoadPlanForm):
 
 
 class TraceUploadForm(forms.Form):
-    """A trace file to store in the trace folder (benchmarks.traces.trace_upload checks it)."""
+    """A trace file to store in the trace folder (traces.trace_upload checks it)."""
 
     file = forms.FileField(help_text="Mooncake JSON lines, BurstGPT CSV or specdash's JSON lines")
     name = forms.CharField(

@@ -3,7 +3,7 @@ calls as the load generator reports (sync; the async job awaits their twins in
 ``benchmarks.sweeps.store``).
 Each change emits its event after commit (see core.realtime for the payloads).
 Callers import them from here; the sweep services that web requests call are
-``benchmarks.services``.
+``benchmarks.sweeps.services``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``manage.py retention``: apply the retention policy now (benchmarks/retention.py; the job
+"""``manage.py retention``: apply the retention policy now (benchmarks/sweeps/retention.py; the job
 worker also applies it every SPECDASH_RETENTION_INTERVAL_S)."""
 
 from __future__ import annotations
