@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.audit_report import AuditReport, figures_agree
 from benchmarks.experiments import builds
 from benchmarks.experiments.level_runs import METRIC
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 
 if TYPE_CHECKING:
     from benchmarks.experiments.builds import StoredComparison

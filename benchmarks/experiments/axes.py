@@ -23,9 +23,9 @@ from typing import Any, NotRequired, TypedDict, cast
 from django.core.exceptions import ValidationError
 
 from benchlib.json_types import JsonObject
-from benchmarks import services as sweep_services
 from benchmarks.experiments.level_runs import SeriesData
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.services import sweep_clean_plan
 
 # The load settings an arm may set for itself (LoadSettings' own fields and rules).
 ARM_LOAD_AXES = ("api", "temperature")
@@ -88,7 +88,7 @@ def arm_load_clean(
             "(the rest of the load is the experiment's, shared by its arms)."
         )
     try:
-        _, merged = sweep_services.sweep_clean_plan(levels, {**load, **given})
+        _, merged = sweep_clean_plan(levels, {**load, **given})
     except ValidationError as exc:
         messages = (
             [f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()]

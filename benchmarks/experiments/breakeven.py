@@ -40,9 +40,10 @@ from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.level_runs import by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
+from benchmarks.experiments.models import BreakevenCheck, Experiment
 from benchmarks.experiments.series import experiment_arm_series, sweep_series
 from benchmarks.experiments.workload import AcceptanceRow, acceptance_row
-from benchmarks.models import BreakevenCheck, Experiment, Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerProfile
 
 if TYPE_CHECKING:

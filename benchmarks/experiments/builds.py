@@ -27,10 +27,10 @@ from benchmarks.experiments.comparison import Comparison
 from benchmarks.experiments.environment import experiment_environment_differences
 from benchmarks.experiments.equivalence import EquivalenceCheck
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
 from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
-from benchmarks.models import Experiment
 from benchmarks.sweeps.recordfile import records_read_once
 
 

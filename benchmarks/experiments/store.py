@@ -15,9 +15,10 @@ from channels.db import database_sync_to_async
 
 from benchlib.json_types import JsonObject
 from benchmarks import audit
-from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
-from benchmarks.models import ExperimentStep, Sweep, SweepState
+from benchmarks.experiments.models import ExperimentStep
+from benchmarks.sweeps.models import Sweep, SweepState
+from benchmarks.sweeps.services import sweep_cancel, sweep_resume
 from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
@@ -30,8 +31,8 @@ aexperiment_step_sweep = sync_to_async(recording.experiment_step_sweep)
 aexperiment_history_note = sync_to_async(services.experiment_history_note)
 aexperiment_finish = sync_to_async(recording.experiment_finish)
 aaudit_experiment_store = sync_to_async(audit.audit_experiment_store)
-asweep_resume = sync_to_async(sweep_services.sweep_resume)
-asweep_cancel = sync_to_async(sweep_services.sweep_cancel)
+asweep_resume = sync_to_async(sweep_resume)
+asweep_cancel = sync_to_async(sweep_cancel)
 
 
 # The comparison's build (``builds.experiment_store_comparison_off_worker``) reads its inputs

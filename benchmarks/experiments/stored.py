@@ -27,6 +27,7 @@ from benchlib.json_types import JsonObject
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import (
     experiment_arm_series,
@@ -34,7 +35,7 @@ from benchmarks.experiments.series import (
     running_batches,
     sweep_series,
 )
-from benchmarks.models import Experiment, Sweep
+from benchmarks.sweeps.models import Sweep
 
 if TYPE_CHECKING:
     from benchmarks.experiments.builds import StoredComparison

@@ -28,10 +28,10 @@ from benchmarks.experiments import (
     tuning,
 )
 from benchmarks.experiments.history import history_build, history_groups
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
 from benchmarks.experiments.selectors import StepRow
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, Sweep
-from benchmarks.models.experiments import ExperimentState
 from benchmarks.phases import comparison_phases
+from benchmarks.sweeps.models import Sweep
 from core import roles
 from core.http import HtmxHttpRequest
 from hosts.models import ServerInstance
@@ -419,3 +419,9 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
         "nav": "experiments",
     }
     return render(request, "benchmarks/comparison_history.html", context)
+
+
+@roles.viewer_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    context = {"experiments": selectors.experiment_list()[:100], "nav": "experiments"}
+    return render(request, "benchmarks/experiments.html", context)

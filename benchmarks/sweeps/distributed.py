@@ -32,9 +32,9 @@ from benchlib.loadgen.events import LevelStartEvent, LevelSummaryEvent
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level_config import share
 from benchlib.loadgen.summary import LevelSummary
-from benchmarks.models import SweepState
 from benchmarks.sweeps import recording, store
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess
 from benchmarks.sweeps.scrapes import scrapes_keeper

@@ -22,9 +22,9 @@ from django.conf import settings
 
 from benchlib.loadgen.events import LoadgenEvent
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed, endpoints, recording, store
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper

@@ -11,11 +11,9 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
-from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
-from benchmarks.models import Experiment
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState
 from hosts import selectors as host_selectors
 from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
@@ -94,7 +92,7 @@ def experiment_list(
     request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
 ) -> PageBody[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
-    qs = bench_selectors.experiment_filter(
+    qs = exp_selectors.experiment_filter(
         profile_id=filters.profile,
         state=filters.state,
         tag=filters.tag,

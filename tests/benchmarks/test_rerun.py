@@ -11,12 +11,12 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchlib.json_types import JsonObject
-from benchmarks import services
 from benchmarks.experiments import services as experiment_services
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.recording import ExperimentPlan
 from benchmarks.experiments.runner import ExperimentRun
-from benchmarks.models import Experiment, Sweep, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.sweeps import services
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState
 from hosts import presets

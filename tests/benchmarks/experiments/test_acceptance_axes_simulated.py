@@ -20,10 +20,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks.experiments import comparison, services
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.schedule import experiment_schedule
 from benchmarks.experiments.series import experiment_series
-from benchmarks.models import Experiment, Sweep
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.sweeps.models import Sweep
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until

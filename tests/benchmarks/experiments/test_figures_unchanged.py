@@ -13,9 +13,10 @@ from asgiref.sync import async_to_sync
 
 from benchmarks import audit, audit_levels
 from benchmarks.experiments import builds, records, workload
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from benchmarks.sweeps import recordfile
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -89,7 +90,7 @@ def test_comparison_schedule_and_audit_are_the_old_figures(
     new: Any = async_to_sync(builds.experiment_store_comparison_off_worker)(
         experiment_id=experiment.pk
     )
-    experiment_services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    experiment_recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     new_audit = audit.audit_experiment(experiment=experiment).as_dict()
     assert new["schedule"]["available"], new["schedule"]["message"]
     # One run per arm: each level's interval is within-run (batch means over the run's

@@ -22,8 +22,8 @@ from benchmarks.experiments.figures import accept_figure
 from benchmarks.experiments.level_rows import LevelRow
 from benchmarks.experiments.report import comparison_csv
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.exports import levels_csv
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
