@@ -403,14 +403,13 @@ def print_table(title: str, table: Table) -> None:
     )
 
 
-def ref_tree(ref: str, base: Path) -> Tree:
-    """REF checked out beside this tree (detached), sharing this tree's virtualenv."""
+def checked_out(ref: str, root: Path, label: str) -> Tree:
+    """``ref`` checked out at ``root`` (detached), sharing this tree's virtualenv."""
     commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
-    root = base / "ref-tree"
     if not root.exists():
         git("worktree", "add", "--detach", "--quiet", str(root), commit)
         (root / ".venv").symlink_to((ROOT / ".venv").resolve())
-    return Tree(f"REF {commit[:9]}", root, commit)
+    return Tree(f"{label} {commit[:9]}", root, commit)
 
 
 def this_tree() -> Tree:
@@ -423,6 +422,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ref", default=DEFAULT_REF, help=f"default {DEFAULT_REF}")
     parser.add_argument("--port-base", type=int, default=9220, help="six ports from here")
+    parser.add_argument(
+        "--against",
+        help="compare REF with this commit (checked out beside it) instead of this tree",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working folder")
     parser.add_argument(
         "--reuse",
@@ -431,12 +434,20 @@ def main() -> int:
     )
     args = parser.parse_args()
     base = args.reuse or Path(tempfile.mkdtemp(prefix="specdash-structure-"))
-    trees = [ref_tree(args.ref, base), this_tree()]
-    produced_by = base / "ref-commit"
+    worktrees = [base / "ref-tree", *([base / "against-tree"] if args.against else [])]
+    trees = [checked_out(args.ref, worktrees[0], "REF")]
+    trees.append(
+        checked_out(args.against, worktrees[1], args.against) if args.against else this_tree()
+    )
+    # The commits whose data a kept folder holds (this tree's own may have changed since).
+    produced_by, commits = (
+        base / "commits",
+        " ".join(t.commit for t in trees[: 1 + bool(args.against)]),
+    )
     if args.reuse is None:
-        produced_by.write_text(trees[0].commit)
-    elif not produced_by.exists() or produced_by.read_text().strip() != trees[0].commit:
-        raise SystemExit(f"{base} was not kept by a run against {trees[0].commit}")
+        produced_by.write_text(commits)
+    elif not produced_by.exists() or produced_by.read_text() != commits:
+        raise SystemExit(f"{base} was not kept by a run of {commits}")
     print(f"comparing {trees[0].label} with {trees[1].label} in {base}")
     differences = 0
     try:
@@ -473,8 +484,12 @@ def main() -> int:
         return 2
     finally:
         if not (args.keep or args.reuse):
-            git("worktree", "remove", "--force", str(base / "ref-tree"))
+            for root in worktrees:
+                git("worktree", "remove", "--force", str(root))
             shutil.rmtree(base, ignore_errors=True)
+    if args.keep:
+        kept = " ".join(map(str, worktrees))
+        print(f"kept {base}; when done: git worktree remove --force {kept}")
     print(f"\n{'DIFFERENT' if differences else 'EQUAL'}: {differences} difference(s)")
     return 1 if differences else 0
 

@@ -28,10 +28,10 @@ from typing import Any
 
 # name -> the modules that have held it, newest first.
 HOMES: dict[str, tuple[str, ...]] = {
-    "Sweep": ("benchmarks.models",),
-    "SweepLevel": ("benchmarks.models",),
-    "Experiment": ("benchmarks.models",),
-    "LevelState": ("benchmarks.models",),
+    "Sweep": ("benchmarks.sweeps.models", "benchmarks.models"),
+    "SweepLevel": ("benchmarks.sweeps.models", "benchmarks.models"),
+    "Experiment": ("benchmarks.experiments.models", "benchmarks.models"),
+    "LevelState": ("benchmarks.sweeps.models", "benchmarks.models"),
     "RecordGroups": ("benchmarks.sweeps.recordfile",),
     "records_read_once": ("benchmarks.sweeps.recordfile",),
     "level_fields_from_summary": ("benchmarks.sweeps.recording",),
@@ -55,7 +55,9 @@ def home(name: str) -> Any:
     for module_name in HOMES[name]:
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise  # the module is there but cannot be imported: that is its own failure
             continue
         if hasattr(module, name):
             used[name] = module_name
