@@ -19,6 +19,7 @@ home at the front of its entry in ``HOMES`` (the older homes stay, for older tre
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -70,7 +71,17 @@ used: dict[str, str] = {}
 
 def as_json(value: Any) -> Any:
     """As the database and a JSON file hand it back (tuples as lists, keys as strings)."""
-    return json.loads(json.dumps(value, default=str))
+    return json.loads(json.dumps(value, default=plain))
+
+
+def plain(value: Any) -> Any:
+    """A figure's container as plain data, so that a refactor that turns a dict into a
+    dataclass or a pydantic model (a typed boundary) compares by its fields, not its repr."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def level_key(sweep_pk: int, index: int, attempt: int) -> str:
