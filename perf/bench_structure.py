@@ -305,8 +305,8 @@ def main() -> int:
                 git("worktree", "remove", "--force", str(root))
             shutil.rmtree(base, ignore_errors=True)
     if args.keep:
-        kept = " ".join(map(str, worktrees))
-        print(f"kept {base}; when done: git worktree remove --force {kept}")
+        removals = "; ".join(f"git worktree remove --force {root}" for root in worktrees)
+        print(f"kept {base}; when done: {removals}")
     print(f"\n{'DIFFERENT' if differences else 'EQUAL'}: {differences} difference(s)")
     return 1 if differences else 0
 
