@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading bench-structure
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -182,6 +182,14 @@ bench-tier-reading: $(VENV)/.dev-installed
 # a running sweep (docs/operations.md, "Cost at scale"); tens of minutes on 2 cores.
 bench-scale: $(VENV)/.dev-installed
 	$(PY) -m perf.bench_scale $(ARGS)
+
+# Not part of `bench`: a structural change keeps the figures. The tree at REF (a temporary git
+# worktree) and this one each produce a fixed simulated sweep and experiment, then each computes
+# the figures of both trees' data from the same records, compared exactly (docs/testing.md,
+# "Figures unchanged across a refactor"). Exit 1 on a difference.
+REF ?= c0360e5
+bench-structure: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_structure --ref $(REF) $(ARGS)
 
 # On a GPU host with PyTorch: nvidia-smi, the verified stop and a CUDA llama-server, checked
 # against the driver and the server (docs/engines.md, "Verified on a GPU").
