@@ -40,6 +40,7 @@ from benchmarks.sweeps.plan import is_rate_sweep
 from benchmarks.sweeps.services import _clean_tags, sweep_clean_plan
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
+from core.jobs.registry import JobParams
 from core.models import JobState
 from hosts.models import ServerProfile
 
@@ -269,7 +270,7 @@ def experiment_cancel(*, experiment: Experiment, user: Any = None) -> Experiment
     return experiment
 
 
-def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
+def experiment_on_interrupted(job_id: int, params: JobParams) -> None:
     """Interrupt hook (sync): the worker running the experiment died or shut down. The server
     of the step in progress is left to its own lifecycle job (which is adopted in turn).
     An experiment created with ``auto_resume`` is resumed at once by whoever runs the hook
@@ -298,7 +299,7 @@ def experiment_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
             experiment_resume(experiment=experiment, by=AUTO_RESUMER)
 
 
-def experiment_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
+def experiment_on_cancel_forced(job_id: int, params: JobParams) -> None:
     """Forced-cancel hook (sync): the operator cancelled and the runner did not stop within the
     grace, so its task was cancelled outright. The experiment ends cancelled, saying so (never
     resumed automatically: a cancel is the operator's word); the server of the step in progress

@@ -30,6 +30,7 @@ from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.supervisor import Stopping, supervise, watch_instance
 from core.jobs import JobContext
+from core.jobs.registry import JobParams
 from core.models import Job
 from hosts.telemetry import manager as telemetry
 from hosts.telemetry.levels import LevelServerMetrics
@@ -281,7 +282,7 @@ async def run_sweep(ctx: JobContext) -> SweepRunResult:
     }
 
 
-def sweep_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
+def sweep_on_interrupted(job_id: int, params: JobParams) -> None:
     """Interrupt hook (sync): the worker died or shut down mid-sweep."""
     error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
     recording.sweep_finish(
@@ -291,7 +292,7 @@ def sweep_on_interrupted(job_id: int, params: dict[str, Any]) -> None:
     )
 
 
-def sweep_on_cancel_forced(job_id: int, params: dict[str, Any]) -> None:
+def sweep_on_cancel_forced(job_id: int, params: JobParams) -> None:
     """Forced-cancel hook (sync): the sweep job ignored its cancel past the grace and its task
     was cancelled outright. The sweep ends cancelled, saying so; the level in progress stays
     as partial."""

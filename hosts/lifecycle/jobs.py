@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import httpx
 from django.conf import settings
 
 from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
+from core.jobs.registry import JobParams
 from hosts import presets
 from hosts.agent.parts.control import MembersAnswer, StatusAnswer
 from hosts.agent.parts.files import LogTail
@@ -351,12 +352,12 @@ async def _run_dir_log(agent: Agent, plan: steps.Plan) -> LogTail | _LogUnread:
 
 
 @on_interrupted("server.run")
-def _reattach_later(job_id: int, params: dict[str, Any]) -> None:
+def _reattach_later(job_id: int, params: JobParams) -> None:
     steps.enqueue_adoption(params["instance_id"])
 
 
 @on_cancel_forced("server.run")
-def _stop_after_forced_cancel(job_id: int, params: dict[str, Any]) -> None:
+def _stop_after_forced_cancel(job_id: int, params: JobParams) -> None:
     """A cancelled owner that did not stop within the grace leaves a server nobody drives:
     a ``server.stop`` (targeted stop, then verification) takes it over. Idempotent: nothing
     is queued when a job for the instance is already queued or running."""
