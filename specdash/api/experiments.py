@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
@@ -21,12 +22,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    ListFilters,
     found,
     job_url,
-    paginate,
+    paged,
     path_id,
     responses,
 )
@@ -56,12 +55,19 @@ class ExperimentAcceptedBody(TypedDict):
     job_url: str | None
 
 
-class ExperimentFilters(Schema):
-    profile: Id | None = Field(None, description="Has an arm with this profile id")
+class ExperimentFilters(ListFilters):
+    profile: Annotated[Id | None, FilterLookup("arms__profile_id")] = Field(
+        None, description="Has an arm with this profile id"
+    )
     state: ExperimentState | None = None
     tag: Text | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+
+    def filter(self, queryset: QuerySet[Experiment]) -> QuerySet[Experiment]:  # type: ignore[override]
+        # An experiment with two arms of the profile is listed once.
+        filtered = super().filter(queryset)
+        return filtered.distinct() if self.profile is not None else filtered
 
 
 class ComparisonQuery(Schema):
@@ -90,17 +96,12 @@ def experiment_accepted(experiment: Experiment) -> Status[ExperimentAcceptedBody
 
 @router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
 @requires(viewer)
+@paged
 def experiment_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
-) -> PageBody[Experiment]:
+    request: HttpRequest, filters: Query[ExperimentFilters]
+) -> QuerySet[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
-    qs = bench_selectors.experiment_filter(
-        profile_id=filters.profile,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(bench_selectors.experiment_filter())
 
 
 @router.post(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
@@ -13,10 +16,9 @@ from hosts.models import Container, Host, ServerProfile
 from specdash.api.auth import requires, staff, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
+    ListFilters,
     found,
-    paginate,
+    paged,
     path_id,
     responses,
 )
@@ -40,12 +42,12 @@ from specdash.api.schemas import (
 router = Router(tags=["registry"])
 
 
-class ContainerFilters(Schema):
-    host: Id | None = None
+class ContainerFilters(ListFilters):
+    host: Annotated[Id | None, FilterLookup("host_id")] = None
 
 
-class ProfileFilters(Schema):
-    host: Id | None = None
+class ProfileFilters(ListFilters):
+    host: Annotated[Id | None, FilterLookup("host_id")] = None
     tag: Text | None = None
 
 
@@ -71,8 +73,9 @@ def profile_or_404(profile_id: int) -> ServerProfile:
 
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
 @requires(viewer)
-def host_list(request: HttpRequest, page: Query[PageQuery]) -> PageBody[Host]:
-    return paginate(request, host_selectors.host_list(), page)
+@paged
+def host_list(request: HttpRequest) -> QuerySet[Host]:
+    return host_selectors.host_list()
 
 
 @router.post("/hosts", response=responses({201: HostOut}, WRITE_ERRORS), summary="Create a host")
@@ -98,10 +101,9 @@ def host_update(
 
 @router.get("/containers", response=responses({200: ContainerPage}), summary="List containers")
 @requires(viewer)
-def container_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ContainerFilters]
-) -> PageBody[Container]:
-    return paginate(request, host_selectors.container_list(host_id=filters.host), page)
+@paged
+def container_list(request: HttpRequest, filters: Query[ContainerFilters]) -> QuerySet[Container]:
+    return filters.filter(host_selectors.container_list())
 
 
 @router.post("/containers", response=responses({201: ContainerOut}, WRITE_ERRORS))
@@ -131,11 +133,9 @@ def container_update(
 
 @router.get("/profiles", response=responses({200: ProfilePage}), summary="List server profiles")
 @requires(viewer)
-def profile_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ProfileFilters]
-) -> PageBody[ServerProfile]:
-    profiles = host_selectors.profile_list(host_id=filters.host, tag=filters.tag)
-    return paginate(request, profiles, page)
+@paged
+def profile_list(request: HttpRequest, filters: Query[ProfileFilters]) -> QuerySet[ServerProfile]:
+    return filters.filter(host_selectors.profile_list())
 
 
 @router.post("/profiles", response=responses({201: ProfileOut}, WRITE_ERRORS))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from core.jobs import selectors as job_selectors
@@ -17,12 +18,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    ListFilters,
     found,
     job_url,
-    paginate,
+    paged,
     path_id,
     responses,
 )
@@ -61,9 +60,13 @@ class InstanceLogBody(TypedDict):
     lines: list[str]
 
 
-class InstanceFilters(Schema):
-    profile: Id | None = Field(None, description="Profile id")
-    host: Id | None = Field(None, description="Host id")
+class InstanceFilters(ListFilters):
+    tag_field = "profile__tags"
+
+    profile: Annotated[Id | None, FilterLookup("profile_id")] = Field(
+        None, description="Profile id"
+    )
+    host: Annotated[Id | None, FilterLookup("host_id")] = Field(None, description="Host id")
     state: InstanceState | None = None
     tag: Text | None = Field(None, description="A tag of the instance's profile")
     created_after: datetime | None = None
@@ -94,18 +97,12 @@ def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
 
 @router.get("/instances", response=responses({200: InstancePage}), summary="List instances")
 @requires(viewer)
+@paged
 def instance_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
-) -> PageBody[ServerInstance]:
+    request: HttpRequest, filters: Query[InstanceFilters]
+) -> QuerySet[ServerInstance]:
     """Newest first; filter by profile, host, state, profile tag and creation time."""
-    qs = host_selectors.instance_filter(
-        profile_id=filters.profile,
-        host_id=filters.host,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(host_selectors.instance_filter())
 
 
 @router.post(
@@ -172,12 +169,12 @@ def instance_kill_holders(
 
 @router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))
 @requires(viewer)
+@paged
 def instance_events(
-    request: HttpRequest, page: Query[PageQuery], instance_id: int = path_id("Instance id")
-) -> PageBody[InstanceEvent]:
+    request: HttpRequest, instance_id: int = path_id("Instance id")
+) -> QuerySet[InstanceEvent]:
     """State history and operator actions, oldest first."""
-    _instance(instance_id)
-    return paginate(request, host_selectors.instance_event_list(instance_id=instance_id), page)
+    return host_selectors.instance_event_list(instance_id=_instance(instance_id).pk)
 
 
 @router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router
 from ninja.responses import Status
 
 from benchmarks import selectors as bench_selectors
@@ -19,12 +20,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    ListFilters,
     found,
     job_url,
-    paginate,
+    paged,
     path_id,
     responses,
 )
@@ -54,17 +53,23 @@ class SweepAcceptedBody(TypedDict):
     job_url: str | None
 
 
-class SweepFilters(Schema):
-    profile: Id | None = Field(None, description="Profile id")
-    instance: Id | None = Field(None, description="Instance id")
+class SweepFilters(ListFilters):
+    profile: Annotated[Id | None, FilterLookup("profile_id")] = Field(
+        None, description="Profile id"
+    )
+    instance: Annotated[Id | None, FilterLookup("instance_id")] = Field(
+        None, description="Instance id"
+    )
     state: SweepState | None = None
     tag: Text | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
 
 
-class SampleFilters(Schema):
-    level: int | None = Field(None, ge=0, le=1024, description="Level index")
+class SampleFilters(ListFilters):
+    level: Annotated[int | None, FilterLookup("level_index")] = Field(
+        None, ge=0, le=1024, description="Level index"
+    )
 
 
 def _sweep(sweep_id: int) -> Sweep:
@@ -95,18 +100,10 @@ _JSONL = {
 
 @router.get("/sweeps", response=responses({200: SweepPage}), summary="List sweeps")
 @requires(viewer)
-def sweep_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
-) -> PageBody[Sweep]:
+@paged
+def sweep_list(request: HttpRequest, filters: Query[SweepFilters]) -> QuerySet[Sweep]:
     """Newest first; filter by profile, instance, state, tag and creation time."""
-    qs = bench_selectors.sweep_filter(
-        profile_id=filters.profile,
-        instance_id=filters.instance,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(bench_selectors.sweep_filter())
 
 
 @router.post(
@@ -166,15 +163,12 @@ def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> l
 
 @router.get("/sweeps/{sweep_id}/samples", response=responses({200: SamplePage}))
 @requires(viewer)
+@paged
 def sweep_samples(
-    request: HttpRequest,
-    page: Query[PageQuery],
-    filters: Query[SampleFilters],
-    sweep_id: int = path_id("Sweep id"),
-) -> PageBody[SweepSample]:
+    request: HttpRequest, filters: Query[SampleFilters], sweep_id: int = path_id("Sweep id")
+) -> QuerySet[SweepSample]:
     """The live samples (about one a second), oldest first."""
-    qs = bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
-    return paginate(request, qs, page)
+    return filters.filter(bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk))
 
 
 @router.post("/sweeps/{sweep_id}/cancel", response=responses({202: SweepAccepted}, WRITE_ERRORS))
