@@ -140,9 +140,16 @@ class ListFilters(FilterSchema):
         return Q(created_at__lt=aware(value, "query.created_before"))
 
 
-def job_url(job: Job | None) -> str | None:
-    """Where a 202 answer's client polls the job that does the work."""
-    return f"/api/v1/jobs/{job.pk}" if job is not None else None
+class JobLink(TypedDict):
+    """What every 202 answer carries beside the object it accepted (``*AcceptedBody`` adds
+    that object under its own name): the job doing the work, and where to poll it."""
+
+    job: Job | None
+    job_url: str | None
+
+
+def job_link(job: Job | None) -> JobLink:
+    return {"job": job, "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None}
 
 
 READ_ERRORS = (401, 403, 404, 422)

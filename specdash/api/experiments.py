@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -22,9 +23,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    JobLink,
     ListFilters,
     found,
-    job_url,
+    job_link,
     paged,
     path_id,
     responses,
@@ -42,17 +44,18 @@ from specdash.api.schemas import (
 
 if TYPE_CHECKING:
     from benchmarks.experiments.protocol import ProtocolReport
-    from core.models import Job
 
 router = Router(tags=["experiments"])
 
 
-class ExperimentAcceptedBody(TypedDict):
+class ExperimentAcceptedBody(JobLink):
     """The 202 answer to a write, as ``ExperimentAccepted`` renders it."""
 
     experiment: Experiment
-    job: Job | None
-    job_url: str | None
+
+
+_Accepted: TypeAlias = Status[ExperimentAcceptedBody]
+_ACCEPTED = responses({202: ExperimentAccepted}, WRITE_ERRORS)
 
 
 class ExperimentFilters(ListFilters):
@@ -83,15 +86,17 @@ def experiment_or_404(experiment_id: int) -> Experiment:
     )
 
 
-def experiment_accepted(experiment: Experiment) -> Status[ExperimentAcceptedBody]:
+def experiment_accepted(experiment: Experiment) -> _Accepted:
     """202 with the experiment as stored now and the URL of its job."""
     experiment = experiment_or_404(experiment.pk)
-    body: ExperimentAcceptedBody = {
-        "experiment": experiment,
-        "job": experiment.job,
-        "job_url": job_url(experiment.job),
-    }
-    return Status(202, body)
+    return Status(202, {"experiment": experiment, **job_link(experiment.job)})
+
+
+def _act(request: HttpRequest, action: Callable[..., Experiment], experiment_id: int) -> _Accepted:
+    """The 202 answer to ``action`` (a service taking the experiment and the user) on it."""
+    return experiment_accepted(
+        action(experiment=experiment_or_404(experiment_id), user=caller(request))
+    )
 
 
 @router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
@@ -104,15 +109,9 @@ def experiment_list(
     return filters.filter(bench_selectors.experiment_filter())
 
 
-@router.post(
-    "/experiments",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-    summary="Start an A/B experiment",
-)
+@router.post("/experiments", response=_ACCEPTED, summary="Start an A/B experiment")
 @requires(sweeper)
-def experiment_create(
-    request: HttpRequest, payload: ExperimentIn
-) -> Status[ExperimentAcceptedBody]:
+def experiment_create(request: HttpRequest, payload: ExperimentIn) -> _Accepted:
     """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
     verified stop; then build the comparison. 202 with the experiment and its job."""
     user = caller(request)
@@ -143,51 +142,33 @@ def experiment_detail(
     return experiment_or_404(experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/cancel",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
 def experiment_cancel(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+) -> _Accepted:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_cancel(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_cancel, experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/resume",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
 def experiment_resume(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+) -> _Accepted:
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_resume(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_resume, experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/rerun",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
 def experiment_rerun(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+) -> _Accepted:
     """Retry a failed experiment, or re-run any finished one: a new experiment with the same
     profiles, levels, load and protocol (the original is kept). 422 while it runs."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_rerun(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_rerun, experiment_id)
 
 
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypeAlias, TypedDict
 
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -18,9 +18,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    JobLink,
     ListFilters,
     found,
-    job_url,
+    job_link,
     paged,
     path_id,
     responses,
@@ -38,18 +39,19 @@ from specdash.api.schemas import (
 )
 
 if TYPE_CHECKING:
-    from core.models import Job
     from hosts.models import InstanceEvent
 
 router = Router(tags=["instances"])
 
 
-class InstanceAcceptedBody(TypedDict):
+class InstanceAcceptedBody(JobLink):
     """The 202 answer to a write, as ``InstanceAccepted`` renders it."""
 
     instance: ServerInstance
-    job: Job | None
-    job_url: str | None
+
+
+_Accepted: TypeAlias = Status[InstanceAcceptedBody]
+_ACCEPTED = responses({202: InstanceAccepted}, WRITE_ERRORS)
 
 
 class InstanceLogBody(TypedDict):
@@ -84,15 +86,10 @@ def _instance(instance_id: int) -> ServerInstance:
     )
 
 
-def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
+def _accepted(instance: ServerInstance) -> _Accepted:
     instance = _instance(instance.pk)
     job = job_selectors.job_newest(lock_key=services.instance_lock_key(instance.pk))
-    body: InstanceAcceptedBody = {
-        "instance": instance,
-        "job": job,
-        "job_url": job_url(job),
-    }
-    return Status(202, body)
+    return Status(202, {"instance": instance, **job_link(job)})
 
 
 @router.get("/instances", response=responses({200: InstancePage}), summary="List instances")
@@ -106,18 +103,14 @@ def instance_list(
 
 
 @router.post(
-    "/profiles/{profile_id}/start",
-    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
-    summary="Start a server from a profile",
+    "/profiles/{profile_id}/start", response=_ACCEPTED, summary="Start a server from a profile"
 )
 @requires(operator)
-def profile_start(
-    request: HttpRequest, profile_id: int = path_id("Profile id")
-) -> Status[InstanceAcceptedBody]:
+def profile_start(request: HttpRequest, profile_id: int = path_id("Profile id")) -> _Accepted:
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
-    user = caller(request)
-    return _accepted(services.instance_start(profile=profile_or_404(profile_id), user=user))
+    profile = profile_or_404(profile_id)
+    return _accepted(services.instance_start(profile=profile, user=caller(request)))
 
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))
@@ -129,26 +122,18 @@ def instance_detail(
     return _instance(instance_id)
 
 
-@router.post(
-    "/instances/{instance_id}/stop", response=responses({202: InstanceAccepted}, WRITE_ERRORS)
-)
+@router.post("/instances/{instance_id}/stop", response=_ACCEPTED)
 @requires(operator)
-def instance_stop(
-    request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> Status[InstanceAcceptedBody]:
+def instance_stop(request: HttpRequest, instance_id: int = path_id("Instance id")) -> _Accepted:
     """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
-    user = caller(request)
-    return _accepted(services.instance_stop(instance=_instance(instance_id), user=user))
+    return _accepted(services.instance_stop(instance=_instance(instance_id), user=caller(request)))
 
 
-@router.post(
-    "/instances/{instance_id}/kill-holders",
-    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
-)
+@router.post("/instances/{instance_id}/kill-holders", response=_ACCEPTED)
 @requires(operator)
 def instance_kill_holders(
     request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
-) -> Status[InstanceAcceptedBody]:
+) -> _Accepted:
     """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
     verification listed, by pid and start time)."""
     user = caller(request)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -20,9 +21,10 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    JobLink,
     ListFilters,
     found,
-    job_url,
+    job_link,
     paged,
     path_id,
     responses,
@@ -40,17 +42,18 @@ from specdash.api.schemas import (
 
 if TYPE_CHECKING:
     from benchmarks.models import SweepSample
-    from core.models import Job
 
 router = Router(tags=["sweeps"])
 
 
-class SweepAcceptedBody(TypedDict):
+class SweepAcceptedBody(JobLink):
     """The 202 answer to a write, as ``SweepAccepted`` renders it."""
 
     sweep: Sweep
-    job: Job | None
-    job_url: str | None
+
+
+_Accepted: TypeAlias = Status[SweepAcceptedBody]
+_ACCEPTED = responses({202: SweepAccepted}, WRITE_ERRORS)
 
 
 class SweepFilters(ListFilters):
@@ -76,9 +79,14 @@ def _sweep(sweep_id: int) -> Sweep:
     return found(bench_selectors.sweep_detail(sweep_id=sweep_id), f"No sweep #{sweep_id}.")
 
 
-def _accepted(sweep: Sweep) -> Status[SweepAcceptedBody]:
+def _accepted(sweep: Sweep) -> _Accepted:
     sweep = _sweep(sweep.pk)
-    return Status(202, {"sweep": sweep, "job": sweep.job, "job_url": job_url(sweep.job)})
+    return Status(202, {"sweep": sweep, **job_link(sweep.job)})
+
+
+def _act(request: HttpRequest, action: Callable[..., Sweep], sweep_id: int) -> _Accepted:
+    """The 202 answer to ``action`` (a service taking the sweep and the user) on the sweep."""
+    return _accepted(action(sweep=_sweep(sweep_id), user=caller(request)))
 
 
 _CSV = {
@@ -106,13 +114,9 @@ def sweep_list(request: HttpRequest, filters: Query[SweepFilters]) -> QuerySet[S
     return filters.filter(bench_selectors.sweep_filter())
 
 
-@router.post(
-    "/sweeps",
-    response=responses({202: SweepAccepted}, WRITE_ERRORS),
-    summary="Start a concurrency sweep",
-)
+@router.post("/sweeps", response=_ACCEPTED, summary="Start a concurrency sweep")
 @requires(sweeper)
-def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[SweepAcceptedBody]:
+def sweep_create(request: HttpRequest, payload: SweepIn) -> _Accepted:
     """Queue a sweep of a ready instance (or a base URL); 202 with the sweep and its job."""
     user = caller(request)
     instance = None
@@ -171,46 +175,34 @@ def sweep_samples(
     return filters.filter(bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk))
 
 
-@router.post("/sweeps/{sweep_id}/cancel", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_cancel(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_cancel(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
     """Cancel: a queued sweep at once, a running one after its current level (partial)."""
-    user = caller(request)
-    return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_cancel, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/resume", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_resume(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_resume(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
     """Continue an interrupted sweep from its first level that did not complete."""
-    user = caller(request)
-    return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_resume, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/rerun", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_rerun(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_rerun(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
     """A new sweep with a finished sweep's settings against the same target (its server if
     still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
     runs or when no server of its profile is ready."""
-    user = caller(request)
-    return _accepted(services.sweep_rerun(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_rerun, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/abandon", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/abandon", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_abandon(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_abandon(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
     """Close an interrupted sweep for good (cancelled, every level kept)."""
-    user = caller(request)
-    return _accepted(services.sweep_abandon(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_abandon, sweep_id)
 
 
 @router.get(
