@@ -3,12 +3,13 @@ workload and its checks, and queue the check of a placed prediction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import breakeven, breakeven_report
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, found, headlined_errors, path_id, responses
@@ -85,7 +86,7 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[ExperimentAccepte
 @router.get(
     "/experiments/{experiment_id}/breakeven",
     # The map's payload (breakeven_report.map_payload) is documented in docs/api.md.
-    response=responses({200: dict[str, Any]}),
+    response=responses({200: JsonObject}),
     summary="A break-even map, a placed workload and the map's checks",
 )
 @requires(viewer)

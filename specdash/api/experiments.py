@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
+from typing import TYPE_CHECKING, Annotated, TypeAlias
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -175,7 +175,7 @@ def experiment_rerun(
 @requires(viewer)
 def experiment_comparison(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
     return stored.experiment_comparison_read(experiment=experiment_or_404(experiment_id))
@@ -217,7 +217,7 @@ def experiment_protocol(
 @requires(viewer)
 def experiment_schedule(
     request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     """The speculation schedule derived from the arms' stored levels: the draft length per
     concurrency band with each band's gain and interval, and the engine configuration to
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
@@ -227,7 +227,7 @@ def experiment_schedule(
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")
 @requires(viewer)
-def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dict[str, Any]:
+def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> Mapping[str, object]:
     """Compare finished sweeps (``?sweep=A&sweep=B``), each against the first: ratios with
     intervals, crossover, saturation and the verdict, as for an experiment."""
     sweeps = exp_selectors.sweeps_by_ids(sweep_ids=query.sweep)

@@ -3,7 +3,8 @@ a speculation schedule derived from one (benchmarks.experiments.matrix and .tuni
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.http import HttpRequest
@@ -165,7 +166,7 @@ def verification_report(
     request: HttpRequest,
     query: Query[VerificationQuery],
     experiment_id: int = path_id("Experiment id"),
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     """Per level: tuned / best fixed variant with its interval, the fixed variants
     conclusively ahead of the schedule, and the verdict."""
     with headlined_errors():
