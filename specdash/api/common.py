@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypedDict, TypeVar
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Field, FilterSchema, Schema
+from ninja import Field, FilterSchema, P, PathEx, Schema
 from ninja.pagination import PaginationBase, paginate
-from ninja.params.functions import Path
 from ninja.signature.utils import make_forwardref
 
 from core.listing import tag_q
@@ -100,8 +99,20 @@ def paged(handler: F) -> F:
     return paginated
 
 
-def path_id(description: str) -> Any:
-    return Path(..., ge=1, le=MAX_ID, description=description)
+def _path_id(description: str) -> dict[str, object]:
+    return P(ge=1, le=MAX_ID, description=description)
+
+
+# The ids in the paths, each with the description the OpenAPI document gives it (a number
+# larger than a 64-bit id can only be a miss: 404 without reaching SQL).
+ContainerId: TypeAlias = PathEx[int, _path_id("Container id")]
+ExperimentId: TypeAlias = PathEx[int, _path_id("Experiment id")]
+HostId: TypeAlias = PathEx[int, _path_id("Host id")]
+InstanceId: TypeAlias = PathEx[int, _path_id("Instance id")]
+JobId: TypeAlias = PathEx[int, _path_id("Job id")]
+MapId: TypeAlias = PathEx[int, _path_id("Map experiment id")]
+ProfileId: TypeAlias = PathEx[int, _path_id("Profile id")]
+SweepId: TypeAlias = PathEx[int, _path_id("Sweep id")]
 
 
 def aware(value: datetime | None, name: str) -> datetime | None:

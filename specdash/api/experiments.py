@@ -23,12 +23,12 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    ExperimentId,
     JobLink,
     ListFilters,
     found,
     job_link,
     paged,
-    path_id,
     responses,
 )
 from specdash.api.schemas import (
@@ -135,27 +135,21 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> _Accepted:
 
 @router.get("/experiments/{experiment_id}", response=responses({200: ExperimentDetailOut}))
 @requires(viewer)
-def experiment_detail(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Experiment:
+def experiment_detail(request: HttpRequest, experiment_id: ExperimentId) -> Experiment:
     """Status of an experiment and of each of its steps."""
     return experiment_or_404(experiment_id)
 
 
 @router.post("/experiments/{experiment_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_cancel(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> _Accepted:
+def experiment_cancel(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
     return _act(request, services.experiment_cancel, experiment_id)
 
 
 @router.post("/experiments/{experiment_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_resume(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> _Accepted:
+def experiment_resume(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
     return _act(request, services.experiment_resume, experiment_id)
@@ -163,9 +157,7 @@ def experiment_resume(
 
 @router.post("/experiments/{experiment_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_rerun(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> _Accepted:
+def experiment_rerun(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Retry a failed experiment, or re-run any finished one: a new experiment with the same
     profiles, levels, load and protocol (the original is kept). 422 while it runs."""
     return _act(request, services.experiment_rerun, experiment_id)
@@ -174,7 +166,7 @@ def experiment_rerun(
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
 @requires(viewer)
 def experiment_comparison(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
+    request: HttpRequest, experiment_id: ExperimentId
 ) -> Mapping[str, object]:
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
@@ -200,9 +192,7 @@ class ProtocolOut(Schema):
     summary="Protocol, drift and environment",
 )
 @requires(viewer)
-def experiment_protocol(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> ProtocolReport:
+def experiment_protocol(request: HttpRequest, experiment_id: ExperimentId) -> ProtocolReport:
     """How the experiment ran its arms (repeats, order, the interval and what it includes),
     each level's drift and order effect, and each run's environment record with what differs
     between the arms besides their launch (docs/measurement.md, "Protocols")."""
@@ -215,9 +205,7 @@ def experiment_protocol(
     summary="Speculation schedule",
 )
 @requires(viewer)
-def experiment_schedule(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Mapping[str, object]:
+def experiment_schedule(request: HttpRequest, experiment_id: ExperimentId) -> Mapping[str, object]:
     """The speculation schedule derived from the arms' stored levels: the draft length per
     concurrency band with each band's gain and interval, and the engine configuration to
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be

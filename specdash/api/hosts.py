@@ -16,10 +16,12 @@ from hosts.models import Container, Host, ServerProfile
 from specdash.api.auth import requires, staff, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    ContainerId,
+    HostId,
     ListFilters,
+    ProfileId,
     found,
     paged,
-    path_id,
     responses,
 )
 from specdash.api.schemas import (
@@ -86,15 +88,13 @@ def host_create(request: HttpRequest, payload: HostIn) -> Status[Host]:
 
 @router.get("/hosts/{host_id}", response=responses({200: HostOut}), summary="One host")
 @requires(viewer)
-def host_detail(request: HttpRequest, host_id: int = path_id("Host id")) -> Host:
+def host_detail(request: HttpRequest, host_id: HostId) -> Host:
     return _host(host_id)
 
 
 @router.patch("/hosts/{host_id}", response=responses({200: HostOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_host"))
-def host_update(
-    request: HttpRequest, payload: HostPatch, host_id: int = path_id("Host id")
-) -> Host:
+def host_update(request: HttpRequest, payload: HostPatch, host_id: HostId) -> Host:
     """Change the given fields of a host (staff)."""
     return services.registry_update(obj=_host(host_id), data=_changes(payload))
 
@@ -115,9 +115,7 @@ def container_create(request: HttpRequest, payload: ContainerIn) -> Status[Conta
 
 @router.get("/containers/{container_id}", response=responses({200: ContainerOut}))
 @requires(viewer)
-def container_detail(
-    request: HttpRequest, container_id: int = path_id("Container id")
-) -> Container:
+def container_detail(request: HttpRequest, container_id: ContainerId) -> Container:
     """One container."""
     return _container(container_id)
 
@@ -125,7 +123,7 @@ def container_detail(
 @router.patch("/containers/{container_id}", response=responses({200: ContainerOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_container"))
 def container_update(
-    request: HttpRequest, payload: ContainerPatch, container_id: int = path_id("Container id")
+    request: HttpRequest, payload: ContainerPatch, container_id: ContainerId
 ) -> Container:
     """Change the given fields of a container (staff)."""
     return services.registry_update(obj=_container(container_id), data=_changes(payload))
@@ -149,7 +147,7 @@ def profile_create(request: HttpRequest, payload: ProfileIn) -> Status[ServerPro
 
 @router.get("/profiles/{profile_id}", response=responses({200: ProfileOut}))
 @requires(viewer)
-def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")) -> ServerProfile:
+def profile_detail(request: HttpRequest, profile_id: ProfileId) -> ServerProfile:
     """One server profile."""
     return profile_or_404(profile_id)
 
@@ -157,7 +155,7 @@ def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")
 @router.patch("/profiles/{profile_id}", response=responses({200: ProfileOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_serverprofile"))
 def profile_update(
-    request: HttpRequest, payload: ProfilePatch, profile_id: int = path_id("Profile id")
+    request: HttpRequest, payload: ProfilePatch, profile_id: ProfileId
 ) -> ServerProfile:
     """Change the given fields of a profile (staff); a running instance keeps its launch."""
     return services.registry_update(obj=profile_or_404(profile_id), data=_changes(payload))

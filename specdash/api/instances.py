@@ -18,12 +18,13 @@ from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
+    InstanceId,
     JobLink,
     ListFilters,
+    ProfileId,
     found,
     job_link,
     paged,
-    path_id,
     responses,
 )
 from specdash.api.hosts import profile_or_404
@@ -106,7 +107,7 @@ def instance_list(
     "/profiles/{profile_id}/start", response=_ACCEPTED, summary="Start a server from a profile"
 )
 @requires(operator)
-def profile_start(request: HttpRequest, profile_id: int = path_id("Profile id")) -> _Accepted:
+def profile_start(request: HttpRequest, profile_id: ProfileId) -> _Accepted:
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
     profile = profile_or_404(profile_id)
@@ -115,16 +116,14 @@ def profile_start(request: HttpRequest, profile_id: int = path_id("Profile id"))
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))
 @requires(viewer)
-def instance_detail(
-    request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> ServerInstance:
+def instance_detail(request: HttpRequest, instance_id: InstanceId) -> ServerInstance:
     """Status of one instance."""
     return _instance(instance_id)
 
 
 @router.post("/instances/{instance_id}/stop", response=_ACCEPTED)
 @requires(operator)
-def instance_stop(request: HttpRequest, instance_id: int = path_id("Instance id")) -> _Accepted:
+def instance_stop(request: HttpRequest, instance_id: InstanceId) -> _Accepted:
     """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
     return _accepted(services.instance_stop(instance=_instance(instance_id), user=caller(request)))
 
@@ -132,7 +131,7 @@ def instance_stop(request: HttpRequest, instance_id: int = path_id("Instance id"
 @router.post("/instances/{instance_id}/kill-holders", response=_ACCEPTED)
 @requires(operator)
 def instance_kill_holders(
-    request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
+    request: HttpRequest, payload: KillHoldersIn, instance_id: InstanceId
 ) -> _Accepted:
     """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
     verification listed, by pid and start time)."""
@@ -155,9 +154,7 @@ def instance_kill_holders(
 @router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))
 @requires(viewer)
 @paged
-def instance_events(
-    request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> QuerySet[InstanceEvent]:
+def instance_events(request: HttpRequest, instance_id: InstanceId) -> QuerySet[InstanceEvent]:
     """State history and operator actions, oldest first."""
     return host_selectors.instance_event_list(instance_id=_instance(instance_id).pk)
 
@@ -165,7 +162,7 @@ def instance_events(
 @router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))
 @requires(viewer)
 def instance_log(
-    request: HttpRequest, query: Query[LogQuery], instance_id: int = path_id("Instance id")
+    request: HttpRequest, query: Query[LogQuery], instance_id: InstanceId
 ) -> InstanceLogBody:
     """The last lines of the server's log, as the lifecycle job last read them."""
     instance = _instance(instance_id)

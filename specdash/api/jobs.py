@@ -12,7 +12,7 @@ from core.jobs import selectors as job_selectors
 from core.jobs.health import worker_health
 from core.models import Job, JobState
 from specdash.api.auth import requires, viewer
-from specdash.api.common import ListFilters, found, paged, path_id, responses
+from specdash.api.common import JobId, ListFilters, found, paged, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def job_list(request: HttpRequest, filters: Query[JobFilters]) -> QuerySet[Job]:
 
 @router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")
 @requires(viewer)
-def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
+def job_detail(request: HttpRequest, job_id: JobId) -> Job:
     return found(job_selectors.job_detail(job_id=job_id), f"No job #{job_id}.")
 
 

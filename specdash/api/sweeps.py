@@ -23,10 +23,10 @@ from specdash.api.common import (
     WRITE_ERRORS,
     JobLink,
     ListFilters,
+    SweepId,
     found,
     job_link,
     paged,
-    path_id,
     responses,
 )
 from specdash.api.schemas import (
@@ -153,14 +153,14 @@ def sweep_create(request: HttpRequest, payload: SweepIn) -> _Accepted:
 
 @router.get("/sweeps/{sweep_id}", response=responses({200: SweepDetailOut}))
 @requires(viewer)
-def sweep_detail(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> Sweep:
+def sweep_detail(request: HttpRequest, sweep_id: SweepId) -> Sweep:
     """Status and progress of one sweep."""
     return _sweep(sweep_id)
 
 
 @router.get("/sweeps/{sweep_id}/levels", response=responses({200: list[LevelOut]}))
 @requires(viewer)
-def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> list[Any]:
+def sweep_levels(request: HttpRequest, sweep_id: SweepId) -> list[Any]:
     """Per-level results (headline figures and the full summary), by level index."""
     return bench_selectors.sweep_levels(sweep_id=_sweep(sweep_id).pk)
 
@@ -169,7 +169,7 @@ def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> l
 @requires(viewer)
 @paged
 def sweep_samples(
-    request: HttpRequest, filters: Query[SampleFilters], sweep_id: int = path_id("Sweep id")
+    request: HttpRequest, filters: Query[SampleFilters], sweep_id: SweepId
 ) -> QuerySet[SweepSample]:
     """The live samples (about one a second), oldest first."""
     return filters.filter(bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk))
@@ -177,21 +177,21 @@ def sweep_samples(
 
 @router.post("/sweeps/{sweep_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_cancel(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
+def sweep_cancel(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Cancel: a queued sweep at once, a running one after its current level (partial)."""
     return _act(request, services.sweep_cancel, sweep_id)
 
 
 @router.post("/sweeps/{sweep_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_resume(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
+def sweep_resume(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Continue an interrupted sweep from its first level that did not complete."""
     return _act(request, services.sweep_resume, sweep_id)
 
 
 @router.post("/sweeps/{sweep_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_rerun(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
+def sweep_rerun(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """A new sweep with a finished sweep's settings against the same target (its server if
     still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
     runs or when no server of its profile is ready."""
@@ -200,7 +200,7 @@ def sweep_rerun(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _A
 
 @router.post("/sweeps/{sweep_id}/abandon", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_abandon(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> _Accepted:
+def sweep_abandon(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Close an interrupted sweep for good (cancelled, every level kept)."""
     return _act(request, services.sweep_abandon, sweep_id)
 
@@ -211,7 +211,7 @@ def sweep_abandon(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> 
     openapi_extra={"responses": _CSV},
 )
 @requires(viewer)
-def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+def sweep_export_csv(request: HttpRequest, sweep_id: SweepId) -> HttpResponse:
     """Level summaries as CSV (the columns of the UI's export)."""
     return exports.levels_csv_response(sweep=_sweep(sweep_id))
 
@@ -222,7 +222,7 @@ def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) 
     openapi_extra={"responses": _JSON_FILE},
 )
 @requires(viewer)
-def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+def sweep_export_json(request: HttpRequest, sweep_id: SweepId) -> HttpResponse:
     """The sweep with its load, environment and every level's full summary."""
     return exports.levels_json_response(sweep=_sweep(sweep_id))
 
@@ -233,9 +233,7 @@ def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id"))
     openapi_extra={"responses": _JSONL},
 )
 @requires(viewer)
-def sweep_export_records(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> StreamingHttpResponse:
+def sweep_export_records(request: HttpRequest, sweep_id: SweepId) -> StreamingHttpResponse:
     """Every request's record as JSON lines (404 until the sweep has written some)."""
     response = exports.records_response(request=request, sweep=_sweep(sweep_id))
     if response is None:
