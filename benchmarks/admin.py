@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.sweeps.models import Sweep, SweepLevel
 
 
 class SweepLevelInline(admin.TabularInline):  # type: ignore[type-arg]

@@ -8,9 +8,11 @@ class BenchmarksConfig(AppConfig):
     verbose_name = "Benchmarks"
 
     def ready(self) -> None:
-        # Sweeps, sweep shards and experiments register their job handlers on import.
-        import benchmarks.jobs  # noqa: F401
-        from benchmarks import selectors
+        # Each slice registers its job handlers on import (sweeps, sweep shards and the
+        # housekeeping; experiments).
+        import benchmarks.experiments.jobs
+        import benchmarks.sweeps.jobs  # noqa: F401
+        from benchmarks.sweeps import selectors
         from hosts.telemetry.sweeps import register_sweep_source
 
         # Telemetry (in hosts, below this app) keeps a sweep's samples with it and charts a

@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from benchmarks import audit_comparison, audit_levels
 from benchmarks.audit_report import AuditReport, AuditReportBody
-from benchmarks.models import Experiment, Sweep
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep
 from benchmarks.sweeps.recordfile import records_read_once
 
 

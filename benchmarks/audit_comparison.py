@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.audit_report import AuditReport, figures_agree
 from benchmarks.experiments import builds
 from benchmarks.experiments.level_runs import METRIC
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.builds import StoredComparison
 
 
-def _ratio_rule(result: dict[str, Any], where: str) -> list[str]:
+def _ratio_rule(result: StoredComparison, where: str) -> list[str]:
     """Every ratio point is B's row figure over A's; every published interval contains it."""
     problems = []
     metric = str(result.get("metric") or METRIC)
@@ -91,7 +94,7 @@ def _mismatches(stored: Any, fresh: Any, path: str) -> list[str]:
     return [f"{path}: stored {stored!r}, rebuilt gives {fresh!r}"]
 
 
-def comparison_rebuilt(*, experiment: Experiment, with_schedule: bool = False) -> dict[str, Any]:
+def comparison_rebuilt(*, experiment: Experiment, with_schedule: bool = False) -> StoredComparison:
     """The experiment's comparison built afresh from its levels and records by the very
     functions ``experiment_store_comparison`` builds it with (same drift record, seed and
     bootstrap size); ``with_schedule``: with the speculation schedule kept beside it when the
@@ -109,8 +112,11 @@ def audit_comparison(*, experiment: Experiment) -> AuditReport:
     report = AuditReport(target=f"experiment #{experiment.pk} comparison")
     # As stored now (the caller's object may predate the experiment's end).
     rows = Experiment.objects.filter(pk=experiment.pk).values_list("comparison", flat=True)
-    stored: dict[str, Any] = rows.first() or {}
-    fresh = comparison_rebuilt(experiment=experiment, with_schedule="schedule" in stored)
+    # As the build wrote it; {} until one is kept (None where the row is gone).
+    stored: StoredComparison | None = rows.first()
+    fresh = comparison_rebuilt(
+        experiment=experiment, with_schedule=stored is not None and "schedule" in stored
+    )
     where = f"experiment #{experiment.pk}"
     report.problems += _ratio_rule(fresh, where)
     if stored:

@@ -61,8 +61,9 @@ def level_figure(level: LevelTracks) -> PlotlyFigure:
     """Throughput per second of each run (left axis) and its drafted tokens per step, tokens
     per step and acceptance (right axis), with each switch as a dashed line and a marker whose
     hover gives its cost."""
-    data: list[dict[str, Any]] = []
-    shapes: list[dict[str, Any]] = []
+    # Traces and shapes as Plotly's schema has them (``PlotlyFigure``): plain JSON.
+    data: list[JsonObject] = []
+    shapes: list[JsonObject] = []
     for i, track in enumerate(level.tracks):
         color = _COLORS[i % len(_COLORS)]
         t = _series(track.figures, "t_s")

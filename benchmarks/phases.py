@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from benchlib.json_types import JsonObject, PlotlyFigure
-from benchmarks.experiments.figures import COLORS, legend_below
+from benchmarks.experiments.figures import COLORS
+from benchmarks.experiments.legend import legend_below
 
 # The reasoning figures a page shows: (summary key, quantile) -> the row's key.
 REASONING_SHOWN = (
@@ -214,7 +215,7 @@ def _middle(row: Mapping[str, Any]) -> float | None:
 
 def _slice_trace(
     slices: Sequence[Mapping[str, Any]], key: str, name: str, axis: str, color: str, dash: str
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "type": "scatter", "mode": "lines+markers", "name": name,
         "x": [_middle(s) for s in slices], "y": [s.get(key) for s in slices], "yaxis": axis,
@@ -237,7 +238,8 @@ def ramp_figure(title: str, series: Sequence[tuple[str, Mapping[str, Any]]]) -> 
     offered and the rate that arrived (req/s) with the output tok/s delivered on the upper
     panel, TTFT p50 and TPOT p50 (ms) on the lower; one colour per series (name, ramp row),
     whose name prefixes its traces' when there are several."""
-    data: list[dict[str, Any]] = []
+    # Traces as Plotly's schema has them (``PlotlyFigure``): plain JSON.
+    data: list[JsonObject] = []
     for i, (name, ramp) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         prefix = f"{name}: " if len(series) > 1 else ""

@@ -1,29 +1,14 @@
+"""The app's pages: one wiring module that joins each slice's routes under the one
+``benchmarks`` namespace the templates reverse (``benchmarks:sweep-detail``); a slice's routes
+module names no namespace of its own, so its names land in this one."""
+
 from __future__ import annotations
 
-from django.urls import path
-
-from benchmarks import views
-from benchmarks.experiments.urls import urlpatterns as experiment_urlpatterns
+from django.urls import include, path
 
 app_name = "benchmarks"
 
 urlpatterns = [
-    path("sweeps/", views.sweep_list, name="sweep-list"),
-    path("sweeps/new/", views.sweep_new, name="sweep-new"),
-    path("sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep-detail"),
-    path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep-cancel"),
-    path("sweeps/<int:sweep_id>/resume/", views.sweep_resume, name="sweep-resume"),
-    path("sweeps/<int:sweep_id>/abandon/", views.sweep_abandon, name="sweep-abandon"),
-    path("sweeps/<int:sweep_id>/rerun/", views.sweep_rerun, name="sweep-rerun"),
-    path("sweeps/<int:sweep_id>/levels.csv", views.sweep_export_csv, name="sweep-export-csv"),
-    path("sweeps/<int:sweep_id>/levels.json", views.sweep_export_json, name="sweep-export-json"),
-    path(
-        "sweeps/<int:sweep_id>/records.jsonl",
-        views.sweep_export_records,
-        name="sweep-export-records",
-    ),
-    path("traces/", views.trace_list, name="trace-list"),
-    path("traces/upload/", views.trace_upload, name="trace-upload"),
-    path("experiments/", views.experiment_list, name="experiment-list"),
-    *experiment_urlpatterns,
+    path("", include("benchmarks.sweeps.urls")),
+    path("", include("benchmarks.experiments.urls")),
 ]

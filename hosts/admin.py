@@ -59,7 +59,13 @@ def _probe_results(
     return TemplateResponse(request, "admin/hosts/probe_results.html", context)
 
 
-@admin.action(description="Test connection (hostname, user, GPUs, engines)", permissions=["change"])
+# Hosts and containers (each tested through the whole chain up to it) share the label.
+connection_test_action = admin.action(
+    description="Test connection (hostname, user, GPUs, engines)", permissions=["change"]
+)
+
+
+@connection_test_action
 def test_host_connection(
     modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
     request: HttpRequest,
@@ -68,7 +74,7 @@ def test_host_connection(
     return _probe_results(modeladmin, request, [(host, None) for host in queryset])
 
 
-@admin.action(description="Test connection (hostname, user, GPUs, engines)", permissions=["change"])
+@connection_test_action
 def test_container_connection(
     modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
     request: HttpRequest,
@@ -179,10 +185,11 @@ class ServerProfileForm(forms.ModelForm):  # type: ignore[type-arg]
     # Labels of the fields the last clean() emptied because the Kind does not use them.
     dropped: list[str]
 
-    def clean(self) -> dict[str, Any]:
-        cleaned: dict[str, Any] = super().clean() or {}
+    def clean(self) -> dict[str, object]:
+        cleaned: dict[str, object] = super().clean() or {}
         if kind := cleaned.get("kind"):
-            profile_kind_switch_check(profile=self.instance, kind=kind)
+            # The Kind field's cleaned value: one of ProfileKind's strings.
+            profile_kind_switch_check(profile=self.instance, kind=str(kind))
         unused = (
             LAUNCH_ONLY_FIELDS
             if cleaned.get("kind") == ProfileKind.ENDPOINT

@@ -9,7 +9,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from core import roles
-from core.http import HtmxHttpRequest
+from core.http import HtmxHttpRequest, render_page
 from core.jobs.health import WorkerUnavailable
 from hosts import selectors, services
 from hosts.models import Host, ServerInstance, ServerProfile
@@ -25,10 +25,7 @@ def server_list(request: HtmxHttpRequest) -> HttpResponse:
         "can_sweep": roles.can_run_sweeps(request.user),
         "nav": "servers",
     }
-    template = "hosts/servers.html"
-    if request.htmx:
-        template += "#instance-table"
-    return render(request, template, context)
+    return render_page(request, "hosts/servers.html", context, partial="instance-table")
 
 
 @roles.viewer_required
@@ -42,11 +39,8 @@ def instance_detail(request: HtmxHttpRequest, instance_id: int) -> HttpResponse:
         "can_operate": roles.can_operate(request.user),
         "nav": "servers",
     }
-    template = "hosts/instance_detail.html"
-    if request.htmx:
-        # The page swaps its server-rendered part when the instance's state moves on.
-        template += "#instance-live"
-    return render(request, template, context)
+    # The page swaps its server-rendered part when the instance's state moves on.
+    return render_page(request, "hosts/instance_detail.html", context, partial="instance-live")
 
 
 @require_POST

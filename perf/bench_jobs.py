@@ -135,8 +135,8 @@ def _start_simulator(tmp: Path, workers: int, profile: str) -> tuple[subprocess.
 def _run(
     *, sweeps: int, workers: int, base_url: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    from benchmarks import services
-    from benchmarks.models import Sweep, SweepLevel
+    from benchmarks.sweeps import services
+    from benchmarks.sweeps.models import Sweep, SweepLevel
 
     load = {
         "api": "completions",

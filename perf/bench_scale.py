@@ -162,7 +162,7 @@ def _sweep(
     from benchlib.loadgen.metrics import summarize_level
     from benchlib.loadgen.records import ClockAnchor, RequestRecord
     from benchlib.loadgen.recordstore import RecordWriter
-    from benchmarks.models import Sweep, SweepState
+    from benchmarks.sweeps.models import Sweep, SweepState
     from benchmarks.sweeps.recording import sweep_level_finished
 
     sweep = Sweep.objects.create(
@@ -226,7 +226,7 @@ def _experiment(requests: int, n_levels: int, tmp: Path, records_format: str) ->
 
 
 def _answers(experiment: Any, client: Any, repeats: int) -> list[dict[str, Any]]:
-    from benchmarks.models import Sweep
+    from benchmarks.sweeps.models import Sweep
 
     pk = experiment.pk
     ids = list(
@@ -383,7 +383,7 @@ def child(args: argparse.Namespace) -> None:
     from django.test import Client
 
     from benchmarks import audit
-    from benchmarks.experiments import services
+    from benchmarks.experiments import recording
     from core.roles import VIEWERS
 
     t0 = time.perf_counter()
@@ -400,7 +400,7 @@ def child(args: argparse.Namespace) -> None:
         "records_mb": records_mb,
     }
     if args.mode == "offload":
-        from benchmarks.models import Sweep
+        from benchmarks.sweeps.models import Sweep
 
         other = Sweep.objects.create(name="concurrent", levels=[1])
         for off_worker in (True, False):
@@ -410,9 +410,9 @@ def child(args: argparse.Namespace) -> None:
         print(json.dumps(out))
         return
     build_s, build_mb, _ = _timed(
-        lambda: services.experiment_store_comparison(experiment_id=experiment.pk)
+        lambda: recording.experiment_store_comparison(experiment_id=experiment.pk)
     )
-    services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     out["build"] = {"s": build_s, "peak_mb": build_mb}
     if args.mode in ("full", "answers"):
         user = User.objects.create_user("viewer")

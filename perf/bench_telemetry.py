@@ -41,7 +41,7 @@ PASSWORD = "bench-telemetry-pass-123"  # noqa: S105 - a throw-away demo login
 SETUP = """
 import json, uuid
 from django.utils import timezone
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 profile = ServerProfile.objects.get(name="Simulated SGLang EAGLE-3")
 instance = ServerInstance.objects.create(

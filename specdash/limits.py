@@ -17,7 +17,7 @@ from django.core.handlers.exception import response_for_exception
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 TOO_LARGE = "The request body is larger than this server accepts"
-# The one page that takes a body larger than the limit: the trace upload (benchmarks.traces).
+# The one page that takes a body larger than the limit: the trace upload (benchmarks.sweeps.traces).
 TRACE_UPLOAD_PATH = "/traces/upload/"
 
 

@@ -305,7 +305,7 @@ SPECDASH_LOADGEN_GANG_TIMEOUT_S = _env_seconds("SPECDASH_LOADGEN_GANG_TIMEOUT_S"
 SPECDASH_RECORDS_FORMAT = os.environ.get("SPECDASH_RECORDS_FORMAT", "compact")
 if SPECDASH_RECORDS_FORMAT not in {"jsonl", "compact"}:
     raise ImproperlyConfigured("SPECDASH_RECORDS_FORMAT must be jsonl or compact")
-# Retention of finished work's rows (benchmarks/retention.py, docs/operations.md "Records and
+# Retention of finished work's rows (benchmarks/sweeps/retention.py, docs/operations.md "Records and
 # retention"), applied by the job worker every SPECDASH_RETENTION_INTERVAL_S (0: never; the
 # `retention` management command applies it by hand).
 SPECDASH_RETENTION_INTERVAL_S = _env_seconds("SPECDASH_RETENTION_INTERVAL_S", 3600.0)

@@ -3,7 +3,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from benchmarks import selectors as benchmarks_selectors
+from benchmarks.experiments import selectors as experiment_selectors
+from benchmarks.sweeps import selectors as sweep_selectors
 from core.roles import viewer_required
 from hosts import selectors
 
@@ -16,7 +17,7 @@ RECENT = 5
 def home(request: HttpRequest) -> HttpResponse:
     context = {
         **selectors.dashboard_overview(),
-        "recent_sweeps": benchmarks_selectors.sweep_list()[:RECENT],
-        "recent_experiments": benchmarks_selectors.experiment_list()[:RECENT],
+        "recent_sweeps": sweep_selectors.sweep_list()[:RECENT],
+        "recent_experiments": experiment_selectors.experiment_list()[:RECENT],
     }
     return render(request, "home.html", context)

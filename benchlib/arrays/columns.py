@@ -427,9 +427,7 @@ def read_record_columns(path: Path, *, gaps: bool = False) -> RecordColumns:
     except FileNotFoundError:
         out.exists = False
         return out
-    out.bad_lines = list(state.bad_lines)
-    if state.torn_tail:
-        out.bad_lines.append(rows_seen + 1)
+    out.bad_lines = state.bad_line_numbers(rows_seen)
     out.levels = {key: builder.build() for key, builder in builders.items()}
     return out
 

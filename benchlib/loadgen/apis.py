@@ -116,6 +116,15 @@ def _error_text(obj: Mapping[str, object]) -> str | None:
     return None
 
 
+def _read_error(obj: Mapping[str, object], rec: RequestRecord) -> None:
+    """An event that carries an error rather than tokens: the server's message on the record
+    (cut to 500 characters); nothing for an event that is neither."""
+    text = _error_text(obj)
+    if text is not None:
+        rec.error_kind = "server_error"
+        rec.error = text[:500]
+
+
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -147,12 +156,7 @@ def read_vllm_spec_metrics(metrics: object, rec: RequestRecord) -> None:
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
     if not isinstance(spec, dict):
         return
-    steps = _count(spec.get("num_spec_steps"))
-    if steps is None:
-        return
-    rec.spec_steps = steps
-    rec.spec_drafted = _count(spec.get("num_draft_tokens"))
-    rec.spec_accepted = _count(spec.get("num_accepted_draft_tokens"))
+    _read_spec_counts(spec, rec, "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
 
 
 def read_sglang_meta(meta: SpecTokensDetails, rec: RequestRecord) -> None:
@@ -160,12 +164,22 @@ def read_sglang_meta(meta: SpecTokensDetails, rec: RequestRecord) -> None:
     request or in `sglext.spec_tokens_details` on its OpenAI endpoints (same names):
     `spec_verify_ct` verify steps, `spec_num_proposed_drafts` drafted and
     `spec_num_correct_drafts` accepted draft tokens."""
-    steps = _count(meta.get("spec_verify_ct"))
-    if steps is None:
+    _read_spec_counts(
+        meta, rec, "spec_verify_ct", "spec_num_proposed_drafts", "spec_num_correct_drafts"
+    )
+
+
+def _read_spec_counts(
+    figures: Mapping[str, object], rec: RequestRecord, steps: str, drafted: str, accepted: str
+) -> None:
+    """The record's verify steps, drafted and accepted tokens from an engine's keys for them;
+    none where the engine counted no verify step (the request was not speculative)."""
+    step_count = _count(figures.get(steps))
+    if step_count is None:
         return
-    rec.spec_steps = steps
-    rec.spec_drafted = _count(meta.get("spec_num_proposed_drafts"))
-    rec.spec_accepted = _count(meta.get("spec_num_correct_drafts"))
+    rec.spec_steps = step_count
+    rec.spec_drafted = _count(figures.get(drafted))
+    rec.spec_accepted = _count(figures.get(accepted))
 
 
 class ChunkHandler:
@@ -351,10 +365,7 @@ class OpenAIHandler(ChunkHandler):
             if isinstance(details, dict):
                 read_sglang_meta(details, rec)
         elif usage is None:
-            text = _error_text(obj)
-            if text is not None:
-                rec.error_kind = "server_error"
-                rec.error = text[:500]
+            _read_error(obj, rec)
             return
         if usage:
             rec.output_tokens = usage.get("completion_tokens") or 0
@@ -405,10 +416,7 @@ class GenerateHandler(ChunkHandler):
         rec = self.rec
         meta = obj.get("meta_info")
         if meta is None:
-            text = _error_text(obj)
-            if text is not None:
-                rec.error_kind = "server_error"
-                rec.error = text[:500]
+            _read_error(obj, rec)
             return
         self._meta(meta, now, obj)
 

@@ -16,8 +16,9 @@ import sys
 import time
 import traceback
 import uuid
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.apis import Api
 from benchlib.loadgen.cli_args import (
     build_parser,
@@ -50,7 +51,7 @@ from benchlib.loadgen.events import (
     dumps,
     silence_stdout,
 )
-from benchlib.loadgen.level import RecordSink, run_level
+from benchlib.loadgen.level import RecordSink, RunnerSample, run_level
 from benchlib.loadgen.level_config import LevelConfig, level_plan
 from benchlib.loadgen.level_summary import level_summary
 from benchlib.loadgen.multiproc import run_level_multiprocess
@@ -230,9 +231,9 @@ async def run(args: argparse.Namespace, events: EventWriter, log: TextIO | None)
                 level_start["trace"] = replayed["trace"]
             events.emit(level_start)
 
-            def on_sample(s: dict[str, Any], i: int = i, c: int = c) -> None:
-                s = {k: v for k, v in s.items() if k != "recent_ttft"}
-                events.emit(_sample_event(i, c, s))
+            def on_sample(s: RunnerSample, i: int = i, c: int = c) -> None:
+                figures = {k: v for k, v in s.items() if k != "recent_ttft"}
+                events.emit(_sample_event(i, c, figures))
                 say(progress_line(i, c, s))
 
             async def open_interval(i: int = i, c: int = c) -> None:
@@ -394,7 +395,7 @@ def _start_given(start_at: float, late: float) -> StartGivenEvent:
     }
 
 
-def _sample_event(level_index: int, concurrency: int, figures: dict[str, Any]) -> LoadgenEvent:
+def _sample_event(level_index: int, concurrency: int, figures: JsonObject) -> LoadgenEvent:
     """A sample as the event, its figures in the order the level runner (or the merge of a
     split level's processes) gives them: checked against SampleEvent rather than rebuilt key
     by key, so the line's bytes stay as they were."""

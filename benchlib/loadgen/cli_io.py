@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.loadgen.events import BoundaryFields
-from benchlib.loadgen.level import RecordSink
+from benchlib.loadgen.level import RecordSink, RunnerSample
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import (
     COMPACT_SUFFIX,
@@ -190,7 +190,7 @@ def summary_line(s: Mapping[str, Any]) -> str:
     )
 
 
-def progress_line(level: int, concurrency: int, s: dict[str, Any]) -> str:
+def progress_line(level: int, concurrency: int, s: RunnerSample) -> str:
     ttft = s["ttft_p50"]
     ttft_txt = f"{ttft * 1e3:.0f}ms" if ttft is not None else "-"
     warn = " CLIENT-LIMITED" if s["client_limited"] else ""

@@ -10,7 +10,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from typing import Any
+from typing import Any, TypedDict
 
 from benchlib.loadgen.metrics import distribution
 from benchlib.stats.intervals import quantile
@@ -121,7 +121,23 @@ class HealthMonitor:
         }
 
 
-def arrival_health(late: list[float]) -> dict[str, Any]:
+class ArrivalLateness(TypedDict):
+    """How late a level's scheduled arrivals were sent (``arrival_health``)."""
+
+    count: int
+    late: int  # over ARRIVAL_LATE_MS after their schedule
+    late_p99_ms: float
+
+
+class ArrivalHealth(TypedDict):
+    """The load source's part of the client's health (``arrival_health``)."""
+
+    arrivals: ArrivalLateness
+    load_source_starved: bool
+    starved_reason: str  # "" when not starved
+
+
+def arrival_health(late: list[float]) -> ArrivalHealth:
     """How late a fixed-rate level's arrivals were sent, and whether the load source was
     starved (``STARVED_SHARE`` of them later than ``ARRIVAL_LATE_MS``); closed loops have no
     schedule to be late against."""

@@ -9,8 +9,8 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, NotRequired, TypedDict
 
 from benchlib.loadgen.apis import PATHS
 from benchlib.loadgen.arrivals import OpenLoopSlots, next_gap, wait_until
@@ -24,10 +24,42 @@ from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.sessions import Session
 from benchlib.stats.intervals import quantile
 
-SampleCallback = Callable[[dict[str, Any]], None]
+
+class RunnerSample(TypedDict):
+    """What the level runner hands ``on_sample`` once per sample interval (``_sampler``;
+    summed over a split level's processes by ``multiproc``). The command line writes it, less
+    ``recent_ttft``, as its ``sample`` event (``events.SampleEvent``) and a progress line."""
+
+    t: float  # epoch seconds
+    phase: str  # "warmup" or "measure"
+    tok_s: float  # output tokens per second over the interval
+    in_flight: int
+    completed: int
+    errors: int
+    ttft_p50: float | None  # seconds, over the recent TTFTs (None: none yet)
+    loop_lag_ms: float
+    client_cpu: float  # percent of one core
+    client_limited: bool
+    recent_ttft: list[float]  # seconds, sorted
+    processes: NotRequired[int]  # a level split across processes (multiproc)
+
+
+SampleCallback = Callable[[RunnerSample], None]
 # Takes each request's record as it completes (warm-up ones included) and the level's anchor:
 # with one, the runner keeps no records, so its memory does not grow with the level.
 RecordSink = Callable[[RequestRecord, ClockAnchor], None]
+
+
+async def _run_workers(workers: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run the workers together until all end; when the phase is cancelled (or one worker
+    raises), cancel the rest and wait for them, so none outlives its phase."""
+    tasks = [asyncio.create_task(w) for w in workers]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LevelRunner:
@@ -180,27 +212,12 @@ class LevelRunner:
                     await asyncio.sleep(cfg.think_time)
 
     async def _sessions_phase(self, limit: int | None, deadline: float | None) -> None:
-        workers = self.cfg.concurrency
-        tasks = [
-            asyncio.create_task(self._session_worker(i, limit, deadline)) for i in range(workers)
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _run_workers(
+            self._session_worker(i, limit, deadline) for i in range(self.cfg.concurrency)
+        )
 
     async def _closed_phase(self, workers: int, limit: int | None, deadline: float | None) -> None:
-        tasks = [
-            asyncio.create_task(self._closed_worker(i, limit, deadline)) for i in range(workers)
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _run_workers(self._closed_worker(i, limit, deadline) for i in range(workers))
 
     async def _rate_phase(self, limit: int | None, deadline: float | None) -> None:
         cfg = self.cfg
@@ -312,7 +329,7 @@ class LevelRunner:
             tokens = live.tokens
             lag_ms, cpu = self.health.take()
             ttfts = sorted(live.recent_ttft)
-            sample = {
+            sample: RunnerSample = {
                 "t": time.time(),
                 "phase": self.phase,
                 "tok_s": (tokens - last_tokens) / (now - last_t),

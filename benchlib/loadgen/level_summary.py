@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level_config import LevelResult
-from benchlib.loadgen.metrics import RecordSource, summarize_level, summarize_level_passes
+from benchlib.loadgen.metrics import RecordSource, summarize_level_passes
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.sessions import session_figures, turn_figures
@@ -35,23 +35,14 @@ def level_summary(
             for r in result.records
         ]
         stored = lambda: as_stored  # noqa: E731 - the same reading for the figures below
-        summary = summarize_level(
-            as_stored,
-            concurrency=result.concurrency,
-            mode=result.mode,
-            partial=result.partial,
-            anchor=result.anchor,
-            slo=slo,
-        )
-    else:
-        summary = summarize_level_passes(
-            stored,
-            concurrency=result.concurrency,
-            mode=result.mode,
-            partial=result.partial,
-            anchor=result.anchor,
-            slo=slo,
-        )
+    summary = summarize_level_passes(
+        stored,
+        concurrency=result.concurrency,
+        mode=result.mode,
+        partial=result.partial,
+        anchor=result.anchor,
+        slo=slo,
+    )
     summary["level_index"] = result.level_index
     summary["status"] = result.status
     summary["reason"] = result.reason

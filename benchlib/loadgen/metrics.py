@@ -12,7 +12,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.steady import DEFAULT_DIP_TOLERANCE_S, steady_figures
@@ -200,15 +200,19 @@ def _without_chunks(r: RequestRecord) -> RequestRecord:
     return r if not r.chunk_times else dataclasses.replace(r, chunk_times=[], chunk_tokens=[])
 
 
+class SummaryOptions(TypedDict, total=False):
+    """`summarize_level`'s keywords beside the concurrency, passed on to
+    `summarize_level_passes` (whose defaults they take)."""
+
+    mode: str
+    partial: bool
+    anchor: ClockAnchor | None
+    dip_tolerance: float
+    slo: Slo | None
+
+
 def summarize_level(
-    records: Iterable[RequestRecord],
-    *,
-    concurrency: int,
-    mode: str = "closed",
-    partial: bool = False,
-    anchor: ClockAnchor | None = None,
-    dip_tolerance: float = DEFAULT_DIP_TOLERANCE_S,
-    slo: Slo | None = None,
+    records: Iterable[RequestRecord], *, concurrency: int, **options: Unpack[SummaryOptions]
 ) -> LevelSummary:
     """The level summary from its request records (warm-up records are ignored).
 
@@ -218,15 +222,7 @@ def summarize_level(
     the summary has `goodput` (goodput.level_goodput over the level's duration).
     """
     kept = records if isinstance(records, list) else list(records)
-    return summarize_level_passes(
-        lambda: kept,
-        concurrency=concurrency,
-        mode=mode,
-        partial=partial,
-        anchor=anchor,
-        dip_tolerance=dip_tolerance,
-        slo=slo,
-    )
+    return summarize_level_passes(lambda: kept, concurrency=concurrency, **options)
 
 
 def summarize_level_passes(

@@ -17,11 +17,11 @@ import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from benchlib.loadgen.level import LevelRunner, SampleCallback
+from benchlib.loadgen.level import LevelRunner, RunnerSample, SampleCallback
 from benchlib.loadgen.level_config import LevelConfig, LevelResult, share
 from benchlib.loadgen.merge import merge_results
 from benchlib.loadgen.prompts import PromptSource
@@ -54,36 +54,37 @@ def split_level(cfg: LevelConfig, processes: int) -> list[LevelConfig]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _ParentLink:
+    """How a worker process and the parent talk: the queue it reports on, the event that tells
+    it to stop, the common start of the measured requests (0.0 until the parent sets it) and
+    the parent's pid (a worker whose parent is gone stops)."""
+
+    out_q: Any
+    cancel_ev: Any
+    start_at: Synchronized[float]
+    pid: int
+
+
 def _worker_main(
-    cfg: LevelConfig,
-    prompts: PromptSource,
-    out_q: Any,
-    cancel_ev: Any,
-    start_at: Synchronized[float],
-    parent_pid: int,
-    records: RecordTarget | None = None,
+    cfg: LevelConfig, prompts: PromptSource, link: _ParentLink, records: RecordTarget | None
 ) -> None:
     # The parent owns signal handling and tells workers to stop through cancel_ev.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     idx = cfg.process_index
     try:
-        result = asyncio.run(_worker(cfg, prompts, out_q, cancel_ev, start_at, parent_pid, records))
-        out_q.put(("done", idx, result))
+        result = asyncio.run(_worker(cfg, prompts, link, records))
+        link.out_q.put(("done", idx, result))
     except BaseException:
-        out_q.put(("error", idx, traceback.format_exc()))
+        link.out_q.put(("error", idx, traceback.format_exc()))
 
 
 async def _worker(
-    cfg: LevelConfig,
-    prompts: PromptSource,
-    out_q: Any,
-    cancel_ev: Any,
-    start_at: Synchronized[float],
-    parent_pid: int,
-    records: RecordTarget | None = None,
+    cfg: LevelConfig, prompts: PromptSource, link: _ParentLink, records: RecordTarget | None
 ) -> LevelResult:
     idx = cfg.process_index
+    out_q, cancel_ev, start_at = link.out_q, link.cancel_ev, link.start_at
     cancel = asyncio.Event()
     writers = records.open() if records is not None else []
 
@@ -106,7 +107,7 @@ async def _worker(
         while True:
             for writer in writers:
                 writer.flush_if_due()
-            if cancel_ev.is_set() or os.getppid() != parent_pid:
+            if cancel_ev.is_set() or os.getppid() != link.pid:
                 cancel.set()
             if runner.failed.is_set() and not reported:
                 out_q.put(("failed", idx, runner.reason))
@@ -140,14 +141,14 @@ class _SampleMerger:
     """
 
     def __init__(self) -> None:
-        self.latest: dict[int, dict[str, Any]] = {}
+        self.latest: dict[int, RunnerSample] = {}
         self.fresh = False
 
-    def add(self, idx: int, sample: dict[str, Any]) -> None:
+    def add(self, idx: int, sample: RunnerSample) -> None:
         self.latest[idx] = sample
         self.fresh = True
 
-    def combined(self) -> dict[str, Any] | None:
+    def combined(self) -> RunnerSample | None:
         if not self.fresh:
             return None
         self.fresh = False
@@ -190,10 +191,11 @@ async def run_level_multiprocess(
     out_q = ctx.Queue()
     cancel_ev = ctx.Event()
     start_at = ctx.Value("d", 0.0)
+    link = _ParentLink(out_q, cancel_ev, start_at, os.getpid())
     procs = [
         ctx.Process(
             target=_worker_main,
-            args=(c, prompts, out_q, cancel_ev, start_at, os.getpid(), records),
+            args=(c, prompts, link, records),
             name=f"loadgen-worker-{c.process_index}",
             daemon=True,
         )

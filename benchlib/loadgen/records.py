@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,3 +281,28 @@ class SparseColumn(TypedDict):
 # A compact block's other columns (recordstore.py: every key but the start, the times and the
 # chunks), by key: each row's value, or a sparse column where some rows lack the key.
 OtherColumns = dict[str, list[Any] | SparseColumn]
+
+# The JSON form's time fields besides `start` and the chunks, in its key order.
+TimeKey = Literal["end", "first_token", "sent", "written"]
+TIME_KEYS: tuple[TimeKey, ...] = ("end", "first_token", "sent", "written")
+
+
+class BlockTimes(TypedDict, total=False):
+    """A compact block's time columns (us from each row's start, None where the row lacks the
+    field): those that some row of the block has."""
+
+    end: list[int | None]
+    first_token: list[int | None]
+    sent: list[int | None]
+    written: list[int | None]
+
+
+class BlockHead(BlockTimes):
+    """A compact block's columns (recordstore.py), the JSON at its head: the row count, each
+    row's start (us, delta-coded from the previous row's), the time columns, each row's chunk
+    count and the other columns. The chunks themselves follow the head as binary arrays."""
+
+    n: int
+    start: list[int]
+    nchunks: list[int]
+    other: OtherColumns

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib.loadgen.records import OtherColumns, RecordRow
+from benchlib.json_types import JsonObject
+from benchlib.loadgen.records import TIME_KEYS, BlockHead, BlockTimes, OtherColumns, RecordRow
 
 MAGIC = b"SDREC01\n"
 COMPACT_SUFFIX = ".sdrec"
@@ -43,8 +44,6 @@ _PAYLOAD = struct.Struct("<II")  # columns JSON length, total chunk count
 BATCH_ROWS = 512
 FLUSH_INTERVAL_S = 0.5
 
-# The JSON form's time fields besides `start` and the chunks, in its key order.
-_TIME_KEYS = ("end", "first_token", "sent", "written")
 # The JSON form's key order (RequestRecord.to_json, then the CLI's `attempt`): rows decoded
 # from the compact form come back in it, so a records.jsonl made from them reads the same.
 _KEY_ORDER = (
@@ -90,28 +89,27 @@ def encode_block(rows: Iterable[Mapping[str, Any]]) -> bytes:
     n = len(rows)
     starts = [_us(r["start"]) for r in rows]
     start_deltas = [starts[0], *(b - a for a, b in itertools.pairwise(starts))]
-    columns: dict[str, Any] = {"n": n, "start": start_deltas}
-    for key in _TIME_KEYS:
-        values = [r.get(key) for r in rows]
+    times: BlockTimes = {}
+    for time_key in TIME_KEYS:
+        values = [r.get(time_key) for r in rows]
         if any(v is not None for v in values):
-            columns[key] = [
+            times[time_key] = [
                 None if v is None else _us(v) - s for v, s in zip(values, starts, strict=True)
             ]
-    chunk_counts: list[int] = []
+    nchunks: list[int] = []
     gaps = array("q")
     tokens = array("i")
     for r, s in zip(rows, starts, strict=True):
         chunks = r.get("chunks") or []
-        chunk_counts.append(len(chunks))
+        nchunks.append(len(chunks))
         prev = s
         for t, k in chunks:
             us = _us(t)
             gaps.append(us - prev)
             tokens.append(k)
             prev = us
-    columns["nchunks"] = chunk_counts
     # Every other key by column; a key some rows lack lists the rows that have it.
-    keys = sorted({k for r in rows for k in r} - {"start", "chunks", *_TIME_KEYS})
+    keys = sorted({k for r in rows for k in r} - {"start", "chunks", *TIME_KEYS})
     other: OtherColumns = {}
     for key in keys:
         present = [i for i, r in enumerate(rows) if key in r]
@@ -119,8 +117,8 @@ def encode_block(rows: Iterable[Mapping[str, Any]]) -> bytes:
             other[key] = [r[key] for r in rows]
         else:
             other[key] = {"rows": present, "values": [rows[i][key] for i in present]}
-    columns["other"] = other
-    head = json.dumps(columns, separators=(",", ":")).encode()
+    block: BlockHead = {"n": n, "start": start_deltas, **times, "nchunks": nchunks, "other": other}
+    head = json.dumps(block, separators=(",", ":")).encode()
     payload = b"".join(
         [_PAYLOAD.pack(len(head), len(gaps)), head, _le(gaps).tobytes(), _le(tokens).tobytes()]
     )
@@ -136,18 +134,18 @@ def _le(values: array[Any]) -> array[Any]:
     return values
 
 
-def decode_block(body: bytes) -> list[dict[str, Any]]:
+def decode_block(body: bytes) -> list[JsonObject]:
     """The rows of one block's compressed body, in the JSON form's key order."""
     payload = zlib.decompress(body)
     head_len, n_chunks = _PAYLOAD.unpack_from(payload)
     offset = _PAYLOAD.size
-    columns = json.loads(payload[offset : offset + head_len])
+    columns: BlockHead = json.loads(payload[offset : offset + head_len])
     offset += head_len
     gaps = _le(array("q", payload[offset : offset + 8 * n_chunks]))
     offset += 8 * n_chunks
     tokens = _le(array("i", payload[offset : offset + 4 * n_chunks]))
     n = columns["n"]
-    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    rows: list[JsonObject] = [{} for _ in range(n)]
     for key, values in columns["other"].items():
         if isinstance(values, dict):
             for i, v in zip(values["rows"], values["values"], strict=True):
@@ -160,10 +158,10 @@ def decode_block(body: bytes) -> list[dict[str, Any]]:
     for i, row in enumerate(rows):
         start += columns["start"][i]
         row["start"] = start / 1e6
-        for key in _TIME_KEYS:
-            if key in columns:
-                delta = columns[key][i]
-                row[key] = None if delta is None else (start + delta) / 1e6
+        for time_key in TIME_KEYS:
+            if time_key in columns:
+                delta = columns[time_key][i]
+                row[time_key] = None if delta is None else (start + delta) / 1e6
         chunks = []
         t = start
         for j in range(at, at + columns["nchunks"][i]):
@@ -179,7 +177,7 @@ def decode_block(body: bytes) -> list[dict[str, Any]]:
     return [dict(sorted(row.items(), key=_key_rank)) for row in rows]
 
 
-def _key_rank(item: tuple[str, Any]) -> int:
+def _key_rank(item: tuple[str, object]) -> int:
     return _ORDER.get(item[0], len(_ORDER))
 
 
@@ -199,6 +197,10 @@ class ReadState:
     bad_lines: list[int] = field(default_factory=list)
     torn_tail: bool = False
     end_offset: int = 0
+
+    def bad_line_numbers(self, rows: int) -> list[int]:
+        """After a pass that read `rows` rows: the bad lines, a torn tail the row after them."""
+        return [*self.bad_lines, rows + 1] if self.torn_tail else list(self.bad_lines)
 
 
 def iter_compact(

@@ -76,32 +76,35 @@ class LoadSettings(LoadFields):
             return _number(value, kind, low, high)
         return value
 
-    @field_validator("api")
+    # The text settings with a fixed set of values (the empty ramp: a steady rate).
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "api": APIS,
+        "prompt_set": PROMPT_SETS,
+        "ramp": RAMPS,
+        "trace_format": TRACE_FORMATS,
+    }
+
+    @field_validator(*CHOICES)
     @classmethod
-    def _api(cls, value: str) -> str:
-        if value not in APIS:
-            raise ValueError(f"Choose one of {', '.join(APIS)}.")
+    def _choice(cls, value: str, info: ValidationInfo) -> str:
+        assert info.field_name is not None
+        choices = cls.CHOICES[info.field_name]
+        if info.field_name == "ramp":
+            if value and value not in choices:
+                raise ValueError(f"Choose one of {', '.join(choices)}, or none.")
+        elif value not in choices:
+            raise ValueError(f"Choose one of {', '.join(choices)}.")
         return value
 
     @field_validator("model")
     @classmethod
     def _model(cls, value: str) -> str:
-        if len(value) > 200 or value.startswith("-") or any(ord(c) < 32 for c in value):
-            raise ValueError("A model name of up to 200 characters, not starting with '-'.")
-        return value
-
-    @field_validator("prompt_set")
-    @classmethod
-    def _prompt_set(cls, value: str) -> str:
-        if value not in PROMPT_SETS:
-            raise ValueError(f"Choose one of {', '.join(PROMPT_SETS)}.")
-        return value
+        return _argv_text(value, "A model name", 200)
 
     @field_validator("trace")
     @classmethod
     def _trace(cls, value: str, info: ValidationInfo) -> str:
-        if len(value) > 500 or value.startswith("-") or any(ord(c) < 32 for c in value):
-            raise ValueError("A file path of up to 500 characters, not starting with '-'.")
+        _argv_text(value, "A file path", 500)
         # A sweep names a file in the dashboard's trace folder, nothing else on its disk.
         if (
             value
@@ -109,20 +112,6 @@ class LoadSettings(LoadFields):
             and not TRACE_NAME_RE.fullmatch(value)
         ):
             raise ValueError("A file name in the trace folder (letters, digits, . _ -).")
-        return value
-
-    @field_validator("ramp")
-    @classmethod
-    def _ramp(cls, value: str) -> str:
-        if value and value not in RAMPS:
-            raise ValueError(f"Choose one of {', '.join(RAMPS)}, or none.")
-        return value
-
-    @field_validator("trace_format")
-    @classmethod
-    def _trace_format(cls, value: str) -> str:
-        if value not in TRACE_FORMATS:
-            raise ValueError(f"Choose one of {', '.join(TRACE_FORMATS)}.")
         return value
 
     @field_validator("request_rate", mode="before")
@@ -368,6 +357,14 @@ def _slo_argv(slo: SloSettings) -> list[str]:
         if value is not None:
             argv += _flag_argv(option(field).flag, value, field)
     return argv
+
+
+def _argv_text(value: str, what: str, longest: int) -> str:
+    """A text that goes on the load generator's command line as a flag's value: bounded, no
+    control characters, and not read as a flag itself."""
+    if len(value) > longest or value.startswith("-") or any(ord(c) < 32 for c in value):
+        raise ValueError(f"{what} of up to {longest} characters, not starting with '-'.")
+    return value
 
 
 def _plain(value: float) -> str:

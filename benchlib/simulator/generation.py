@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from benchlib.loadgen.wire import GenerateMetaInfo, SpecTokensDetails
@@ -151,12 +152,16 @@ async def _stream_openai(
     sglang: bool,
     reasoning_tokens: int = 0,
 ) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
     encoder = StreamEncoder(
         req, sim.request_id, int(sim.arrival), sglang=sglang, reasoning_tokens=reasoning_tokens
     )
     pos = 0
-    take = sim.take
+
+    def chunk(n: int, final: bool) -> bytes:
+        nonlocal pos
+        body = encoder.chunk(pos, n, sim.finish_reason if final else None)
+        pos += n
+        return body
 
     def tail() -> bytes:
         # After the last token: SGLang's sglext chunk (when asked for and the request was
@@ -168,21 +173,7 @@ async def _stream_openai(
             out += encoder.usage_chunk(pos)
         return out + DONE
 
-    while True:
-        n = await take()
-        final = sim.done
-        if n == 0:
-            await send({"type": "http.response.body", "body": tail(), "more_body": False})
-            return
-        body = encoder.chunk(pos, n, sim.finish_reason if final else None)
-        pos += n
-        if final:
-            body += tail()
-        t = time.time()
-        await send({"type": "http.response.body", "body": body, "more_body": not final})
-        chunks.append([t, n])
-        if final:
-            return
+    await _stream_events(send, sim, chunks, headers, chunk, tail)
 
 
 async def _stream_generate(
@@ -192,20 +183,39 @@ async def _stream_generate(
     chunks: list[list[float]],
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
     pos = 0
+
+    def chunk(n: int, final: bool) -> bytes:
+        nonlocal pos
+        pos += n
+        reason = sim.finish_reason if final else None
+        return generate_chunk(req, sim.request_id, pos, reason, spec_meta(sim))
+
+    await _stream_events(send, sim, chunks, headers, chunk, lambda: DONE)
+
+
+async def _stream_events(
+    send: Send,
+    sim: SimRequest,
+    chunks: list[list[float]],
+    headers: list[tuple[bytes, bytes]],
+    chunk: Callable[[int, bool], bytes],
+    tail: Callable[[], bytes],
+) -> None:
+    """Stream the request's tokens as the engine produces them: `chunk(n, final)` is the event
+    for n new tokens, `tail()` what follows the last one (sent alone where the engine ends
+    with no new token). Each event's send time and token count go into `chunks`."""
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+    take = sim.take
     while True:
-        n = await sim.take()
+        n = await take()
         final = sim.done
         if n == 0:
-            await send({"type": "http.response.body", "body": DONE, "more_body": False})
+            await send({"type": "http.response.body", "body": tail(), "more_body": False})
             return
-        pos += n
-        body = generate_chunk(
-            req, sim.request_id, pos, sim.finish_reason if final else None, spec_meta(sim)
-        )
+        body = chunk(n, final)
         if final:
-            body += DONE
+            body += tail()
         t = time.time()
         await send({"type": "http.response.body", "body": body, "more_body": not final})
         chunks.append([t, n])

@@ -68,28 +68,37 @@ def linear_step_from_targets(
 
 # Derivation (see docs/simulator.md): single-stream decode and the throughput at the batch cap
 # (256 running requests) come from docs' scenario figures; t0 and k follow from the two equations.
-_BASE_T0, _BASE_K = linear_step_from_targets(
-    single_stream=92.6, at_cap=773.0, cap=256, tokens_per_step=1.0
-)
+_CAP = 256
+
+
+def _fitted_step(
+    *, single_stream: float, at_cap: float, tokens_per_step: float
+) -> tuple[float, float]:
+    """t0 and k (ms) through the two scenario figures, rounded as the profiles state them."""
+    t0, k = linear_step_from_targets(
+        single_stream=single_stream, at_cap=at_cap, cap=_CAP, tokens_per_step=tokens_per_step
+    )
+    return round(t0, 4), round(k, 5)
+
+
+_BASE_T0_MS, _BASE_K_MS = _fitted_step(single_stream=92.6, at_cap=773.0, tokens_per_step=1.0)
 _EAGLE_L = 2.6
-_EAGLE_T0, _EAGLE_K = linear_step_from_targets(
-    single_stream=96.1, at_cap=354.0, cap=256, tokens_per_step=_EAGLE_L
-)
+_EAGLE_T0_MS, _EAGLE_K_MS = _fitted_step(single_stream=96.1, at_cap=354.0, tokens_per_step=_EAGLE_L)
 
 PROFILES: dict[str, Profile] = {
     "baseline": Profile(
         name="baseline",
-        t0_ms=round(_BASE_T0, 4),
-        k_ms=round(_BASE_K, 5),
-        max_running=256,
+        t0_ms=_BASE_T0_MS,
+        k_ms=_BASE_K_MS,
+        max_running=_CAP,
         kv_tokens=2_000_000,
         description="no speculation: 92.6 tok/s single stream, ~773 tok/s at 256 running",
     ),
     "eagle3": Profile(
         name="eagle3",
-        t0_ms=round(_EAGLE_T0, 4),
-        k_ms=round(_EAGLE_K, 5),
-        max_running=256,
+        t0_ms=_EAGLE_T0_MS,
+        k_ms=_EAGLE_K_MS,
+        max_running=_CAP,
         kv_tokens=1_500_000,
         speculative=True,
         accept_length=_EAGLE_L,
@@ -98,8 +107,8 @@ PROFILES: dict[str, Profile] = {
         # mode; an illustration, not a measurement of any drafter on reasoning text.
         reasoning_accept_length=3.2,
         # A step without drafts costs a baseline step (the same target model, same server).
-        off_t0_ms=round(_BASE_T0, 4),
-        off_k_ms=round(_BASE_K, 5),
+        off_t0_ms=_BASE_T0_MS,
+        off_k_ms=_BASE_K_MS,
         description="EAGLE-3 (3 draft steps, accept length 2.6): 96.1 tok/s single, ~354 saturated",
     ),
     "fast": Profile(

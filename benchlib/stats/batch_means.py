@@ -38,8 +38,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from benchlib.stats.tdist import t_ppf
-from benchlib.stats.types import Ratio, RequestColumns, RequestPoint
+from benchlib.stats.tdist import check_confidence, welch_half_width
+from benchlib.stats.types import Ratio, RequestColumns, RequestPoint, sum_over_span
 
 METHOD: Final = "batch-means-log-t"
 MIN_BLOCKS = 3
@@ -57,10 +57,7 @@ def achieved_concurrency(requests: Sequence[RequestPoint]) -> float:
     """Little's law over the level: sum of the requests' durations / the level's span."""
     if isinstance(requests, RequestColumns):
         return requests.achieved_concurrency()
-    span = max(r.end for r in requests) - min(r.start for r in requests)
-    if span <= 0:
-        raise ValueError("the requests span no time")
-    return sum(r.duration for r in requests) / span
+    return sum_over_span(requests, "duration")
 
 
 def time_blocks(requests: Sequence[RequestPoint]) -> list[Sequence[RequestPoint]]:
@@ -140,17 +137,14 @@ def ratio_from_batch_means(
 ) -> Ratio | None:
     """B/A = ``point`` with a Welch log-t interval from each run's batch means (module notes);
     None when either run has fewer than ``MIN_BLOCKS`` blocks."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError("confidence must be in (0, 1)")
+    check_confidence(confidence)
     if point <= 0:
         raise ValueError("point must be > 0")
     spread_a, spread_b = log_block_spread(a, statistic), log_block_spread(b, statistic)
     if spread_a is None or spread_b is None:
         return None
     (va, dfa), (vb, dfb) = spread_a, spread_b
-    se2 = va + vb
-    if se2 == 0.0:
+    half = welch_half_width(va, dfa, vb, dfb, confidence)
+    if half == 0.0:
         return Ratio(point, point, point, METHOD, confidence)
-    df = se2**2 / (va**2 / dfa + vb**2 / dfb)
-    half = t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(se2)
     return Ratio(point, point * math.exp(-half), point * math.exp(half), METHOD, confidence)

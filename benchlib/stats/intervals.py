@@ -43,7 +43,7 @@ from benchlib.stats.repeats import (
     curves_pooled_variance,
     ratio_from_pooled_repeats,
 )
-from benchlib.stats.tdist import t_ppf
+from benchlib.stats.tdist import check_confidence, welch_half_width
 from benchlib.stats.types import (
     Curve,
     LevelRatio,
@@ -91,11 +91,6 @@ def interval_scope(method: str) -> str:
     return INTERVAL_SCOPE.get(method, f"interval by {method}: its scope is not known")
 
 
-def _check_confidence(confidence: float) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError("confidence must be in (0, 1)")
-
-
 def quantile(sorted_values: Sequence[float], p: float) -> float:
     """Linear-interpolation quantile (numpy's default) of already sorted values."""
     # The load generator's summaries use this one too (`metrics.quantile` is this function).
@@ -114,7 +109,7 @@ def ratio_from_repeats(
     a: Sequence[float], b: Sequence[float], *, confidence: float = DEFAULT_CONFIDENCE
 ) -> Ratio:
     """Ratio of means B/A with a Welch log-ratio t-interval (see the module notes)."""
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if len(a) < 2 or len(b) < 2:
         raise ValueError("each side needs at least 2 repeats")
     mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
@@ -124,11 +119,9 @@ def ratio_from_repeats(
     va = statistics.variance(a) / (len(a) * mean_a**2)
     vb = statistics.variance(b) / (len(b) * mean_b**2)
     point = mean_b / mean_a
-    se2 = va + vb
-    if se2 == 0.0:
+    half = welch_half_width(va, len(a) - 1, vb, len(b) - 1, confidence)
+    if half == 0.0:
         return Ratio(point, point, point, "repeats-log-t", confidence)
-    df = se2**2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(se2)
     log_point = math.log(point)
     return Ratio(
         point, math.exp(log_point - half), math.exp(log_point + half), "repeats-log-t", confidence

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from benchlib.stats.tdist import t_ppf
+from benchlib.stats.tdist import check_confidence, t_ppf
 from benchlib.stats.types import Curve, Ratio
 
 METHOD: Final = "repeats-pooled-log-t"
@@ -88,8 +88,7 @@ def ratio_from_pooled_repeats(
 ) -> Ratio:
     """B/A of the repeats' means with a log-t interval from the larger of ``pooled`` and the
     level's own variance, on the pooled degrees of freedom (module notes)."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError("confidence must be in (0, 1)")
+    check_confidence(confidence)
     mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
     if mean_a <= 0 or mean_b <= 0:
         raise ValueError("repeat means must be > 0 for a ratio")

@@ -80,3 +80,19 @@ def t_ppf(p: float, df: float) -> float:
         if hi - lo < 1e-12 * max(1.0, hi):
             break
     return 0.5 * (lo + hi)
+
+
+def check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must be in (0, 1)")
+
+
+def welch_half_width(va: float, dfa: float, vb: float, dfb: float, confidence: float) -> float:
+    """Half the width of a Welch t-interval on the difference of two estimates, of variances
+    ``va`` and ``vb`` on ``dfa`` and ``dfb`` degrees of freedom (Welch-Satterthwaite's df);
+    0.0 exactly when both variances are 0 (the interval is the point)."""
+    se2 = va + vb
+    if se2 == 0.0:
+        return 0.0
+    df = se2**2 / (va**2 / dfa + vb**2 / dfb)
+    return t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(se2)

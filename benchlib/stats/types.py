@@ -20,8 +20,9 @@ import abc
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Literal, TypedDict
 
 RatioMethod = Literal[
@@ -80,10 +81,19 @@ def level_throughput(requests: Sequence[RequestPoint]) -> float:
         raise ValueError("no requests")
     if isinstance(requests, RequestColumns):
         return requests.throughput()
+    return sum_over_span(requests, "output_tokens")
+
+
+def sum_over_span(
+    requests: Sequence[RequestPoint], figure: Literal["output_tokens", "duration"]
+) -> float:
+    """A figure summed over the requests, per second of the level's span (last end - first
+    start): the throughput from output tokens, the achieved concurrency from durations."""
     span = max(r.end for r in requests) - min(r.start for r in requests)
     if span <= 0:
         raise ValueError("the requests span no time")
-    return sum(r.output_tokens for r in requests) / span
+    value: Callable[[RequestPoint], float] = attrgetter(figure)
+    return sum(map(value, requests)) / span
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from django.core.exceptions import ValidationError
 
-from benchmarks import services as sweep_services
+from benchlib.json_types import JsonObject
 from benchmarks.experiments.level_runs import SeriesData
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.services import sweep_clean_plan
 
 # The load settings an arm may set for itself (LoadSettings' own fields and rules).
 ARM_LOAD_AXES = ("api", "temperature")
@@ -74,7 +75,7 @@ def parse_arm_load(text: str) -> ArmLoadText:
 
 def arm_load_clean(
     *, levels: Sequence[Any], load: Mapping[str, Any], arm_load: Mapping[str, Any]
-) -> tuple[ArmLoad, dict[str, Any]]:
+) -> tuple[ArmLoad, JsonObject]:
     """(the arm's own settings as stored, the load its sweeps run): only the acceptance axes,
     checked merged into the experiment's (cleaned) load by the sweep's own rules, so that a
     combination a sweep refuses (sessions on the completions API) is refused here. Blank
@@ -87,7 +88,7 @@ def arm_load_clean(
             "(the rest of the load is the experiment's, shared by its arms)."
         )
     try:
-        _, merged = sweep_services.sweep_clean_plan(levels, {**load, **given})
+        _, merged = sweep_clean_plan(levels, {**load, **given})
     except ValidationError as exc:
         messages = (
             [f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()]
@@ -99,7 +100,7 @@ def arm_load_clean(
     return cast(ArmLoad, {k: merged[k] for k in given}), merged
 
 
-def arm_run_load(load: Mapping[str, Any], arm_load: Mapping[str, Any]) -> dict[str, Any]:
+def arm_run_load(load: Mapping[str, Any], arm_load: Mapping[str, Any]) -> JsonObject:
     """The load an arm's sweeps run: the experiment's with the arm's own settings over it."""
     return {**load, **arm_load}
 

@@ -40,9 +40,10 @@ from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.level_runs import by_concurrency
 from benchmarks.experiments.matrix import drop_flags, flag_value
+from benchmarks.experiments.models import BreakevenCheck, Experiment
 from benchmarks.experiments.series import experiment_arm_series, sweep_series
 from benchmarks.experiments.workload import AcceptanceRow, acceptance_row
-from benchmarks.models import BreakevenCheck, Experiment, Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerProfile
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ class Placement:
     source: str  # "experiment 12" / "sweep 7"
     profile: ServerProfile
     categories: tuple[CategoryPlacement, ...]
-    load: dict[str, Any]  # the source's load settings: a check runs them on one category
+    load: JsonObject  # the source's load settings: a check runs them on one category
     experiment_id: int | None = None
     sweep_id: int | None = None
 
@@ -247,7 +248,7 @@ def _category_acceptance(rows: Sequence[LevelAcceptance]) -> dict[str, dict[int,
 
 def _source_rows(
     *, experiment: Experiment | None, sweep: Sweep | None
-) -> tuple[str, ServerProfile, list[LevelAcceptance], dict[str, Any]]:
+) -> tuple[str, ServerProfile, list[LevelAcceptance], JsonObject]:
     if experiment is not None:
         for arm, series in experiment_arm_series(experiment=experiment):
             if arm.profile.speculative:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NotRequired
+from typing import NotRequired
 
 import django
 
@@ -25,11 +25,12 @@ from benchmarks.experiments import axes, comparison, schedule, selectors, store
 from benchmarks.experiments.axes import ExperimentAxes
 from benchmarks.experiments.comparison import Comparison
 from benchmarks.experiments.environment import experiment_environment_differences
+from benchmarks.experiments.equivalence import EquivalenceCheck
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.protocol import ProtocolRecord, experiment_protocol, protocol_drift
 from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import experiment_arm_series, experiment_series, running_batches
-from benchmarks.models import Experiment
 from benchmarks.sweeps.recordfile import records_read_once
 
 
@@ -53,8 +54,9 @@ class ComparisonInputs:
     """Everything the build needs from the database, as plain data a child process takes."""
 
     series: Sequence[SeriesData]
-    equivalence_runs: dict[str, list[dict[str, Any]]]
-    slo: dict[str, Any] | None
+    equivalence_runs: dict[str, list[EquivalenceCheck]]
+    # The SLO as the experiment's load settings keep it (``Slo.from_dict`` reads it).
+    slo: Mapping[str, object] | None
     protocol: ProtocolRecord
     environment_differences: dict[str, list[str]]
     # What the arms are declared to differ in, and their acceptance-axis loads (axes).
@@ -87,32 +89,36 @@ def comparison_inputs(*, experiment_id: int) -> ComparisonInputs:
     )
 
 
-def comparison_from_inputs(inputs: ComparisonInputs) -> dict[str, Any]:
+def comparison_from_inputs(inputs: ComparisonInputs) -> StoredComparison:
     """The comparison with its protocol, environment differences and schedule (no queries;
     each records file parsed once for all of them)."""
     with records_read_once():
         # How it was measured: the interval's scope, drift and order effect per level; a level
         # whose drift exceeds the margin is inconclusive in the decision.
-        result = comparison.comparison_build(
+        built = comparison.comparison_build(
             series=inputs.series,
             equivalence_runs=inputs.equivalence_runs,
             slo=inputs.slo,
             drift=protocol_drift(inputs.protocol),
         )
-        result["protocol"] = inputs.protocol
-        # What else than their declared launch differs between the arms' runs.
-        result["environment_differences"] = inputs.environment_differences
-        result.update(inputs.axes)
-        # Built now with the comparison so that no GET derives it from the records.
-        result["schedule"] = schedule.schedule_build(inputs.schedule_arms, inputs.observed)
+        result: StoredComparison = {
+            **built,
+            "protocol": inputs.protocol,
+            # What else than their declared launch differs between the arms' runs.
+            "environment_differences": inputs.environment_differences,
+            "declared_axis": inputs.axes["declared_axis"],
+            "arm_loads": inputs.axes["arm_loads"],
+            # Built now with the comparison so that no GET derives it from the records.
+            "schedule": schedule.schedule_build(inputs.schedule_arms, inputs.observed),
+        }
     return result
 
 
-def experiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+def experiment_save_comparison(*, experiment_id: int, result: StoredComparison) -> None:
     Experiment.objects.filter(pk=experiment_id).update(comparison=result)
 
 
-async def experiment_store_comparison_off_worker(*, experiment_id: int) -> dict[str, Any]:
+async def experiment_store_comparison_off_worker(*, experiment_id: int) -> StoredComparison:
     """``recording.experiment_store_comparison`` with the build in a child process, so no
     build length holds up the worker's other jobs, its event loop or its lease renewals."""
     inputs = await store.acomparison_inputs(experiment_id=experiment_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
@@ -34,7 +34,11 @@ from benchmarks.experiments.candidate_decision import (
     latency_ratios,
 )
 from benchmarks.experiments.decisions import RATE_FIGURE, is_rate_mode
-from benchmarks.experiments.equivalence import EquivalenceSummary, equivalence_summary
+from benchmarks.experiments.equivalence import (
+    EquivalenceCheck,
+    EquivalenceSummary,
+    equivalence_summary,
+)
 from benchmarks.experiments.goodput_verdicts import goodput_verdicts
 from benchmarks.experiments.level_rows import LevelRow, series_rows
 from benchmarks.experiments.level_runs import (
@@ -168,34 +172,32 @@ def _table(
 def comparison_build(
     *,
     series: Sequence[SeriesData],
-    equivalence_runs: dict[str, list[JsonObject]] | None = None,
+    equivalence_runs: Mapping[str, list[EquivalenceCheck]] | None = None,
     n_boot: int = N_BOOT,
     seed: int = 0,
     slo: Mapping[str, object] | None = None,
     drift: Mapping[str, Mapping[int, float]] | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """The comparison of ``series`` (``_comparison_build``), each records file parsed once
     however many levels, curves and verdicts read it.
 
-    Handed on as a plain dict: the experiment's build adds its protocol, axes and schedule to
-    it before storing it, and every surface reads it back from that JSON field."""
+    The experiment's build adds its protocol, axes and schedule to it before storing it
+    (``builds.StoredComparison``), and every surface reads it back from that JSON field."""
     with records_read_once():
-        return dict(
-            _comparison_build(
-                series=series,
-                equivalence_runs=equivalence_runs,
-                n_boot=n_boot,
-                seed=seed,
-                slo=slo,
-                drift=drift,
-            )
+        return _comparison_build(
+            series=series,
+            equivalence_runs=equivalence_runs,
+            n_boot=n_boot,
+            seed=seed,
+            slo=slo,
+            drift=drift,
         )
 
 
 def _comparison_build(
     *,
     series: Sequence[SeriesData],
-    equivalence_runs: dict[str, list[JsonObject]] | None,
+    equivalence_runs: Mapping[str, list[EquivalenceCheck]] | None,
     n_boot: int,
     seed: int,
     slo: Mapping[str, object] | None,

@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 
-from benchmarks.models import Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.agent.parts.probe import FileRecord
 from hosts.telemetry.nvidia_smi import parse_gpu_query
 

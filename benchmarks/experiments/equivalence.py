@@ -10,8 +10,8 @@ Each server gets the prompts one at a time (so batching cannot change its numeri
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, NotRequired, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import NotRequired, TypedDict
 
 import httpx
 
@@ -137,7 +137,7 @@ async def equivalence_probe(
 
 
 def output_differences(
-    reference: dict[str, Any], candidate: dict[str, Any]
+    reference: EquivalenceCheck, candidate: EquivalenceCheck
 ) -> list[OutputDifference]:
     """Prompts whose outputs differ (or errored on either side), in prompt order."""
     ref_prompts = list(reference.get("prompts") or [])
@@ -175,7 +175,7 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def equivalence_summary(
-    *, reference: str, runs: dict[str, list[dict[str, Any]]] | None
+    *, reference: str, runs: Mapping[str, list[EquivalenceCheck]] | None
 ) -> EquivalenceSummary:
     """Per profile label: do all its checks match the reference's first check?
 

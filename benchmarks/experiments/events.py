@@ -8,8 +8,8 @@ from typing import NotRequired, TypedDict
 from django.utils import timezone
 
 from benchmarks.experiments import selectors
+from benchmarks.experiments.models import Experiment, ExperimentStep, StepState
 from benchmarks.experiments.selectors import ExperimentRow, StepRow
-from benchmarks.models import Experiment, ExperimentStep, StepState
 from core import realtime
 from core.realtime import ChannelEvent
 

@@ -7,17 +7,20 @@ with ``plotly.io.to_html``: one definition, two outputs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from benchlib.json_types import PlotlyFigure
+from benchlib.json_types import JsonObject, PlotlyFigure
+from benchmarks.experiments.legend import CARD_LEGEND_WIDTH_PX, MARGIN, legend_below
 
 if TYPE_CHECKING:
-    from benchmarks.experiments.comparison import SeriesEntry
+    from benchmarks.experiments.comparison import Comparison, SeriesEntry
     from benchmarks.experiments.history import HistoryPoint
+    from benchmarks.experiments.schedule import ScheduleReport
+    from benchmarks.experiments.verdicts import VerdictEntry
 
 
 COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
-_MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
 
 
 def _color(i: int) -> str:
@@ -28,151 +31,29 @@ def _name(series: SeriesEntry) -> str:
     return f"{series['label']}: {series['name']}"
 
 
-def _log_c_axis(concurrencies: list[int]) -> dict[str, Any]:
+def _log_c_axis(concurrencies: list[int]) -> JsonObject:
     return {"type": "log", "title": {"text": "concurrency (C)"}, "tickvals": concurrencies}
 
 
-def _concurrencies(comparison: dict[str, Any]) -> list[int]:
+def _concurrencies(comparison: Comparison) -> list[int]:
     return sorted({r["concurrency"] for s in comparison["series"] for r in s["levels"]})
 
 
-def _layout(title: str, x: dict[str, Any], y_title: str, **extra: Any) -> dict[str, Any]:
+# A chart's axes, traces and shapes follow Plotly's own schema (plotly.js's
+# plot-schema.json), as ``PlotlyFigure`` says: plain JSON here.
+def _layout(
+    title: str, x: JsonObject, y_title: str, *, y_rangemode: str = "tozero", **extra: object
+) -> JsonObject:
     return {
         "title": {"text": title, "font": {"size": 14}},
-        "margin": _MARGIN,
+        "margin": MARGIN,
         "xaxis": x,
-        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        "yaxis": {"title": {"text": y_title}, "rangemode": y_rangemode},
         **extra,
     }
 
 
-# The legend goes under the x axis's title, in the figure's own bottom margin (``yref``
-# container), from the figure's left edge (``xref`` container): a legend placed in plot-height
-# units (y = -0.22) lands on the axis title at some heights. Its rows are estimated for the
-# narrowest chart it may appear in: on the pages a grid card's (the grid's 420 px minimum less
-# the card's padding: about 386 px; half of a 1000 px page, a third of a 1400 px one), where
-# charts.js then fits the margin to the rows the legend really took; in the report, whose
-# charts span the page, a 1000 px window's. Widths are estimates of Plotly's 12 px text
-# (symbol + 6.5 px a char). The figure states its height (plot + margins), so more rows make
-# the chart taller, never its plot smaller (charts.js sizes the box; the report passes it).
-CARD_LEGEND_WIDTH_PX = 380
-REPORT_LEGEND_WIDTH_PX = 880
-_AXIS_BELOW_PX = 56  # tick labels and the x axis's title
-_LEGEND_ROW_PX = 20
-_LEGEND_LINE_PX = 16  # each further line of a wrapped entry
-# Plotly cuts a legend entry wider than its chart at the SVG's edge (past the card): a longer
-# name wraps onto lines of at most this many characters (48 * 6.5 px + the symbol: ~360 px).
-LEGEND_LINE_CHARS = 48
-# Where an unbroken token (a model path, a run id) may break when it is longer than a line.
-_BREAK_MARKS = "/_-.,:="
-PLOT_HEIGHT_PX = 240
-_TITLE_CHARS = 58  # a title longer than this wraps (a half-width card clips it otherwise)
-_TITLE_LINE_PX = 18
-
-
-def _legend_row_lines(labels: list[str], width_px: int) -> list[int]:
-    """Per legend row, the lines of its tallest entry, as Plotly fills rows left to right."""
-    rows: list[int] = []
-    used = float(width_px)
-    for label in labels:
-        lines = label.split("<br>")
-        entry = 46 + 6.5 * max(len(line) for line in lines)
-        if used + entry > width_px:
-            rows.append(0)
-            used = 0.0
-        rows[-1] = max(rows[-1], len(lines))
-        used += entry
-    return rows
-
-
-def legend_rows(names: list[str], width_px: int = CARD_LEGEND_WIDTH_PX) -> int:
-    return len(_legend_row_lines(names, width_px))
-
-
-def legend_height_px(labels: list[str], width_px: int = CARD_LEGEND_WIDTH_PX) -> int:
-    """The height the legend of these (wrapped) labels takes."""
-    return sum(
-        _LEGEND_ROW_PX + _LEGEND_LINE_PX * (lines - 1)
-        for lines in _legend_row_lines(labels, width_px)
-    )
-
-
-def _token_pieces(token: str, width: int, first: int) -> list[str]:
-    """``token`` in pieces of at most ``width`` characters (the first at most ``first``)."""
-    pieces: list[str] = []
-    room = first
-    while len(token) > room:
-        cut = max(token.rfind(mark, 0, room) for mark in _BREAK_MARKS) + 1
-        if cut < room // 3:  # no break mark far enough in: cut at the line's end
-            cut = room
-        pieces.append(token[:cut])
-        token, room = token[cut:], width
-    return [*pieces, token]
-
-
-def legend_label(name: str, width: int = LEGEND_LINE_CHARS) -> str:
-    """``name`` as legend lines of at most ``width`` characters joined by ``<br>``: broken at
-    spaces, and a longer unbroken token after one of its ``/_-.,:=`` (else at the line's end).
-    Every character of the name is kept: wrapped, never shortened."""
-    lines: list[str] = []
-    for word in name.split(" "):
-        room = width - len(lines[-1]) - 1 if lines else width
-        if len(word) <= room:
-            if lines:
-                lines[-1] += " " + word
-            else:
-                lines.append(word)
-            continue
-        # A token longer than a line starts on the current line when a fair part of it fits.
-        joins = bool(lines) and len(word) > width and room >= width // 3
-        pieces = _token_pieces(word, width, room if joins else width)
-        if joins:
-            lines[-1] += " " + pieces.pop(0)
-        lines.extend(pieces)
-    return "<br>".join(lines)
-
-
-def _wrapped(text: str) -> list[str]:
-    lines: list[str] = []
-    for word in text.split(" "):
-        if lines and len(lines[-1]) + 1 + len(word) <= _TITLE_CHARS:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return lines or [""]
-
-
-def legend_below(figure: PlotlyFigure, legend_width_px: int = CARD_LEGEND_WIDTH_PX) -> PlotlyFigure:
-    """``figure`` with its legend under the x axis title, its long entries wrapped, and the
-    bottom margin that holds it."""
-    data = [
-        {**trace, "name": legend_label(str(trace["name"]))} if trace.get("name") else trace
-        for trace in figure["data"]
-    ]
-    labels = [
-        str(trace["name"]) for trace in data if trace.get("showlegend", True) and trace.get("name")
-    ]
-    layout = dict(figure["layout"])
-    margin = dict(layout.get("margin") or _MARGIN)
-    margin["b"] = _AXIS_BELOW_PX + legend_height_px(labels, legend_width_px) + 8
-    title = dict(layout.get("title") or {})
-    lines = _wrapped(str(title.get("text") or ""))
-    if len(lines) > 1:
-        layout["title"] = {**title, "text": "<br>".join(lines)}
-    margin["t"] = int(margin.get("t", 40)) + _TITLE_LINE_PX * (len(lines) - 1)
-    layout["margin"] = margin
-    layout["height"] = PLOT_HEIGHT_PX + margin["t"] + margin["b"]
-    layout["legend"] = {
-        "orientation": "h", "x": 0, "xanchor": "left", "xref": "container",
-        "y": 0, "yanchor": "bottom", "yref": "container",
-        # Plotly caps a horizontal legend at half the figure and scrolls the rest out of
-        # sight: the margin holds all of it, so the cap is the whole figure.
-        "maxheight": 1,
-    }  # fmt: skip
-    return {"data": data, "layout": layout}
-
-
-def throughput_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def throughput_figure(comparison: Comparison) -> PlotlyFigure:
     data = []
     for i, s in enumerate(comparison["series"]):
         xs = [r["concurrency"] for r in s["levels"]]
@@ -194,7 +75,7 @@ def throughput_figure(comparison: dict[str, Any]) -> PlotlyFigure:
     return {"data": data, "layout": layout}
 
 
-def _metric_figure(comparison: dict[str, Any], metric: str, title: str, unit: str) -> PlotlyFigure:
+def _metric_figure(comparison: Comparison, metric: str, title: str, unit: str) -> PlotlyFigure:
     data = [
         {
             "type": "scatter",
@@ -209,13 +90,13 @@ def _metric_figure(comparison: dict[str, Any], metric: str, title: str, unit: st
     return {"data": data, "layout": _layout(title, _log_c_axis(_concurrencies(comparison)), unit)}
 
 
-def ttft_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def ttft_figure(comparison: Comparison) -> PlotlyFigure:
     return _metric_figure(
         comparison, "ttft_p50_ms", "Time to first token (p50) vs concurrency", "ms"
     )
 
 
-def itl_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def itl_figure(comparison: Comparison) -> PlotlyFigure:
     return _metric_figure(
         comparison, "itl_p50_ms", "Inter-token latency (token-level p50) vs concurrency", "ms"
     )
@@ -248,7 +129,7 @@ def _spaced_labels(
     return labels
 
 
-def pareto_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def pareto_figure(comparison: Comparison) -> PlotlyFigure:
     """Throughput against per-token latency: up and to the left is better."""
     xs = [r["itl_p50_ms"] for s in comparison["series"] for r in s["levels"]]
     ys = [r["output_tok_s"] for s in comparison["series"] for r in s["levels"]]
@@ -274,32 +155,53 @@ def pareto_figure(comparison: dict[str, Any]) -> PlotlyFigure:
                 "line": {"color": _color(i)},
             }
         )
-    x = {"title": {"text": "inter-token latency p50 (ms)"}, "rangemode": "tozero"}
+    x: JsonObject = {"title": {"text": "inter-token latency p50 (ms)"}, "rangemode": "tozero"}
     return {"data": data, "layout": _layout("Throughput vs latency", x, "output tok/s")}
 
 
-def _decided_ratios(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+class RatioPoint(TypedDict):
+    """A point of the ratio chart: one level's ratio with its interval and status."""
+
+    concurrency: int
+    point: float
+    low: float | None
+    high: float | None
+    status: str
+
+
+def _decision(verdict: VerdictEntry) -> Mapping[str, Any]:
+    # As Decision.to_dict writes it (benchlib.stats.decision declares no narrower type).
+    return verdict.get("decision") or {}
+
+
+def _decided_ratios(verdict: VerdictEntry) -> list[RatioPoint]:
     """The decision's per-level ratios (oriented: above 1 favours the candidate), each with
     its status; the verdict's throughput ratios for a comparison stored before decisions."""
-    decision = verdict.get("decision")
+    decision = _decision(verdict)
     if not decision:
-        return [{**r, "status": ""} for r in verdict["ratios"]]
+        return [
+            {"concurrency": r["concurrency"], "point": r["point"], "low": r["low"],
+             "high": r["high"], "status": ""}
+            for r in verdict["ratios"]
+        ]  # fmt: skip
     return [
-        {"concurrency": lv["concurrency"], **lv["ratio"], "status": lv["status"]}
+        {"concurrency": lv["concurrency"], "point": lv["ratio"]["point"],
+         "low": lv["ratio"]["low"], "high": lv["ratio"]["high"], "status": lv["status"]}
         for lv in decision["levels"]
-    ]
+    ]  # fmt: skip
 
 
-def ratio_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def ratio_figure(comparison: Comparison) -> PlotlyFigure:
     """Each candidate's ratio to the reference on the deciding figure with its interval and
     status, the line at 1 and the decision's margin band."""
     data = []
     label, margin = "Throughput", None
     for i, v in enumerate(comparison["verdicts"], start=1):
         ratios = _decided_ratios(v)
-        if v.get("decision"):
-            label = v["decision"]["figure"]["label"]
-            margin = v["decision"]["margin"]
+        decision = _decision(v)
+        if decision:
+            label = decision["figure"]["label"]
+            margin = decision["margin"]
         upper = [(r["high"] - r["point"]) if r["high"] is not None else 0 for r in ratios]
         lower = [(r["point"] - r["low"]) if r["low"] is not None else 0 for r in ratios]
         data.append({
@@ -311,7 +213,7 @@ def ratio_figure(comparison: dict[str, Any]) -> PlotlyFigure:
             "line": {"color": _color(i)},
         })  # fmt: skip
     cs = _concurrencies(comparison)
-    shapes: list[dict[str, Any]] = [{
+    shapes: list[JsonObject] = [{
         "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
         "line": {"color": "#868e96", "dash": "dash", "width": 1},
     }]  # fmt: skip
@@ -325,17 +227,17 @@ def ratio_figure(comparison: dict[str, Any]) -> PlotlyFigure:
         f"{comparison['confidence']:.0%} interval; band: the margin",
         _log_c_axis(cs),
         "ratio (1 = level)",
+        y_rangemode="normal",
         shapes=shapes,
     )
-    layout["yaxis"]["rangemode"] = "normal"
     return {"data": data, "layout": layout}
 
 
-def accept_figure(comparison: dict[str, Any]) -> PlotlyFigure:
+def accept_figure(comparison: Comparison) -> PlotlyFigure:
     """Both speculative figures vs C for each speculative series: accept length per drafted
     step and tokens per engine step (dashed), and accept length per prompt category where the
     engine reported per-request figures: why speculation fades at high C."""
-    data: list[dict[str, Any]] = []
+    data: list[JsonObject] = []
     for i, s in enumerate(comparison["series"]):
         rows = s["levels"]
         if not any(r.get("accept_length") is not None for r in rows):
@@ -383,7 +285,7 @@ FIGURES = (
 
 
 def comparison_figures(
-    comparison: dict[str, Any], *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
+    comparison: Comparison, *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
 ) -> dict[str, PlotlyFigure]:
     """Every chart of the comparison page, by the id of its container."""
     return {name: legend_below(build(comparison), legend_width_px) for name, build in FIGURES}
@@ -405,7 +307,7 @@ def history_figure(history: list[HistoryPoint], profile_name: str) -> PlotlyFigu
 
 
 def schedule_figure(
-    schedule: dict[str, Any], *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
+    schedule: ScheduleReport, *, legend_width_px: int = CARD_LEGEND_WIDTH_PX
 ) -> PlotlyFigure:
     """The draft length over C as a step chart (one step per band), and each band's gain over
     its runner-up with its interval on a second axis."""
@@ -445,5 +347,5 @@ def schedule_figure(
         "draft tokens per step (0 = off)",
         yaxis2={"title": {"text": "gain (x runner-up)"}, "overlaying": "y", "side": "right"},
     )
-    layout["margin"] = {**_MARGIN, "r": 64}
+    layout["margin"] = {**MARGIN, "r": 64}
     return legend_below({"data": [steps, gain], "layout": layout}, legend_width_px)

@@ -9,9 +9,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from benchmarks.experiments import axes, selectors, services
+from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
 from benchmarks.experiments.tuning import DEFAULT_MARGIN
-from benchmarks.forms import LoadPlanForm, PlanKwargs
-from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
+from benchmarks.sweeps.forms import LoadPlanForm, PlanKwargs
 from hosts.models import ServerProfile
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from benchlib.stats.drift import ArmDrift, LevelDrift, Run, experiment_drift, level_drift
 from benchlib.stats.intervals import interval_scope
 from benchmarks.experiments.environment import RunRecord, experiment_environment_differences
-from benchmarks.models import Experiment, ExperimentStep, LevelState, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment, ExperimentStep
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 
 if TYPE_CHECKING:
     from benchmarks.experiments.builds import StoredComparison

@@ -13,7 +13,6 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchlib.json_types import JsonObject
-from benchmarks import services as sweep_services
 from benchmarks.experiments import axes, builds
 from benchmarks.experiments.axes import ArmLoad
 from benchmarks.experiments.environment import (
@@ -23,8 +22,15 @@ from benchmarks.experiments.equivalence import EquivalenceCheck
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.experiments.models import (
+    FINISHED_STEP_STATES,
+    Experiment,
+    ExperimentState,
+    ExperimentStep,
+    StepState,
+)
+from benchmarks.sweeps.models import Sweep
+from benchmarks.sweeps.services import sweep_create
 from hosts import services as host_services
 from hosts.models import ServerInstance, ServerProfile
 
@@ -49,7 +55,8 @@ class ExperimentPlan:
     experiment_id: int
     name: str
     levels: list[int]
-    load: dict[str, Any]
+    # The load settings as stored (their JSON form, checked by LoadSettings when created).
+    load: JsonObject
     repeats: int
     notes: str
     tags: list[str]
@@ -158,7 +165,7 @@ def experiment_step_sweep(
     with transaction.atomic():
         instance = ServerInstance.objects.get(pk=instance_id) if instance_id is not None else None
         repeat = f" #{step.repeat + 1}" if plan.repeats > 1 else ""
-        sweep = sweep_services.sweep_create(
+        sweep = sweep_create(
             instance=instance,
             endpoint=endpoint,
             levels=plan.levels,
@@ -190,7 +197,7 @@ def experiment_skip_remaining(*, experiment_id: int, state: str, reason: str) ->
         _close_steps(experiment_id, state, reason)
 
 
-def experiment_store_comparison(*, experiment_id: int) -> dict[str, Any]:
+def experiment_store_comparison(*, experiment_id: int) -> builds.StoredComparison:
     """Build the comparison (and the schedule) from the experiment's sweeps and keep them on
     the experiment, here on the caller's thread (the worker builds it in a child process:
     ``builds.experiment_store_comparison_off_worker``)."""

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import plotly.io as pio
 from django.template.loader import render_to_string
 
-from benchlib.json_types import PlotlyFigure
-from benchmarks.experiments.figures import (
-    COLORS,
-    REPORT_LEGEND_WIDTH_PX,
-    comparison_figures,
-    schedule_figure,
-)
+from benchlib.json_types import JsonObject, PlotlyFigure
+from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
+from benchmarks.experiments.legend import REPORT_LEGEND_WIDTH_PX
 from benchmarks.phases import comparison_phases
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.comparison import Comparison
+    from benchmarks.experiments.schedule import ScheduleReport
 
 FIGURES_IN_REPORT = ("throughput", "accept", "ratio", "ttft", "itl", "pareto")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 # The dashboard's look (static/specdash/app.css) for the report's charts: without a template
 # of its own, plotly.io.to_html applies Python Plotly's default one (grey plot area, white
 # grid), which the page's charts (plotly.js, no template) never show.
-APP_TEMPLATE: dict[str, Any] = {
+APP_TEMPLATE: JsonObject = {
     "layout": {
         "font": {"family": "system-ui, sans-serif", "color": "#1d2330", "size": 12},
         "paper_bgcolor": "#ffffff",
@@ -49,7 +50,15 @@ def _fmt(value: Any) -> Any:
     return "" if value is None else value
 
 
-def comparison_csv(comparison: dict[str, Any]) -> str:
+class ReportContext(TypedDict):
+    """What a report shows beside the comparison: the kept audit outcome (none where never
+    audited) and, for an experiment, its speculation schedule."""
+
+    audit: Mapping[str, object] | None
+    schedule: NotRequired[ScheduleReport]
+
+
+def comparison_csv(comparison: Comparison) -> str:
     """One row per concurrency: each profile's figures, then each candidate's ratio to A with
     the decision's status and statement for that level."""
     series = comparison["series"]
@@ -105,7 +114,7 @@ def _chart_html(figures: dict[str, PlotlyFigure], names: tuple[str, ...]) -> lis
 
 
 def comparison_report_html(
-    comparison: dict[str, Any], *, title: str, context: dict[str, Any] | None = None
+    comparison: Comparison, *, title: str, context: ReportContext | None = None
 ) -> str:
     """The whole comparison as one HTML document (charts, verdict, table, what was run with
     each server's launch and environment) and, with ``context["schedule"]`` available, the
@@ -119,19 +128,17 @@ def comparison_report_html(
     # The ramp charts (one per ramped C) follow the comparison's own charts.
     shown: tuple[str, ...] = (*FIGURES_IN_REPORT, *phases["ramp_figures"])
     names = shown
-    schedule = (context or {}).get("schedule") or {}
-    if schedule.get("available"):
+    schedule = context.get("schedule") if context else None
+    if schedule and schedule.get("available"):
         figures["schedule"] = schedule_figure(schedule, legend_width_px=REPORT_LEGEND_WIDTH_PX)
         names = (*names, "schedule")
     charts = _chart_html(figures, names)
-    return render_to_string(
-        "benchmarks/comparison_report.html",
-        {
-            "title": title,
-            "comparison": comparison,
-            "phases": phases,
-            "charts": charts[: len(shown)],
-            "schedule_chart": charts[-1] if "schedule" in names else "",
-            **(context or {}),
-        },
-    )
+    page: dict[str, object] = {
+        "title": title,
+        "comparison": comparison,
+        "phases": phases,
+        "charts": charts[: len(shown)],
+        "schedule_chart": charts[-1] if "schedule" in names else "",
+    }
+    page.update(context or {})
+    return render_to_string("benchmarks/comparison_report.html", page)

@@ -28,7 +28,13 @@ from typing import TypedDict
 from django.core.exceptions import ValidationError
 
 from benchlib.json_types import JsonObject
-from benchmarks.experiments import builds, services, store
+from benchmarks.experiments import builds, recording, services, store
+from benchmarks.experiments.models import (
+    FINISHED_STEP_STATES,
+    ExperimentState,
+    ExperimentStep,
+    StepState,
+)
 from benchmarks.experiments.step_run import (
     ExperimentCancelled,
     Halt,
@@ -36,8 +42,7 @@ from benchmarks.experiments.step_run import (
     StepsStopped,
 )
 from benchmarks.experiments.stops import host_probe, stop_verified
-from benchmarks.models import ExperimentStep, StepState, SweepState
-from benchmarks.models.experiments import FINISHED_STEP_STATES, ExperimentState
+from benchmarks.sweeps.models import SweepState
 from core.jobs import JobContext
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 
@@ -138,7 +143,7 @@ class ExperimentRun(StepRun):
 
     # -- resuming --
 
-    async def _resume_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+    async def _resume_endpoint_step(self, step: recording.StepPlan, profile: ServerProfile) -> bool:
         sweep = await store.astep_sweep(step.step_id)
         if sweep is None:
             return await self._run_step(step)
@@ -169,7 +174,7 @@ class ExperimentRun(StepRun):
                 return int(instance_id)
         return None
 
-    async def _why_not_reusable(self, step: services.StepPlan, row: ExperimentStep) -> str:
+    async def _why_not_reusable(self, step: recording.StepPlan, row: ExperimentStep) -> str:
         """ "" when the step's server can carry on: still READY (adopted after the restart),
         the one left running, and launched exactly as its profile says now on a host that
         reports the same GPUs, driver and engines; else why not."""
@@ -194,7 +199,7 @@ class ExperimentRun(StepRun):
                 return f"the host's {', '.join(changed)} changed since the step started"
         return ""
 
-    async def _resume_step(self, step: services.StepPlan, row: ExperimentStep) -> bool:
+    async def _resume_step(self, step: recording.StepPlan, row: ExperimentStep) -> bool:
         """Pick up a step an interrupted run left: its server if it can carry on, else a
         verified stop and a fresh start; its sweep resumed from the first unfinished level."""
         profile = await store.aprofile_get(step.profile_id)

@@ -26,9 +26,9 @@ from benchmarks.experiments.axes import experiment_axes, load_axes
 from benchmarks.experiments.decisions import is_rate_mode
 from benchmarks.experiments.drafts import DRAFT_FLAGS, count, draft_length, option
 from benchmarks.experiments.level_runs import LevelRun, SeriesData, series_curve
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.series import experiment_arm_series, running_batches
 from benchmarks.experiments.workload import acceptance_row
-from benchmarks.models import Experiment
 
 
 class ScheduleVariant(TypedDict):

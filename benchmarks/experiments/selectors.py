@@ -11,24 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Prefetch, QuerySet
 
 from benchmarks.controller_report import ControllerSection, tracks_context
 from benchmarks.experiments.history import HistoryRun, history_load
-from benchmarks.models import (
-    Experiment,
-    ExperimentArm,
-    ExperimentStep,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepState,
-)
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.plan import is_rate_sweep
+from core.listing import run_filters
 from hosts.models import ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.equivalence import EquivalenceCheck
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -209,9 +206,9 @@ def experiment_profiles() -> QuerySet[ServerProfile]:
     return ServerProfile.objects.select_related("host").order_by("name")
 
 
-def experiment_equivalence_runs(*, experiment: Experiment) -> dict[str, list[dict[str, Any]]]:
+def experiment_equivalence_runs(*, experiment: Experiment) -> dict[str, list[EquivalenceCheck]]:
     """Each arm's output checks (one per step that ran them), by arm label."""
-    runs: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, list[EquivalenceCheck]] = {}
     for step in experiment_steps(experiment_id=experiment.pk):
         if step.equivalence:
             runs.setdefault(step.arm.label, []).append(step.equivalence)
@@ -300,3 +297,29 @@ def profile_history_runs(*, profile_id: int, limit: int | None = None) -> list[H
 
 def profile_detail(*, profile_id: int) -> ServerProfile | None:
     return ServerProfile.objects.filter(pk=profile_id).first()
+
+
+def experiment_list() -> QuerySet[Experiment]:
+    return Experiment.objects.prefetch_related("arms__profile")
+
+
+def experiment_filter(
+    *,
+    profile_id: int | None = None,
+    state: str | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Experiment]:
+    """Experiments, newest first, narrowed by an arm's profile, state, tag and creation."""
+    qs = experiment_list().select_related("created_by").order_by("-created_at", "-pk")
+    if profile_id is not None:
+        qs = qs.filter(arms__profile_id=profile_id).distinct()
+    return run_filters(
+        qs,
+        state=state,
+        tag_field="tags",
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )

@@ -17,8 +17,9 @@ from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.level_runs import SHOWN_FIGURES, LevelRun, SeriesData
+from benchmarks.experiments.models import Experiment, ExperimentArm
 from benchmarks.experiments.selectors import experiment_arms
-from benchmarks.models import Experiment, ExperimentArm, LevelState, Sweep, SweepLevel
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 from hosts.masking import masked_tree
 from hosts.models import TelemetryKind, TelemetrySample
 

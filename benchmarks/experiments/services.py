@@ -2,7 +2,7 @@
 
 Web requests create, cancel and resume experiments; the ``experiment.run`` job
 (benchmarks.experiments.runner) records what it does through the recording functions of
-``benchmarks.experiments.recording`` (re-exported here), and the job hooks below end an
+``benchmarks.experiments.recording`` (import them from there), and the job hooks below end an
 interrupted or force-cancelled one. Every change emits its ``experiment.*`` event after
 commit, on the experiment's group of the channel layer (``benchmarks.experiments.events``).
 """
@@ -18,35 +18,26 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import axes
 from benchmarks.experiments.events import HistoryEntry
 from benchmarks.experiments.events import broadcast_state as _broadcast_state
 from benchmarks.experiments.events import broadcast_step as _broadcast_step
 from benchmarks.experiments.events import close_steps as _close_steps
 from benchmarks.experiments.events import history_add as _history_add
-from benchmarks.experiments.recording import ExperimentPlan as ExperimentPlan
-from benchmarks.experiments.recording import StepPlan as StepPlan
-from benchmarks.experiments.recording import experiment_begin as experiment_begin
-from benchmarks.experiments.recording import experiment_finish as experiment_finish
-from benchmarks.experiments.recording import (
-    experiment_skip_remaining as experiment_skip_remaining,
-)
-from benchmarks.experiments.recording import experiment_step_start as experiment_step_start
-from benchmarks.experiments.recording import experiment_step_sweep as experiment_step_sweep
-from benchmarks.experiments.recording import experiment_step_update as experiment_step_update
-from benchmarks.experiments.recording import (
-    experiment_store_comparison as experiment_store_comparison,
-)
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, StepState
-from benchmarks.models.experiments import (
+from benchmarks.experiments.models import (
     DEFAULT_ORDER,
     DEFAULT_REPEATS,
     FINISHED_STEP_STATES,
+    Experiment,
+    ExperimentArm,
     ExperimentOrder,
     ExperimentState,
+    ExperimentStep,
+    StepState,
 )
+from benchmarks.experiments.recording import experiment_finish, experiment_step_update
 from benchmarks.sweeps.plan import is_rate_sweep
+from benchmarks.sweeps.services import _clean_tags, sweep_clean_plan
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState
@@ -98,7 +89,7 @@ def _validate(
     cleaned_load: dict[str, Any] = {}
     # The same rules as a single sweep: each step becomes one.
     try:
-        cleaned_levels, cleaned_load = sweep_services.sweep_clean_plan(levels, load)
+        cleaned_levels, cleaned_load = sweep_clean_plan(levels, load)
     except ValidationError as exc:
         if hasattr(exc, "error_dict"):
             errors.update(exc.message_dict)
@@ -217,7 +208,7 @@ def experiment_create(
             check_output_equivalence=check_output_equivalence,
             auto_resume=auto_resume,
             notes=notes,
-            tags=sweep_services._clean_tags(tags),  # one rule for sweeps and experiments
+            tags=_clean_tags(tags),  # one rule for sweeps and experiments
             created_by=user if user is not None and user.is_authenticated else None,
         )
         arms = ExperimentArm.objects.bulk_create(

@@ -17,7 +17,8 @@ from django.core.exceptions import ValidationError
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks.experiments import equivalence, services, store
+from benchmarks.experiments import equivalence, recording, store
+from benchmarks.experiments.models import StepState
 from benchmarks.experiments.stops import (
     SETTINGS,
     HostProbe,
@@ -25,8 +26,8 @@ from benchmarks.experiments.stops import (
     host_probe,
     stop_verified,
 )
-from benchmarks.models import StepState, Sweep, SweepState
 from benchmarks.sweeps import endpoints
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs import JobContext
 from hosts import presets
 from hosts import services as host_services
@@ -68,12 +69,12 @@ class StepRun:
     """The state one execution of an experiment's plan carries between its steps, and how a
     step runs (``runner.ExperimentRun`` adds the walk over the plan, resuming and the cancel)."""
 
-    def __init__(self, ctx: JobContext, plan: services.ExperimentPlan) -> None:
+    def __init__(self, ctx: JobContext, plan: recording.ExperimentPlan) -> None:
         self.ctx = ctx
         self.plan = plan
         self.cfg = SETTINGS
         self.last_instance_id: int | None = None
-        self.current_step: services.StepPlan | None = None
+        self.current_step: recording.StepPlan | None = None
         self.current_sweep_id: int | None = None
         self.update = store.aexperiment_step_update
 
@@ -87,7 +88,7 @@ class StepRun:
 
     # -- one step --
 
-    async def _run_step(self, step: services.StepPlan) -> bool:
+    async def _run_step(self, step: recording.StepPlan) -> bool:
         """True when the step's sweep completed."""
         if self.last_instance_id is not None:
             await self.update(step_id=step.step_id, state=StepState.STOPPING_PREVIOUS)
@@ -105,7 +106,7 @@ class StepRun:
             return False
         return await self._measure(step, instance)
 
-    async def _measure(self, step: services.StepPlan, instance: ServerInstance) -> bool:
+    async def _measure(self, step: recording.StepPlan, instance: ServerInstance) -> bool:
         """From a READY server: probe, optional output check, sweep; True when it completed."""
         probe: HostProbe = {}
         if self.cfg.probe_host:
@@ -143,7 +144,7 @@ class StepRun:
 
     # -- an endpoint profile's step: nothing to start or stop --
 
-    async def _endpoint_ready(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+    async def _endpoint_ready(self, step: recording.StepPlan, profile: ServerProfile) -> bool:
         """Ask the endpoint's readiness URL (its server runs outside specdash: there is no
         start to wait for); a failed check fails the step as a failed start does."""
         await self.update(
@@ -160,7 +161,7 @@ class StepRun:
             return False
         return True
 
-    async def _run_endpoint_step(self, step: services.StepPlan, profile: ServerProfile) -> bool:
+    async def _run_endpoint_step(self, step: recording.StepPlan, profile: ServerProfile) -> bool:
         if not await self._endpoint_ready(step, profile):
             return False
         base_url = profile.base_url.rstrip("/")
@@ -195,7 +196,7 @@ class StepRun:
         await self.update(step_id=step.step_id, state=StepState.SWEEPING, reason="")
         return await self._sweep_outcome(step, sweep.pk)
 
-    async def _sweep_outcome(self, step: services.StepPlan, sweep_id: int) -> bool:
+    async def _sweep_outcome(self, step: recording.StepPlan, sweep_id: int) -> bool:
         self.current_sweep_id = sweep_id
         final = await self._sweep_finished(sweep_id)
         retries = 0
@@ -242,7 +243,7 @@ class StepRun:
                 return instance
         return None
 
-    async def _reuse(self, step: services.StepPlan, instance: ServerInstance) -> bool:
+    async def _reuse(self, step: recording.StepPlan, instance: ServerInstance) -> bool:
         """Measure on a server that was already ready; the experiment stops it afterwards as
         it stops the servers it started (the next step needs a clean GPU)."""
         await self.update(
@@ -259,7 +260,7 @@ class StepRun:
         self.last_instance_id = instance.pk
         return await self._measure(step, instance)
 
-    async def _start(self, step: services.StepPlan) -> ServerInstance | None:
+    async def _start(self, step: recording.StepPlan) -> ServerInstance | None:
         profile = await store.aprofile_get(step.profile_id)
         try:
             # One sync call: a worker shutdown cannot fall between the start and the step
@@ -291,7 +292,7 @@ class StepRun:
         )
         return None
 
-    async def _start_failed(self, step: services.StepPlan, reason: str) -> None:
+    async def _start_failed(self, step: recording.StepPlan, reason: str) -> None:
         """Record the failure; raise when the experiment stops on a start failure."""
         await self.update(step_id=step.step_id, state=StepState.FAILED, reason=reason)
         if not self.plan.continue_on_start_failure:

@@ -10,15 +10,15 @@ service's parameters), so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from benchlib.json_types import JsonObject
 from benchmarks import audit
-from benchmarks import services as sweep_services
 from benchmarks.experiments import builds, recording, selectors, services
-from benchmarks.models import ExperimentStep, Sweep, SweepState
+from benchmarks.experiments.models import ExperimentStep
+from benchmarks.sweeps.models import Sweep, SweepState
+from benchmarks.sweeps.services import sweep_cancel, sweep_resume
 from core.models import Job, JobState
 from hosts import services as host_services
 from hosts.models import GpuClaim, InstanceState, ServerInstance, ServerProfile
@@ -31,8 +31,8 @@ aexperiment_step_sweep = sync_to_async(recording.experiment_step_sweep)
 aexperiment_history_note = sync_to_async(services.experiment_history_note)
 aexperiment_finish = sync_to_async(recording.experiment_finish)
 aaudit_experiment_store = sync_to_async(audit.audit_experiment_store)
-asweep_resume = sync_to_async(sweep_services.sweep_resume)
-asweep_cancel = sync_to_async(sweep_services.sweep_cancel)
+asweep_resume = sync_to_async(sweep_resume)
+asweep_cancel = sync_to_async(sweep_cancel)
 
 
 # The comparison's build (``builds.experiment_store_comparison_off_worker``) reads its inputs
@@ -45,18 +45,21 @@ async def acomparison_inputs(*, experiment_id: int) -> builds.ComparisonInputs:
     return await sync_to_async(builds.comparison_inputs)(experiment_id=experiment_id)
 
 
-async def aexperiment_save_comparison(*, experiment_id: int, result: dict[str, Any]) -> None:
+async def aexperiment_save_comparison(
+    *, experiment_id: int, result: builds.StoredComparison
+) -> None:
     await sync_to_async(builds.experiment_save_comparison)(
         experiment_id=experiment_id, result=result
     )
 
 
-async def aexperiment_snapshot(*, experiment_id: int) -> dict[str, Any] | None:
-    """For the experiment page's consumer: Channels' wrap closes stale connections around it."""
+async def aexperiment_snapshot(*, experiment_id: int) -> JsonObject | None:
+    """For the experiment page's consumer, which sends it as plain JSON: Channels' wrap
+    closes stale connections around it."""
     snapshot = await database_sync_to_async(selectors.experiment_snapshot)(
         experiment_id=experiment_id
     )
-    return cast(dict[str, Any] | None, snapshot)
+    return dict(snapshot) if snapshot is not None else None
 
 
 # Reads the runner polls and decides on: the async ORM already, gathered here so the runner

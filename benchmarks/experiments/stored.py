@@ -18,14 +18,16 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.core.cache import cache
 from django.db import transaction
 
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import axes, comparison, selectors
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments.level_runs import SeriesData
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.schedule import ScheduleReport
 from benchmarks.experiments.series import (
     experiment_arm_series,
@@ -33,7 +35,12 @@ from benchmarks.experiments.series import (
     running_batches,
     sweep_series,
 )
-from benchmarks.models import Experiment, Sweep
+from benchmarks.sweeps.models import Sweep
+
+if TYPE_CHECKING:
+    from benchmarks.experiments.builds import StoredComparison
+    from benchmarks.experiments.comparison import Comparison
+    from benchmarks.experiments.equivalence import EquivalenceCheck
 
 # Bumped when what is cached changes shape, so an old entry is never read as a new one.
 CACHE_VERSION = 1
@@ -84,9 +91,9 @@ def _cached(key: str, build: Callable[[], _Built]) -> _Built:
 def comparison_cached(
     *,
     series: Sequence[SeriesData],
-    slo: dict[str, Any] | None,
-    equivalence_runs: Mapping[str, list[dict[str, Any]]] | None = None,
-) -> dict[str, Any]:
+    slo: Mapping[str, object] | None,
+    equivalence_runs: Mapping[str, list[EquivalenceCheck]] | None = None,
+) -> Comparison:
     """``comparison.comparison_build`` of ``series``, built once per content."""
     runs = dict(equivalence_runs) if equivalence_runs is not None else None
     key = content_key("comparison", [series_fingerprint(series), slo, runs])
@@ -96,11 +103,12 @@ def comparison_cached(
     )
 
 
-def experiment_comparison_read(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_comparison(*, experiment: Experiment) -> StoredComparison:
     """A finished experiment's stored comparison; a running one's so far, built once per
     completed level."""
     if experiment.is_finished and experiment.comparison:
-        return dict(experiment.comparison)
+        # Stored as ``builds.comparison_from_inputs`` returned it.
+        return cast("StoredComparison", dict(experiment.comparison))
     declared = axes.experiment_axes(experiment=experiment)
     built = comparison_cached(
         series=axes.series_judged(
@@ -109,18 +117,15 @@ def experiment_comparison_read(*, experiment: Experiment) -> dict[str, Any]:
         slo=(experiment.load or {}).get("slo"),
         equivalence_runs=selectors.experiment_equivalence_runs(experiment=experiment),
     )
-    return {**built, **declared}
+    # Only the axes beside a running experiment's comparison (no protocol, environment
+    # differences or schedule yet): mypy refuses a ``**`` item that might hold those keys.
+    return cast("StoredComparison", {**built, **declared})
 
 
-def experiment_schedule_read(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_schedule_report(*, experiment: Experiment) -> ScheduleReport:
     """The schedule kept with a finished experiment's comparison. One that ended before
     schedules were kept gets it built now and stored, once; a running one's is built once
     per completed level."""
-    # A ScheduleReport, handed on as the dict the API's schedule handler declares it returns.
-    return cast(dict[str, Any], _schedule_read(experiment))
-
-
-def _schedule_read(experiment: Experiment) -> ScheduleReport:
     stored = experiment.comparison or {}
     if experiment.is_finished and isinstance(stored.get("schedule"), dict):
         # Stored as ``schedule_build`` returned it.
@@ -156,7 +161,23 @@ def experiment_store_schedule(*, experiment_id: int, schedule: ScheduleReport) -
         )
 
 
-def sweeps_comparison_read(*, sweeps: Sequence[Sweep]) -> dict[str, Any]:
+def sweeps_comparison(*, sweeps: Sequence[Sweep]) -> Comparison:
     """Picked sweeps compared against the first (judged by its SLO), built once per content."""
     slo = (sweeps[0].load or {}).get("slo") if sweeps else None
     return comparison_cached(series=sweep_series(sweeps=sweeps), slo=slo)
+
+
+# The API's handlers (specdash.api.experiments) declare a plain dict, their response schemas
+# describing its shape: these hand them the reads above as such.
+
+
+def experiment_comparison_read(*, experiment: Experiment) -> JsonObject:
+    return dict(experiment_comparison(experiment=experiment))
+
+
+def experiment_schedule_read(*, experiment: Experiment) -> JsonObject:
+    return dict(experiment_schedule_report(experiment=experiment))
+
+
+def sweeps_comparison_read(*, sweeps: Sequence[Sweep]) -> JsonObject:
+    return dict(sweeps_comparison(sweeps=sweeps))

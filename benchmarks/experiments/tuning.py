@@ -55,10 +55,9 @@ from benchmarks.experiments.matrix import (
     set_flag,
     variant_profile,
 )
+from benchmarks.experiments.models import DEFAULT_ORDER, Experiment, ExperimentState
 from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
 from benchmarks.experiments.series import experiment_series, running_batches
-from benchmarks.models import Experiment
-from benchmarks.models.experiments import DEFAULT_ORDER, ExperimentState
 from hosts.models import HostKind, ServerProfile
 
 VERIFY_TAG = "schedule-verification"

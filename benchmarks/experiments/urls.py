@@ -1,4 +1,5 @@
-"""Routes of experiments and comparisons (included in benchmarks.urls, same namespace)."""
+"""Routes of experiments and comparisons (joined with the sweeps' in benchmarks.urls, one
+namespace)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.urls import path
 from benchmarks.experiments import breakeven_views, views
 
 urlpatterns = [
+    path("experiments/", views.experiment_list, name="experiment-list"),
     path("experiments/new/", views.experiment_new, name="experiment-new"),
     path("experiments/matrix/", views.experiment_matrix, name="experiment-matrix"),
     path(

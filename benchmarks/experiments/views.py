@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -13,6 +14,7 @@ from django.utils.http import urlencode
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from benchlib.json_types import PlotlyFigure
 from benchmarks import audit
 from benchmarks.controller_report import ControllerSection
 from benchmarks.experiments import (
@@ -26,17 +28,21 @@ from benchmarks.experiments import (
     tuning,
 )
 from benchmarks.experiments.history import history_build, history_groups
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
 from benchmarks.experiments.selectors import StepRow
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, Sweep
-from benchmarks.models.experiments import ExperimentState
 from benchmarks.phases import comparison_phases
+from benchmarks.sweeps.models import Sweep
 from core import roles
 from core.http import HtmxHttpRequest
 from hosts.models import ServerInstance
 
 if TYPE_CHECKING:
     from benchmarks.experiments.builds import StoredComparison
+    from benchmarks.experiments.comparison import Comparison
+    from benchmarks.experiments.report import ReportContext
+    from benchmarks.experiments.schedule import ScheduleReport
     from benchmarks.experiments.verdicts import VerdictEntry
+    from benchmarks.phases import PhaseBlocks
 
 
 def can_run_experiments(user: Any) -> bool:
@@ -54,8 +60,8 @@ def _experiment_or_404(experiment_id: int) -> Experiment:
     return experiment
 
 
-def _experiment_comparison(experiment: Experiment) -> dict[str, Any]:
-    return stored.experiment_comparison_read(experiment=experiment)
+def _experiment_comparison(experiment: Experiment) -> StoredComparison:
+    return stored.experiment_comparison(experiment=experiment)
 
 
 _RATE_SWEEPS = (
@@ -78,9 +84,9 @@ def _picked_sweeps(request: HttpRequest) -> list[Sweep]:
     return sweeps
 
 
-def _picked_sweeps_comparison(request: HttpRequest) -> tuple[dict[str, Any], list[int]]:
+def _picked_sweeps_comparison(request: HttpRequest) -> tuple[Comparison, list[int]]:
     sweeps = _picked_sweeps(request)
-    return stored.sweeps_comparison_read(sweeps=sweeps), [s.pk for s in sweeps]
+    return stored.sweeps_comparison(sweeps=sweeps), [s.pk for s in sweeps]
 
 
 @experiment_operator_required
@@ -228,14 +234,45 @@ def experiment_rerun(request: HtmxHttpRequest, experiment_id: int) -> HttpRespon
     return redirect("benchmarks:experiment-detail", experiment_id=again.pk)
 
 
-def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, Any]:
+class ComparisonPageContext(TypedDict):
+    """The comparison page's context (benchmarks/comparison.html): an experiment's comparison
+    or picked sweeps'; the experiment's own keys only on an experiment's page."""
+
+    comparison: Comparison
+    figures: dict[str, PlotlyFigure]
+    phases: PhaseBlocks
+    nav: str
+    title: str
+    audit: Mapping[str, object] | None
+    csv_url: str
+    report_url: str
+    experiment: NotRequired[Experiment]
+    schedule: NotRequired[ScheduleReport]
+    verification: NotRequired[Mapping[str, object]]
+    verification_error: NotRequired[str]
+    margin_error: NotRequired[str]
+    can_verify: NotRequired[bool]
+    verify_repeats: NotRequired[int]
+
+
+def _comparison_context(
+    comparison: Comparison,
+    *,
+    title: str,
+    audit: Mapping[str, object] | None,
+    csv_url: str,
+    report_url: str,
+) -> ComparisonPageContext:
     phases = comparison_phases(comparison)
     return {
         "comparison": comparison,
         "figures": figures.comparison_figures(comparison) | phases["ramp_figures"],
         "phases": phases,
         "nav": "experiments",
-        **extra,
+        "title": title,
+        "audit": audit,
+        "csv_url": csv_url,
+        "report_url": report_url,
     }
 
 
@@ -243,16 +280,16 @@ def _comparison_context(comparison: dict[str, Any], **extra: Any) -> dict[str, A
 def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpResponse:
     experiment = _experiment_or_404(experiment_id)
     comparison = _experiment_comparison(experiment)
-    schedule = stored.experiment_schedule_read(experiment=experiment)
+    schedule = stored.experiment_schedule_report(experiment=experiment)
     context = _comparison_context(
         comparison,
-        experiment=experiment,
-        schedule=schedule,
         title=f"{experiment.name}: comparison",
         audit=experiment.audit,
         csv_url=reverse("benchmarks:experiment-comparison-csv", args=[experiment.pk]),
         report_url=reverse("benchmarks:experiment-report", args=[experiment.pk]),
     )
+    context["experiment"] = experiment
+    context["schedule"] = schedule
     if schedule["available"]:
         context["figures"]["schedule"] = figures.schedule_figure(schedule)
     if tuning.VERIFY_TAG in (experiment.tags or []):
@@ -271,17 +308,17 @@ def experiment_comparison(request: HttpRequest, experiment_id: int) -> HttpRespo
     return render(request, "benchmarks/comparison.html", context)
 
 
-def _csv_response(comparison: dict[str, Any], filename: str) -> HttpResponse:
+def _csv_response(comparison: Comparison, filename: str) -> HttpResponse:
     response = HttpResponse(report.comparison_csv(comparison), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
 def _report_response(
-    comparison: dict[str, Any],
+    comparison: Comparison,
     title: str,
     filename: str,
-    context: dict[str, Any] | None = None,
+    context: ReportContext | None = None,
 ) -> HttpResponse:
     html = report.comparison_report_html(comparison, title=title, context=context)
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
@@ -303,7 +340,7 @@ def experiment_report(request: HttpRequest, experiment_id: int) -> HttpResponse:
     name = slugify(experiment.name)[:60] or "experiment"
     # The schedule with each engine's configuration: what a shared report should carry (the
     # one kept when the experiment ended: a GET builds nothing from the records).
-    schedule = stored.experiment_schedule_read(experiment=experiment)
+    schedule = stored.experiment_schedule_report(experiment=experiment)
     return _report_response(
         _experiment_comparison(experiment),
         f"{experiment.name}: comparison",
@@ -321,7 +358,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         error = "Pick two or more sweeps." if request.GET else ""
         if rate:
             error = f"{', '.join(f'#{i}' for i in rate)}: {_RATE_SWEEPS}"
-        context = {
+        picker = {
             "sweeps": selectors.comparable_sweeps(),
             "list_limit": selectors.LIST_LIMIT,
             "list_total": selectors.comparable_sweeps_total(),
@@ -329,7 +366,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "error": error,
             "nav": "experiments",
         }
-        return render(request, "benchmarks/comparison_pick.html", context)
+        return render(request, "benchmarks/comparison_pick.html", picker)
     comparison, used = _picked_sweeps_comparison(request)
     query = urlencode([("sweeps", i) for i in used])
     context = _comparison_context(
@@ -382,3 +419,9 @@ def profile_history(request: HttpRequest, profile_id: int) -> HttpResponse:
         "nav": "experiments",
     }
     return render(request, "benchmarks/comparison_history.html", context)
+
+
+@roles.viewer_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    context = {"experiments": selectors.experiment_list()[:100], "nav": "experiments"}
+    return render(request, "benchmarks/experiments.html", context)

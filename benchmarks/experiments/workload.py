@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from benchlib.arrays.columns import GAP_FIGURES, RequestArrays
+from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo, request_meets
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.summary import LevelGoodput
 from benchlib.stats import Curve, LevelSample, RequestPoint
 from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 
 if TYPE_CHECKING:
+    from benchmarks.experiments.level_rows import LevelRow
     from benchmarks.experiments.level_runs import LevelRun
 
 GOODPUT_METRIC = "goodput_tok_s"
@@ -171,9 +174,10 @@ def requests_row(runs: Sequence[LevelRun]) -> RequestsRow:
 
 
 def goodput_row(runs: Sequence[LevelRun]) -> GoodputRow:
-    goodputs: list[dict[str, Any]] = []
+    goodputs: list[LevelGoodput] = []
     for run in runs:
-        found = run.summary.get("goodput")
+        # The summary as stored (its JSON field); a level measured without an SLO has none.
+        found: LevelGoodput | None = run.summary.get("goodput")
         if isinstance(found, dict):
             goodputs.append(found)
     if not goodputs:
@@ -188,7 +192,7 @@ def goodput_row(runs: Sequence[LevelRun]) -> GoodputRow:
     }
 
 
-def slo_max_concurrency(rows: Sequence[dict[str, Any]]) -> int | None:
+def slo_max_concurrency(rows: Sequence[LevelRow]) -> int | None:
     """The highest tested concurrency whose level met the SLO (None: none did)."""
     met = [row["concurrency"] for row in rows if row.get("meets_slo")]
     return max(met) if met else None
@@ -208,7 +212,7 @@ def read_goodput_points(
     return goodput_points(read_record_file_once(path).level(level, attempt), slo)
 
 
-def goodput_points(rows: Iterable[dict[str, Any]], slo: Slo) -> list[RequestPoint]:
+def goodput_points(rows: Iterable[JsonObject], slo: Slo) -> list[RequestPoint]:
     """Measured successful requests of parsed rows, those that missed the SLO with no tokens."""
     points: list[RequestPoint] = []
     for data in rows:

@@ -1,6 +1,6 @@
 """The ``sweep.*`` events of a sweep's group on the channel layer (core.realtime), with the
 declared shape of each payload. ``benchmarks.sweeps.recording`` sends them after commit;
-``benchmarks.consumers.SweepConsumer`` forwards them to the sweep page as they are:
+``benchmarks.sweeps.consumers.SweepConsumer`` forwards them to the sweep page as they are:
 ``{"type": "sweep.samples", "sweep_id": ..., "samples": [...]}`` on the wire."""
 
 from __future__ import annotations

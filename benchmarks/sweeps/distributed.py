@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from benchlib.loadgen.cli_io import sleep_until
-from benchlib.loadgen.events import LevelStartEvent, LevelSummaryEvent, check_event
+from benchlib.loadgen.events import LevelStartEvent, LevelSummaryEvent
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level_config import share
-from benchlib.loadgen.records import ClockAnchor
 from benchlib.loadgen.summary import LevelSummary
-from benchmarks.models import SweepState
 from benchmarks.sweeps import recording, store
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess
 from benchmarks.sweeps.scrapes import scrapes_keeper
@@ -47,17 +46,17 @@ from benchmarks.sweeps.shards import (
     shard_jobs_enabled,
     shard_placement,
 )
+from benchmarks.sweeps.shardset import ShardSet
 from benchmarks.sweeps.split import (
     Shard,
     ShardLevel,
-    combine_samples,
     merge_shard_levels,
     read_shard_records,
     shard_argv,
     shard_count,
 )
+from benchmarks.sweeps.supervisor import Stopping, supervise, watch_instance
 from core.jobs import JobContext
-from hosts.models import InstanceState
 from hosts.telemetry.levels import LevelServerMetrics
 
 if TYPE_CHECKING:
@@ -75,6 +74,16 @@ OPEN_LEAD_S = 0.25
 # reaches processes that are already waiting for it.
 WARM_START_MARGIN_S = 0.5
 STOP_GRACE_S = 20.0
+INSTANCE_POLL_S = 1.0
+# Shards: terminated together, given the grace to report the partial level, then each stopped
+# in turn (terminate, 5 s, kill) and all killed on the way out, their readers gathered.
+STOPPING = Stopping(
+    drain_grace=STOP_GRACE_S,
+    kill_on_overrun=False,
+    exit_wait=0.0,
+    reraise_reader_error=False,
+    kill_on_leaving=True,
+)
 
 
 def max_streams() -> int:
@@ -92,65 +101,13 @@ def split_needed(levels: Sequence[int], load: dict[str, Any]) -> bool:
     return any(shard_count(c, streams=streams, requests=requests) > 1 for c in levels)
 
 
-class _Level:
-    """One split level in flight: its shard processes and the events they send."""
-
-    def __init__(self, recorder: SweepRecorder, index: int, concurrency: int) -> None:
-        self.recorder = recorder
-        self.index = index
-        self.concurrency = concurrency
-        self.shards: list[Shard] = []
-        self.procs: list[LoadgenProcess | RemoteShardProcess] = []
-        self._fresh: set[int] = set()
-        self.warmed_up: set[int] = set()  # shards that said `warmed_up` (started on stdin)
-
-    async def read(self, shard: Shard, proc: LoadgenProcess | RemoteShardProcess) -> None:
-        # The shard's state is kept as plain JSON objects (split.Shard): each event is copied in.
-        async for event in proc.events():
-            if event["event"] == "run_start":
-                shard.run_start = dict(event)
-            elif event["event"] == "run_end":
-                shard.run_end = dict(event)
-            elif event["event"] == "warmed_up":
-                self.warmed_up.add(shard.index)
-            elif event["event"] == "measure_start":
-                warmed_at = event.get("warmed_at")
-                shard.warmed_at = float(warmed_at) if isinstance(warmed_at, int | float) else None
-            elif event["event"] == "level_summary":
-                shard.summary = dict(event.get("summary") or {})
-                if isinstance(shard.summary.get("anchor"), dict):
-                    shard.anchor = ClockAnchor(**shard.summary["anchor"])
-            elif event["event"] == "sample":
-                shard.last_sample = dict(event)
-                self._fresh.add(shard.index)
-                if self._fresh >= {s.index for s in self.shards}:
-                    await self._emit_sample()
-            elif event["event"] == "level_error":
-                self.recorder.level_errors.append(str(event.get("reason") or "level error"))
-
-    async def _emit_sample(self) -> None:
-        self._fresh.clear()
-        latest = [s.last_sample for s in self.shards if s.last_sample is not None]
-        sample = combine_samples(latest, concurrency=self.concurrency)
-        # The combined figures keep the shards' keys and order; checked as a sample event.
-        await self.recorder.handle(
-            check_event({**sample, "event": "sample", "level_index": self.index})
-        )
-
-    def terminate(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-
-
-async def _start_when_warm(
-    ctx: JobContext, level: _Level, readers: Sequence[asyncio.Task[None]]
-) -> float:
+async def _start_when_warm(ctx: JobContext, level: ShardSet) -> float:
     """Wait until every local shard has warmed up (or ended), then give them one start ahead
     on stdin (none on a cancel: the shards then end without measuring)."""
     while not ctx.cancelled.is_set():
         waiting = [
-            s for s, r in zip(level.shards, readers, strict=True)
-            if s.index not in level.warmed_up and not r.done()
+            s for s in level.shards
+            if s.index not in level.warmed_up and s.index not in level.finished
         ]  # fmt: skip
         if not waiting:
             break
@@ -160,14 +117,6 @@ async def _start_when_warm(
         if isinstance(proc, LoadgenProcess):
             await proc.send_line(None if ctx.cancelled.is_set() else repr(start_at))
     return start_at
-
-
-async def _instance_gone(instance_id: int, poll: float = 1.0) -> str:
-    while True:
-        row = await store.ainstance_state(instance_id=instance_id)
-        if row is None or row[0] != InstanceState.READY:
-            return "the server instance no longer exists" if row is None else str(row[0])
-        await asyncio.sleep(poll)
 
 
 async def _run_level(
@@ -181,14 +130,13 @@ async def _run_level(
     """Run one level as shards; (merged summary or None, why the sweep must stop or None)."""
     requests = plan.load.get("requests_per_level")
     n = shard_count(concurrency, streams=max_streams(), requests=requests)
-    level = _Level(recorder, index, concurrency)
     # Per attempt: a resumed level's shards never overwrite the files of an earlier run.
     base = plan.records_path.parent / f"level-{index}-attempt-{plan.attempt}"
     base.mkdir(parents=True, exist_ok=True)
-    level.shards = [
+    level = ShardSet(index, concurrency, [
         Shard(i, share(concurrency, i, n) or 0, share(requests, i, n), base / f"shard-{i}.jsonl")
         for i in range(n)
-    ]
+    ])  # fmt: skip
     as_jobs = shard_jobs_enabled()
     # Shard jobs are gang-started (their start is set once all are claimed and ready);
     # local children share the machine and can be given a start ahead right away, unless they
@@ -248,42 +196,40 @@ async def _run_level(
         "t": start_at or time.time(),
     }
     await recorder.handle(started)
-    readers = [
-        asyncio.create_task(level.read(s, p))
-        for s, p in zip(level.shards, level.procs, strict=True)
-    ]
-    if local_warmup:
-        start_at = await _start_when_warm(ctx, level, readers)
-    assert start_at is not None
-    # The shards warm up first and send their measured requests from start_at: the level's
-    # server-side interval opens right before it (where, relative to it and to the end of the
-    # shards' warm-up, is stored and checked with the level's server figures).
-    await sleep_until(start_at - OPEN_LEAD_S, ctx.cancelled)
-    await server.observe({"event": "measure_start", "level_index": index, "start_at": start_at})
-    stoppers: list[asyncio.Task[Any]] = [asyncio.create_task(ctx.cancelled.wait())]
-    if plan.instance_id is not None:
-        stoppers.append(asyncio.create_task(_instance_gone(plan.instance_id)))
-    stop_reason: str | None = None
+
+    async def start_then_open(_reader: asyncio.Task[None]) -> None:
+        nonlocal start_at
+        if local_warmup:
+            start_at = await _start_when_warm(ctx, level)
+        assert start_at is not None
+        # The shards warm up first and send their measured requests from start_at: the level's
+        # server-side interval opens right before it (where, relative to it and to the end of
+        # the shards' warm-up, is stored and checked with the level's server figures).
+        await sleep_until(start_at - OPEN_LEAD_S, ctx.cancelled)
+        await server.observe({"event": "measure_start", "level_index": index, "start_at": start_at})
+
+    instance_id = plan.instance_id
     try:
-        all_read: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*readers))
-        done, _ = await asyncio.wait({all_read, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
-        if all_read not in done:
-            stopped = next(t for t in stoppers if t in done)
-            result = stopped.result()
-            crash = result if isinstance(result, str) else None
-            stop_reason = f"server crashed mid-sweep: {crash}" if crash else "cancelled"
-            level.terminate()
-            await asyncio.wait({all_read}, timeout=STOP_GRACE_S)
-        for shard, proc in zip(level.shards, level.procs, strict=True):
-            shard.exit_code = await proc.stop(grace=5)
-            if isinstance(proc, RemoteShardProcess):
-                shard.worker_id = proc.worker_id
+        ending = await supervise(
+            level,
+            take=recorder.handle,
+            cancelled=ctx.cancelled,
+            stopping=STOPPING,
+            # The lifecycle's state only, without its reason (as this path has always said it).
+            crash_watch=(
+                (lambda: watch_instance(instance_id, INSTANCE_POLL_S, with_reason=False))
+                if instance_id is not None
+                else None
+            ),
+            before_watch=start_then_open,
+        )
     finally:
-        for task in stoppers:
-            task.cancel()
-        for proc in level.procs:
-            proc.kill()
-        await asyncio.gather(*stoppers, *readers, return_exceptions=True)
+        await level.closed()
+    stop_reason: str | None = None
+    if ending.crash is not None:
+        stop_reason = f"server crashed mid-sweep: {ending.crash}"
+    elif ending.cancelled:
+        stop_reason = "cancelled"
     await recorder.flush()
     parts = []
     for shard in level.shards:

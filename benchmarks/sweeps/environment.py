@@ -1,7 +1,7 @@
 """What makes a sweep's run comparable, frozen when the sweep is created or resumed.
 
 The server's launch (masked argv and environment, GPUs, what it reported), its profile, the
-target URL and model, and the client. Apart from the sweep services (benchmarks/services.py)
+target URL and model, and the client. Apart from the sweep services (benchmarks/sweeps/services.py)
 because it is a record, not an action: the services call it, the experiments read it back
 (experiments/environment.py), and nothing in it writes.
 """

@@ -15,8 +15,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.recordstore import iter_jsonl_bytes
-from benchmarks import selectors
-from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps import selectors
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from benchmarks.sweeps.rows import LevelRow, SweepRow
 from hosts.masking import masked_tree
 

@@ -13,22 +13,24 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from django.conf import settings
 
+from benchlib.loadgen.events import LoadgenEvent
 from benchlib.loadgen.served import ModelDiscoveryError, discover_model
-from benchmarks.models import SweepState
 from benchmarks.sweeps import distributed, endpoints, recording, store
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
 from benchmarks.sweeps.scrapes import scrapes_keeper
+from benchmarks.sweeps.supervisor import Stopping, supervise, watch_instance
 from core.jobs import JobContext
 from core.models import Job
-from hosts.models import InstanceState
 from hosts.telemetry import manager as telemetry
 from hosts.telemetry.levels import LevelServerMetrics
 
@@ -53,55 +55,10 @@ class HandlerSettings:
 SETTINGS = HandlerSettings()
 
 
-async def _read_events(
-    proc: LoadgenProcess, recorder: SweepRecorder, server: LevelServerMetrics | None = None
-) -> None:
-    async for event in proc.events():
-        await recorder.handle(event)
-        if server is not None:
-            # After the recorder, so a finished level's row exists for its server figures.
-            await server.observe(event)
-
-
 async def _tick(recorder: SweepRecorder) -> None:
     while True:
         await asyncio.sleep(recorder.batch_seconds / 2)
         await recorder.flush_if_due()
-
-
-async def _watch_instance(instance_id: int, poll: float) -> str:
-    """Return why the instance is no longer READY (the lifecycle marks crashes)."""
-    while True:
-        row = await store.ainstance_state(instance_id=instance_id)
-        if row is None:
-            return "the server instance no longer exists"
-        state, reason = row
-        if state != InstanceState.READY:
-            return f"{state}: {reason}" if reason else str(state)
-        await asyncio.sleep(poll)
-
-
-async def _crash_behind(
-    recorder: SweepRecorder, crash_watch: asyncio.Task[str], settle: float
-) -> str | None:
-    """A load generator can give up on a dead server (connection errors in a row) before the
-    lifecycle has marked it crashed: a run that did not complete waits for that verdict, so
-    the sweep names the cause instead of the symptom."""
-    if recorder.run_end is not None and recorder.run_end["status"] == "completed":
-        return None
-    done, _ = await asyncio.wait({crash_watch}, timeout=settle)
-    return crash_watch.result() if done else None
-
-
-async def _drain(reader: asyncio.Task[None], proc: LoadgenProcess, grace: float) -> None:
-    """After SIGTERM: let the reader take the partial level and run_end, within ``grace``."""
-    done, _ = await asyncio.wait({reader}, timeout=grace)
-    if not done:
-        logger.warning("load generator %s did not finish within %.0fs: killing", proc.pid, grace)
-        proc.kill()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), timeout=5)
-        reader.cancel()
 
 
 def _outcome(
@@ -143,6 +100,27 @@ def _outcome(
     )
 
 
+def _stopping() -> Stopping:
+    """One process: killed past its drain grace; on a worker's shutdown its reader goes on."""
+    return Stopping(
+        drain_grace=SETTINGS.stop_grace_seconds,
+        kill_on_overrun=True,
+        exit_wait=SETTINGS.stop_grace_seconds,
+        crash_settle=SETTINGS.crash_settle_seconds,
+    )
+
+
+def _crash_watch(plan: recording.SweepPlan) -> Callable[[], Coroutine[Any, Any, str]] | None:
+    if plan.instance_id is not None:
+        instance_id = plan.instance_id
+        return lambda: watch_instance(instance_id, SETTINGS.instance_poll_seconds)
+    if plan.endpoint_check is not None:
+        # No lifecycle watches a server specdash did not start: its readiness URL is asked.
+        check = plan.endpoint_check
+        return lambda: endpoints.watch_endpoint(check, endpoints.WATCH)
+    return None
+
+
 async def _supervise(
     ctx: JobContext, plan: recording.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
@@ -154,64 +132,42 @@ async def _supervise(
         undrafted_steps=plan.undrafted_steps,
         metrics_url=plan.metrics_url,
     )
-    reader = asyncio.create_task(_read_events(proc, recorder, server))
+
+    async def take(event: LoadgenEvent) -> None:
+        await recorder.handle(event)
+        # After the recorder, so a finished level's row exists for its server figures.
+        await server.observe(event)
+
     ticker = asyncio.create_task(_tick(recorder))
-    cancel_wait = asyncio.create_task(ctx.cancelled.wait())
-    watchers: set[asyncio.Task[Any]] = {reader, cancel_wait}
-    crash_watch: asyncio.Task[str] | None = None
-    if plan.instance_id is not None:
-        crash_watch = asyncio.create_task(
-            _watch_instance(plan.instance_id, SETTINGS.instance_poll_seconds)
-        )
-        watchers.add(crash_watch)
-    elif plan.endpoint_check is not None:
-        # No lifecycle watches a server specdash did not start: its readiness URL is asked.
-        crash_watch = asyncio.create_task(
-            endpoints.watch_endpoint(plan.endpoint_check, endpoints.WATCH)
-        )
-        watchers.add(crash_watch)
-    crash: str | None = None
-    cancelled = False
     try:
-        done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
-        if reader not in done:
-            if crash_watch is not None and crash_watch in done:
-                crash = crash_watch.result()
-            else:
-                cancelled = True
-            proc.terminate()
-            await _drain(reader, proc, SETTINGS.stop_grace_seconds)
-        elif reader.exception() is not None:
-            proc.terminate()
-            reader.result()
-        elif crash_watch is not None:
-            crash = await _crash_behind(recorder, crash_watch, SETTINGS.crash_settle_seconds)
-        exit_code = await proc.wait(SETTINGS.stop_grace_seconds)
-        if exit_code is None:
-            exit_code = await proc.stop(grace=5)
-    finally:
-        for task in (ticker, cancel_wait, crash_watch):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in (ticker, cancel_wait, crash_watch) if t is not None),
-            return_exceptions=True,
+        ending = await supervise(
+            proc,
+            take=take,
+            cancelled=ctx.cancelled,
+            stopping=_stopping(),
+            crash_watch=_crash_watch(plan),
+            completed=lambda: (
+                recorder.run_end is not None and recorder.run_end["status"] == "completed"
+            ),
         )
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
     await recorder.flush()
     # The load generator has exited: a record it was writing when it stopped (a full disk, a
     # kill) is cut, so the file holds whole lines only and a resume appends after them.
     await asyncio.to_thread(trim_torn_tail, Path(plan.records_path))
-    if crash is not None:
+    if ending.crash is not None:
         await store.asweep_levels_cut_by_crash(sweep_id=plan.sweep_id, from_index=plan.level_offset)
     state, reason = _outcome(
         recorder,
         proc,
-        exit_code=exit_code,
-        cancelled=cancelled,
-        crash=crash,
+        exit_code=ending.exit_code,
+        cancelled=ending.cancelled,
+        crash=ending.crash,
         records_path=plan.records_path,
     )
-    return state, reason, exit_code
+    return state, reason, ending.exit_code
 
 
 async def audit_at_end(sweep_id: int) -> None:

@@ -9,7 +9,7 @@ make are the load generator's own ``level_plan``, the function behind its ``--co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -32,20 +32,25 @@ def clean_request_rate(value: Any) -> float | list[float] | None:
         raise ValidationError(str(exc)) from None
 
 
-def load_rates(load: dict[str, Any]) -> list[float] | None:
+def load_rates(load: Mapping[str, object]) -> list[float] | None:
     """The stored request rate(s) as the load generator's list (None: closed loop)."""
     value = load.get("request_rate")
     if value is None:
         return None
-    return [float(v) for v in value] if isinstance(value, list) else [float(value)]
+    if isinstance(value, list):
+        return [float(v) for v in value]
+    if not isinstance(value, int | float | str):
+        # What float() raised here before the load was typed (a stored rate is a number).
+        raise TypeError(f"request_rate {value!r} is not a rate")
+    return [float(value)]
 
 
-def is_rate_sweep(load: dict[str, Any]) -> bool:
+def is_rate_sweep(load: Mapping[str, object]) -> bool:
     rates = load_rates(load)
     return rates is not None and len(rates) > 1
 
 
-def check_levels_with_rates(levels: Sequence[int], load: dict[str, Any]) -> None:
+def check_levels_with_rates(levels: Sequence[int], load: Mapping[str, object]) -> None:
     """A rate sweep runs under one concurrency cap (pairing lists is for the load generator's
     CLI alone): several rates with several concurrencies is refused, naming the levels."""
     rates = load_rates(load)
@@ -60,7 +65,7 @@ def check_levels_with_rates(levels: Sequence[int], load: dict[str, Any]) -> None
         )
 
 
-def sweep_level_plan(levels: Sequence[int], load: dict[str, Any]) -> LevelPlan:
+def sweep_level_plan(levels: Sequence[int], load: Mapping[str, object]) -> LevelPlan:
     """(concurrency, rate) of each level of a sweep, in order."""
     return level_plan(list(levels), load_rates(load))
 

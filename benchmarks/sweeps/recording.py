@@ -3,7 +3,7 @@ calls as the load generator reports (sync; the async job awaits their twins in
 ``benchmarks.sweeps.store``).
 Each change emits its event after commit (see core.realtime for the payloads).
 Callers import them from here; the sweep services that web requests call are
-``benchmarks.services``.
+``benchmarks.sweeps.services``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from benchlib.json_types import JsonObject
-from benchmarks import selectors
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
 from benchmarks.sweeps import plan as level_plans
+from benchmarks.sweeps import selectors
 from benchmarks.sweeps.channel import (
     SWEEP_LEVEL,
     SWEEP_SAMPLES,
@@ -32,6 +30,14 @@ from benchmarks.sweeps.channel import (
     SweepStatePayload,
 )
 from benchmarks.sweeps.endpoints import EndpointCheck
+from benchmarks.sweeps.models import (
+    FINISHED_SWEEP_STATES,
+    LevelState,
+    Sweep,
+    SweepLevel,
+    SweepSample,
+    SweepState,
+)
 from benchmarks.sweeps.rows import LiveSample
 from core import realtime
 from hosts.models import InstanceState

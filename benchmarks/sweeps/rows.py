@@ -1,6 +1,6 @@
 """The typed rows a sweep's page reads: the sweep, a level's figures, progress, a live sample.
 
-``benchmarks.selectors`` builds them; the sweep snapshot, the sweep events
+``benchmarks.sweeps.selectors`` builds them; the sweep snapshot, the sweep events
 (``benchmarks.sweeps.channel``) and the exports carry them as they are, so a snapshot and the
 live events that follow it have the same shape. They travel as JSON, so these are
 ``TypedDict``s: plain dicts at run time, one declared shape for mypy and the reader.

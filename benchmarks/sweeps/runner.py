@@ -107,7 +107,8 @@ def parse_event(line: bytes) -> LoadgenEvent | None:
 
 
 class LoadgenProcess:
-    """A running load generator: ``events()`` yields its event lines as events."""
+    """A running load generator: ``events()`` yields its event lines as events. The one
+    process of a sweep and each local shard (a ``supervisor.LevelSource``)."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -198,6 +199,11 @@ class LoadgenProcess:
             self.kill()
             code = await self.process.wait()
         return code
+
+    async def ended(self, *, wait: float, grace: float) -> int:
+        """The exit code: up to ``wait`` seconds for it to exit on its own, then ``stop``."""
+        code = await self.wait(wait) if wait > 0 else None
+        return code if code is not None else await self.stop(grace=grace)
 
     def stderr_text(self) -> str:
         return "\n".join(self.stderr_tail)

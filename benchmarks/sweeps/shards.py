@@ -31,6 +31,7 @@ from django.conf import settings
 
 from benchlib.loadgen.events import LoadgenEvent
 from benchmarks.sweeps.runner import LoadgenProcess
+from benchmarks.sweeps.supervisor import Stopping, supervise
 from core.jobs import JobContext
 from core.jobs import store as jobs_store
 from core.models import Job, JobState
@@ -48,6 +49,11 @@ EVENT = "event"
 RECORD = "record"
 RECORDS_PER_APPEND = 500
 READ_BATCH = 1000
+# The shard job's load generator: terminated on a cancel, given 20 s to report the partial
+# level, then stopped (terminate, 5 s, kill) and killed on the way out.
+SHARD_STOPPING = Stopping(
+    drain_grace=20.0, kill_on_overrun=False, exit_wait=0.0, kill_on_leaving=True
+)
 
 
 # The SPECDASH_LOADGEN_SHARD_* settings (specdash/settings.py), read when a level starts.
@@ -134,39 +140,37 @@ async def run_shard(ctx: JobContext) -> ShardResult:
         # for its start), so that the whole gang's warm-up is over at the common start.
         ready_on = "warmed_up" if _warms_up(argv) else None
 
-        async def read() -> None:
+        async def take(event: LoadgenEvent) -> None:
             nonlocal published
-            async for event in proc.events():
-                if ready_on is None or event["event"] == ready_on:
-                    up.set()
-                pending.append((EVENT, event))
-                if loop.time() - published >= PUBLISH_S or event["event"] != "sample":
-                    published = loop.time()
-                    await _append(ctx, pending)
-            await _append(ctx, pending)
+            if ready_on is None or event["event"] == ready_on:
+                up.set()
+            pending.append((EVENT, event))
+            if loop.time() - published >= PUBLISH_S or event["event"] != "sample":
+                published = loop.time()
+                await _append(ctx, pending)
 
-        reader = asyncio.create_task(read())
-        cancel = asyncio.create_task(ctx.cancelled.wait())
-        try:
-            if gang:
-                await asyncio.wait({reader, cancel, asyncio.create_task(up.wait())},
-                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-                start_at = None
-                if up.is_set() and not ctx.cancelled.is_set():
-                    await ctx.mark_ready()
-                    start_at = await ctx.wait_for_start()
-                # No start (a cancel, a level that could not be placed): end of input.
-                await proc.send_line(repr(start_at) if start_at is not None else None)
-            await asyncio.wait({reader, cancel}, return_when=asyncio.FIRST_COMPLETED)
-            if not reader.done():
-                proc.terminate()  # a cancel: the load generator ends the level as partial
-                await asyncio.wait({reader}, timeout=20)
-            result["exit_code"] = await proc.stop(grace=5)
-        finally:
-            cancel.cancel()
-            proc.kill()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+        async def gang_start(reader: asyncio.Task[None]) -> None:
+            waits = {asyncio.create_task(ctx.cancelled.wait()), asyncio.create_task(up.wait())}
+            await asyncio.wait({reader, *waits}, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+            start_at = None
+            if up.is_set() and not ctx.cancelled.is_set():
+                await ctx.mark_ready()
+                start_at = await ctx.wait_for_start()
+            # No start (a cancel, a level that could not be placed): end of input.
+            await proc.send_line(repr(start_at) if start_at is not None else None)
+
+        # The job's cancel is its only watch (the coordinator watches the server); a cancel
+        # has the load generator end the level as partial.
+        ending = await supervise(
+            proc,
+            take=take,
+            cancelled=ctx.cancelled,
+            stopping=SHARD_STOPPING,
+            before_watch=gang_start if gang else None,
+        )
+        result["exit_code"] = ending.exit_code
         await _append(ctx, pending)  # what a reader cut short by the stop had not written
         # Read a batch at a time (off the loop): the job's memory is one batch, not the level.
         batches = _record_batches(records)
@@ -306,6 +310,11 @@ class RemoteShardProcess:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._done.wait(), timeout=grace)
         return self.exit_code if self.exit_code is not None else -1
+
+    async def ended(self, *, wait: float, grace: float) -> int:
+        """Its job's exit code, once its events are read to the end: a job cannot be signalled
+        past its cancel, so its stop is only a wait (-1: none within ``wait + grace``)."""
+        return await self.stop(grace=wait + grace)
 
     def stderr_text(self) -> str:
         return ""

@@ -15,8 +15,8 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from benchmarks import audit, selectors
-from benchmarks.sweeps import recording
+from benchmarks import audit
+from benchmarks.sweeps import recording, selectors
 from benchmarks.sweeps.rows import SweepSnapshot
 from hosts.telemetry.levels import ServerMetrics
 

@@ -7,9 +7,9 @@ from typing import Any, TypedDict
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import stored_workload
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.phases import PhaseBlocks
-from benchmarks.selectors import sweep_phases
+from benchmarks.sweeps.models import Sweep, SweepLevel
+from benchmarks.sweeps.selectors import sweep_phases
 
 
 def _figure(data: Any, *path: str) -> Any:

@@ -8,6 +8,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# A job's parameters: the JSON object its kind was enqueued with (``services.job_enqueue``),
+# as ``Job.params`` keeps it, handed to its handler (``JobContext.params``) and its hooks.
+# Each kind reads its own keys (``int(ctx.params["sweep_id"])``); a declared shape per kind
+# would have core import the apps that own them, so the values stay Any.
+JobParams = dict[str, Any]
+
 
 class LeaseLost(BaseException):
     """This worker no longer owns the job: its lease expired (it may already be reaped and
@@ -25,7 +31,7 @@ class JobContext:
 
     job_id: int
     kind: str
-    params: dict[str, Any]
+    params: JobParams
     worker_id: str
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     # time.monotonic() until which the lease is surely ours (renewal start + lease). The
@@ -105,7 +111,7 @@ JobResult = Mapping[str, object]
 Handler = Callable[[JobContext], Awaitable[JobResult | None]]
 # Sync hooks, run in one transaction with the clearing of the job's owed follow-up: they may
 # run again after a crash before their commit, so what they do must be idempotent.
-InterruptHook = Callable[[int, dict[str, Any]], None]
+InterruptHook = Callable[[int, JobParams], None]
 
 _handlers: dict[str, Handler] = {}
 _interrupt_hooks: dict[str, list[InterruptHook]] = {}
@@ -188,7 +194,7 @@ def _combined(hooks: list[InterruptHook]) -> InterruptHook | None:
     if len(hooks) == 1:
         return hooks[0]
 
-    def run_all(job_id: int, params: dict[str, Any]) -> None:
+    def run_all(job_id: int, params: JobParams) -> None:
         for hook in hooks:
             hook(job_id, params)
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from django.db import close_old_connections, connections
 from django.utils import timezone
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,34 +80,41 @@ class WorkerSettings:
             )
 
     @classmethod
-    def from_settings(cls, **overrides: Any) -> WorkerSettings:
-        """The ``SPECDASH_JOB_*`` settings (specdash/settings.py), then explicit (non-None)
-        overrides (``manage.py jobworker`` flags).
+    def from_settings(
+        cls,
+        *,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        lease_seconds: float | None = None,
+        heartbeat_interval: float | None = None,
+        kinds: str | None = None,
+        tags: str | None = None,
+        machine: str | None = None,
+    ) -> WorkerSettings:
+        """The ``SPECDASH_JOB_*`` settings (specdash/settings.py), then the explicit (non-None)
+        overrides: ``manage.py jobworker``'s flags (kinds and tags comma-separated).
 
         Without a heartbeat setting, a lease shorter than the default brings the heartbeat
         down to a third of it, so ``SPECDASH_JOB_LEASE_S=3`` alone is a valid setting.
         """
         from django.conf import settings
 
-        values: dict[str, Any] = {
-            "lease_seconds": float(settings.SPECDASH_JOB_LEASE_S),
-            "max_jobs": int(settings.SPECDASH_JOB_MAX_JOBS),
-            "poll_interval": float(settings.SPECDASH_JOB_POLL_S),
-            "kinds": _names(settings.SPECDASH_JOB_KINDS),
-            "tags": _names(settings.SPECDASH_JOB_TAGS),
-            "machine": str(settings.SPECDASH_JOB_MACHINE).strip(),
-            "retry_interval": float(settings.SPECDASH_JOB_RETRY_S),
-            "retry_max_interval": float(settings.SPECDASH_JOB_RETRY_MAX_S),
-        }
+        lease = _given(lease_seconds, float(settings.SPECDASH_JOB_LEASE_S))
         if settings.SPECDASH_JOB_HEARTBEAT_S is not None:
-            values["heartbeat_interval"] = float(settings.SPECDASH_JOB_HEARTBEAT_S)
-        for key in ("kinds", "tags"):
-            if isinstance(overrides.get(key), str):
-                overrides[key] = _names(overrides[key].split(","))
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        lease = float(values["lease_seconds"])
-        values.setdefault("heartbeat_interval", min(cls.heartbeat_interval, lease / 3))
-        return cls(**values)
+            heartbeat = float(settings.SPECDASH_JOB_HEARTBEAT_S)
+        else:
+            heartbeat = min(cls.heartbeat_interval, float(lease) / 3)
+        return cls(
+            lease_seconds=lease,
+            max_jobs=_given(max_jobs, int(settings.SPECDASH_JOB_MAX_JOBS)),
+            poll_interval=_given(poll_interval, float(settings.SPECDASH_JOB_POLL_S)),
+            heartbeat_interval=_given(heartbeat_interval, heartbeat),
+            kinds=_names(settings.SPECDASH_JOB_KINDS if kinds is None else kinds.split(",")),
+            tags=_names(settings.SPECDASH_JOB_TAGS if tags is None else tags.split(",")),
+            machine=_given(machine, str(settings.SPECDASH_JOB_MACHINE).strip()),
+            retry_interval=float(settings.SPECDASH_JOB_RETRY_S),
+            retry_max_interval=float(settings.SPECDASH_JOB_RETRY_MAX_S),
+        )
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,10 @@ def _run_periodic(task: PeriodicTask) -> None:
         logger.exception("periodic task %s failed; it runs again at its next interval", task.name)
     finally:
         connections.close_all()  # this thread's connections, not the loop's
+
+
+def _given(value: T | None, default: T) -> T:
+    return default if value is None else value
 
 
 def _names(parts: Iterable[str]) -> tuple[str, ...]:

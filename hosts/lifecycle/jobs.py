@@ -20,9 +20,9 @@ from django.conf import settings
 
 from core.jobs import JobContext, job_enqueue, job_handler, on_cancel_forced, on_interrupted
 from hosts import presets
-from hosts.agent.parts.control import StatusAnswer
+from hosts.agent.parts.control import MembersAnswer, StatusAnswer
 from hosts.agent.parts.files import LogTail
-from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
+from hosts.agent.parts.launch import LaunchAnswer, LaunchFailure, PreflightAnswer
 from hosts.lifecycle import steps, store
 from hosts.lifecycle.readiness import (
     ReadinessResult,
@@ -107,14 +107,17 @@ async def run_server(ctx: JobContext) -> ServerOutcome:
         try:
             launch = await agent_launch(agent, plan)
         except AgentFailed as exc:
-            # The supervisor recorded why (127: the argv could not be executed) and the log.
-            code = exc.answer.get("exit_code")
+            # The supervisor recorded why (127: the argv could not be executed) and the log;
+            # the shape the agent's launch declares for a failure (an answer that never came
+            # has only its error).
+            failure = cast(LaunchFailure, exc.answer)
+            code = failure.get("exit_code")
             await store.afail(
                 plan,
-                f"Launch failed ({steps.exit_phrase(code)}): {exc.answer.get('error')}",
+                f"Launch failed ({steps.exit_phrase(code)}): {failure.get('error')}",
                 {"launch": exc.answer},
                 exit_code=code,
-                log_tail="\n".join(exc.answer.get("log_tail") or []),
+                log_tail="\n".join(failure.get("log_tail") or []),
             )
             return {"outcome": "failed"}
         except TransportError as exc:
@@ -281,7 +284,8 @@ async def _adopt_unrecorded_launch(
     dashboard dies: the server may be running with nobody knowing its pid. Its processes
     carry the marker, so ask for them before declaring anything."""
     try:
-        found = await call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
+        answer = await call_with_retries(agent, "members", {"run_id": plan.run_id}, timeout=30)
+        found = cast(MembersAnswer, answer)  # the shape the agent's members declares
     except (TransportError, AgentFailed) as exc:
         await store.amark_lost(
             plan, f"Could not look for the server after a dashboard restart: {exc}"

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
+from benchlib.json_types import JsonObject
 from hosts.agent import AGENT_SOURCE
 from hosts.models import Container, ContainerKind, Host, HostKind
 from hosts.transports import HopSpec, Transport, TransportError, build_chain, run_script
@@ -56,7 +57,7 @@ def transport_for(host: Host, container: Container | None) -> Transport:
 class AgentFailed(Exception):
     """The agent ran but answered ok=false (a refusal or bad input)."""
 
-    def __init__(self, command: str, answer: dict[str, Any]):
+    def __init__(self, command: str, answer: JsonObject):
         self.answer = answer
         super().__init__(f"{command}: {answer.get('error') or answer.get('problems')}")
 

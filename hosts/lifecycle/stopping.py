@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import cast
 
+from benchlib.json_types import JsonObject
 from hosts.agent.parts.control import StatusAnswer, StopAnswer, VerifyAnswer
 from hosts.agent.parts.launch import LaunchAnswer
 from hosts.lifecycle import steps, store
@@ -27,7 +28,8 @@ async def call_with_retries(
     timeout: float,  # noqa: ASYNC109 - passed to the transport, which kills the process
     check: bool = True,
     retry: Callable[[TransportError], bool] = lambda exc: True,
-) -> dict[str, Any]:
+) -> JsonObject:
+    """The agent's answer as parsed: each caller casts it to the shape its command declares."""
     last: Exception | None = None
     for attempt in range(REMOTE_RETRIES):
         try:

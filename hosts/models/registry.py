@@ -29,6 +29,13 @@ def validate_safe_token(value: str) -> None:
         )
 
 
+def _argv_token_field(help_text: str) -> models.CharField[str, str]:
+    """An optional host name or address that ends up as one argv item of ssh/pct/docker."""
+    return models.CharField(
+        max_length=255, blank=True, validators=[validate_safe_token], help_text=help_text
+    )
+
+
 def _validate_argv(value: Any) -> None:
     # Empty is allowed here: an endpoint profile has no launch command (a managed profile's
     # clean() requires one).
@@ -82,12 +89,7 @@ class KnownHostsPolicy(models.TextChoices):
 class Host(models.Model):
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=10, choices=HostKind.choices, default=HostKind.LOCAL)
-    address = models.CharField(
-        max_length=255,
-        blank=True,
-        validators=[validate_safe_token],
-        help_text="SSH host name or IP",
-    )
+    address = _argv_token_field("SSH host name or IP")
     ssh_user = models.CharField(
         max_length=64, blank=True, default="root", validators=[validate_safe_token]
     )
@@ -103,12 +105,7 @@ class Host(models.Model):
     known_hosts_file = models.CharField(
         max_length=500, blank=True, help_text="Defaults to the operator's ~/.ssh/known_hosts"
     )
-    jump_host = models.CharField(
-        max_length=255,
-        blank=True,
-        validators=[validate_safe_token],
-        help_text="Optional ProxyJump, e.g. user@bastion:22",
-    )
+    jump_host = _argv_token_field("Optional ProxyJump, e.g. user@bastion:22")
     path_prepend = models.CharField(
         max_length=1000,
         blank=True,
@@ -273,12 +270,9 @@ class ServerProfile(models.Model):
         help_text="Seconds between SIGTERM and SIGKILL when the server is stopped (a large model "
         "may need minutes to release its GPUs)",
     )
-    api_host = models.CharField(
-        max_length=255,
-        blank=True,
-        validators=[validate_safe_token],
-        help_text="Address the dashboard uses to reach the server's HTTP port (default: the "
-        "host's address; 127.0.0.1 for a local host). A container usually has its own IP.",
+    api_host = _argv_token_field(
+        "Address the dashboard uses to reach the server's HTTP port (default: the host's "
+        "address; 127.0.0.1 for a local host). A container usually has its own IP."
     )
     openai_base_path = models.CharField(max_length=200, default="/v1")
     served_model_name = models.CharField(max_length=200, blank=True)

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -42,7 +42,7 @@ from hosts.telemetry.nvidia_smi import (
     parse_gpu_query,
 )
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
-from hosts.transports import Transport, TransportError
+from hosts.transports import LineStream, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +53,31 @@ Sleep = Callable[[float], Awaitable[None]]
 BACKOFF_S: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+class HostSampleData(TypedDict):
+    cpu: float  # busy percent over all CPUs, one decimal
+    cpus: int
+    mem_used: int  # bytes
+    mem_total: int  # bytes
+    load1: float
+
+
+class ServerSampleData(TypedDict):
+    """A server's live figures (None where its engine does not export them)."""
+
+    running: float | None
+    queued: float | None
+    gen_tps: float | None
+    kv: float | None
+    accept_length: float | None
+    accept_rate: float | None
+
+
 @dataclass(frozen=True)
 class Sample:
     kind: str  # "gpu" | "host" | "server"
     t: float  # epoch seconds on the dashboard's clock, when the probe got it
+    # The probe's reading for its kind (gpu_sample_data's parallel lists, a HostSampleData, a
+    # ServerSampleData), as its JSON column stores it and chart code reads it back.
     data: dict[str, Any]
     instance_id: int | None = None
     # Known when the probe runs for one sweep only (an endpoint's server scrape): the row is
@@ -80,7 +101,7 @@ def gpu_sample_data(gpus: Sequence[GpuSample]) -> dict[str, list[Any]]:
     }
 
 
-def host_sample_data(sample: HostLoadSample) -> dict[str, Any]:
+def host_sample_data(sample: HostLoadSample) -> HostSampleData:
     return {
         "cpu": round(sample.cpu_busy_pct, 1),
         "cpus": sample.cpu_count,
@@ -90,7 +111,7 @@ def host_sample_data(sample: HostLoadSample) -> dict[str, Any]:
     }
 
 
-def server_sample_data(before: EngineMetrics | None, after: EngineMetrics) -> dict[str, Any]:
+def server_sample_data(before: EngineMetrics | None, after: EngineMetrics) -> ServerSampleData:
     """The live server figures; accept length over the last scrape interval where possible."""
     accept_length = after.spec_accept_length
     accept_rate = after.spec_accept_rate
@@ -132,7 +153,58 @@ class StreamStats:
     restarts_at: list[float] = field(default_factory=list)
 
 
-class GpuStreamProbe:
+class _RestartingStream:
+    """A long-lived command over the transport, read until it ends and then restarted with
+    backoff, until cancelled. Subclasses read its lines (`_read`) and say what a stream's end
+    is called (`_exit_note`) and what follows it before the next (`_ended`)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        argv: Sequence[str],
+        *,
+        sink: Sink,
+        clock: Clock,
+        backoff: tuple[float, ...],
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.transport = transport
+        self.argv = list(argv)
+        self.sink = sink
+        self.clock = clock
+        self.backoff = _Backoff(backoff)
+        self.sleep = sleep
+        self.stats = StreamStats()
+
+    async def run(self) -> None:
+        while True:
+            produced = await self._one_stream()
+            await self.sleep(self._ended(produced=produced))
+
+    async def _one_stream(self) -> bool:
+        """One stream, start to end; whether it produced a sample."""
+        self.stats.starts += 1
+        before = self.stats.samples
+        try:
+            async with self.transport.stream(self.argv) as lines:
+                await self._read(lines)
+            self.stats.last_error = self._exit_note(lines)
+        except TransportError as exc:
+            self.stats.last_error = str(exc)
+        return self.stats.samples > before
+
+    async def _read(self, lines: LineStream) -> None:
+        raise NotImplementedError
+
+    def _exit_note(self, lines: LineStream) -> str:
+        return f"exit {lines.returncode}"
+
+    def _ended(self, *, produced: bool) -> float:
+        """The wait before the next stream."""
+        return self.backoff.next_delay(produced=produced)
+
+
+class GpuStreamProbe(_RestartingStream):
     """One `nvidia-smi -lms` stream per host, restarted with backoff until cancelled."""
 
     def __init__(
@@ -145,43 +217,31 @@ class GpuStreamProbe:
         backoff: tuple[float, ...] = BACKOFF_S,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        self.transport = transport
-        self.argv = list(argv)
-        self.sink = sink
-        self.clock = clock
-        self.backoff = _Backoff(backoff)
-        self.sleep = sleep
+        super().__init__(transport, argv, sink=sink, clock=clock, backoff=backoff, sleep=sleep)
         self.assembler = GpuStreamAssembler()
-        self.stats = StreamStats()
 
     @staticmethod
     def default_argv(interval_ms: int) -> list[str]:
         return gpu_query_argv(interval_ms)
 
-    async def run(self) -> None:
-        while True:
-            produced = await self._one_stream()
-            for tick in self.assembler.restart():
+    async def _read(self, lines: LineStream) -> None:
+        async for line in lines:
+            for tick in self.assembler.feed_line(line):
                 self._emit(tick.gpus)
-            delay = self.backoff.next_delay(produced=produced)
-            self.stats.restarts_at.append(self.clock())
-            logger.info("GPU stream ended (%s); restarting in %.1fs", self.stats.last_error, delay)
-            await self.sleep(delay)
 
-    async def _one_stream(self) -> bool:
-        self.stats.starts += 1
-        before = self.stats.samples
-        try:
-            async with self.transport.stream(self.argv) as lines:
-                async for line in lines:
-                    for tick in self.assembler.feed_line(line):
-                        self._emit(tick.gpus)
-                stderr = lines.stderr.decode("utf-8", "replace").strip()[-300:]
-                detail = f": {stderr}" if stderr else ""
-                self.stats.last_error = f"exit {lines.returncode}{detail}"
-        except TransportError as exc:
-            self.stats.last_error = str(exc)
-        return self.stats.samples > before
+    def _exit_note(self, lines: LineStream) -> str:
+        stderr = lines.stderr.decode("utf-8", "replace").strip()[-300:]
+        detail = f": {stderr}" if stderr else ""
+        return f"exit {lines.returncode}{detail}"
+
+    def _ended(self, *, produced: bool) -> float:
+        # A tick cut short by the stream's end is emitted now, so it never glues onto the next.
+        for tick in self.assembler.restart():
+            self._emit(tick.gpus)
+        delay = self.backoff.next_delay(produced=produced)
+        self.stats.restarts_at.append(self.clock())
+        logger.info("GPU stream ended (%s); restarting in %.1fs", self.stats.last_error, delay)
+        return delay
 
     def _emit(self, gpus: Sequence[GpuSample]) -> None:
         if not gpus:
@@ -213,7 +273,7 @@ class LocalHostProbe:
         while True:
             await asyncio.sleep(self.interval_s)
             sample = self.sampler.sample()
-            self.sink(Sample(kind="host", t=sample.at, data=host_sample_data(sample)))
+            self.sink(Sample(kind="host", t=sample.at, data=dict(host_sample_data(sample))))
 
 
 # A constant script (never built from input); the interval arrives as "$1".
@@ -227,7 +287,7 @@ def hostload_argv(interval_s: float) -> list[str]:
     return ["sh", "-c", _HOSTLOAD_SCRIPT, "specdash-hostload", f"{interval_s:g}"]
 
 
-class RemoteHostProbe:
+class RemoteHostProbe(_RestartingStream):
     """A remote host's load read from /proc over one long-lived command (nothing to install)."""
 
     def __init__(
@@ -239,28 +299,14 @@ class RemoteHostProbe:
         clock: Clock = time.time,
         backoff: tuple[float, ...] = BACKOFF_S,
     ) -> None:
-        self.transport = transport
-        self.argv = hostload_argv(interval_s)
-        self.sink = sink
-        self.clock = clock
-        self.backoff = _Backoff(backoff)
-        self.stats = StreamStats()
+        super().__init__(
+            transport, hostload_argv(interval_s), sink=sink, clock=clock, backoff=backoff
+        )
         self._previous: ProcStat | None = None
 
-    async def run(self) -> None:
-        while True:
-            self.stats.starts += 1
-            before = self.stats.samples
-            self._previous = None
-            try:
-                async with self.transport.stream(self.argv) as lines:
-                    await self._read(lines)
-                self.stats.last_error = f"exit {lines.returncode}"
-            except TransportError as exc:
-                self.stats.last_error = str(exc)
-            await asyncio.sleep(self.backoff.next_delay(produced=self.stats.samples > before))
-
-    async def _read(self, lines: Any) -> None:
+    async def _read(self, lines: LineStream) -> None:
+        # CPU use is the difference between two blocks of one stream, never across streams.
+        self._previous = None
         sections: dict[str, list[str]] = {"stat": [], "meminfo": [], "loadavg": []}
         current = "stat"
         async for line in lines:
@@ -295,7 +341,7 @@ class RemoteHostProbe:
             memory=memory,
             load=load,
         )
-        out = Sample(kind="host", t=sample.at, data=host_sample_data(sample))
+        out = Sample(kind="host", t=sample.at, data=dict(host_sample_data(sample)))
         self.stats.samples += 1
         self.sink(out)
         return out
@@ -365,7 +411,7 @@ class ServerMetricsProbe:
         sample = Sample(
             kind="server",
             t=metrics.scraped_at,
-            data=server_sample_data(previous, metrics),
+            data=dict(server_sample_data(previous, metrics)),
             instance_id=self.instance_id,
             sweep_id=self.sweep_id,
         )

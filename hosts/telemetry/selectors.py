@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from django.utils import timezone
 
+from benchlib.json_types import JsonObject
 from hosts.models import (
     Host,
     InstanceState,
@@ -222,8 +223,8 @@ def telemetry_snapshot(*, window: Window) -> TelemetrySnapshot:
 
 def telemetry_series(
     *, host_id: int, kind: str, instance_id: int | None = None, since: float = 0.0
-) -> list[tuple[float, dict[str, Any]]]:
-    """(t, data) of one kind, oldest first (tests, exports)."""
+) -> list[tuple[float, JsonObject]]:
+    """(t, data) of one kind, oldest first (tests, exports); data as its JSON column holds it."""
     rows = TelemetrySample.objects.filter(host_id=host_id, kind=kind, t__gte=since)
     if instance_id is not None:
         rows = rows.filter(instance_id=instance_id)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from hosts.transports.base import TransportConfigError
 
@@ -14,36 +15,28 @@ _PERSIST = re.compile(r"yes|no|[0-9]+[smhdw]?")
 _UNSAFE_PATH = re.compile(r"[\s\"'\\\x00-\x1f\x7f]")
 
 
-def _require(pattern: re.Pattern[str], value: str, what: str) -> str:
-    if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise TransportConfigError(f"invalid {what}: {value!r}")
-    return value
+def _fullmatch_check(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """A check that returns a value ``pattern`` matches whole and refuses anything else."""
+
+    def check(value: str) -> str:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise TransportConfigError(f"invalid {what}: {value!r}")
+        return value
+
+    return check
 
 
-def host(value: str) -> str:
-    return _require(_HOST, value, "host name")
-
-
-def user(value: str) -> str:
-    return _require(_USER, value, "user name")
+host = _fullmatch_check(_HOST, "host name")
+user = _fullmatch_check(_USER, "user name")
+vmid = _fullmatch_check(_VMID, "Proxmox container id (100-999999999)")
+container = _fullmatch_check(_CONTAINER, "container name")
+control_persist = _fullmatch_check(_PERSIST, "ControlPersist value")
 
 
 def port(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise TransportConfigError(f"invalid port: {value!r}")
     return value
-
-
-def vmid(value: str) -> str:
-    return _require(_VMID, value, "Proxmox container id (100-999999999)")
-
-
-def container(value: str) -> str:
-    return _require(_CONTAINER, value, "container name")
-
-
-def control_persist(value: str) -> str:
-    return _require(_PERSIST, value, "ControlPersist value")
 
 
 def jump(value: str) -> str:

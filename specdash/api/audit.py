@@ -6,9 +6,9 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from benchmarks import audit, audit_levels
-from benchmarks import selectors as bench_selectors
 from benchmarks.audit_report import AuditReportBody
 from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.sweeps import selectors as bench_selectors
 from specdash.api import errors
 from specdash.api.auth import requires, viewer
 from specdash.api.common import found, responses

@@ -13,11 +13,9 @@ from ninja import Field, FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
-from benchmarks import selectors as bench_selectors
 from benchmarks.experiments import protocol, services, stored
 from benchmarks.experiments import selectors as exp_selectors
-from benchmarks.models import Experiment
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState
 from hosts import selectors as host_selectors
 from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
@@ -106,7 +104,7 @@ def experiment_list(
     request: HttpRequest, filters: Query[ExperimentFilters]
 ) -> QuerySet[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
-    return filters.filter(bench_selectors.experiment_filter())
+    return filters.filter(exp_selectors.experiment_filter())
 
 
 @router.post("/experiments", response=_ACCEPTED, summary="Start an A/B experiment")

@@ -12,10 +12,9 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, FilterLookup, Query, Router
 from ninja.responses import Status
 
-from benchmarks import selectors as bench_selectors
-from benchmarks import services
-from benchmarks.models import Sweep, SweepState
-from benchmarks.sweeps import exports
+from benchmarks.sweeps import exports, services
+from benchmarks.sweeps import selectors as bench_selectors
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts import selectors as host_selectors
 from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
@@ -41,7 +40,7 @@ from specdash.api.schemas import (
 )
 
 if TYPE_CHECKING:
-    from benchmarks.models import SweepSample
+    from benchmarks.sweeps.models import SweepSample
 
 router = Router(tags=["sweeps"])
 

@@ -3,7 +3,7 @@
 The upload takes the file's text in a JSON body, so its size is bounded by the API's body
 limit (``DATA_UPLOAD_MAX_MEMORY_SIZE``, 413 over it) as well as ``SPECDASH_TRACE_MAX_BYTES``;
 the Traces page takes larger files as a multipart upload. The checks are the service's
-(benchmarks.traces): role, name, size, format detected and every line read, never over a
+(benchmarks.sweeps.traces): role, name, size, format detected and every line read, never over a
 different file.
 """
 
@@ -16,8 +16,8 @@ from ninja import Field, Router, Schema
 from ninja.responses import Status
 from pydantic import StringConstraints
 
-from benchmarks import traces
-from benchmarks.traces import TraceRow
+from benchmarks.sweeps import traces
+from benchmarks.sweeps.traces import TraceRow
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, responses
 from specdash.api.schemas.base import In

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings_args import add_load_arguments, given_settings
-from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
+from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS, ExperimentOrder
 
 
 class _CommonOptions(TypedDict):

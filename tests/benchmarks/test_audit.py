@@ -15,10 +15,12 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchlib.loadgen.recordstore import RecordWriter, encode_block, is_compact, iter_rows
-from benchmarks import audit, audit_comparison, audit_levels, services
+from benchmarks import audit, audit_comparison, audit_levels
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import handler
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps import handler, services
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from core.jobs import JobContext
 from core.models import Job
@@ -200,8 +202,8 @@ def test_a_stored_comparison_that_its_records_no_longer_give_is_reported_on_page
     for step in experiment.steps.select_related("arm"):
         values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}
         make_sweep(step.arm.profile, values, tmp=tmp_path, step=step)
-    experiment_services.experiment_store_comparison(experiment_id=experiment.pk)
-    experiment_services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    experiment_recording.experiment_store_comparison(experiment_id=experiment.pk)
+    experiment_recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     client.force_login(viewer)
     assert audit.audit_experiment(experiment=experiment).problems == []
     page = client.get(f"/experiments/{experiment.pk}/comparison/").content.decode()

@@ -14,8 +14,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchmarks import audit, audit_comparison, audit_levels
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -56,8 +58,8 @@ def experiment(make_profile: Callable[..., ServerProfile], tmp_path: Path) -> Ex
     for step in created.steps.select_related("arm"):
         sweep = make_sweep(step.arm.profile, VALUES[step.arm.label], tmp=tmp_path, step=step)
         _with_server_and_goodput(sweep, speculative=step.arm.label == "B")
-    experiment_services.experiment_store_comparison(experiment_id=created.pk)
-    experiment_services.experiment_finish(experiment_id=created.pk, state="completed")
+    experiment_recording.experiment_store_comparison(experiment_id=created.pk)
+    experiment_recording.experiment_finish(experiment_id=created.pk, state="completed")
     return Experiment.objects.get(pk=created.pk)
 
 

@@ -8,8 +8,8 @@ from django.conf import LazySettings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from benchmarks import services
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps import services
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.models import Job
 from hosts.models import Host, HostKind
 from tests.benchmarks.conftest import load

@@ -8,8 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from benchmarks import services
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
 from benchmarks.sweeps.channel import SWEEP_SAMPLES
 from core import realtime
 from specdash.asgi import application

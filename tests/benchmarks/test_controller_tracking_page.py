@@ -15,7 +15,8 @@ from django.test import Client
 
 from benchlib.stats.controller import controller_figures
 from benchlib.stats.controller_types import ControllerFigures
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep, SweepLevel
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.sweeps.models import SweepLevel
 from benchmarks.sweeps.runner import loadgen_argv
 from benchmarks.sweeps.split import Shard, shard_argv
 from hosts.models import ServerProfile

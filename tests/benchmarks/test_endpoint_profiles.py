@@ -13,11 +13,10 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ValidationError
 
-from benchmarks import services
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
-from benchmarks.models.experiments import ExperimentState
-from benchmarks.sweeps import endpoints, handler
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps import endpoints, handler, services
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.jobs.worker import Worker
 from core.models import Job

@@ -14,10 +14,10 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 from django.utils import timezone
 
-from benchmarks import selectors, services
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps import selectors, services
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs.worker import Worker
 from hosts.models import Host, HostKind, ServerProfile, TelemetryKind, TelemetrySample
 from hosts.telemetry.selectors import (

@@ -13,12 +13,11 @@ import pytest
 from django.test import Client
 
 from benchlib.loadgen.metrics import summarize_level
-from benchmarks import services
 from benchmarks.experiments import comparison
 from benchmarks.experiments.report import comparison_csv
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import SweepLevel
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import ServerInstance, ServerProfile
 from tests.benchlib.loadgen.conftest import make_record
 from tests.benchmarks.conftest import load

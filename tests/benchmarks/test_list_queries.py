@@ -12,7 +12,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks.models import Experiment, ExperimentArm, Sweep, SweepState
+from benchmarks.experiments.models import Experiment, ExperimentArm
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts.models import Host, HostKind, InstanceState, ServerInstance, ServerProfile
 
 _n = itertools.count(1)

@@ -11,8 +11,8 @@ from pydantic import create_model
 
 from benchlib.loadgen.settings import LoadSettings, flat_fields, input_fields
 from benchlib.loadgen.settings_fields import Option, SloSettings
-from benchmarks import services
-from benchmarks.forms import LoadPlanForm, load_form_field
+from benchmarks.sweeps import services
+from benchmarks.sweeps.forms import LoadPlanForm, load_form_field
 from specdash.api.schemas import SloIn, SweepLoadIn
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from benchmarks import audit_levels, selectors, services
-from benchmarks.models import SweepLevel, SweepState
-from benchmarks.sweeps import handler
+from benchmarks import audit_levels
+from benchmarks.sweeps import handler, selectors, services
+from benchmarks.sweeps.models import SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import Host

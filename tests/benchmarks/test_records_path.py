@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps.models import Sweep, SweepState
 from benchmarks.sweeps.recording import sweep_records_file
 from core.tokens import api_token_create
 from hosts.models import ServerProfile

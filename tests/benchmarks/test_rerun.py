@@ -10,12 +10,13 @@ from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from benchmarks import services
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import services as experiment_services
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.recording import ExperimentPlan
 from benchmarks.experiments.runner import ExperimentRun
-from benchmarks.models import Experiment, Sweep, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.sweeps import services
+from benchmarks.sweeps.models import Sweep, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState
 from hosts import presets
@@ -25,7 +26,7 @@ from tests.benchmarks.test_endpoint_profiles import endpoint_profile
 
 pytestmark = pytest.mark.django_db
 
-LOAD = {"requests_per_level": 4, "max_tokens": 8, "input_tokens": 16}
+LOAD: JsonObject = {"requests_per_level": 4, "max_tokens": 8, "input_tokens": 16}
 
 
 def _finished(sweep: Sweep, state: str = SweepState.COMPLETED) -> Sweep:

@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import audit_levels, services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import handler, recording
+from benchmarks import audit_levels
+from benchmarks.sweeps import handler, recording, services
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job, JobState
 from tests.benchmarks.conftest import Simulator, level_summary_event, load

@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from benchmarks.models import Sweep, SweepSample, SweepState
-from benchmarks.retention import retention_run
+from benchmarks.sweeps.models import Sweep, SweepSample, SweepState
+from benchmarks.sweeps.retention import retention_run
 from benchmarks.sweeps.shards import EVENT, RECORD, SHARD_JOB_KIND
 from core.jobs import registry
 from core.jobs.worker import PERIODIC_FIRST_DELAY_S, Worker, WorkerSettings

@@ -7,9 +7,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from core import realtime
 from core.models import Job, JobState
 from hosts.models import Host, InstanceState, ServerInstance
@@ -207,7 +206,7 @@ def test_begin_fails_a_sweep_whose_server_stopped_being_ready(
 def test_progress_estimates_the_time_left_from_durations_or_the_last_request_rate(
     ready_instance: ServerInstance,
 ) -> None:
-    from benchmarks import selectors
+    from benchmarks.sweeps import selectors
 
     timed = services.sweep_create(
         instance=ready_instance, levels=[1, 2, 4], load=load(requests_per_level=None, duration=10)

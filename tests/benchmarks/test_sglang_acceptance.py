@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.experiments import workload
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import read_record_file
 from hosts.telemetry.levels import UNDRAFTED_STEPS_REASON
 from tests.benchmarks.conftest import Simulator, start_simulator

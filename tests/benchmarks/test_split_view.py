@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from benchmarks import services
-from benchmarks.models import LevelState, SweepLevel
+from benchmarks.sweeps import services
+from benchmarks.sweeps.models import LevelState, SweepLevel
 from tests.benchmarks.conftest import load
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import services
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
 from benchmarks.sweeps.runner import loadgen_argv
 from benchmarks.sweeps.split import Shard, shard_argv
 from hosts.models import ServerInstance

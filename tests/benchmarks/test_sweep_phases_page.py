@@ -17,9 +17,8 @@ from benchlib.loadgen.ramp import slice_figures
 from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.records import RequestRecord
 from benchlib.loadgen.sessions import session_figures, turn_figures
-from benchmarks import services
-from benchmarks.models import Sweep
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerInstance
 from tests.benchlib.loadgen.conftest import make_record
 from tests.benchmarks.conftest import level_summary_event, load

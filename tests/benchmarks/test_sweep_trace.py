@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.test import override_settings
 
 from benchlib.loadgen.cli_args import build_parser, trace_from_args
-from benchmarks import services
+from benchmarks.sweeps import services
 from benchmarks.sweeps.runner import loadgen_argv
 
 

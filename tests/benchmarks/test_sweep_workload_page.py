@@ -13,9 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import selectors, services
-from benchmarks.models import Sweep, SweepLevel
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, selectors, services
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load
 

@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from benchmarks import services, traces
+from benchmarks.sweeps import services, traces
 from specdash.limits import TRACE_UPLOAD_PATH
 
 pytestmark = pytest.mark.django_db

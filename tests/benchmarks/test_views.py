@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from benchmarks import services
 from benchmarks.experiments.decisions import arm_health
 from benchmarks.experiments.level_runs import LevelRun
-from benchmarks.models import Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.models import Job, JobState
 from hosts.models import ServerInstance
 from tests.benchmarks.conftest import level_summary_event, load

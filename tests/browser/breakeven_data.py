@@ -14,16 +14,8 @@ from benchlib.stats.decision_rule import decide_curves
 from benchlib.stats.types import Curve, LevelSample
 from benchmarks.experiments import breakeven
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.models import (
-    BreakevenCheck,
-    Experiment,
-    ExperimentArm,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepState,
-)
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import BreakevenCheck, Experiment, ExperimentArm, ExperimentState
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from hosts.models import Engine, Host, ServerProfile
 from tests.fixtures.ports import free_port
 

@@ -9,16 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.models import (
-    Experiment,
-    ExperimentArm,
-    ExperimentStep,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepState,
-)
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from hosts.models import Engine, Host, ServerProfile
 from tests.fixtures.ports import free_port
 

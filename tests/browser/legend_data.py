@@ -7,7 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from benchmarks.models import SweepLevel
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -16,14 +16,14 @@ pytestmark = pytest.mark.browser
 
 RUNNING_SWEEP = """
 from django.utils import timezone
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps.models import Sweep, SweepState
 sweep = Sweep.objects.create(base_url="http://127.0.0.1:9", levels=[1, 2], load={"duration": 1},
                              state=SweepState.RUNNING, started_at=timezone.now())
 print(sweep.pk)
 """
 FINISH = """
 from django.utils import timezone
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 now = timezone.now()
 for index, c in enumerate([1, 2]):
     SweepLevel.objects.create(sweep_id={pk}, index=index, concurrency=c, state=LevelState.COMPLETED,

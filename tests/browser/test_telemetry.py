@@ -18,7 +18,7 @@ pytestmark = pytest.mark.browser
 RUNNING_SWEEP = """
 import json, uuid
 from django.utils import timezone
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 profile = ServerProfile.objects.get(name="Simulated SGLang EAGLE-3")
 instance = ServerInstance.objects.create(
@@ -30,7 +30,7 @@ sweep = Sweep.objects.create(instance=instance, levels=[1], load={"duration": 60
 print(json.dumps({"instance": instance.pk, "sweep": sweep.pk}))
 """
 CLEAN_UP = (
-    "from benchmarks.models import Sweep; from hosts.models import ServerInstance; "
+    "from benchmarks.sweeps.models import Sweep; from hosts.models import ServerInstance; "
     "Sweep.objects.filter(pk={sweep}).update(state='completed'); "
     "ServerInstance.objects.filter(pk={instance}).update(state='stopped')"
 )
@@ -88,7 +88,7 @@ def test_servers_page_shows_a_live_gpu_strip_per_host(page: Page, dashboard: Das
 ENDPOINT_SWEEP = """
 import json
 from django.utils import timezone
-from benchmarks.models import Sweep, SweepState
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts.models import ServerProfile
 host = ServerProfile.objects.get(name="Simulated SGLang EAGLE-3").host
 profile = ServerProfile(
@@ -103,7 +103,7 @@ sweep = Sweep.objects.create(profile=profile, base_url=profile.base_url, levels=
 print(json.dumps({"profile": profile.pk, "sweep": sweep.pk}))
 """
 ENDPOINT_CLEAN_UP = (
-    "from benchmarks.models import Sweep; from hosts.models import ServerProfile; "
+    "from benchmarks.sweeps.models import Sweep; from hosts.models import ServerProfile; "
     "Sweep.objects.filter(pk={sweep}).delete(); ServerProfile.objects.filter(pk={profile}).delete()"
 )
 

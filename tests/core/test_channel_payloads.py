@@ -21,11 +21,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from benchmarks import services as sweep_services
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.events import EXPERIMENT_STATE, EXPERIMENT_STEP
-from benchmarks.models import StepState, Sweep, SweepSample, SweepState
+from benchmarks.experiments.models import StepState
 from benchmarks.sweeps.channel import SWEEP_LEVEL, SWEEP_SAMPLES, SWEEP_STATE
+from benchmarks.sweeps.models import Sweep, SweepSample, SweepState
+from benchmarks.sweeps.services import sweep_create
 from core import realtime
 from core.jobs.worker import Worker, WorkerSettings
 from core.models import Job
@@ -202,7 +204,7 @@ async def _until(check: Callable[[], bool], timeout: float = 90) -> None:
 
 async def _sweep_through_the_worker(simulator: Simulator, levels: list[int]) -> None:
     # Levels of two seconds: each leaves live samples (about one a second) behind.
-    sweep = await sync_to_async(sweep_services.sweep_create)(
+    sweep = await sync_to_async(sweep_create)(
         base_url=simulator.base_url, levels=levels,
         load=load(model=simulator.model, requests_per_level=None, duration=2, max_tokens=4),
     )  # fmt: skip
@@ -249,9 +251,9 @@ def test_an_experiments_state_and_step_changes_send_only_declared_payloads(
         experiment = experiment_services.experiment_create(
             profiles=[make_profile(), make_profile()], levels=[1], load={"requests_per_level": 5}
         )
-        plan = experiment_services.experiment_begin(experiment_id=experiment.pk)
+        plan = experiment_recording.experiment_begin(experiment_id=experiment.pk)
         assert plan is not None
-        experiment_services.experiment_step_update(
+        experiment_recording.experiment_step_update(
             step_id=plan.steps[0].step_id, state=StepState.STARTING
         )
     assert _checked(sent) == EXPERIMENT_EVENTS

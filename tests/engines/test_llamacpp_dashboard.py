@@ -15,10 +15,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from benchmarks import services as sweep_services
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
+from benchmarks.sweeps.services import sweep_create
 from core.jobs.worker import Worker
 from engines.llamacpp import llamacpp_argv
 from engines.models import ModelPair, write_pair
@@ -160,9 +160,7 @@ async def test_sweep_levels_show_llamacpps_accept_length_and_its_token_count(
     instance = await start_ready(profile)
     load = {"api": "completions", "requests_per_level": 12, "max_tokens": MAX_TOKENS,
             "input_tokens": 6, "temperature": 0.0}  # fmt: skip
-    sweep = await sync_to_async(sweep_services.sweep_create)(
-        instance=instance, levels=[1, 2, 4], load=load
-    )
+    sweep = await sync_to_async(sweep_create)(instance=instance, levels=[1, 2, 4], load=load)
     await until(lambda: Sweep.objects.get(pk=sweep.pk).is_finished, timeout=INNER_WAIT_S)
     sweep = await Sweep.objects.aget(pk=sweep.pk)
     assert sweep.state == SweepState.COMPLETED, sweep.reason

@@ -16,9 +16,8 @@ from asgiref.sync import sync_to_async
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.sweeps import handler, split
+from benchmarks.sweeps import handler, services, split
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.split import ShardLevel, combine_samples, merge_shard_levels
 from core.jobs import JobContext
 from tests.benchlib.loadgen.conftest import (

@@ -26,11 +26,12 @@ CEILING = 0
 # Modules whose async functions go through a face for every database read and write: no wrap
 # and no ``Model.objects`` in an ``async def`` (sync hooks in the same module may use the ORM).
 OFF_THE_ORM = (
-    "benchmarks/consumers.py",
     "benchmarks/experiments/builds.py",
+    "benchmarks/experiments/consumers.py",
     "benchmarks/experiments/runner.py",
     "benchmarks/experiments/step_run.py",
     "benchmarks/experiments/stops.py",
+    "benchmarks/sweeps/consumers.py",
     "benchmarks/sweeps/distributed.py",
     "benchmarks/sweeps/events.py",
     "benchmarks/sweeps/handler.py",

@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from benchmarks.models import Experiment, ExperimentArm, Sweep, SweepState
+from benchmarks.experiments.models import Experiment, ExperimentArm
+from benchmarks.sweeps.models import Sweep, SweepState
 from hosts.models import ServerProfile
 
 pytestmark = pytest.mark.django_db

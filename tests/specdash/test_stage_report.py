@@ -40,7 +40,9 @@ def run_pytest(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        # A hang guard, not a figure: a starved machine takes most of a minute to start two
+        # xdist workers (each imports Django and the suite); kept under the test's own 120 s.
+        timeout=110,
         check=False,
     )
 

@@ -1,4 +1,4 @@
-"""``manage.py retention``: apply the retention policy now (benchmarks/retention.py; the job
+"""``manage.py retention``: apply the retention policy now (benchmarks/sweeps/retention.py; the job
 worker also applies it every SPECDASH_RETENTION_INTERVAL_S)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from benchmarks.retention import retention_run
+from benchmarks.sweeps.retention import retention_run
 
 
 class Command(BaseCommand):

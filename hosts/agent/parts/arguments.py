@@ -14,13 +14,20 @@ from hosts.agent.parts.files import expand_run_dir
 from hosts.agent.parts.procfs import read_boot_id
 
 
-def _opt_int(args: dict[str, object], key: str, default: int | None = None) -> int | None:
+def _opt_number(args: dict[str, object], key: str, default: float | None) -> float | None:
+    """The number at ``key`` (``default`` when absent; None when null), refused when it is
+    anything else (a bool included, though Python counts it as an int)."""
     value = args.get(key, default)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AgentError(f"{key} must be a number")
-    return int(value)
+    return value
+
+
+def _opt_int(args: dict[str, object], key: str, default: int | None = None) -> int | None:
+    value = _opt_number(args, key, default)
+    return None if value is None else int(value)
 
 
 def _req_int(args: dict[str, object], key: str) -> int:
@@ -31,12 +38,8 @@ def _req_int(args: dict[str, object], key: str) -> int:
 
 
 def _opt_float(args: dict[str, object], key: str, default: float) -> float:
-    value = args.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AgentError(f"{key} must be a number")
-    return float(value)
+    value = _opt_number(args, key, default)
+    return default if value is None else float(value)
 
 
 def _opt_str(args: dict[str, object], key: str) -> str | None:

@@ -12,7 +12,7 @@ from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
-from benchmarks.models.experiments import DEFAULT_ORDER, DEFAULT_REPEATS
+from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS
 from specdash.api.schemas.base import Id, In, Notes, Page, RunOut, Tag, Title
 from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut

@@ -11,7 +11,7 @@ from pydantic import StringConstraints, create_model
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchlib.loadgen.settings_fields import SloSettings
-from benchmarks import selectors as bench_selectors
+from benchmarks.sweeps import selectors as bench_selectors
 from benchmarks.sweeps.rows import LevelRow, SweepProgress
 from hosts.masking import masked_tree
 from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, RunOut, Tag, Title

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from benchmarks.experiments.axes import parse_arm_load
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import ExperimentState
 from hosts.models import InstanceState
 from specdash.api.client import INSTANCE_SETTLED, ApiFailure, SpecdashClient
 from specdash.management.cli_arguments import CliOptions, add_cli_arguments, given_load
@@ -74,7 +74,8 @@ class Command(BaseCommand):
         # it also works while no dashboard is running (right after a crash, say). The outcome
         # is kept on each audited sweep and experiment, where their pages show it.
         from benchmarks import audit
-        from benchmarks.models import Experiment, Sweep
+        from benchmarks.experiments.models import Experiment
+        from benchmarks.sweeps.models import Sweep
 
         if options["sweep"] is not None:
             sweep = Sweep.objects.filter(pk=options["sweep"]).first()

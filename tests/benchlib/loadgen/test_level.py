@@ -5,7 +5,7 @@ import itertools
 from typing import Any
 
 from benchlib.loadgen.apis import Api
-from benchlib.loadgen.level import run_level
+from benchlib.loadgen.level import RunnerSample, run_level
 from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.prompts import SyntheticPrompts
@@ -116,7 +116,7 @@ async def test_poisson_mode_sends_the_requested_count(stub):
 
 
 async def test_live_samples_report_counts_and_client_health(stub):
-    samples: list[dict[str, Any]] = []
+    samples: list[RunnerSample] = []
     cfg = config(stub, num_requests=None, duration=0.6, sample_interval=0.1)
     result = await run_level(cfg, SyntheticPrompts(8), on_sample=samples.append)
     assert len(samples) >= 4

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any
 
 from benchlib.loadgen.apis import Api
+from benchlib.loadgen.level import RunnerSample
 from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.merge import merge_records
 from benchlib.loadgen.metrics import summarize_level
@@ -91,7 +91,7 @@ async def test_two_process_level_merges_exactly():
             max_tokens=12,
             sample_interval=0.2,
         )
-        samples: list[dict[str, Any]] = []
+        samples: list[RunnerSample] = []
         result = await run_level_multiprocess(cfg, SyntheticPrompts(8), 2, on_sample=samples.append)
         assert server.state.max_in_flight <= 6
     assert result.status == "completed", result.reason

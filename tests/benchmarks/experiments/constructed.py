@@ -7,13 +7,8 @@ import random
 from collections.abc import Mapping
 from pathlib import Path
 
-from benchmarks.models import (
-    ExperimentStep,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepState,
-)
+from benchmarks.experiments.models import ExperimentStep
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from hosts.models import ServerProfile
 
 TOKENS = 100

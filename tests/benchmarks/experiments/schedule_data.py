@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.experiments import services
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -20,10 +20,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks.experiments import comparison, services
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.schedule import experiment_schedule
 from benchmarks.experiments.series import experiment_series
-from benchmarks.models import Experiment, Sweep
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.sweeps.models import Sweep
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until
@@ -105,7 +105,7 @@ async def test_greedy_against_sampled_on_one_server_shows_the_acceptance_cost(
     assert level["ratio"]["point"] < 0.9  # B/A tok/s, as the decision read it
     # ... which it would be had the arms' workloads been compared with the temperature in.
     series = await sync_to_async(experiment_series)(experiment=experiment)
-    raw = await sync_to_async(comparison.comparison_build)(series=series, n_boot=100)
+    raw: Any = await sync_to_async(comparison.comparison_build)(series=series, n_boot=100)
     (raw_level,) = raw["verdicts"][0]["decision"]["levels"]
     assert raw_level["status"] == "not_comparable"
     assert "different workloads (temperature differ" in json.dumps(raw_level), raw_level

@@ -17,7 +17,7 @@ from benchlib.loadgen.settings import LoadSettings
 from benchmarks.experiments import axes, services
 from benchmarks.experiments.decisions import workload_fingerprint
 from benchmarks.experiments.level_runs import LevelRun, SeriesData
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.test_views import FORM

@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from benchmarks.experiments import breakeven
-from benchmarks.models import ExperimentArm
+from benchmarks.experiments.models import ExperimentArm
 from hosts.models import Engine, ServerProfile
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,7 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 
 from benchmarks.experiments import breakeven, services
-from benchmarks.models import BreakevenCheck, Experiment
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import BreakevenCheck, Experiment, ExperimentState
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until

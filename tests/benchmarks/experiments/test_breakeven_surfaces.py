@@ -17,7 +17,7 @@ from benchlib.stats.decision import Arm, LevelEvidence
 from benchlib.stats.decision_rule import decide
 from benchlib.stats.types import Ratio
 from benchmarks.experiments import breakeven
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from core.tokens import api_token_create
 from hosts.models import ServerProfile
 from tests.specdash.api.conftest import ApiClient

@@ -14,7 +14,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from benchmarks.experiments import builds
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepSample
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepSample
 from benchmarks.sweeps.recording import sweep_samples_add
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep

@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, StepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments import recording, services
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
 from core.jobs.registry import forced_cancel_hook_for, load_handlers
 from core.models import Job
 from hosts.models import ServerProfile
@@ -29,7 +28,7 @@ def test_a_forced_cancel_ends_the_experiment_cancelled_not_interrupted(
     Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.RUNNING)
     first = ExperimentStep.objects.filter(experiment=experiment).order_by("index").first()
     assert first is not None
-    services.experiment_step_update(step_id=first.pk, state=StepState.SWEEPING)
+    recording.experiment_step_update(step_id=first.pk, state=StepState.SWEEPING)
     job_id = experiment.job_id
     assert job_id is not None
     Job.objects.filter(pk=job_id).update(state="cancelled", error=FORCED)

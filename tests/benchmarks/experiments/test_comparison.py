@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks.experiments import comparison, equivalence, selectors, services
+from benchmarks.experiments import comparison, equivalence, recording, selectors, services
 from benchmarks.experiments.history import history_build
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import LevelState
+from benchmarks.sweeps.models import LevelState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 LOAD = {"requests_per_level": 10, "max_tokens": 16}
 
 
-def _compare(*sweeps: Any) -> dict[str, Any]:
+def _compare(*sweeps: Any) -> Any:
     return comparison.comparison_build(series=sweep_series(sweeps=list(sweeps)))
 
 
@@ -137,7 +137,7 @@ def test_repeats_of_an_experiment_give_t_intervals_and_noisy_ones_stay_inconclus
     for step in steps:
         profile = base if step.arm.label == "A" else spec
         make_sweep(profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
-    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    result: Any = recording.experiment_store_comparison(experiment_id=experiment.pk)
     (v,) = result["verdicts"]
     by_c = {r["concurrency"]: r for r in v["ratios"]}
     assert {r["method"] for r in v["ratios"]} == {"repeats-pooled-log-t"}
@@ -208,9 +208,9 @@ def test_history_reports_each_sweeps_single_stream_and_saturation(
 
 
 def test_a_profile_whose_greedy_output_changes_between_its_own_runs_is_flagged() -> None:
-    check = {"prompts": ["p1", "p2"], "max_tokens": 8,
+    check: Any = {"prompts": ["p1", "p2"], "max_tokens": 8,
              "outputs": [{"text": " the and"}, {"text": " for you"}]}  # fmt: skip
-    drifted = {**check, "outputs": [{"text": " the and"}, {"text": " for"}]}
+    drifted: Any = {**check, "outputs": [{"text": " the and"}, {"text": " for"}]}
     summary = equivalence.equivalence_summary(
         reference="A", runs={"A": [check], "B": [check, drifted]}
     )
@@ -286,7 +286,7 @@ def test_a_level_whose_arm_drifted_beyond_the_margin_is_inconclusive_whatever_it
     for step in experiment.steps.select_related("arm").order_by("index"):
         profile = base if step.arm.label == "A" else spec
         make_sweep(profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
-    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    result: Any = recording.experiment_store_comparison(experiment_id=experiment.pk)
     drift = {d["concurrency"]: d["drift"] for d in result["protocol"]["drift"]["B"]}
     assert drift[8] == pytest.approx(560 / 500 - 1) and drift[1] < 0.02
     (v,) = result["verdicts"]

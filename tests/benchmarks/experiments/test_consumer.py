@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from benchmarks.experiments import services
-from benchmarks.models import StepState
+from benchmarks.experiments import recording, services
+from benchmarks.experiments.models import StepState
 from tests.benchmarks.test_consumer import _connect, _session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,11 +28,11 @@ async def test_a_viewer_gets_the_experiment_then_its_step_and_state_events(
     assert snapshot["type"] == "snapshot"
     assert snapshot["experiment"]["state"] == "queued"
     assert [s["label"] for s in snapshot["steps"]] == ["A", "B", "B", "A"]
-    plan = await sync_to_async(services.experiment_begin)(experiment_id=experiment.pk)
+    plan = await sync_to_async(recording.experiment_begin)(experiment_id=experiment.pk)
     assert plan is not None
     state = await communicator.receive_json_from(timeout=10)
     assert state["type"] == "experiment.state" and state["experiment"]["state"] == "running"
-    await sync_to_async(services.experiment_step_update)(
+    await sync_to_async(recording.experiment_step_update)(
         step_id=plan.steps[0].step_id, state=StepState.STARTING
     )
     step = await communicator.receive_json_from(timeout=10)

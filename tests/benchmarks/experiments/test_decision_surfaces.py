@@ -16,9 +16,9 @@ from django.core.management.base import OutputWrapper
 from django.test import Client
 
 from benchlib.stats.decision import WITHIN_RUN
-from benchmarks.experiments import services
-from benchmarks.models import Experiment, SweepLevel
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments import recording, services
+from benchmarks.experiments.models import Experiment, ExperimentState
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import ServerProfile
 from specdash.management.commands.specdash import Command
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -202,7 +202,7 @@ def test_a_finished_experiment_says_its_stored_decision_everywhere(
               "B": [{1: 130, 8: 250}, {1: 128, 8: 252}, {1: 131, 8: 248}]}  # fmt: skip
     for step in experiment.steps.select_related("arm__profile"):
         make_sweep(step.arm.profile, values[step.arm.label][step.repeat], tmp=tmp_path, step=step)
-    services.experiment_store_comparison(experiment_id=experiment.pk)
+    recording.experiment_store_comparison(experiment_id=experiment.pk)
     Experiment.objects.filter(pk=experiment.pk).update(state=ExperimentState.COMPLETED)
     client.force_login(viewer)
     base = f"/experiments/{experiment.pk}"

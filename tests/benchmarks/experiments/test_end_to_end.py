@@ -29,8 +29,8 @@ from asgiref.sync import sync_to_async
 
 from benchlib.simulator import smi
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import read_record_file
 from core.jobs.worker import Worker
 from hosts.models import InstanceState, ServerInstance, ServerProfile

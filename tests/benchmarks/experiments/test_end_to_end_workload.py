@@ -18,8 +18,8 @@ from django.test import Client
 
 from benchmarks import audit
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, Sweep
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState
+from benchmarks.sweeps.models import Sweep
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.experiments import services
+from benchmarks.experiments import recording, services
 from benchmarks.experiments.environment import (
     RunRecord,
     engine_version,
@@ -19,7 +19,7 @@ from benchmarks.experiments.environment import (
     run_environment_record,
     specdash_version,
 )
-from benchmarks.models import Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -123,7 +123,7 @@ def test_the_comparison_says_when_arms_differ_in_more_than_their_launch(
     assert experiment_environment_differences(experiment_id=experiment.pk) == {
         "B": ["engine version: 'version: 1.0' vs 'version: 1.1'"]
     }
-    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    result = recording.experiment_store_comparison(experiment_id=experiment.pk)
     assert result["environment_differences"] == {
         "B": ["engine version: 'version: 1.0' vs 'version: 1.1'"]
     }

@@ -13,9 +13,10 @@ from asgiref.sync import async_to_sync
 
 from benchmarks import audit, audit_levels
 from benchmarks.experiments import builds, records, workload
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from benchmarks.sweeps import recordfile
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -86,8 +87,10 @@ def test_comparison_schedule_and_audit_are_the_old_figures(
     experiment = _experiment(make_profile, tmp_path, per_arm=per_arm)
     inputs = builds.comparison_inputs(experiment_id=experiment.pk)
     # New: the worker's way, in a child process with the array bootstrap.
-    new = async_to_sync(builds.experiment_store_comparison_off_worker)(experiment_id=experiment.pk)
-    experiment_services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    new: Any = async_to_sync(builds.experiment_store_comparison_off_worker)(
+        experiment_id=experiment.pk
+    )
+    experiment_recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     new_audit = audit.audit_experiment(experiment=experiment).as_dict()
     assert new["schedule"]["available"], new["schedule"]["message"]
     # One run per arm: each level's interval is within-run (batch means over the run's
@@ -95,7 +98,7 @@ def test_comparison_schedule_and_audit_are_the_old_figures(
     assert any(row["ratios"][0]["method"] == "batch-means-log-t" for row in new["rows"])
 
     old_path()
-    old = builds.comparison_from_inputs(inputs)
+    old: Any = builds.comparison_from_inputs(inputs)
     old["schedule"] = speculation_schedule.experiment_schedule(experiment=experiment)
     old_audit = audit.audit_experiment(experiment=experiment).as_dict()
 

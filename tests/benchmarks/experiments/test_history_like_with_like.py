@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from benchmarks.experiments.history import history_load
-from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 
 pytestmark = pytest.mark.django_db

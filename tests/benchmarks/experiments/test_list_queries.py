@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks.models import Experiment, ExperimentArm, ExperimentStep
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
 from hosts.models import Host, HostKind, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from benchmarks.experiments.matrix import matrix_preview, matrix_variants
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from hosts.models import Engine, ServerProfile
 from hosts.presets import TUNING_FLAGS, tuning_flag
 from tests.benchmarks.experiments.test_tuning import SIM

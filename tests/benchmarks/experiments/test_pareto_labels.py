@@ -24,7 +24,8 @@ def test_crowded_points_lose_their_label_and_series_take_opposite_sides() -> Non
     baseline = [(1, 10.0, 100.0), (2, 20.0, 400.0), (4, 40.0, 700.0), (8, 80.0, 705.0),
                 (16, 81.0, 707.0)]  # fmt: skip
     eagle = [(1, 5.0, 110.0), (2, 15.0, 380.0), (4, None, None), (8, 60.0, 500.0)]
-    figure = pareto_figure({"series": [_series("A", baseline), _series("B", eagle)]})
+    comparison: Any = {"series": [_series("A", baseline), _series("B", eagle)]}
+    figure = pareto_figure(comparison)
     a, b = figure["data"]
     # C=16 sits 1 ms and 2 tok/s from C=8 (spans 76 ms and 607 tok/s): no label of its own.
     assert a["text"] == ["C=1", "C=2", "C=4", "C=8", ""]

@@ -19,7 +19,7 @@ from benchlib.loadgen.reasoning import reasoning_figures
 from benchlib.loadgen.sessions import session_figures, turn_figures
 from benchmarks.experiments.level_rows import series_rows
 from benchmarks.experiments.level_runs import LevelRun
-from benchmarks.models import Sweep, SweepLevel
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.test_sweep_phases_page import (

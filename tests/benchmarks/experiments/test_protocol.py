@@ -14,10 +14,10 @@ from django.test import Client
 
 from benchlib.stats.intervals import interval_scope, level_ratio
 from benchlib.stats.types import LevelSample, RequestPoint
-from benchmarks.experiments import services
+from benchmarks.experiments import recording, services
 from benchmarks.experiments.forms import ExperimentForm, MatrixForm
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.protocol import experiment_protocol
-from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.constructed import make_sweep
@@ -108,7 +108,7 @@ def test_the_stored_comparison_carries_the_protocol_its_drift_and_order_effect(
         scale = 1.0 if step.arm.label == "A" else 0.5
         values = {1: 100.0, 8: 500.0 * scale * slow[step.index]}
         make_sweep(base if step.arm.label == "A" else spec, values, tmp=tmp_path, step=step)
-    result = services.experiment_store_comparison(experiment_id=experiment.pk)
+    result = recording.experiment_store_comparison(experiment_id=experiment.pk)
     protocol = result["protocol"]
     assert protocol["run_order"] == ["A", "B", "B", "A"]
     assert (protocol["mode"], protocol["interval_method"]) == ("repeats", "repeats-pooled-log-t")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from benchmarks.experiments.figures import comparison_figures, legend_rows
-from benchmarks.models import Sweep
+from benchmarks.experiments.figures import comparison_figures
+from benchmarks.experiments.legend import legend_rows
+from benchmarks.sweeps.models import Sweep
 from benchmarks.templatetags.readable import argv_lines, name_value_rows
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_schedule import _three_arms

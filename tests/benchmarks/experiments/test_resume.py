@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 
 from benchmarks import audit
 from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, LevelState, StepState, Sweep, SweepLevel
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 from core.jobs.worker import Worker, WorkerSettings
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from tests.benchmarks.experiments.test_end_to_end import until

@@ -15,9 +15,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from benchmarks.experiments import services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepSample
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments import recording, services
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepSample
 from core.jobs.queue import reap_expired_jobs
 from core.jobs.worker import Worker
 from core.models import Job, JobState
@@ -189,7 +189,7 @@ async def test_profiles_whose_greedy_outputs_differ_are_flagged(
 def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
     make_profile: Callable[..., ServerProfile],
 ) -> None:
-    import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
+    import benchmarks.experiments.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     experiment = services.experiment_create(
         profiles=[make_profile(), make_profile()],
@@ -197,9 +197,9 @@ def test_an_interrupted_job_marks_the_experiment_and_its_running_step(
         load={"requests_per_level": 5},
         repeats=1,
     )
-    plan = services.experiment_begin(experiment_id=experiment.pk)
+    plan = recording.experiment_begin(experiment_id=experiment.pk)
     assert plan is not None
-    services.experiment_step_update(step_id=plan.steps[0].step_id, state=StepState.SWEEPING)
+    recording.experiment_step_update(step_id=plan.steps[0].step_id, state=StepState.SWEEPING)
     Job.objects.filter(pk=experiment.job_id or 0).update(
         state=JobState.RUNNING, worker_id="gone",
         lease_expires_at=timezone.now() - timedelta(seconds=1),

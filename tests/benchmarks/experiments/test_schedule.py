@@ -19,10 +19,10 @@ from benchlib.stats.engines import ENGINE_NAMES
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.drafts import draft_length
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.schedule import RATE_MODE_MESSAGE, experiment_schedule
 from benchmarks.experiments.series import experiment_arm_series, running_batches
-from benchmarks.models import Experiment, SweepLevel
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import ServerProfile, TelemetrySample
 from tests.benchmarks.experiments.constructed import make_sweep
 from tests.benchmarks.experiments.schedule_data import (

@@ -17,11 +17,13 @@ import pytest
 from django.test import Client
 
 from benchmarks.experiments import comparison
+from benchmarks.experiments.comparison import Comparison
 from benchmarks.experiments.figures import accept_figure
+from benchmarks.experiments.level_rows import LevelRow
 from benchmarks.experiments.report import comparison_csv
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.exports import levels_csv
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -70,7 +72,7 @@ def sweeps(make_profile: Callable[..., ServerProfile], tmp_path: Path) -> tuple[
     return base, ngram, sglang
 
 
-def _cells(built: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
+def _cells(built: Comparison, concurrency: int) -> list[LevelRow]:
     (row,) = [r for r in built["rows"] if r["concurrency"] == concurrency]
     return list(row["cells"])
 

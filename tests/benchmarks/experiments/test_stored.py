@@ -12,9 +12,11 @@ from django.test import Client
 
 from benchmarks import audit
 from benchmarks.experiments import comparison, stored
+from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import schedule as speculation_schedule
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 
@@ -56,8 +58,8 @@ def _finished_experiment(make_profile: Callable[..., ServerProfile], tmp: Path) 
     for step in experiment.steps.select_related("arm"):
         values = {1: 92, 8: 400} if step.arm.label == "A" else {1: 96, 8: 260}
         make_sweep(step.arm.profile, values, tmp=tmp, step=step)
-    experiment_services.experiment_store_comparison(experiment_id=experiment.pk)
-    experiment_services.experiment_finish(experiment_id=experiment.pk, state="completed")
+    experiment_recording.experiment_store_comparison(experiment_id=experiment.pk)
+    experiment_recording.experiment_finish(experiment_id=experiment.pk, state="completed")
     return experiment
 
 

@@ -24,9 +24,8 @@ from benchlib.stats.types import Ratio
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.level_runs import series_curve
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.experiments.series import experiment_series
-from benchmarks.models import Experiment
-from benchmarks.models.experiments import ExperimentState
 from hosts.models import Engine, ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -16,8 +16,8 @@ from benchlib.stats.decision_verification import decide_verification
 from benchmarks.experiments import forms, services, tuning
 from benchmarks.experiments.level_runs import series_curve
 from benchmarks.experiments.matrix import matrix_variants
+from benchmarks.experiments.models import Experiment
 from benchmarks.experiments.series import experiment_series
-from benchmarks.models import Experiment
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_tuning import LOAD, MATRIX, SIM, complete_with
 

@@ -17,8 +17,7 @@ from django.conf import settings
 from benchlib.stats.schedule_configs import sglang_adaptive_config
 from benchmarks.experiments import services, tuning
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.models import Experiment, ExperimentArm
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState
 from core.jobs.worker import Worker
 from hosts.models import ServerProfile
 

@@ -13,8 +13,7 @@ import pytest
 from django.test import Client
 
 from benchmarks.experiments import selectors, services
-from benchmarks.models import Experiment, StepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, StepState
 from core.models import Job, JobState
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep

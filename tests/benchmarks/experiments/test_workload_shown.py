@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from benchlib.loadgen.settings import LoadSettings
-from benchmarks.models import Sweep
+from benchmarks.sweeps.models import Sweep
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.constructed import make_sweep
 

@@ -38,8 +38,10 @@ from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.level import run_level
 from benchlib.loadgen.level_config import LevelConfig
 from benchlib.loadgen.level_summary import level_summary
-from benchmarks.experiments.comparison import comparison_build
+from benchmarks.experiments.comparison import Comparison, comparison_build
+from benchmarks.experiments.level_rows import LevelRow
 from benchmarks.experiments.level_runs import LevelRun, SeriesData
+from benchmarks.experiments.verdicts import CrossingEntry
 from tests.fixtures.ports import free_port
 from tests.fixtures.statements import html_statements, normalized
 
@@ -133,7 +135,7 @@ def served_ttft_s(tmp: Path, label: str, prompt_set: str) -> list[float]:
     return [r["first_token"] - r["arrival"] for r in rows if "-w" not in r["request_id"]]
 
 
-def _row(comparison: dict[str, Any], label: str, c: int) -> dict[str, Any]:
+def _row(comparison: Comparison, label: str, c: int) -> LevelRow:
     series = next(s for s in comparison["series"] if s["label"] == label)
     return next(r for r in series["levels"] if r["concurrency"] == c)
 
@@ -157,7 +159,7 @@ async def test_per_category_accept_length_matches_the_configured_values(tmp_path
 
 async def test_the_crossover_moves_with_the_prompt_category(tmp_path: Path) -> None:
     levels = [1, 2, 8, 32]
-    crossover: dict[str, dict[str, Any]] = {}
+    crossover: dict[str, CrossingEntry | None] = {}
     ratios: dict[str, list[float]] = {}
     for prompt_set, length in (("humaneval", CODE_L), ("sharegpt", CHAT_L)):
         base = await run_arm(tmp_path, label="A", args=BASELINE, levels=levels,
@@ -197,7 +199,7 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
     late = await run_arm(tmp_path, label="B", args=fast_but_late, levels=levels,
                          prompt_set="humaneval", speculative=True, slo=slo, max_tokens=512,
                          requests=4)  # fmt: skip
-    comparison = comparison_build(series=[base, late], n_boot=200, slo=slo.to_dict())
+    comparison: Any = comparison_build(series=[base, late], n_boot=200, slo=slo.to_dict())
     # The premise, as the simulators served it: every request of B waited its 1.2 s, every
     # request of A had its first token well inside the target (what the client adds on a busy
     # machine comes on top, in the room the target leaves).

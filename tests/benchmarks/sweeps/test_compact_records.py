@@ -12,9 +12,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.recordstore import MAGIC, iter_rows
-from benchmarks import services
-from benchmarks.models import Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import exports, handler, recording
+from benchmarks.sweeps import exports, handler, recording, services
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.recordfile import read_record_file
 from core.jobs import JobContext
 from tests.benchmarks.conftest import Simulator, load

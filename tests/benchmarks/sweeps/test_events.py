@@ -7,10 +7,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.events import LoadgenEvent
-from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample
-from benchmarks.sweeps import recording
+from benchmarks.sweeps import recording, services
 from benchmarks.sweeps.events import SweepRecorder
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample
 from benchmarks.sweeps.runner import parse_event
 from tests.benchmarks.conftest import level_summary_event, load, sample_event
 

@@ -15,9 +15,8 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import services
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
-from benchmarks.sweeps import handler, recording
+from benchmarks.sweeps import handler, recording, services
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from core.jobs import JobContext
 from core.jobs.queue import reap_expired_jobs
 from core.jobs.worker import Worker, WorkerSettings
@@ -196,7 +195,7 @@ async def test_a_sweep_cancelled_while_queued_is_not_run() -> None:
 def test_an_expired_job_lease_marks_the_sweep_interrupted_and_keeps_finished_levels(
     ready_instance: ServerInstance,
 ) -> None:
-    import benchmarks.jobs  # noqa: F401  (registers the hook, as the worker does)
+    import benchmarks.sweeps.jobs  # noqa: F401  (registers the hook, as the worker does)
 
     sweep = services.sweep_create(instance=ready_instance, levels=[1, 2], load=load())
     recording.sweep_begin(sweep_id=sweep.pk)

@@ -33,8 +33,8 @@ from benchlib.loadgen.recordstore import iter_rows
 from benchlib.stats.speculative_schedule import vllm_speculative_config
 from benchmarks.experiments import report
 from benchmarks.experiments import services as experiment_services
-from benchmarks.models import Experiment, ExperimentStep, StepState, Sweep, SweepLevel, SweepState
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState, ExperimentStep, StepState
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from engines import models_hf
 from hosts import presets
 from hosts.models import Engine, Host, InstanceState, ServerInstance, ServerProfile

@@ -21,12 +21,11 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from benchlib.loadgen.recordstore import iter_rows
-from benchmarks import services
 from benchmarks.experiments import comparison as comparisons
 from benchmarks.experiments import report
 from benchmarks.experiments.series import sweep_series
-from benchmarks.models import Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import handler
+from benchmarks.sweeps import handler, services
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from core.jobs import JobContext
 from core.models import Job
 from hosts.models import Host

@@ -14,9 +14,8 @@ from asgiref.sync import sync_to_async
 
 from benchlib.loadgen.recordstore import iter_rows
 from benchlib.simulator.profiles import PROFILES
-from benchmarks import services
-from benchmarks.models import SweepLevel, SweepState
-from benchmarks.sweeps import handler
+from benchmarks.sweeps import handler, services
+from benchmarks.sweeps.models import SweepLevel, SweepState
 from core.jobs import JobContext
 from hosts.telemetry.engine_profiles import Engine
 from hosts.telemetry.levels import (

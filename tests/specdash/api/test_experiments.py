@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.models import Experiment, Sweep, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from tests.specdash.api.conftest import ApiClient, error_of
 
 pytestmark = pytest.mark.django_db

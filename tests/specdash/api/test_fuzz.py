@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from benchmarks.models import Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepSample
 from core.roles import OPERATORS
 from core.tokens import api_token_create
 from hosts.models import Container, Host, HostKind, InstanceState, ServerInstance, ServerProfile

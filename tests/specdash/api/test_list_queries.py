@@ -15,15 +15,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks.models import (
-    Experiment,
-    ExperimentArm,
-    LevelState,
-    Sweep,
-    SweepLevel,
-    SweepSample,
-    SweepState,
-)
+from benchmarks.experiments.models import Experiment, ExperimentArm
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from core import tokens
 from core.models import ApiToken, Job, JobState
 from core.tokens import api_token_create

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.environment import sweep_environment
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts import services as host_services
 from hosts.models import Host, InstanceState, ServerInstance, ServerProfile
 from tests.specdash.api.conftest import ApiClient, error_of

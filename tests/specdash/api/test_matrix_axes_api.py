@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.models import Experiment
+from benchmarks.experiments.models import Experiment
 from hosts.models import ServerProfile
 from tests.benchmarks.experiments.test_matrix_axes import FORBIDDEN, OUT_OF_RANGE
 from tests.benchmarks.experiments.test_tuning import LOAD, SIM

@@ -10,11 +10,11 @@ from django.core.management import CommandError, call_command
 
 from benchlib.loadgen.cli_args import build_parser
 from benchlib.loadgen.level_config import level_plan
-from benchmarks import selectors, services
 from benchmarks.experiments import selectors as exp_selectors
-from benchmarks.forms import LoadPlanForm
-from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepState
-from benchmarks.sweeps import recording
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps import recording, selectors, services
+from benchmarks.sweeps.forms import LoadPlanForm
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.runner import loadgen_argv
 from specdash.api.client import SpecdashClient
 from tests.benchmarks.experiments.constructed import make_sweep

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.models import Experiment, Sweep
-from benchmarks.models.experiments import ExperimentState
+from benchmarks.experiments.models import Experiment, ExperimentState
+from benchmarks.sweeps.models import Sweep
 from tests.specdash.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db

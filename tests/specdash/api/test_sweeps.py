@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.models import Sweep, SweepLevel, SweepSample
+from benchmarks.sweeps.models import Sweep, SweepLevel, SweepSample
 from benchmarks.sweeps.recording import sweep_records_file
 from hosts.models import InstanceState
 from tests.specdash.api.conftest import ApiClient, error_of

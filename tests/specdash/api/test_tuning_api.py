@@ -14,7 +14,8 @@ from django.test import Client
 
 from benchmarks.experiments import services
 from benchmarks.experiments.matrix import matrix_variants
-from benchmarks.models import Experiment, SweepLevel
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import SweepLevel
 from hosts.models import ServerProfile
 from perf.bench_schedule import print_check
 from specdash.api.client import SpecdashClient

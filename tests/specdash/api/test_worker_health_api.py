@@ -13,7 +13,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from benchmarks.models import Experiment, Sweep
+from benchmarks.experiments.models import Experiment
+from benchmarks.sweeps.models import Sweep
 from core.jobs.health import worker_beat
 from hosts.models import InstanceState, ServerInstance, ServerProfile
 from tests.specdash.api.conftest import ApiClient, error_of

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from benchlib.loadgen.cli_args import build_parser, slo_from_args
-from benchmarks.forms import LoadPlanForm
-from benchmarks.models import Sweep, SweepLevel
 from benchmarks.sweeps.distributed import split_needed
+from benchmarks.sweeps.forms import LoadPlanForm
+from benchmarks.sweeps.models import Sweep, SweepLevel
 from benchmarks.sweeps.runner import loadgen_argv
 from tests.specdash.api.conftest import ApiClient, error_of
 

@@ -12,9 +12,9 @@ from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import SLO_FIGURES
 from benchlib.loadgen.settings import LoadSettings, flat_fields
 from benchlib.loadgen.settings_fields import UNSET, number_kind, option
-from benchmarks import selectors, services
-from benchmarks.models.sweeps import DEFAULT_LEVELS
-from benchmarks.traces import trace_list
+from benchmarks.sweeps import selectors, services
+from benchmarks.sweeps.models import DEFAULT_LEVELS
+from benchmarks.sweeps.traces import trace_list
 from hosts.models import ServerInstance, ServerProfile
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class SweepForm(LoadPlanForm):
 
 
 class TraceUploadForm(forms.Form):
-    """A trace file to store in the trace folder (benchmarks.traces.trace_upload checks it)."""
+    """A trace file to store in the trace folder (traces.trace_upload checks it)."""
 
     file = forms.FileField(help_text="Mooncake JSON lines, BurstGPT CSV or specdash's JSON lines")
     name = forms.CharField(

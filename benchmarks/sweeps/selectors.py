@@ -14,9 +14,9 @@ from django.db.models import QuerySet
 
 from benchlib.json_types import PlotlyFigure
 from benchmarks.controller_report import ControllerSection, tracks_context
-from benchmarks.models import Experiment, LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.phases import PhaseBlocks, phases_row, ramp_figure
 from benchmarks.sweeps.health import level_health
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow, SweepSnapshot
 from core.listing import run_filters
@@ -311,10 +311,6 @@ def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> SweepSnapshot |
     }
 
 
-def experiment_list() -> QuerySet[Experiment]:
-    return Experiment.objects.prefetch_related("arms__profile")
-
-
 def sweep_filter(
     *,
     profile_id: int | None = None,
@@ -343,25 +339,3 @@ def sweep_filter(
 def sweep_sample_list(*, sweep_id: int, level_index: int | None = None) -> QuerySet[SweepSample]:
     qs = SweepSample.objects.filter(sweep_id=sweep_id).order_by("t", "pk")
     return qs.filter(level_index=level_index) if level_index is not None else qs
-
-
-def experiment_filter(
-    *,
-    profile_id: int | None = None,
-    state: str | None = None,
-    tag: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> QuerySet[Experiment]:
-    """Experiments, newest first, narrowed by an arm's profile, state, tag and creation."""
-    qs = experiment_list().select_related("created_by").order_by("-created_at", "-pk")
-    if profile_id is not None:
-        qs = qs.filter(arms__profile_id=profile_id).distinct()
-    return run_filters(
-        qs,
-        state=state,
-        tag_field="tags",
-        tag=tag,
-        created_after=created_after,
-        created_before=created_before,
-    )

@@ -26,8 +26,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from benchmarks.models import Sweep, SweepSample
-from benchmarks.models.sweeps import FINISHED_SWEEP_STATES
+from benchmarks.sweeps.models import FINISHED_SWEEP_STATES, Sweep, SweepSample
 from benchmarks.sweeps.shards import RECORD, SHARD_JOB_KIND
 from core.models import FINISHED_JOB_STATES, Job, JobEvent
 

@@ -19,12 +19,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
-from benchmarks.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import targets
 from benchmarks.sweeps.environment import sweep_environment, target_model
+from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.recording import broadcast_sweep_state
-from benchmarks.traces import trace_format_of
+from benchmarks.sweeps.traces import trace_format_of
 from core.jobs import job_cancel, job_enqueue
 from core.jobs.health import worker_require
 from core.models import JobState

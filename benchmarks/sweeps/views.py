@@ -16,9 +16,8 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from benchmarks import forms, selectors, services, traces
-from benchmarks.models import Sweep
-from benchmarks.sweeps import exports
+from benchmarks.sweeps import exports, forms, selectors, services, traces
+from benchmarks.sweeps.models import Sweep
 from benchmarks.sweeps.workload import sweep_workload
 from core import roles
 from core.http import HtmxHttpRequest
@@ -136,12 +135,6 @@ def sweep_export_records(request: HttpRequest, sweep_id: int) -> StreamingHttpRe
     if response is None:
         raise Http404("This sweep has no request records yet")
     return response
-
-
-@roles.viewer_required
-def experiment_list(request: HttpRequest) -> HttpResponse:
-    context = {"experiments": selectors.experiment_list()[:100], "nav": "experiments"}
-    return render(request, "benchmarks/experiments.html", context)
 
 
 @roles.viewer_required
