@@ -3,15 +3,16 @@ workload and its checks, and queue the check of a placed prediction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
+from benchlib.json_types import JsonObject
 from benchmarks.experiments import breakeven, breakeven_report
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, found, headlined_errors, path_id, responses
+from specdash.api.common import WRITE_ERRORS, MapId, found, headlined_errors, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
@@ -85,14 +86,14 @@ def map_create(request: HttpRequest, payload: MapIn) -> Status[ExperimentAccepte
 @router.get(
     "/experiments/{experiment_id}/breakeven",
     # The map's payload (breakeven_report.map_payload) is documented in docs/api.md.
-    response=responses({200: dict[str, Any]}),
+    response=responses({200: JsonObject}),
     summary="A break-even map, a placed workload and the map's checks",
 )
 @requires(viewer)
 def map_read(
     request: HttpRequest,
     query: Query[SourceQuery],
-    experiment_id: int = path_id("Map experiment id"),
+    experiment_id: MapId,
 ) -> MapPayload:
     """The map's cells (B/A, interval, the decision's status), its contour and band; with
     ?experiment= or ?sweep=, that workload's categories placed on it; every check."""
@@ -114,7 +115,7 @@ def map_read(
 )
 @requires(operator, sweeper)
 def check_create(
-    request: HttpRequest, payload: CheckIn, experiment_id: int = path_id("Map experiment id")
+    request: HttpRequest, payload: CheckIn, experiment_id: MapId
 ) -> Status[CheckAcceptedBody]:
     user = caller(request)
     data = _map(experiment_id)

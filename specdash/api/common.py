@@ -1,20 +1,22 @@
-"""What every router shares: pagination, time filters, path ids, documented responses."""
+"""What every router shares: pagination, list filters, path ids, documented responses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypedDict, TypeVar
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
-from django.db.models import Model, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Field, Schema
-from ninja.params.functions import Path
+from ninja import Field, FilterSchema, P, PathEx, Schema
+from ninja.pagination import PaginationBase, paginate
+from ninja.signature.utils import make_forwardref
 
+from core.listing import tag_q
 from specdash.api import errors
 from specdash.api.schemas import MAX_ID, ErrorOut
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound=Model)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class PageBody(TypedDict, Generic[M]):
@@ -45,26 +48,71 @@ class PageQuery(Schema):
     offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Items to skip")
 
 
-def path_id(description: str) -> Any:
-    return Path(..., ge=1, le=MAX_ID, description=description)
+class OffsetPagination(PaginationBase):
+    """ninja's ``@paginate`` in the API's page shape: ``limit`` / ``offset`` in, the envelope
+    ``{count, limit, offset, next, items}`` out, ``next`` the path of the following page with
+    the request's other query parameters kept.
+
+    ``Output`` is unset on purpose: ninja would otherwise rename each list's response schema
+    to ``Paged<Item>``; the operations keep declaring their own ``*Page`` schema (base.Page
+    plus the item type), so the OpenAPI document and its schema names stay as they were."""
+
+    # Named PageQuery (not the nested ``Input`` ninja's own paginators declare): the name the
+    # OpenAPI document has always given the page parameters.
+    Input = PageQuery  # type: ignore[assignment]
+    Output = None  # type: ignore[assignment]
+
+    def paginate_queryset(
+        self, queryset: QuerySet[M], pagination: PageQuery, request: HttpRequest, **params: Any
+    ) -> PageBody[M]:
+        count = queryset.count()
+        end = pagination.offset + pagination.limit
+        items = list(queryset[pagination.offset : end])
+        next_path = None
+        if end < count:
+            query = request.GET.copy()
+            query["offset"] = str(end)
+            query["limit"] = str(pagination.limit)
+            next_path = f"{request.path}?{urlencode(sorted(query.items()))}"
+        return {
+            "count": count,
+            "limit": pagination.limit,
+            "offset": pagination.offset,
+            "next": next_path,
+            "items": items,
+        }
 
 
-def paginate(request: HttpRequest, queryset: QuerySet[M], page: PageQuery) -> PageBody[M]:
-    count = queryset.count()
-    items = list(queryset[page.offset : page.offset + page.limit])
-    next_path = None
-    if page.offset + page.limit < count:
-        query = request.GET.copy()
-        query["offset"] = str(page.offset + page.limit)
-        query["limit"] = str(page.limit)
-        next_path = f"{request.path}?{urlencode(sorted(query.items()))}"
-    return {
-        "count": count,
-        "limit": page.limit,
-        "offset": page.offset,
-        "next": next_path,
-        "items": items,
+def paged(handler: F) -> F:
+    """A list handler that returns its queryset, answered one page at a time (place it under
+    ``@requires``)."""
+    # ninja reads the parameters' annotations (strings, under ``from __future__ import
+    # annotations``) in the module of the function it is given: here, paginate's wrapper, where
+    # the handler's names (its filter schema) are unknown. Resolve them where they are written.
+    handler.__annotations__ = {
+        name: make_forwardref(kind, handler.__globals__)
+        if isinstance(kind, str) and name != "return"
+        else kind
+        for name, kind in handler.__annotations__.items()
     }
+    paginated: F = paginate(OffsetPagination)(handler)
+    return paginated
+
+
+def _path_id(description: str) -> dict[str, object]:
+    return P(ge=1, le=MAX_ID, description=description)
+
+
+# The ids in the paths, each with the description the OpenAPI document gives it (a number
+# larger than a 64-bit id can only be a miss: 404 without reaching SQL).
+ContainerId: TypeAlias = PathEx[int, _path_id("Container id")]
+ExperimentId: TypeAlias = PathEx[int, _path_id("Experiment id")]
+HostId: TypeAlias = PathEx[int, _path_id("Host id")]
+InstanceId: TypeAlias = PathEx[int, _path_id("Instance id")]
+JobId: TypeAlias = PathEx[int, _path_id("Job id")]
+MapId: TypeAlias = PathEx[int, _path_id("Map experiment id")]
+ProfileId: TypeAlias = PathEx[int, _path_id("Profile id")]
+SweepId: TypeAlias = PathEx[int, _path_id("Sweep id")]
 
 
 def aware(value: datetime | None, name: str) -> datetime | None:
@@ -81,32 +129,38 @@ def aware(value: datetime | None, name: str) -> datetime | None:
         ) from None
 
 
-class CreatedBounds(Protocol):
-    """A list's filters that bound the creation time (every ``*Filters`` of a kept record)."""
+class ListFilters(FilterSchema):
+    """ninja's filter schema for the API's lists: each field a lookup on the queryset its
+    list's selector returns (``FilterLookup`` naming the column where it is not the field's
+    name), and the lookups every run-like list shares declared once below. A field left out
+    of the query (None) filters nothing, and neither does an empty text field.
 
-    created_after: datetime | None
-    created_before: datetime | None
+    The fields themselves stay in each list's class, in the order the OpenAPI document lists
+    them."""
+
+    # Where a list's ``tag`` looks (an instance: its profile's tags).
+    tag_field: ClassVar[str] = "tags"
+
+    def filter_tag(self, tag: str | None) -> Q:
+        return tag_q(self.tag_field, tag) if tag else Q()
+
+    def filter_created_after(self, value: datetime | None) -> Q:
+        return Q(created_at__gte=aware(value, "query.created_after"))
+
+    def filter_created_before(self, value: datetime | None) -> Q:
+        return Q(created_at__lt=aware(value, "query.created_before"))
 
 
-class CreatedWindow(TypedDict):
-    """The selectors' ``created_after`` / ``created_before`` keywords, in UTC."""
+class JobLink(TypedDict):
+    """What every 202 answer carries beside the object it accepted (``*AcceptedBody`` adds
+    that object under its own name): the job doing the work, and where to poll it."""
 
-    created_after: datetime | None
-    created_before: datetime | None
-
-
-def created_window(filters: CreatedBounds) -> CreatedWindow:
-    """The filters' creation bounds as the selectors take them (a bad time is a 422 naming
-    the query parameter)."""
-    return {
-        "created_after": aware(filters.created_after, "query.created_after"),
-        "created_before": aware(filters.created_before, "query.created_before"),
-    }
+    job: Job | None
+    job_url: str | None
 
 
-def job_url(job: Job | None) -> str | None:
-    """Where a 202 answer's client polls the job that does the work."""
-    return f"/api/v1/jobs/{job.pk}" if job is not None else None
+def job_link(job: Job | None) -> JobLink:
+    return {"job": job, "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None}
 
 
 READ_ERRORS = (401, 403, 404, 422)

@@ -7,7 +7,7 @@ client sends can turn into a 500, because every rejection has a mapping below.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
@@ -71,11 +71,13 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
-def _ninja_fields(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _ninja_fields(errors: Sequence[Mapping[str, object]]) -> dict[str, list[str]]:
+    """Per-field messages from ninja's (pydantic's) error list: ``loc`` and ``msg`` of each."""
     fields: dict[str, list[str]] = {}
     for item in errors:
         # loc is (source, [param name,] field, ...): keep "body.levels.0", "query.limit".
-        loc = [str(part) for part in item.get("loc", ())]
+        where = item.get("loc", ())
+        loc = [str(part) for part in where] if isinstance(where, Iterable) else [str(where)]
         if len(loc) > 2 and loc[0] == "body":
             loc = [loc[0], *loc[2:]]
         key = ".".join(loc) or "__all__"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypeAlias
 
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
@@ -19,13 +21,12 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    ExperimentId,
+    JobLink,
+    ListFilters,
     found,
-    job_url,
-    paginate,
-    path_id,
+    job_link,
+    paged,
     responses,
 )
 from specdash.api.schemas import (
@@ -41,25 +42,33 @@ from specdash.api.schemas import (
 
 if TYPE_CHECKING:
     from benchmarks.experiments.protocol import ProtocolReport
-    from core.models import Job
 
 router = Router(tags=["experiments"])
 
 
-class ExperimentAcceptedBody(TypedDict):
+class ExperimentAcceptedBody(JobLink):
     """The 202 answer to a write, as ``ExperimentAccepted`` renders it."""
 
     experiment: Experiment
-    job: Job | None
-    job_url: str | None
 
 
-class ExperimentFilters(Schema):
-    profile: Id | None = Field(None, description="Has an arm with this profile id")
+_Accepted: TypeAlias = Status[ExperimentAcceptedBody]
+_ACCEPTED = responses({202: ExperimentAccepted}, WRITE_ERRORS)
+
+
+class ExperimentFilters(ListFilters):
+    profile: Annotated[Id | None, FilterLookup("arms__profile_id")] = Field(
+        None, description="Has an arm with this profile id"
+    )
     state: ExperimentState | None = None
     tag: Text | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+
+    def filter(self, queryset: QuerySet[Experiment]) -> QuerySet[Experiment]:  # type: ignore[override]
+        # An experiment with two arms of the profile is listed once.
+        filtered = super().filter(queryset)
+        return filtered.distinct() if self.profile is not None else filtered
 
 
 class ComparisonQuery(Schema):
@@ -75,41 +84,32 @@ def experiment_or_404(experiment_id: int) -> Experiment:
     )
 
 
-def experiment_accepted(experiment: Experiment) -> Status[ExperimentAcceptedBody]:
+def experiment_accepted(experiment: Experiment) -> _Accepted:
     """202 with the experiment as stored now and the URL of its job."""
     experiment = experiment_or_404(experiment.pk)
-    body: ExperimentAcceptedBody = {
-        "experiment": experiment,
-        "job": experiment.job,
-        "job_url": job_url(experiment.job),
-    }
-    return Status(202, body)
+    return Status(202, {"experiment": experiment, **job_link(experiment.job)})
+
+
+def _act(request: HttpRequest, action: Callable[..., Experiment], experiment_id: int) -> _Accepted:
+    """The 202 answer to ``action`` (a service taking the experiment and the user) on it."""
+    return experiment_accepted(
+        action(experiment=experiment_or_404(experiment_id), user=caller(request))
+    )
 
 
 @router.get("/experiments", response=responses({200: ExperimentPage}), summary="List experiments")
 @requires(viewer)
+@paged
 def experiment_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ExperimentFilters]
-) -> PageBody[Experiment]:
+    request: HttpRequest, filters: Query[ExperimentFilters]
+) -> QuerySet[Experiment]:
     """Newest first; filter by profile, state, tag and creation time."""
-    qs = exp_selectors.experiment_filter(
-        profile_id=filters.profile,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(exp_selectors.experiment_filter())
 
 
-@router.post(
-    "/experiments",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-    summary="Start an A/B experiment",
-)
+@router.post("/experiments", response=_ACCEPTED, summary="Start an A/B experiment")
 @requires(sweeper)
-def experiment_create(
-    request: HttpRequest, payload: ExperimentIn
-) -> Status[ExperimentAcceptedBody]:
+def experiment_create(request: HttpRequest, payload: ExperimentIn) -> _Accepted:
     """Queue an experiment: for each profile (in order), start it, sweep it, stop it with a
     verified stop; then build the comparison. 202 with the experiment and its job."""
     user = caller(request)
@@ -133,65 +133,39 @@ def experiment_create(
 
 @router.get("/experiments/{experiment_id}", response=responses({200: ExperimentDetailOut}))
 @requires(viewer)
-def experiment_detail(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Experiment:
+def experiment_detail(request: HttpRequest, experiment_id: ExperimentId) -> Experiment:
     """Status of an experiment and of each of its steps."""
     return experiment_or_404(experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/cancel",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_cancel(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+def experiment_cancel(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Cancel: the sweep in progress is cancelled and its server stopped (verified)."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_cancel(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_cancel, experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/resume",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_resume(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+def experiment_resume(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Resume an interrupted experiment from its first unfinished step and level (its server
     re-used when still ready and unchanged). 422 unless it is interrupted."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_resume(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_resume, experiment_id)
 
 
-@router.post(
-    "/experiments/{experiment_id}/rerun",
-    response=responses({202: ExperimentAccepted}, WRITE_ERRORS),
-)
+@router.post("/experiments/{experiment_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
-def experiment_rerun(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> Status[ExperimentAcceptedBody]:
+def experiment_rerun(request: HttpRequest, experiment_id: ExperimentId) -> _Accepted:
     """Retry a failed experiment, or re-run any finished one: a new experiment with the same
     profiles, levels, load and protocol (the original is kept). 422 while it runs."""
-    user = caller(request)
-    return experiment_accepted(
-        services.experiment_rerun(experiment=experiment_or_404(experiment_id), user=user)
-    )
+    return _act(request, services.experiment_rerun, experiment_id)
 
 
 @router.get("/experiments/{experiment_id}/comparison", response=responses({200: ComparisonOut}))
 @requires(viewer)
 def experiment_comparison(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> dict[str, Any]:
+    request: HttpRequest, experiment_id: ExperimentId
+) -> Mapping[str, object]:
     """The comparison with its verdicts: the stored one of a finished experiment, or one
     built now from the steps completed so far."""
     return stored.experiment_comparison_read(experiment=experiment_or_404(experiment_id))
@@ -216,9 +190,7 @@ class ProtocolOut(Schema):
     summary="Protocol, drift and environment",
 )
 @requires(viewer)
-def experiment_protocol(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> ProtocolReport:
+def experiment_protocol(request: HttpRequest, experiment_id: ExperimentId) -> ProtocolReport:
     """How the experiment ran its arms (repeats, order, the interval and what it includes),
     each level's drift and order effect, and each run's environment record with what differs
     between the arms besides their launch (docs/measurement.md, "Protocols")."""
@@ -231,9 +203,7 @@ def experiment_protocol(
     summary="Speculation schedule",
 )
 @requires(viewer)
-def experiment_schedule(
-    request: HttpRequest, experiment_id: int = path_id("Experiment id")
-) -> dict[str, Any]:
+def experiment_schedule(request: HttpRequest, experiment_id: ExperimentId) -> Mapping[str, object]:
     """The speculation schedule derived from the arms' stored levels: the draft length per
     concurrency band with each band's gain and interval, and the engine configuration to
     paste. ``available`` is false, with a message, when the arms' draft lengths cannot be
@@ -243,7 +213,7 @@ def experiment_schedule(
 
 @router.get("/comparisons", response=responses({200: ComparisonOut}), summary="Compare sweeps")
 @requires(viewer)
-def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> dict[str, Any]:
+def sweep_comparison(request: HttpRequest, query: Query[ComparisonQuery]) -> Mapping[str, object]:
     """Compare finished sweeps (``?sweep=A&sweep=B``), each against the first: ratios with
     intervals, crossover, saturation and the verdict, as for an experiment."""
     sweeps = exp_selectors.sweeps_by_ids(sweep_ids=query.sweep)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from benchlib.json_types import JsonObject
@@ -13,11 +16,12 @@ from hosts.models import Container, Host, ServerProfile
 from specdash.api.auth import requires, staff, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
+    ContainerId,
+    HostId,
+    ListFilters,
+    ProfileId,
     found,
-    paginate,
-    path_id,
+    paged,
     responses,
 )
 from specdash.api.schemas import (
@@ -40,12 +44,12 @@ from specdash.api.schemas import (
 router = Router(tags=["registry"])
 
 
-class ContainerFilters(Schema):
-    host: Id | None = None
+class ContainerFilters(ListFilters):
+    host: Annotated[Id | None, FilterLookup("host_id")] = None
 
 
-class ProfileFilters(Schema):
-    host: Id | None = None
+class ProfileFilters(ListFilters):
+    host: Annotated[Id | None, FilterLookup("host_id")] = None
     tag: Text | None = None
 
 
@@ -71,8 +75,9 @@ def profile_or_404(profile_id: int) -> ServerProfile:
 
 @router.get("/hosts", response=responses({200: HostPage}), summary="List hosts")
 @requires(viewer)
-def host_list(request: HttpRequest, page: Query[PageQuery]) -> PageBody[Host]:
-    return paginate(request, host_selectors.host_list(), page)
+@paged
+def host_list(request: HttpRequest) -> QuerySet[Host]:
+    return host_selectors.host_list()
 
 
 @router.post("/hosts", response=responses({201: HostOut}, WRITE_ERRORS), summary="Create a host")
@@ -83,25 +88,22 @@ def host_create(request: HttpRequest, payload: HostIn) -> Status[Host]:
 
 @router.get("/hosts/{host_id}", response=responses({200: HostOut}), summary="One host")
 @requires(viewer)
-def host_detail(request: HttpRequest, host_id: int = path_id("Host id")) -> Host:
+def host_detail(request: HttpRequest, host_id: HostId) -> Host:
     return _host(host_id)
 
 
 @router.patch("/hosts/{host_id}", response=responses({200: HostOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_host"))
-def host_update(
-    request: HttpRequest, payload: HostPatch, host_id: int = path_id("Host id")
-) -> Host:
+def host_update(request: HttpRequest, payload: HostPatch, host_id: HostId) -> Host:
     """Change the given fields of a host (staff)."""
     return services.registry_update(obj=_host(host_id), data=_changes(payload))
 
 
 @router.get("/containers", response=responses({200: ContainerPage}), summary="List containers")
 @requires(viewer)
-def container_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ContainerFilters]
-) -> PageBody[Container]:
-    return paginate(request, host_selectors.container_list(host_id=filters.host), page)
+@paged
+def container_list(request: HttpRequest, filters: Query[ContainerFilters]) -> QuerySet[Container]:
+    return filters.filter(host_selectors.container_list())
 
 
 @router.post("/containers", response=responses({201: ContainerOut}, WRITE_ERRORS))
@@ -113,9 +115,7 @@ def container_create(request: HttpRequest, payload: ContainerIn) -> Status[Conta
 
 @router.get("/containers/{container_id}", response=responses({200: ContainerOut}))
 @requires(viewer)
-def container_detail(
-    request: HttpRequest, container_id: int = path_id("Container id")
-) -> Container:
+def container_detail(request: HttpRequest, container_id: ContainerId) -> Container:
     """One container."""
     return _container(container_id)
 
@@ -123,7 +123,7 @@ def container_detail(
 @router.patch("/containers/{container_id}", response=responses({200: ContainerOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_container"))
 def container_update(
-    request: HttpRequest, payload: ContainerPatch, container_id: int = path_id("Container id")
+    request: HttpRequest, payload: ContainerPatch, container_id: ContainerId
 ) -> Container:
     """Change the given fields of a container (staff)."""
     return services.registry_update(obj=_container(container_id), data=_changes(payload))
@@ -131,11 +131,9 @@ def container_update(
 
 @router.get("/profiles", response=responses({200: ProfilePage}), summary="List server profiles")
 @requires(viewer)
-def profile_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[ProfileFilters]
-) -> PageBody[ServerProfile]:
-    profiles = host_selectors.profile_list(host_id=filters.host, tag=filters.tag)
-    return paginate(request, profiles, page)
+@paged
+def profile_list(request: HttpRequest, filters: Query[ProfileFilters]) -> QuerySet[ServerProfile]:
+    return filters.filter(host_selectors.profile_list())
 
 
 @router.post("/profiles", response=responses({201: ProfileOut}, WRITE_ERRORS))
@@ -149,7 +147,7 @@ def profile_create(request: HttpRequest, payload: ProfileIn) -> Status[ServerPro
 
 @router.get("/profiles/{profile_id}", response=responses({200: ProfileOut}))
 @requires(viewer)
-def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")) -> ServerProfile:
+def profile_detail(request: HttpRequest, profile_id: ProfileId) -> ServerProfile:
     """One server profile."""
     return profile_or_404(profile_id)
 
@@ -157,7 +155,7 @@ def profile_detail(request: HttpRequest, profile_id: int = path_id("Profile id")
 @router.patch("/profiles/{profile_id}", response=responses({200: ProfileOut}, WRITE_ERRORS))
 @requires(staff("hosts.change_serverprofile"))
 def profile_update(
-    request: HttpRequest, payload: ProfilePatch, profile_id: int = path_id("Profile id")
+    request: HttpRequest, payload: ProfilePatch, profile_id: ProfileId
 ) -> ServerProfile:
     """Change the given fields of a profile (staff); a running instance keeps its launch."""
     return services.registry_update(obj=profile_or_404(profile_id), data=_changes(payload))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypeAlias, TypedDict
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router, Schema
 from ninja.responses import Status
 
 from core.jobs import selectors as job_selectors
@@ -17,13 +18,13 @@ from specdash.api import errors
 from specdash.api.auth import caller, operator, requires, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    InstanceId,
+    JobLink,
+    ListFilters,
+    ProfileId,
     found,
-    job_url,
-    paginate,
-    path_id,
+    job_link,
+    paged,
     responses,
 )
 from specdash.api.hosts import profile_or_404
@@ -39,18 +40,19 @@ from specdash.api.schemas import (
 )
 
 if TYPE_CHECKING:
-    from core.models import Job
     from hosts.models import InstanceEvent
 
 router = Router(tags=["instances"])
 
 
-class InstanceAcceptedBody(TypedDict):
+class InstanceAcceptedBody(JobLink):
     """The 202 answer to a write, as ``InstanceAccepted`` renders it."""
 
     instance: ServerInstance
-    job: Job | None
-    job_url: str | None
+
+
+_Accepted: TypeAlias = Status[InstanceAcceptedBody]
+_ACCEPTED = responses({202: InstanceAccepted}, WRITE_ERRORS)
 
 
 class InstanceLogBody(TypedDict):
@@ -61,9 +63,13 @@ class InstanceLogBody(TypedDict):
     lines: list[str]
 
 
-class InstanceFilters(Schema):
-    profile: Id | None = Field(None, description="Profile id")
-    host: Id | None = Field(None, description="Host id")
+class InstanceFilters(ListFilters):
+    tag_field = "profile__tags"
+
+    profile: Annotated[Id | None, FilterLookup("profile_id")] = Field(
+        None, description="Profile id"
+    )
+    host: Annotated[Id | None, FilterLookup("host_id")] = Field(None, description="Host id")
     state: InstanceState | None = None
     tag: Text | None = Field(None, description="A tag of the instance's profile")
     created_after: datetime | None = None
@@ -81,77 +87,52 @@ def _instance(instance_id: int) -> ServerInstance:
     )
 
 
-def _accepted(instance: ServerInstance) -> Status[InstanceAcceptedBody]:
+def _accepted(instance: ServerInstance) -> _Accepted:
     instance = _instance(instance.pk)
     job = job_selectors.job_newest(lock_key=services.instance_lock_key(instance.pk))
-    body: InstanceAcceptedBody = {
-        "instance": instance,
-        "job": job,
-        "job_url": job_url(job),
-    }
-    return Status(202, body)
+    return Status(202, {"instance": instance, **job_link(job)})
 
 
 @router.get("/instances", response=responses({200: InstancePage}), summary="List instances")
 @requires(viewer)
+@paged
 def instance_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[InstanceFilters]
-) -> PageBody[ServerInstance]:
+    request: HttpRequest, filters: Query[InstanceFilters]
+) -> QuerySet[ServerInstance]:
     """Newest first; filter by profile, host, state, profile tag and creation time."""
-    qs = host_selectors.instance_filter(
-        profile_id=filters.profile,
-        host_id=filters.host,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(host_selectors.instance_filter())
 
 
 @router.post(
-    "/profiles/{profile_id}/start",
-    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
-    summary="Start a server from a profile",
+    "/profiles/{profile_id}/start", response=_ACCEPTED, summary="Start a server from a profile"
 )
 @requires(operator)
-def profile_start(
-    request: HttpRequest, profile_id: int = path_id("Profile id")
-) -> Status[InstanceAcceptedBody]:
+def profile_start(request: HttpRequest, profile_id: ProfileId) -> _Accepted:
     """202 with the new instance (``starting``) and its job; 409 when the port or a GPU is
     held by another instance on the host. Poll the instance until ``ready``."""
-    user = caller(request)
-    return _accepted(services.instance_start(profile=profile_or_404(profile_id), user=user))
+    profile = profile_or_404(profile_id)
+    return _accepted(services.instance_start(profile=profile, user=caller(request)))
 
 
 @router.get("/instances/{instance_id}", response=responses({200: InstanceOut}))
 @requires(viewer)
-def instance_detail(
-    request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> ServerInstance:
+def instance_detail(request: HttpRequest, instance_id: InstanceId) -> ServerInstance:
     """Status of one instance."""
     return _instance(instance_id)
 
 
-@router.post(
-    "/instances/{instance_id}/stop", response=responses({202: InstanceAccepted}, WRITE_ERRORS)
-)
+@router.post("/instances/{instance_id}/stop", response=_ACCEPTED)
 @requires(operator)
-def instance_stop(
-    request: HttpRequest, instance_id: int = path_id("Instance id")
-) -> Status[InstanceAcceptedBody]:
+def instance_stop(request: HttpRequest, instance_id: InstanceId) -> _Accepted:
     """Ask for a targeted, verified stop; the instance ends ``stopped`` (or ``dirty``)."""
-    user = caller(request)
-    return _accepted(services.instance_stop(instance=_instance(instance_id), user=user))
+    return _accepted(services.instance_stop(instance=_instance(instance_id), user=caller(request)))
 
 
-@router.post(
-    "/instances/{instance_id}/kill-holders",
-    response=responses({202: InstanceAccepted}, WRITE_ERRORS),
-)
+@router.post("/instances/{instance_id}/kill-holders", response=_ACCEPTED)
 @requires(operator)
 def instance_kill_holders(
-    request: HttpRequest, payload: KillHoldersIn, instance_id: int = path_id("Instance id")
-) -> Status[InstanceAcceptedBody]:
+    request: HttpRequest, payload: KillHoldersIn, instance_id: InstanceId
+) -> _Accepted:
     """Kill exactly the listed GPU holders of a ``dirty`` instance (only processes its
     verification listed, by pid and start time)."""
     user = caller(request)
@@ -172,18 +153,16 @@ def instance_kill_holders(
 
 @router.get("/instances/{instance_id}/events", response=responses({200: InstanceEventPage}))
 @requires(viewer)
-def instance_events(
-    request: HttpRequest, page: Query[PageQuery], instance_id: int = path_id("Instance id")
-) -> PageBody[InstanceEvent]:
+@paged
+def instance_events(request: HttpRequest, instance_id: InstanceId) -> QuerySet[InstanceEvent]:
     """State history and operator actions, oldest first."""
-    _instance(instance_id)
-    return paginate(request, host_selectors.instance_event_list(instance_id=instance_id), page)
+    return host_selectors.instance_event_list(instance_id=_instance(instance_id).pk)
 
 
 @router.get("/instances/{instance_id}/log", response=responses({200: LogOut}))
 @requires(viewer)
 def instance_log(
-    request: HttpRequest, query: Query[LogQuery], instance_id: int = path_id("Instance id")
+    request: HttpRequest, query: Query[LogQuery], instance_id: InstanceId
 ) -> InstanceLogBody:
     """The last lines of the server's log, as the lifecycle job last read them."""
     instance = _instance(instance_id)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router
 
 from core.jobs import selectors as job_selectors
 from core.jobs.health import worker_health
 from core.models import Job, JobState
 from specdash.api.auth import requires, viewer
-from specdash.api.common import PageBody, PageQuery, found, paginate, path_id, responses
+from specdash.api.common import JobId, ListFilters, found, paged, responses
 from specdash.api.schemas import HealthOut, JobOut, JobPage
 
 if TYPE_CHECKING:
@@ -37,22 +38,24 @@ class HealthBody(TypedDict):
     workers: list[WorkerBody]
 
 
-class JobFilters(Schema):
+class JobFilters(ListFilters):
     kind: str | None = Field(None, max_length=64, description="e.g. server.run, sweep.run")
     state: JobState | None = None
+
+    def filter_kind(self, kind: str | None) -> Q:
+        return Q(kind=kind) if kind else Q()
 
 
 @router.get("/jobs", response=responses({200: JobPage}), summary="List jobs")
 @requires(viewer)
-def job_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[JobFilters]
-) -> PageBody[Job]:
-    return paginate(request, job_selectors.job_filter(kind=filters.kind, state=filters.state), page)
+@paged
+def job_list(request: HttpRequest, filters: Query[JobFilters]) -> QuerySet[Job]:
+    return filters.filter(job_selectors.job_filter())
 
 
 @router.get("/jobs/{job_id}", response=responses({200: JobOut}), summary="One job")
 @requires(viewer)
-def job_detail(request: HttpRequest, job_id: int = path_id("Job id")) -> Job:
+def job_detail(request: HttpRequest, job_id: JobId) -> Job:
     return found(job_selectors.job_detail(job_id=job_id), f"No job #{job_id}.")
 
 

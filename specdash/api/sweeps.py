@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Field, Query, Router, Schema
+from ninja import Field, FilterLookup, Query, Router
 from ninja.responses import Status
 
 from benchmarks.sweeps import exports, services
@@ -18,13 +20,12 @@ from specdash.api import errors
 from specdash.api.auth import caller, requires, sweeper, viewer
 from specdash.api.common import (
     WRITE_ERRORS,
-    PageBody,
-    PageQuery,
-    created_window,
+    JobLink,
+    ListFilters,
+    SweepId,
     found,
-    job_url,
-    paginate,
-    path_id,
+    job_link,
+    paged,
     responses,
 )
 from specdash.api.schemas import (
@@ -40,39 +41,51 @@ from specdash.api.schemas import (
 
 if TYPE_CHECKING:
     from benchmarks.sweeps.models import SweepSample
-    from core.models import Job
 
 router = Router(tags=["sweeps"])
 
 
-class SweepAcceptedBody(TypedDict):
+class SweepAcceptedBody(JobLink):
     """The 202 answer to a write, as ``SweepAccepted`` renders it."""
 
     sweep: Sweep
-    job: Job | None
-    job_url: str | None
 
 
-class SweepFilters(Schema):
-    profile: Id | None = Field(None, description="Profile id")
-    instance: Id | None = Field(None, description="Instance id")
+_Accepted: TypeAlias = Status[SweepAcceptedBody]
+_ACCEPTED = responses({202: SweepAccepted}, WRITE_ERRORS)
+
+
+class SweepFilters(ListFilters):
+    profile: Annotated[Id | None, FilterLookup("profile_id")] = Field(
+        None, description="Profile id"
+    )
+    instance: Annotated[Id | None, FilterLookup("instance_id")] = Field(
+        None, description="Instance id"
+    )
     state: SweepState | None = None
     tag: Text | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
 
 
-class SampleFilters(Schema):
-    level: int | None = Field(None, ge=0, le=1024, description="Level index")
+class SampleFilters(ListFilters):
+    level: Annotated[int | None, FilterLookup("level_index")] = Field(
+        None, ge=0, le=1024, description="Level index"
+    )
 
 
 def _sweep(sweep_id: int) -> Sweep:
     return found(bench_selectors.sweep_detail(sweep_id=sweep_id), f"No sweep #{sweep_id}.")
 
 
-def _accepted(sweep: Sweep) -> Status[SweepAcceptedBody]:
+def _accepted(sweep: Sweep) -> _Accepted:
     sweep = _sweep(sweep.pk)
-    return Status(202, {"sweep": sweep, "job": sweep.job, "job_url": job_url(sweep.job)})
+    return Status(202, {"sweep": sweep, **job_link(sweep.job)})
+
+
+def _act(request: HttpRequest, action: Callable[..., Sweep], sweep_id: int) -> _Accepted:
+    """The 202 answer to ``action`` (a service taking the sweep and the user) on the sweep."""
+    return _accepted(action(sweep=_sweep(sweep_id), user=caller(request)))
 
 
 _CSV = {
@@ -94,27 +107,15 @@ _JSONL = {
 
 @router.get("/sweeps", response=responses({200: SweepPage}), summary="List sweeps")
 @requires(viewer)
-def sweep_list(
-    request: HttpRequest, page: Query[PageQuery], filters: Query[SweepFilters]
-) -> PageBody[Sweep]:
+@paged
+def sweep_list(request: HttpRequest, filters: Query[SweepFilters]) -> QuerySet[Sweep]:
     """Newest first; filter by profile, instance, state, tag and creation time."""
-    qs = bench_selectors.sweep_filter(
-        profile_id=filters.profile,
-        instance_id=filters.instance,
-        state=filters.state,
-        tag=filters.tag,
-        **created_window(filters),
-    )
-    return paginate(request, qs, page)
+    return filters.filter(bench_selectors.sweep_filter())
 
 
-@router.post(
-    "/sweeps",
-    response=responses({202: SweepAccepted}, WRITE_ERRORS),
-    summary="Start a concurrency sweep",
-)
+@router.post("/sweeps", response=_ACCEPTED, summary="Start a concurrency sweep")
 @requires(sweeper)
-def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[SweepAcceptedBody]:
+def sweep_create(request: HttpRequest, payload: SweepIn) -> _Accepted:
     """Queue a sweep of a ready instance (or a base URL); 202 with the sweep and its job."""
     user = caller(request)
     instance = None
@@ -151,71 +152,56 @@ def sweep_create(request: HttpRequest, payload: SweepIn) -> Status[SweepAccepted
 
 @router.get("/sweeps/{sweep_id}", response=responses({200: SweepDetailOut}))
 @requires(viewer)
-def sweep_detail(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> Sweep:
+def sweep_detail(request: HttpRequest, sweep_id: SweepId) -> Sweep:
     """Status and progress of one sweep."""
     return _sweep(sweep_id)
 
 
 @router.get("/sweeps/{sweep_id}/levels", response=responses({200: list[LevelOut]}))
 @requires(viewer)
-def sweep_levels(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> list[Any]:
+def sweep_levels(request: HttpRequest, sweep_id: SweepId) -> list[Any]:
     """Per-level results (headline figures and the full summary), by level index."""
     return bench_selectors.sweep_levels(sweep_id=_sweep(sweep_id).pk)
 
 
 @router.get("/sweeps/{sweep_id}/samples", response=responses({200: SamplePage}))
 @requires(viewer)
+@paged
 def sweep_samples(
-    request: HttpRequest,
-    page: Query[PageQuery],
-    filters: Query[SampleFilters],
-    sweep_id: int = path_id("Sweep id"),
-) -> PageBody[SweepSample]:
+    request: HttpRequest, filters: Query[SampleFilters], sweep_id: SweepId
+) -> QuerySet[SweepSample]:
     """The live samples (about one a second), oldest first."""
-    qs = bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk, level_index=filters.level)
-    return paginate(request, qs, page)
+    return filters.filter(bench_selectors.sweep_sample_list(sweep_id=_sweep(sweep_id).pk))
 
 
-@router.post("/sweeps/{sweep_id}/cancel", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/cancel", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_cancel(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_cancel(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Cancel: a queued sweep at once, a running one after its current level (partial)."""
-    user = caller(request)
-    return _accepted(services.sweep_cancel(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_cancel, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/resume", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/resume", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_resume(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_resume(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Continue an interrupted sweep from its first level that did not complete."""
-    user = caller(request)
-    return _accepted(services.sweep_resume(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_resume, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/rerun", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/rerun", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_rerun(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_rerun(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """A new sweep with a finished sweep's settings against the same target (its server if
     still ready, else a ready server of its profile; its endpoint or base URL). 422 while it
     runs or when no server of its profile is ready."""
-    user = caller(request)
-    return _accepted(services.sweep_rerun(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_rerun, sweep_id)
 
 
-@router.post("/sweeps/{sweep_id}/abandon", response=responses({202: SweepAccepted}, WRITE_ERRORS))
+@router.post("/sweeps/{sweep_id}/abandon", response=_ACCEPTED)
 @requires(sweeper)
-def sweep_abandon(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> Status[SweepAcceptedBody]:
+def sweep_abandon(request: HttpRequest, sweep_id: SweepId) -> _Accepted:
     """Close an interrupted sweep for good (cancelled, every level kept)."""
-    user = caller(request)
-    return _accepted(services.sweep_abandon(sweep=_sweep(sweep_id), user=user))
+    return _act(request, services.sweep_abandon, sweep_id)
 
 
 @router.get(
@@ -224,7 +210,7 @@ def sweep_abandon(
     openapi_extra={"responses": _CSV},
 )
 @requires(viewer)
-def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+def sweep_export_csv(request: HttpRequest, sweep_id: SweepId) -> HttpResponse:
     """Level summaries as CSV (the columns of the UI's export)."""
     return exports.levels_csv_response(sweep=_sweep(sweep_id))
 
@@ -235,7 +221,7 @@ def sweep_export_csv(request: HttpRequest, sweep_id: int = path_id("Sweep id")) 
     openapi_extra={"responses": _JSON_FILE},
 )
 @requires(viewer)
-def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id")) -> HttpResponse:
+def sweep_export_json(request: HttpRequest, sweep_id: SweepId) -> HttpResponse:
     """The sweep with its load, environment and every level's full summary."""
     return exports.levels_json_response(sweep=_sweep(sweep_id))
 
@@ -246,9 +232,7 @@ def sweep_export_json(request: HttpRequest, sweep_id: int = path_id("Sweep id"))
     openapi_extra={"responses": _JSONL},
 )
 @requires(viewer)
-def sweep_export_records(
-    request: HttpRequest, sweep_id: int = path_id("Sweep id")
-) -> StreamingHttpResponse:
+def sweep_export_records(request: HttpRequest, sweep_id: SweepId) -> StreamingHttpResponse:
     """Every request's record as JSON lines (404 until the sweep has written some)."""
     response = exports.records_response(request=request, sweep=_sweep(sweep_id))
     if response is None:

@@ -3,7 +3,8 @@ a speculation schedule derived from one (benchmarks.experiments.matrix and .tuni
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.http import HttpRequest
@@ -13,7 +14,7 @@ from ninja.responses import Status
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import tuning
 from specdash.api.auth import caller, operator, requires, sweeper, viewer
-from specdash.api.common import WRITE_ERRORS, headlined_errors, path_id, responses
+from specdash.api.common import WRITE_ERRORS, ExperimentId, headlined_errors, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.hosts import profile_or_404
 from specdash.api.schemas import ExperimentAccepted, Id, In
@@ -139,8 +140,8 @@ def matrix_create(request: HttpRequest, payload: MatrixIn) -> Status[ExperimentA
 @requires(operator, sweeper)
 def verification_create(
     request: HttpRequest,
+    experiment_id: ExperimentId,
     payload: VerifyIn | None = None,
-    experiment_id: int = path_id("Experiment id"),
 ) -> Status[ExperimentAcceptedBody]:
     """Derive the schedule from a completed experiment whose arms differ in draft length, write
     it as a tuned profile, and queue [tuned, every fixed variant] on the same levels and load,
@@ -164,8 +165,8 @@ def verification_create(
 def verification_report(
     request: HttpRequest,
     query: Query[VerificationQuery],
-    experiment_id: int = path_id("Experiment id"),
-) -> dict[str, Any]:
+    experiment_id: ExperimentId,
+) -> Mapping[str, object]:
     """Per level: tuned / best fixed variant with its interval, the fixed variants
     conclusively ahead of the schedule, and the verdict."""
     with headlined_errors():

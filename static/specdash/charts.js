@@ -80,6 +80,17 @@
       config);
   }
 
+  // The server-built figures of the json_script tag `id` ({name: {data, layout}}), each drawn
+  // once into its container "chart-<name>" (a figure whose container the page lacks is skipped).
+  function figures(id) {
+    const source = document.getElementById(id);
+    if (!source) return;
+    const all = JSON.parse(source.textContent);
+    Object.keys(all).forEach(function (name) {
+      figure(document.getElementById("chart-" + name), all[name]);
+    });
+  }
+
   function extend(node, update, traces, maxPoints) {
     if (!node || !node.data) return;
     Plotly.extendTraces(node, update, traces, maxPoints || MAX_POINTS);
@@ -99,6 +110,7 @@
     layout: layout,
     draw: draw,
     figure: figure,
+    figures: figures,
     extend: extend,
     relayout: relayout,
     drawn: drawn,

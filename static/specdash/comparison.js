@@ -3,10 +3,5 @@
 (function () {
   "use strict";
 
-  const node = document.getElementById("comparison-figures");
-  if (!node || !window.specdashCharts) return;
-  const figures = JSON.parse(node.textContent);
-  Object.keys(figures).forEach(function (name) {
-    window.specdashCharts.figure(document.getElementById("chart-" + name), figures[name]);
-  });
+  if (window.specdashCharts) window.specdashCharts.figures("comparison-figures");
 })();

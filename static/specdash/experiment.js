@@ -4,10 +4,9 @@
 (function () {
   "use strict";
 
-  const configNode = document.getElementById("experiment-config");
-  if (!configNode || !window.specdashLive) return;
+  const config = window.specdashLive && window.specdashLive.pageData("experiment-config");
+  if (!config) return;
   const charts = window.specdashCharts;
-  const config = JSON.parse(configNode.textContent);
   const nodes = {
     state: document.getElementById("experiment-state"),
     current: document.getElementById("current-sweep"),

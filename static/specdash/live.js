@@ -151,5 +151,13 @@
     return (s / 3600).toFixed(1) + " h";
   }
 
-  window.specdashLive = { connect: connect, sockets: sockets, formatSeconds: formatSeconds };
+  // What the page's json_script tag `id` holds (a live page's config); null without the tag.
+  function pageData(id) {
+    const node = document.getElementById(id);
+    return node ? JSON.parse(node.textContent) : null;
+  }
+
+  window.specdashLive = {
+    connect: connect, sockets: sockets, formatSeconds: formatSeconds, pageData: pageData,
+  };
 })();

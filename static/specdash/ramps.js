@@ -5,11 +5,5 @@
 (function () {
   "use strict";
 
-  const node = document.getElementById("ramp-figures");
-  if (!node || !window.specdashCharts) return;
-  const figures = JSON.parse(node.textContent);
-  Object.keys(figures).forEach(function (name) {
-    const target = document.getElementById("chart-" + name);
-    if (target) window.specdashCharts.figure(target, figures[name]);
-  });
+  if (window.specdashCharts) window.specdashCharts.figures("ramp-figures");
 })();

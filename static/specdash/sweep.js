@@ -4,10 +4,9 @@
 (function () {
   "use strict";
 
-  const configNode = document.getElementById("sweep-config");
-  if (!configNode || !window.specdashCharts || !window.specdashLive) return;
+  const config = window.specdashLive && window.specdashLive.pageData("sweep-config");
+  if (!config || !window.specdashCharts) return;
   const charts = window.specdashCharts;
-  const config = JSON.parse(configNode.textContent);
   const nodes = {
     tokps: document.getElementById("chart-tokps"),
     inflight: document.getElementById("chart-inflight"),

@@ -3,7 +3,7 @@ the error shape and the page envelope."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from ninja import Field, Schema
 from pydantic import ConfigDict, StringConstraints
@@ -23,6 +23,24 @@ Tag = Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]
 
 class In(Schema):
     model_config = ConfigDict(extra="forbid")
+
+
+def username(user: Any) -> str | None:
+    """Who a row names (its creator, its actor), by username; None when nobody (a job's)."""
+    return user.get_username() if user is not None else None
+
+
+class RunOut(Schema):
+    """The resolvers the outputs of a run (a job, a sweep, an experiment) share; each output
+    declares its own fields, in its own order, and gets these for those it has."""
+
+    @staticmethod
+    def resolve_finished(obj: Any) -> bool:
+        return bool(obj.is_finished)
+
+    @staticmethod
+    def resolve_created_by(obj: Any) -> str | None:
+        return username(obj.created_by)
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
 from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS
-from specdash.api.schemas.base import Id, In, Notes, Page, Tag, Title
+from specdash.api.schemas.base import Id, In, Notes, Page, RunOut, Tag, Title
 from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
@@ -136,7 +136,7 @@ class StepOut(Schema):
         return sweep.pk if sweep is not None else None
 
 
-class ExperimentOut(Schema):
+class ExperimentOut(RunOut):
     id: int
     name: str
     state: str
@@ -160,20 +160,12 @@ class ExperimentOut(Schema):
     url: str
 
     @staticmethod
-    def resolve_finished(obj: Any) -> bool:
-        return bool(obj.is_finished)
-
-    @staticmethod
     def resolve_arms(obj: Any) -> list[Any]:
         return list(obj.arms.all())
 
     @staticmethod
     def resolve_has_comparison(obj: Any) -> bool:
         return bool(obj.comparison)
-
-    @staticmethod
-    def resolve_created_by(obj: Any) -> str | None:
-        return obj.created_by.get_username() if obj.created_by is not None else None
 
     @staticmethod
     def resolve_url(obj: Any) -> str:

@@ -9,7 +9,7 @@ from ninja import Field, Schema
 
 from benchlib.json_types import JsonObject
 from hosts.masking import masked_text, masked_tree
-from specdash.api.schemas.base import MAX_ID, In, Page
+from specdash.api.schemas.base import MAX_ID, In, Page, RunOut, username
 
 # -- jobs and instances -------------------------------------------------------------------
 
@@ -29,7 +29,7 @@ class HealthOut(Schema):
     workers: list[WorkerOut] = Field(description="The workers alive (beaten within that time)")
 
 
-class JobOut(Schema):
+class JobOut(RunOut):
     id: int
     kind: str
     state: str
@@ -48,10 +48,6 @@ class JobOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     url: str
-
-    @staticmethod
-    def resolve_finished(obj: Any) -> bool:
-        return bool(obj.is_finished)
 
     @staticmethod
     def resolve_url(obj: Any) -> str:
@@ -90,7 +86,7 @@ class InstanceOut(Schema):
 
     @staticmethod
     def resolve_started_by(obj: Any) -> str | None:
-        return obj.started_by.get_username() if obj.started_by is not None else None
+        return username(obj.started_by)
 
     @staticmethod
     def resolve_active(obj: Any) -> bool:
@@ -127,7 +123,7 @@ class InstanceEventOut(Schema):
 
     @staticmethod
     def resolve_actor(obj: Any) -> str | None:
-        return obj.actor.get_username() if obj.actor is not None else None
+        return username(obj.actor)
 
     @staticmethod
     def resolve_message(obj: Any) -> str:

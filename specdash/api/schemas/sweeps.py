@@ -14,7 +14,7 @@ from benchlib.loadgen.settings_fields import SloSettings
 from benchmarks.sweeps import selectors as bench_selectors
 from benchmarks.sweeps.rows import LevelRow, SweepProgress
 from hosts.masking import masked_tree
-from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, Tag, Title
+from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, RunOut, Tag, Title
 from specdash.api.schemas.jobs import JobOut
 
 # -- sweeps -------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ class ProgressOut(Schema):
     eta_s: float | None
 
 
-class SweepOut(Schema):
+class SweepOut(RunOut):
     id: int
     name: str
     state: str
@@ -82,14 +82,6 @@ class SweepOut(Schema):
     @staticmethod
     def resolve_profile(obj: Any) -> str | None:
         return obj.profile.name if obj.profile is not None else None
-
-    @staticmethod
-    def resolve_created_by(obj: Any) -> str | None:
-        return obj.created_by.get_username() if obj.created_by is not None else None
-
-    @staticmethod
-    def resolve_finished(obj: Any) -> bool:
-        return bool(obj.is_finished)
 
     @staticmethod
     def resolve_url(obj: Any) -> str:
