@@ -8,13 +8,11 @@ same shape.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import TypedDict
 
 from django.db.models import Count, Prefetch, QuerySet
 
 from benchlib.json_types import JsonObject
-from core.listing import run_filters, tag_q
 from hosts.masking import masked_text, masked_tree
 from hosts.models import Container, Host, InstanceEvent, ProfileKind, ServerInstance, ServerProfile
 from hosts.models.instances import ACTIVE_STATES, HOLDING_STATES
@@ -101,43 +99,17 @@ def host_list() -> QuerySet[Host]:
     return Host.objects.order_by("name", "pk")
 
 
-def container_list(*, host_id: int | None = None) -> QuerySet[Container]:
-    qs = Container.objects.select_related("host").order_by("host__name", "ident", "pk")
-    return qs.filter(host_id=host_id) if host_id is not None else qs
+def container_list() -> QuerySet[Container]:
+    return Container.objects.select_related("host").order_by("host__name", "ident", "pk")
 
 
-def profile_list(*, host_id: int | None = None, tag: str | None = None) -> QuerySet[ServerProfile]:
-    qs = ServerProfile.objects.select_related("host").order_by("name", "pk")
-    if host_id is not None:
-        qs = qs.filter(host_id=host_id)
-    if tag:
-        qs = qs.filter(tag_q("tags", tag))
-    return qs
+def profile_list() -> QuerySet[ServerProfile]:
+    return ServerProfile.objects.select_related("host").order_by("name", "pk")
 
 
-def instance_filter(
-    *,
-    profile_id: int | None = None,
-    host_id: int | None = None,
-    state: str | None = None,
-    tag: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> QuerySet[ServerInstance]:
-    """Instances, newest first, narrowed by profile, host, state, profile tag and creation."""
-    qs = instance_list().order_by("-created_at", "-pk")
-    if profile_id is not None:
-        qs = qs.filter(profile_id=profile_id)
-    if host_id is not None:
-        qs = qs.filter(host_id=host_id)
-    return run_filters(
-        qs,
-        state=state,
-        tag_field="profile__tags",
-        tag=tag,
-        created_after=created_after,
-        created_before=created_before,
-    )
+def instance_filter() -> QuerySet[ServerInstance]:
+    """Instances, newest first, for the API's list (its FilterSchema narrows them)."""
+    return instance_list().order_by("-created_at", "-pk")
 
 
 def instance_event_list(*, instance_id: int) -> QuerySet[InstanceEvent]:

@@ -20,7 +20,6 @@ from benchmarks.experiments.history import HistoryRun, history_load
 from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.plan import is_rate_sweep
-from core.listing import run_filters
 from hosts.models import ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES
 
@@ -303,23 +302,6 @@ def experiment_list() -> QuerySet[Experiment]:
     return Experiment.objects.prefetch_related("arms__profile")
 
 
-def experiment_filter(
-    *,
-    profile_id: int | None = None,
-    state: str | None = None,
-    tag: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> QuerySet[Experiment]:
-    """Experiments, newest first, narrowed by an arm's profile, state, tag and creation."""
-    qs = experiment_list().select_related("created_by").order_by("-created_at", "-pk")
-    if profile_id is not None:
-        qs = qs.filter(arms__profile_id=profile_id).distinct()
-    return run_filters(
-        qs,
-        state=state,
-        tag_field="tags",
-        tag=tag,
-        created_after=created_after,
-        created_before=created_before,
-    )
+def experiment_filter() -> QuerySet[Experiment]:
+    """Experiments, newest first, for the API's list (its FilterSchema narrows them)."""
+    return experiment_list().select_related("created_by").order_by("-created_at", "-pk")

@@ -19,7 +19,6 @@ from benchmarks.sweeps.health import level_health
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample, SweepState
 from benchmarks.sweeps.plan import LevelPlan, is_rate_sweep, level_label, sweep_level_plan
 from benchmarks.sweeps.rows import LevelRow, SweepProgress, SweepRow, SweepSnapshot
-from core.listing import run_filters
 from hosts.models import InstanceState, ProfileKind, ServerInstance, ServerProfile
 from hosts.telemetry.sweeps import HostSweeps, SweepSpan
 
@@ -311,29 +310,9 @@ def sweep_snapshot(*, sweep_id: int, max_samples: int = 3600) -> SweepSnapshot |
     }
 
 
-def sweep_filter(
-    *,
-    profile_id: int | None = None,
-    instance_id: int | None = None,
-    state: str | None = None,
-    tag: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> QuerySet[Sweep]:
-    """Sweeps, newest first, narrowed by profile, instance, state, tag and creation time."""
-    qs = sweep_list().select_related("created_by").order_by("-created_at", "-pk")
-    if profile_id is not None:
-        qs = qs.filter(profile_id=profile_id)
-    if instance_id is not None:
-        qs = qs.filter(instance_id=instance_id)
-    return run_filters(
-        qs,
-        state=state,
-        tag_field="tags",
-        tag=tag,
-        created_after=created_after,
-        created_before=created_before,
-    )
+def sweep_filter() -> QuerySet[Sweep]:
+    """Sweeps, newest first, for the API's list (its FilterSchema narrows them)."""
+    return sweep_list().select_related("created_by").order_by("-created_at", "-pk")
 
 
 def sweep_sample_list(*, sweep_id: int, level_index: int | None = None) -> QuerySet[SweepSample]:

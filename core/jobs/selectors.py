@@ -11,14 +11,9 @@ def job_detail(*, job_id: int) -> Job | None:
     return Job.objects.filter(pk=job_id).first()
 
 
-def job_filter(*, kind: str | None = None, state: str | None = None) -> QuerySet[Job]:
-    """Jobs, newest first, optionally of one kind and in one state."""
-    qs = Job.objects.order_by("-created_at", "-pk")
-    if kind:
-        qs = qs.filter(kind=kind)
-    if state:
-        qs = qs.filter(state=state)
-    return qs
+def job_filter() -> QuerySet[Job]:
+    """Jobs, newest first, for the API's list (its FilterSchema narrows them)."""
+    return Job.objects.order_by("-created_at", "-pk")
 
 
 def job_newest(*, lock_key: str) -> Job | None:
