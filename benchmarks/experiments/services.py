@@ -55,6 +55,17 @@ def experiment_lock_key(experiment_id: int) -> str:
     return f"experiment:{experiment_id}"
 
 
+def _run_job_enqueue(experiment_id: int, *, user: Any) -> Job:
+    """The ``experiment.run`` job of a new or resumed experiment (one at a time per experiment:
+    its lock key)."""
+    return job_enqueue(
+        kind=EXPERIMENT_JOB_KIND,
+        params={"experiment_id": experiment_id},
+        lock_key=experiment_lock_key(experiment_id),
+        user=user,
+    )
+
+
 def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[int, int]]:
     """(arm position, repeat) pairs in run order: A A B B (sequential) or A B B A
     (interleaved: each round runs the arms in the reverse order of the round before, so with
@@ -231,12 +242,7 @@ def experiment_create(
                 )
             ]
         )
-        experiment.job = job_enqueue(
-            kind=EXPERIMENT_JOB_KIND,
-            params={"experiment_id": experiment.pk},
-            lock_key=experiment_lock_key(experiment.pk),
-            user=user,
-        )
+        experiment.job = _run_job_enqueue(experiment.pk, user=user)
         experiment.save(update_fields=["job"])
     return experiment
 
@@ -349,12 +355,7 @@ def experiment_resume(*, experiment: Experiment, user: Any = None, by: str = "")
                 state=StepState.PENDING, reason=f"resuming after: {step.reason}", finished_at=None
             )
             _broadcast_step(step.pk)
-        job = job_enqueue(
-            kind=EXPERIMENT_JOB_KIND,
-            params={"experiment_id": experiment.pk},
-            lock_key=experiment_lock_key(experiment.pk),
-            user=user,
-        )
+        job = _run_job_enqueue(experiment.pk, user=user)
         Experiment.objects.filter(pk=experiment.pk).update(job=job)
         _history_add(experiment.pk, {"event": "resumed", "by": who})
         _broadcast_state(experiment.pk)
