@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             results = asyncio.run(_bench(profile, args.n))
             if ssh is not None:
                 from hosts.lifecycle.remote import transport_for
-                from hosts.transports import SSHTransport
+                from hosts.transports.ssh import SSHTransport
 
                 hop = transport_for(profile.host, None)
                 if isinstance(hop, SSHTransport):

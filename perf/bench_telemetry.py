@@ -254,7 +254,8 @@ def probe_costs(var: Path, seconds: float) -> dict[str, dict[str, float]]:
     os.environ["SPECDASH_VAR_DIR"] = str(var)
     django.setup()
     from hosts.lifecycle.remote import with_host_env
-    from hosts.transports import LocalTransport, SSHTransport
+    from hosts.transports.local import LocalTransport
+    from hosts.transports.ssh import SSHTransport
     from tests.fixtures.sshd import running_sshd
 
     sim_bin = ROOT / "benchlib" / "simulator" / "bin"

@@ -8,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hosts.transports import ContainerHop, SSHTransport
+from hosts.transports.containers import ContainerHop
+from hosts.transports.ssh import SSHTransport
 from tests.fixtures.sshd import SshServer, running_sshd
 
 # Cost of one command over SSH: a multiplexed transport (ControlMaster, the default)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from benchlib.stats import RatioCurve
 from benchlib.stats.decision import Arm, ArmHealth, Decision
 from benchlib.stats.intervals import ratio_curve
+from benchlib.stats.types import RatioCurve
 from benchmarks.experiments.decisions import (
     arm_health,
     decision_from,

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
-from benchlib.stats import compare_all, find_saturation
+from benchlib.stats.saturation import find_saturation
+from benchlib.stats.verdict import compare_all
 from benchmarks.experiments import workload
 from benchmarks.experiments.candidate_decision import (
     CONFIDENCE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from benchlib.loadgen.goodput import Slo
-from benchlib.stats import compare_all
+from benchlib.stats.verdict import compare_all
 from benchmarks.experiments import workload
 from benchmarks.experiments.candidate_decision import CONFIDENCE, candidate_decision
 from benchmarks.experiments.level_runs import SeriesCurve, by_concurrency

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from benchlib.json_types import JsonObject
-from benchlib.stats import Curve, find_saturation
+from benchlib.stats.saturation import find_saturation
+from benchlib.stats.types import Curve
 from benchmarks.experiments.verdicts import SaturationEntry, saturation_dict
 
 # The load settings that change what a level measures (the rest, such as a timeout or the

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchlib.json_types import JsonObject
-from benchlib.stats import Curve, LevelSample, RequestPoint
+from benchlib.stats.types import Curve, LevelSample, RequestPoint
 from benchmarks.experiments.records import read_request_points
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.arrays.columns import RequestArrays
-from benchlib.stats import RequestPoint
+from benchlib.stats.types import RequestPoint
 from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 
 

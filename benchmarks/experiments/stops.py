@@ -16,7 +16,7 @@ from hosts.lifecycle import store as lifecycle_store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import Container, Host, InstanceState
 from hosts.models.instances import ACTIVE_STATES
-from hosts.transports import TransportError
+from hosts.transports.base import TransportError
 
 
 @dataclass

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 from benchlib.json_types import JsonObject
-from benchlib.stats import Crossing, Ratio, Saturation, Verdict
-from benchlib.stats.crossover import Direction
+from benchlib.stats.crossover import Crossing, Direction
 from benchlib.stats.decision import Decision
+from benchlib.stats.saturation import Saturation
 from benchlib.stats.speculative_schedule import vllm_speculative_config
-from benchlib.stats.types import RatioMethod
+from benchlib.stats.types import Ratio, RatioMethod
+from benchlib.stats.verdict import Verdict
 from benchmarks.experiments.level_runs import SeriesCurve
 
 

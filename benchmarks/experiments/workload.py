@@ -26,7 +26,7 @@ from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo, request_meets
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.summary import LevelGoodput
-from benchlib.stats import Curve, LevelSample, RequestPoint
+from benchlib.stats.types import Curve, LevelSample, RequestPoint
 from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
 from benchmarks.sweeps.workload import figure_at
 

@@ -43,7 +43,7 @@ from hosts.lifecycle.stopping import (
 )
 from hosts.models import InstanceState
 from hosts.telemetry import manager as telemetry
-from hosts.transports import TransportError
+from hosts.transports.base import TransportError
 
 logger = logging.getLogger(__name__)
 

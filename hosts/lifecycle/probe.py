@@ -18,7 +18,7 @@ from asgiref.sync import async_to_sync
 from hosts.agent.parts.probe import ContainerFacts, NvidiaSmi, ProbeAnswer
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.models import Container, ContainerKind, Host, HostKind, ServerProfile
-from hosts.transports import CommandTimeout, HopError, TransportError
+from hosts.transports.base import CommandTimeout, HopError, TransportError
 
 PROBE_TIMEOUT_S = 20.0
 # Interpreters of the profiles at one place whose engine versions are worth asking about.

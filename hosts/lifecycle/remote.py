@@ -11,8 +11,9 @@ from django.conf import settings
 from benchlib.json_types import JsonObject
 from hosts.agent import AGENT_SOURCE
 from hosts.models import Container, ContainerKind, Host, HostKind
-from hosts.transports import HopSpec, Transport, TransportError, build_chain, run_script
-from hosts.transports.base import tail
+from hosts.transports.base import Transport, TransportError, tail
+from hosts.transports.chain import HopSpec, build_chain
+from hosts.transports.script import run_script
 
 # A constant wrapper (never built from input): puts the host's directories first on PATH,
 # then runs the rest of argv, which starts with `env NAME=value ...`. Values arrive as argv

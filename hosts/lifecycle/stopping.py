@@ -13,7 +13,7 @@ from hosts.agent.parts.launch import LaunchAnswer
 from hosts.lifecycle import steps, store
 from hosts.lifecycle.remote import Agent, AgentFailed
 from hosts.telemetry import manager as telemetry
-from hosts.transports import HopError, TransportError
+from hosts.transports.base import HopError, TransportError
 
 # A launch or stop call that fails on the way (SSH drop) is retried: the agent reconciles a
 # repeated launch of the same run id instead of starting a second server.

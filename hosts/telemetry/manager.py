@@ -45,7 +45,7 @@ from hosts.telemetry.probes import (
     gpu_sample_data,
 )
 from hosts.telemetry.targets import HostTarget
-from hosts.transports import TransportError
+from hosts.transports.base import TransportError
 
 logger = logging.getLogger(__name__)
 

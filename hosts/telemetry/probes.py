@@ -42,7 +42,7 @@ from hosts.telemetry.nvidia_smi import (
     parse_gpu_query,
 )
 from hosts.telemetry.prometheus import EngineMetrics, MetricsParseError, parse_engine_metrics
-from hosts.transports import LineStream, Transport, TransportError
+from hosts.transports.base import LineStream, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 

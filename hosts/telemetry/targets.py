@@ -8,7 +8,7 @@ from functools import partial
 
 from hosts.lifecycle.remote import transport_for, with_host_env
 from hosts.models import Host, HostKind
-from hosts.transports import Transport
+from hosts.transports.base import Transport
 
 
 @dataclass(frozen=True)

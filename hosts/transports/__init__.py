@@ -1,45 +1,6 @@
-from __future__ import annotations
+"""Pluggable async transports: run argv here, over ssh, and inside containers, as a chain.
+Plain Python; nothing here imports Django.
 
-from hosts.transports.base import (
-    CommandFailed,
-    CommandResult,
-    CommandTimeout,
-    Hop,
-    HopError,
-    LineStream,
-    Transport,
-    TransportConfigError,
-    TransportError,
-)
-from hosts.transports.chain import HopSpec, build_chain
-from hosts.transports.containers import ContainerHop
-from hosts.transports.local import LocalTransport
-from hosts.transports.script import BASH, PYTHON, SH, ScriptResult, diagnose, run_script
-from hosts.transports.ssh import SSHTransport
-
-# Pluggable async transports: run argv here, over ssh, and inside containers, as a chain.
-# Plain Python; nothing here imports Django.
-
-
-__all__ = [
-    "BASH",
-    "PYTHON",
-    "SH",
-    "CommandFailed",
-    "CommandResult",
-    "CommandTimeout",
-    "ContainerHop",
-    "Hop",
-    "HopError",
-    "HopSpec",
-    "LineStream",
-    "LocalTransport",
-    "SSHTransport",
-    "ScriptResult",
-    "Transport",
-    "TransportConfigError",
-    "TransportError",
-    "build_chain",
-    "diagnose",
-    "run_script",
-]
+``base`` (the protocol, results and errors), ``local``, ``ssh``, ``containers``, ``chain``
+(hops joined into one transport), ``script`` (a script sent on stdin, ``diagnose``); callers
+import each name from its module, and this package re-exports nothing."""

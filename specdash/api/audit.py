@@ -12,7 +12,7 @@ from benchmarks.sweeps import selectors as bench_selectors
 from specdash.api import errors
 from specdash.api.auth import requires, viewer
 from specdash.api.common import found, responses
-from specdash.api.schemas import Id
+from specdash.api.schemas.base import Id
 
 router = Router(tags=["audit"])
 

@@ -15,8 +15,8 @@ from specdash.api.auth import caller, operator, requires, sweeper, viewer
 from specdash.api.common import WRITE_ERRORS, MapId, found, headlined_errors, responses
 from specdash.api.experiments import experiment_accepted, experiment_or_404
 from specdash.api.hosts import profile_or_404
-from specdash.api.schemas import ExperimentAccepted, Id, In
-from specdash.api.schemas.experiments import ProtocolIn
+from specdash.api.schemas.base import Id, In
+from specdash.api.schemas.experiments import ExperimentAccepted, ProtocolIn
 
 if TYPE_CHECKING:
     from benchmarks.experiments.breakeven_report import MapPayload

@@ -18,7 +18,7 @@ from ninja.signature.utils import make_forwardref
 
 from core.listing import tag_q
 from specdash.api import errors
-from specdash.api.schemas import MAX_ID, ErrorOut
+from specdash.api.schemas.base import MAX_ID, ErrorOut
 
 if TYPE_CHECKING:
     from core.models import Job

@@ -29,15 +29,14 @@ from specdash.api.common import (
     paged,
     responses,
 )
-from specdash.api.schemas import (
+from specdash.api.schemas.base import Id, Text
+from specdash.api.schemas.experiments import (
     ComparisonOut,
     ExperimentAccepted,
     ExperimentDetailOut,
     ExperimentIn,
     ExperimentPage,
-    Id,
     ScheduleOut,
-    Text,
 )
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from specdash.api.common import (
     paged,
     responses,
 )
-from specdash.api.schemas import (
+from specdash.api.schemas.base import Id, Text
+from specdash.api.schemas.registry import (
     ContainerIn,
     ContainerOut,
     ContainerPage,
@@ -33,12 +34,10 @@ from specdash.api.schemas import (
     HostOut,
     HostPage,
     HostPatch,
-    Id,
     ProfileIn,
     ProfileOut,
     ProfilePage,
     ProfilePatch,
-    Text,
 )
 
 router = Router(tags=["registry"])

@@ -28,15 +28,14 @@ from specdash.api.common import (
     responses,
 )
 from specdash.api.hosts import profile_or_404
-from specdash.api.schemas import (
-    Id,
+from specdash.api.schemas.base import Id, Text
+from specdash.api.schemas.jobs import (
     InstanceAccepted,
     InstanceEventPage,
     InstanceOut,
     InstancePage,
     KillHoldersIn,
     LogOut,
-    Text,
 )
 
 if TYPE_CHECKING:

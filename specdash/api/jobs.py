@@ -13,7 +13,7 @@ from core.jobs.health import worker_health
 from core.models import Job, JobState
 from specdash.api.auth import requires, viewer
 from specdash.api.common import JobId, ListFilters, found, paged, responses
-from specdash.api.schemas import HealthOut, JobOut, JobPage
+from specdash.api.schemas.jobs import HealthOut, JobOut, JobPage
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -28,15 +28,14 @@ from specdash.api.common import (
     paged,
     responses,
 )
-from specdash.api.schemas import (
-    Id,
+from specdash.api.schemas.base import Id, Text
+from specdash.api.schemas.sweeps import (
     LevelOut,
     SamplePage,
     SweepAccepted,
     SweepDetailOut,
     SweepIn,
     SweepPage,
-    Text,
 )
 
 if TYPE_CHECKING:

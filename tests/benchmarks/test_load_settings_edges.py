@@ -13,7 +13,7 @@ from benchlib.loadgen.settings import LoadSettings, flat_fields, input_fields
 from benchlib.loadgen.settings_fields import Option, SloSettings
 from benchmarks.sweeps import services
 from benchmarks.sweeps.forms import LoadPlanForm, load_form_field
-from specdash.api.schemas import SloIn, SweepLoadIn
+from specdash.api.schemas.sweeps import SloIn, SweepLoadIn
 
 
 class Extended(LoadSettings):

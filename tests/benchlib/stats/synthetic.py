@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from benchlib.stats import Ratio, RequestPoint
+from benchlib.stats.types import Ratio, RequestPoint
 
 
 def closed_loop_requests(

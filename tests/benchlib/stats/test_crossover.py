@@ -4,16 +4,9 @@ import math
 
 import pytest
 
-from benchlib.stats import (
-    Curve,
-    LevelRatio,
-    LevelSample,
-    Ratio,
-    RatioCurve,
-    find_crossover,
-    interpolate_crossing,
-    ratio_curve,
-)
+from benchlib.stats.crossover import find_crossover, interpolate_crossing
+from benchlib.stats.intervals import ratio_curve
+from benchlib.stats.types import Curve, LevelRatio, LevelSample, Ratio, RatioCurve
 
 
 def _curve(*levels):

@@ -5,13 +5,8 @@ import statistics
 
 import pytest
 
-from benchlib.stats import (
-    Curve,
-    LevelSample,
-    level_ratio,
-    ratio_curve,
-    ratio_from_repeats,
-)
+from benchlib.stats.intervals import level_ratio, ratio_curve, ratio_from_repeats
+from benchlib.stats.types import Curve, LevelSample
 from tests.benchlib.stats.synthetic import bounds, closed_loop_requests
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.stats import Curve, LevelSample, find_saturation
-from benchlib.stats.saturation import despike, gain_per_doubling
+from benchlib.stats.saturation import despike, find_saturation, gain_per_doubling
+from benchlib.stats.types import Curve, LevelSample
 
 CS = (1, 2, 5, 10, 30, 70, 100, 250)
 

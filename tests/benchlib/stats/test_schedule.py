@@ -5,9 +5,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from benchlib.stats import Curve, LevelSample
 from benchlib.stats.schedule import Step, Variant, derive_schedule, inverse
-from benchlib.stats.types import Ratio
+from benchlib.stats.types import Curve, LevelSample, Ratio
 from tests.benchlib.stats.synthetic import closed_loop_requests
 
 TIGHT = (-0.004, 0.0, 0.004)  # relative spread of three repeats: +-0.4%

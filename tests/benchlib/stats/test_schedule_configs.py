@@ -6,7 +6,6 @@ import shlex
 
 import pytest
 
-from benchlib.stats import Curve, LevelSample
 from benchlib.stats.engines import ENGINE_NAMES, ENGINE_OPTIONS, option_row
 from benchlib.stats.schedule import Step, Variant, derive_schedule
 from benchlib.stats.schedule_configs import (
@@ -21,6 +20,7 @@ from benchlib.stats.schedule_configs import (
     vllm_schedule_entry,
 )
 from benchlib.stats.speculative_schedule import vllm_speculative_config
+from benchlib.stats.types import Curve, LevelSample
 from tests.benchlib.stats import documented_syntax as doc
 
 CROSSOVER = (Step(1, 8, 3), Step(9, None, 0))

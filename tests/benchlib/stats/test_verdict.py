@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.stats import Curve, LevelSample, compare, compare_all
 from benchlib.stats.engines import describe
+from benchlib.stats.types import Curve, LevelSample
+from benchlib.stats.verdict import compare, compare_all
 from tests.benchlib.stats.synthetic import closed_loop_requests
 
 # scenario.md: EAGLE-3 on CUDA 13, single stream 96.1 tok/s (baseline 92.6); the sweep's

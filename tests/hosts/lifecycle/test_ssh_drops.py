@@ -18,7 +18,8 @@ from django.conf import settings
 
 from hosts.lifecycle import remote
 from hosts.models import Host, InstanceState, ServerInstance
-from hosts.transports import CommandResult, Hop, LineStream, SSHTransport, Transport
+from hosts.transports.base import CommandResult, Hop, LineStream, Transport
+from hosts.transports.ssh import SSHTransport
 from tests.fixtures.procs import alive
 from tests.hosts.lifecycle.conftest import (
     gpu_used_mb,

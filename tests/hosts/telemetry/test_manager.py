@@ -11,7 +11,7 @@ from hosts.telemetry.manager import HostTelemetry
 from hosts.telemetry.probes import Sample
 from hosts.telemetry.selectors import HostPlan, ScrapeTarget
 from hosts.telemetry.targets import HostTarget
-from hosts.transports import LocalTransport
+from hosts.transports.local import LocalTransport
 from tests.hosts.lifecycle.conftest import SIM_BIN
 
 

@@ -22,7 +22,8 @@ from hosts.telemetry.probes import (
     server_sample_data,
 )
 from hosts.telemetry.prometheus import parse_engine_metrics
-from hosts.transports import CommandResult, LineStream, LocalTransport, Transport
+from hosts.transports.base import CommandResult, LineStream, Transport
+from hosts.transports.local import LocalTransport
 from tests.hosts.lifecycle.conftest import SIM_BIN
 
 DATA = Path(__file__).parent / "data"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hosts.transports import SSHTransport
+from hosts.transports.ssh import SSHTransport
 from tests.fixtures.sshd import SshServer, sshd  # noqa: F401 - one server for the whole run
 
 BIN = Path(__file__).resolve().parents[2] / "fixtures" / "bin"

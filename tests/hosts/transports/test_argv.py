@@ -4,14 +4,11 @@ import shlex
 
 import pytest
 
-from hosts.transports import (
-    ContainerHop,
-    HopSpec,
-    LocalTransport,
-    SSHTransport,
-    TransportConfigError,
-    build_chain,
-)
+from hosts.transports.base import TransportConfigError
+from hosts.transports.chain import HopSpec, build_chain
+from hosts.transports.containers import ContainerHop
+from hosts.transports.local import LocalTransport
+from hosts.transports.ssh import SSHTransport
 
 CTL = "/run/sd"
 SSH_PREFIX = [

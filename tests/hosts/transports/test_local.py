@@ -10,17 +10,10 @@ import time
 
 import pytest
 
-from hosts.transports import (
-    PYTHON,
-    SH,
-    CommandFailed,
-    CommandTimeout,
-    ContainerHop,
-    HopError,
-    LocalTransport,
-    diagnose,
-    run_script,
-)
+from hosts.transports.base import CommandFailed, CommandTimeout, HopError
+from hosts.transports.containers import ContainerHop
+from hosts.transports.local import LocalTransport
+from hosts.transports.script import PYTHON, SH, diagnose, run_script
 from tests.fixtures.procs import alive
 from tests.hosts.transports.conftest import DOCKER, ECHO_ARGV, INCUS, LXC_ATTACH, NASTY_ARGS, PCT
 

@@ -11,17 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from hosts.transports import (
-    CommandFailed,
-    CommandTimeout,
-    ContainerHop,
-    HopError,
-    HopSpec,
-    LocalTransport,
-    SSHTransport,
-    build_chain,
-    run_script,
-)
+from hosts.transports.base import CommandFailed, CommandTimeout, HopError
+from hosts.transports.chain import HopSpec, build_chain
+from hosts.transports.containers import ContainerHop
+from hosts.transports.local import LocalTransport
+from hosts.transports.script import run_script
+from hosts.transports.ssh import SSHTransport
 from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import SshServer
 from tests.hosts.transports.conftest import ECHO_ARGV, NASTY_ARGS, PCT
