@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from benchlib.json_types import JsonObject
+from benchlib.loadgen.events import SampleFigures
 
 
 class SweepRow(TypedDict):
@@ -31,15 +32,12 @@ class SweepRow(TypedDict):
     finished_at: float | None
 
 
-class LevelRow(TypedDict):
-    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
-    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which)."""
+class LevelFigures(TypedDict):
+    """A level's headline figures, declared once: the level's columns as its summary fills
+    them in (``recording.LevelColumns``) and its row on the page, the websocket and the API
+    (``LevelRow``) carry them."""
 
-    index: int
     concurrency: int
-    target_rate: float | None
-    x: float
-    label: str
     state: str
     output_tok_s: float | None
     steady_output_tok_s: float | None
@@ -53,6 +51,16 @@ class LevelRow(TypedDict):
     requests_ok: int
     requests_failed: int
     reason: str
+
+
+class LevelRow(LevelFigures):
+    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
+    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which)."""
+
+    index: int
+    target_rate: float | None
+    x: float
+    label: str
     started_at: float | None  # epoch seconds
     finished_at: float | None
 
@@ -68,29 +76,20 @@ class SweepProgress(TypedDict):
     as_of: float  # epoch seconds the estimate was made at
 
 
-class _SampleFigures(TypedDict):
+class _SampleAt(TypedDict):
     level_index: int
     t: float  # wall-clock epoch seconds
-    concurrency: int
-    phase: str  # warmup or measure
-    tok_s: float
-    in_flight: int
-    completed: int
-    errors: int
-    ttft_p50: float | None
-    loop_lag_ms: float | None
-    client_cpu: float | None
-    client_limited: bool
 
 
-class LiveSample(_SampleFigures, total=False):
+class LiveSample(_SampleAt, SampleFigures, total=False):
     """One live sample of a level as the load generator writes it (about once a second; see
     ``benchlib.loadgen.level``; the command line leaves out the first-token times behind
-    ``ttft_p50``), less its event name, as the sweep page charts it. A level run
-    over several processes or shards sums them into one sample and says how many it summed."""
+    ``ttft_p50``), less its event name, as the sweep page charts it: the sample event's
+    figures (``benchlib.loadgen.events.SampleFigures``; ``phase`` is warmup or measure). A level
+    run over several processes or shards sums them into one sample and says how many it summed
+    (``processes``, or ``shards``: load generators of a split level, benchmarks.sweeps.split)."""
 
-    processes: int  # worker processes of one load generator (benchlib.loadgen.multiproc)
-    shards: int  # load generators of a split level (benchmarks.sweeps.split)
+    shards: int
 
 
 class SweepSnapshot(TypedDict):
