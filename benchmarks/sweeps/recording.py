@@ -283,9 +283,11 @@ def _dist(distribution: Distribution | None, key: Literal["p50", "p99"]) -> floa
 
 
 class LevelColumns(LevelFigures):
-    """``level_fields_from_summary``: the level's headline figures and the summary they were
-    read from, as the SweepLevel columns of those names store them."""
+    """``level_fields_from_summary``: the level's C, state and headline figures and the
+    summary they were read from, as the SweepLevel columns of those names store them."""
 
+    concurrency: int
+    state: str
     summary: LevelSummary
 
 

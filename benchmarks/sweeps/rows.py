@@ -37,8 +37,6 @@ class LevelFigures(TypedDict):
     them in (``recording.LevelColumns``) and its row on the page, the websocket and the API
     (``LevelRow``) carry them."""
 
-    concurrency: int
-    state: str
     output_tok_s: float | None
     steady_output_tok_s: float | None
     ttft_p50_ms: float | None
@@ -53,14 +51,20 @@ class LevelFigures(TypedDict):
     reason: str
 
 
-class LevelRow(LevelFigures):
-    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
-    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which)."""
-
+class _LevelPlace(TypedDict):
     index: int
+    concurrency: int
     target_rate: float | None
     x: float
     label: str
+    state: str
+
+
+class LevelRow(_LevelPlace, LevelFigures):
+    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
+    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which). The keys'
+    order (its place, its figures, its times) is the API's ``LevelOut``'s."""
+
     started_at: float | None  # epoch seconds
     finished_at: float | None
 
