@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm torture bench bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle bench-telemetry bench-jobs bench-tuning bench-aa bench-records gpu-check clean bench-breakeven bench-replay bench-scale bench-schedule bench-trace-ab bench-controller bench-tier-reading bench-structure
+.PHONY: run test system-deps venv engines engines-llamacpp engines-vllm lint typecheck pytest pytest-llamacpp pytest-clock pytest-browser pytest-vllm torture bench bench-structure gpu-check clean
 
 $(VENV)/.runtime-installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -111,77 +111,46 @@ pytest-vllm: $(VENV)/.dev-installed engines-vllm
 
 bench: bench-simulator bench-loadgen bench-transport bench-lifecycle bench-telemetry bench-jobs
 
-bench-simulator: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_simulator
+# Each benchmark is one module, perf/bench_<name>.py (bench-trace-ab runs perf.bench_trace_ab),
+# declared once in one of the two lists below. These take no arguments: the six of `bench`, and
+# bench-peers (not part of `bench`: it installs SGLang's client into its own venv under
+# ~/.cache/specdash/peers).
+BENCHES := bench-simulator bench-loadgen bench-peers bench-transport bench-lifecycle \
+	bench-telemetry bench-jobs
 
-bench-loadgen: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_loadgen
+# These take the command line's ARGS, and none is part of `bench`:
+# - bench-replay: trace replay timing: arrival lateness at 1x and 10x against the simulator
+#   (~40 s).
+# - bench-trace-ab: baseline vs EAGLE-3 simulator arms on a replayed Mooncake-format trace
+#   (perf/traces/ab_mooncake.jsonl), A B B A, judged by the decision object (docs/measurement.md).
+# - bench-records: the load generator's peak RSS over a 50k-request level, records bytes per
+#   request (JSON lines against the compact format) and a SIGKILL mid-level, against the simulator.
+# - bench-tuning: a matrix and its verification, about 42 minutes on a shared 2-core machine
+#   (README.md gives the measured run).
+# - bench-schedule: the strict schedule check (margin 0, 3 repeats; off / K=1 / K=3 over C=1, 2,
+#   4, 16 on the simulated EAGLE-3, through the API), about 17 minutes on 2 cores.
+# - bench-aa: A/A calibration of the comparison's statuses, a known 5% difference, the rate-mode
+#   2x-TPOT pair and 3 A/A experiments on the real llama.cpp build (needs `make engines`), 15-30
+#   minutes on 2 cores (docs/measurement.md, "A/A calibration").
+# - bench-breakeven: a break-even map on the simulator and its prediction of two workload
+#   categories checked against their own A/Bs (docs/measurement.md, "The break-even map").
+# - bench-controller: controller tracking on the simulator's SGLang adaptive mode under a rate
+#   ramp, every switch of its controller log held against the per-second scrape, with the static
+#   arms on the same workload (docs/measurement.md, "Controller tracking"); ~4 minutes a seed.
+# - bench-tier-reading: what controller tracking's fast tier reading and per-second scrape cost
+#   the client and the server (CPU per second), against an idle simulator.
+# - bench-scale: a finished experiment's build, pages, API answers and audit at 1k, 10k and 100k
+#   requests per arm, the cost of 8 against 16 levels, and the end-of-run build beside a running
+#   sweep (docs/operations.md, "Cost at scale"); tens of minutes on 2 cores.
+BENCHES_WITH_ARGS := bench-replay bench-trace-ab bench-records bench-tuning bench-schedule \
+	bench-aa bench-breakeven bench-controller bench-tier-reading bench-scale
+.PHONY: $(BENCHES) $(BENCHES_WITH_ARGS)
 
-# Trace replay timing: arrival lateness at 1x and 10x against the simulator (~40 s).
-bench-replay: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_replay $(ARGS)
+$(BENCHES): bench-%: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_$(subst -,_,$*)
 
-# Not part of `bench`: baseline vs EAGLE-3 simulator arms on a replayed Mooncake-format trace
-# (perf/traces/ab_mooncake.jsonl), A B B A, judged by the decision object (docs/measurement.md).
-bench-trace-ab: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_trace_ab $(ARGS)
-
-# Not part of `bench`: installs SGLang's client into its own venv under ~/.cache/specdash/peers.
-bench-peers: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_peers
-
-bench-transport: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_transport
-
-bench-lifecycle: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_lifecycle
-
-bench-telemetry: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_telemetry
-
-bench-jobs: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_jobs
-
-# Not part of `bench`: the load generator's peak RSS over a 50k-request level, records bytes per
-# request (JSON lines against the compact format) and a SIGKILL mid-level, against the simulator.
-bench-records: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_records $(ARGS)
-
-# Not part of `bench`: a matrix and its verification, about 42 minutes on a shared 2-core
-# machine (README.md gives the measured run).
-bench-tuning: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_tuning $(ARGS)
-
-# Not part of `bench`: the strict schedule check (margin 0, 3 repeats; off / K=1 / K=3 over
-# C=1, 2, 4, 16 on the simulated EAGLE-3, through the API), about 17 minutes on 2 cores.
-bench-schedule: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_schedule $(ARGS)
-
-# Not part of `bench`: A/A calibration of the comparison's statuses, a known 5% difference, the
-# rate-mode 2x-TPOT pair and 3 A/A experiments on the real llama.cpp build (needs `make
-# engines`), 15-30 minutes on 2 cores (docs/measurement.md, "A/A calibration").
-bench-aa: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_aa $(ARGS)
-
-# Not part of `bench`: a break-even map on the simulator and its prediction of two workload
-# categories checked against their own A/Bs (docs/measurement.md, "The break-even map").
-bench-breakeven: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_breakeven $(ARGS)
-
-# Not part of `bench`: controller tracking on the simulator's SGLang adaptive mode under a rate
-# ramp, every switch of its controller log held against the per-second scrape, with the static
-# arms on the same workload (docs/measurement.md, "Controller tracking"); ~4 minutes a seed.
-bench-controller: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_controller $(ARGS)
-# Not part of `bench`: what controller tracking's fast tier reading and per-second scrape cost
-# the client and the server (CPU per second), against an idle simulator.
-bench-tier-reading: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_tier_reading $(ARGS)
-# Not part of `bench`: a finished experiment's build, pages, API answers and audit at 1k, 10k
-# and 100k requests per arm, the cost of 8 against 16 levels, and the end-of-run build beside
-# a running sweep (docs/operations.md, "Cost at scale"); tens of minutes on 2 cores.
-bench-scale: $(VENV)/.dev-installed
-	$(PY) -m perf.bench_scale $(ARGS)
+$(BENCHES_WITH_ARGS): bench-%: $(VENV)/.dev-installed
+	$(PY) -m perf.bench_$(subst -,_,$*) $(ARGS)
 
 # Not part of `bench`: a structural change keeps the figures. The tree at REF (a temporary git
 # worktree) and this one each produce a fixed simulated sweep and experiment, then each computes

@@ -20,3 +20,12 @@ class BenchmarksConfig(AppConfig):
         register_sweep_source(
             running=selectors.sweeps_running_on_host, span_of=selectors.sweep_span
         )
+
+        from benchmarks import audit
+        from benchmarks.experiments.store import register_experiment_audit
+        from benchmarks.sweeps.store import register_sweep_audit
+
+        # The audit reads both slices, so it sits above them and they do not import it: their
+        # jobs run it at a sweep's and an experiment's end through what is handed over here.
+        register_sweep_audit(audit.audit_sweep_store)
+        register_experiment_audit(audit.audit_experiment_store)

@@ -7,11 +7,12 @@ together and keeps the outcome on the audited rows.
 
 Run at the end of a sweep and of an experiment and by ``manage.py specdash audit`` (outcome kept
 on the row, ``*_store``, which the pages show without rerunning it) and by ``GET /api/v1/audit``.
+It reads both slices, so it sits above them: their jobs' stores run it at the end through the
+``*_store`` functions ``BenchmarksConfig.ready`` hands them, and a comparison of picked sweeps
+reads their kept outcomes through ``sweeps/audit_outcomes.py``.
 """
 
 from __future__ import annotations
-
-from typing import TypedDict
 
 from django.utils import timezone
 
@@ -45,15 +46,6 @@ class StoredAudit(AuditReportBody):
     """What an audited sweep or experiment keeps in its ``audit`` field."""
 
     checked_at: str  # ISO 8601
-
-
-class SweepsAudit(TypedDict):
-    """``stored_audit_of_sweeps``: the picked sweeps' kept outcomes as one."""
-
-    target: str
-    ok: bool
-    problems: list[str]
-    checked: bool  # every sweep was audited
 
 
 def stored_outcome(report: AuditReport) -> StoredAudit:
@@ -96,18 +88,6 @@ def audit_all_store() -> AuditReport:
         if sweep_id not in audited:
             report.extend(audit_sweep_store(sweep_id=sweep_id))
     return report
-
-
-def stored_audit_of_sweeps(*, sweeps: list[Sweep]) -> SweepsAudit:
-    """The kept outcomes of several sweeps' last audits as one (a comparison of picked
-    sweeps); ``checked`` False where a sweep was never audited. Runs nothing."""
-    problems = [p for s in sweeps for p in (s.audit or {}).get("problems") or []]
-    return {
-        "target": "sweeps " + ", ".join(f"#{s.pk}" for s in sweeps),
-        "ok": not problems,
-        "problems": problems,
-        "checked": all(s.audit for s in sweeps),
-    }
 
 
 def audit_all() -> AuditReport:

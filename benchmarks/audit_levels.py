@@ -22,7 +22,7 @@ from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.summary import LevelSummary
 from benchmarks.audit_report import AuditReport, figures_agree
-from benchmarks.experiments.series import LEVEL_FIGURES
+from benchmarks.sweeps.level_figures import LEVEL_FIGURES
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import RecordGroups, read_record_file_once
 from benchmarks.sweeps.recording import level_fields_from_summary, undrafted_steps

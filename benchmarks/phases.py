@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from benchlib.json_types import JsonObject, PlotlyFigure
-from benchmarks.experiments.figures import COLORS
-from benchmarks.experiments.legend import legend_below
+from benchmarks.charts import COLORS, legend_below
 
 # The reasoning figures a page shows: (summary key, quantile) -> the row's key.
 REASONING_SHOWN = (

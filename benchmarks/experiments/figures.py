@@ -11,16 +11,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from benchlib.json_types import JsonObject, PlotlyFigure
-from benchmarks.experiments.legend import CARD_LEGEND_WIDTH_PX, MARGIN, legend_below
+from benchmarks.charts import CARD_LEGEND_WIDTH_PX, COLORS, MARGIN, legend_below
 
 if TYPE_CHECKING:
     from benchmarks.experiments.comparison import Comparison, SeriesEntry
     from benchmarks.experiments.history import HistoryPoint
     from benchmarks.experiments.schedule import ScheduleReport
     from benchmarks.experiments.verdicts import VerdictEntry
-
-
-COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
 
 
 def _color(i: int) -> str:

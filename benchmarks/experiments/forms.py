@@ -23,6 +23,29 @@ class ProfileChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
         return f"{obj.name} ({obj.host.name}:{obj.port}{spec})"
 
 
+# The protocol's fields, the same on the New experiment and the matrix forms.
+def repeats_field(*, per: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        initial=DEFAULT_REPEATS,
+        min_value=1,
+        max_value=services.MAX_REPEATS,
+        help_text=f"Sweeps per {per}; with 1 (single run) the interval is a within-run one and "
+        "leaves out run-to-run variance",
+    )
+
+
+def order_field() -> forms.ChoiceField:
+    return forms.ChoiceField(choices=ExperimentOrder.choices, initial=DEFAULT_ORDER)
+
+
+def auto_resume_field() -> forms.BooleanField:
+    return forms.BooleanField(
+        required=False,
+        label="Resume by itself after a restart",
+        help_text="A restarted worker continues it from where it stopped (docs/operations.md)",
+    )
+
+
 class ExperimentCreateArgs(PlanKwargs):
     """``ExperimentForm.service_kwargs``: what ``services.experiment_create`` takes from the
     form (the chosen arms' profiles and loads in arm order, the protocol and the plan)."""
@@ -60,14 +83,8 @@ class ExperimentForm(LoadPlanForm):
     load_b = forms.CharField(required=False, label="Arm B load")
     load_c = forms.CharField(required=False, label="Arm C load")
     load_d = forms.CharField(required=False, label="Arm D load")
-    repeats = forms.IntegerField(
-        initial=DEFAULT_REPEATS,
-        min_value=1,
-        max_value=services.MAX_REPEATS,
-        help_text="Sweeps per profile; with 1 (single run) the interval is a within-run one and "
-        "leaves out run-to-run variance",
-    )
-    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=DEFAULT_ORDER)
+    repeats = repeats_field(per="profile")
+    order = order_field()
     continue_on_start_failure = forms.BooleanField(
         required=False,
         initial=True,
@@ -79,12 +96,7 @@ class ExperimentForm(LoadPlanForm):
         label="Check output equivalence",
         help_text="Send a few fixed prompts greedily to each profile and compare the outputs",
     )
-
-    auto_resume = forms.BooleanField(
-        required=False,
-        label="Resume by itself after a restart",
-        help_text="A restarted worker continues it from where it stopped (docs/operations.md)",
-    )
+    auto_resume = auto_resume_field()
 
     PROFILE_FIELDS = ("profile_a", "profile_b", "profile_c", "profile_d")
     ARM_LOAD_FIELDS = ("load_a", "load_b", "load_c", "load_d")
@@ -97,9 +109,7 @@ class ExperimentForm(LoadPlanForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name in self.PROFILE_FIELDS:
-            field = self.fields[name]
-            assert isinstance(field, ProfileChoiceField)
-            field.queryset = selectors.experiment_profiles()
+            self.limit_choices(name, selectors.experiment_profiles())
 
     def _clean_arm_load(self, name: str) -> axes.ArmLoadText:
         return axes.parse_arm_load(self.cleaned_data.get(name) or "")
@@ -220,19 +230,9 @@ class MatrixForm(LoadPlanForm):
         label="Add speculation off",
         help_text="A variant without speculation, run first (arm A, the reference)",
     )
-    repeats = forms.IntegerField(
-        initial=DEFAULT_REPEATS,
-        min_value=1,
-        max_value=services.MAX_REPEATS,
-        help_text="Sweeps per variant; with 1 (single run) the interval is a within-run one and "
-        "leaves out run-to-run variance",
-    )
-    order = forms.ChoiceField(choices=ExperimentOrder.choices, initial=DEFAULT_ORDER)
-    auto_resume = forms.BooleanField(
-        required=False,
-        label="Resume by itself after a restart",
-        help_text="A restarted worker continues it from where it stopped (docs/operations.md)",
-    )
+    repeats = repeats_field(per="variant")
+    order = order_field()
+    auto_resume = auto_resume_field()
 
     field_order = [
         "name", "base", "axes", "include_off", "levels", *LoadPlanForm.LOAD_FIELDS,
@@ -241,9 +241,7 @@ class MatrixForm(LoadPlanForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = self.fields["base"]
-        assert isinstance(field, ProfileChoiceField)
-        field.queryset = selectors.experiment_profiles()
+        self.limit_choices("base", selectors.experiment_profiles())
 
     def clean_axes(self) -> dict[str, list[int | float | str]]:
         return parse_axes_text(self.cleaned_data["axes"])

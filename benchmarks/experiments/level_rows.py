@@ -15,13 +15,13 @@ from benchmarks.experiments import workload
 from benchmarks.experiments.decisions import arm_health, is_rate_mode
 from benchmarks.experiments.level_runs import (
     METRIC,
-    SHOWN_FIGURES,
     LevelRun,
     by_concurrency,
     mean_present,
 )
 from benchmarks.phases import phases_row
 from benchmarks.sweeps.health import RequestCounts, health_of
+from benchmarks.sweeps.level_figures import LEVEL_FIGURES
 
 
 class LevelHealthRow(TypedDict):
@@ -37,7 +37,7 @@ class LevelHealthRow(TypedDict):
     warnings: list[str]
 
 
-# A level row: the keys below plus SHOWN_FIGURES' (each a mean over repeats), the requests
+# A level row: the keys below plus LEVEL_FIGURES' (each a mean over repeats), the requests
 # (workload.RequestsRow), acceptance (workload.acceptance_row, whose shape is not declared),
 # goodput (workload.GoodputRow) and phase (phases.PhasesRow) figures. Its type is that of
 # its undeclared acceptance part until acceptance_row declares its own.
@@ -48,7 +48,7 @@ def series_rows(runs: Sequence[LevelRun]) -> list[LevelRow]:
     rows = []
     for concurrency, level_runs in by_concurrency(runs).items():
         row: LevelRow = {"concurrency": concurrency, "runs": len(level_runs)}
-        for name in SHOWN_FIGURES:
+        for name in LEVEL_FIGURES:
             row[name] = mean_present([r.figures.get(name) for r in level_runs])
         row["values"] = [r.figures.get(METRIC) for r in level_runs]
         row.update(workload.requests_row(level_runs))

@@ -28,19 +28,9 @@ from benchmarks.experiments.records import read_request_points
 if TYPE_CHECKING:
     from benchmarks.experiments.series import EnvironmentSummary
 
+# The ratio compares this figure only; the table and charts average every one of the level's
+# headline figures over its repeats (``benchmarks.sweeps.level_figures.LEVEL_FIGURES``).
 METRIC = "output_tok_s"
-# Figures averaged over repeats for the table and charts (the ratio uses METRIC only).
-SHOWN_FIGURES = (
-    "output_tok_s",
-    "steady_output_tok_s",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "achieved_concurrency",
-)
 
 # Where a level's interval comes from (``level_sample``).
 IntervalSource = Literal["repeats", "requests", "single"]

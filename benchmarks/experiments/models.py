@@ -5,8 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from core.models import Job
-from core.models.runs import Run
+from benchmarks.sweeps.models import PlannedRun
 from hosts.models import ServerInstance, ServerProfile
 
 
@@ -44,14 +43,13 @@ DEFAULT_REPEATS = 2
 DEFAULT_ORDER = ExperimentOrder.INTERLEAVED
 
 
-class Experiment(Run):
+class Experiment(PlannedRun):
     finished_states = FINISHED_EXPERIMENT_STATES
 
     name = models.CharField(max_length=200)
     profiles: models.ManyToManyField[ServerProfile, ExperimentArm] = models.ManyToManyField(
         ServerProfile, through="ExperimentArm", related_name="+"
     )
-    levels = models.JSONField(default=list)
     load = models.JSONField(default=dict, blank=True)
     repeats = models.PositiveSmallIntegerField(default=DEFAULT_REPEATS)
     order = models.CharField(max_length=12, choices=ExperimentOrder.choices, default=DEFAULT_ORDER)
@@ -62,22 +60,15 @@ class Experiment(Run):
     state = models.CharField(
         max_length=12, choices=ExperimentState.choices, default=ExperimentState.QUEUED
     )
-    reason = models.TextField(blank=True)
-    notes = models.TextField(blank=True)
-    tags = models.JSONField(default=list, blank=True)
     comparison = models.JSONField(default=dict, blank=True)
     # Why a halted experiment stopped: the dirty instance and what its stop verification found.
     evidence = models.JSONField(default=dict, blank=True)
     # Every interruption and resume, in order: {"t", "event", "reason", "step", "by"}.
     history = models.JSONField(default=list, blank=True)
-    # The last audit's outcome (its sweeps and its stored comparison), stored when the
-    # experiment ends and by ``manage.py specdash audit``: pages show it, never rerun it.
-    audit = models.JSONField(default=dict, blank=True)
     # A schedule verification only: what the schedule's decision predicted, before this ran,
     # that each switch point costs its neighbouring level (``switch_costs.SwitchCost`` dicts),
     # so the report puts the predicted and the measured ratio side by side.
     schedule_prediction = models.JSONField(default=list, blank=True)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     def __str__(self) -> str:
         return self.name

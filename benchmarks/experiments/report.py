@@ -15,8 +15,8 @@ import plotly.io as pio
 from django.template.loader import render_to_string
 
 from benchlib.json_types import JsonObject, PlotlyFigure
-from benchmarks.experiments.figures import COLORS, comparison_figures, schedule_figure
-from benchmarks.experiments.legend import REPORT_LEGEND_WIDTH_PX
+from benchmarks.charts import COLORS, REPORT_LEGEND_WIDTH_PX
+from benchmarks.experiments.figures import comparison_figures, schedule_figure
 from benchmarks.phases import comparison_phases
 
 if TYPE_CHECKING:

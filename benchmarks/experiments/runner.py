@@ -158,11 +158,7 @@ class ExperimentRun(StepRun):
         try:
             await store.asweep_resume(sweep=sweep, user=self.plan.user)
         except ValidationError as exc:
-            reason = "; ".join(exc.messages)
-            await self.update(
-                step_id=step.step_id, state=StepState.FAILED, reason=f"no resume: {reason}"
-            )
-            return False
+            return await self._refused(step, "no resume", exc)
         await self.update(step_id=step.step_id, state=StepState.SWEEPING, reason="")
         return await self._sweep_outcome(step, sweep.pk)
 
@@ -240,11 +236,7 @@ class ExperimentRun(StepRun):
         try:
             await store.asweep_resume(sweep=sweep, user=self.plan.user, instance=instance)
         except ValidationError as exc:
-            reason = "; ".join(exc.messages)
-            await self.update(
-                step_id=step.step_id, state=StepState.FAILED, reason=f"no resume: {reason}"
-            )
-            return False
+            return await self._refused(step, "no resume", exc)
         await note(
             experiment_id=self.plan.experiment_id,
             entry={"event": "sweep_resumed", "step": step.index + 1, "sweep": sweep.pk},

@@ -16,16 +16,13 @@ from typing import TypedDict
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.settings import stored_workload
 from benchmarks.experiments.decisions import workload_fingerprint
-from benchmarks.experiments.level_runs import SHOWN_FIGURES, LevelRun, SeriesData
+from benchmarks.experiments.level_runs import LevelRun, SeriesData
 from benchmarks.experiments.models import Experiment, ExperimentArm
 from benchmarks.experiments.selectors import experiment_arms
+from benchmarks.sweeps.level_figures import LEVEL_FIGURES
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 from hosts.masking import masked_tree
 from hosts.models import TelemetryKind, TelemetrySample
-
-# The level figures a comparison reads (SweepLevel's denormalised headline columns): the ones
-# it shows, declared once there.
-LEVEL_FIGURES = SHOWN_FIGURES
 
 
 def _level_runs(

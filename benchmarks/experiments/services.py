@@ -16,7 +16,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.utils import timezone
 
 from benchmarks.experiments import axes
 from benchmarks.experiments.events import HistoryEntry
@@ -37,11 +36,11 @@ from benchmarks.experiments.models import (
 )
 from benchmarks.experiments.recording import experiment_finish, experiment_step_update
 from benchmarks.sweeps.plan import is_rate_sweep
-from benchmarks.sweeps.services import _clean_tags, sweep_clean_plan
-from core.jobs import job_cancel, job_enqueue
+from benchmarks.sweeps.services import _clean_tags, run_cancel, sweep_clean_plan
+from core.jobs import job_enqueue
 from core.jobs.health import worker_require
 from core.jobs.registry import JobParams
-from core.models import JobState
+from core.models import Job
 from hosts.models import ServerProfile
 
 EXPERIMENT_JOB_KIND = "experiment.run"
@@ -54,6 +53,17 @@ MAX_AUTO_RESUMES = 20
 
 def experiment_lock_key(experiment_id: int) -> str:
     return f"experiment:{experiment_id}"
+
+
+def _run_job_enqueue(experiment_id: int, *, user: Any) -> Job:
+    """The ``experiment.run`` job of a new or resumed experiment (one at a time per experiment:
+    its lock key)."""
+    return job_enqueue(
+        kind=EXPERIMENT_JOB_KIND,
+        params={"experiment_id": experiment_id},
+        lock_key=experiment_lock_key(experiment_id),
+        user=user,
+    )
 
 
 def experiment_step_order(*, arms: int, repeats: int, order: str) -> list[tuple[int, int]]:
@@ -232,12 +242,7 @@ def experiment_create(
                 )
             ]
         )
-        experiment.job = job_enqueue(
-            kind=EXPERIMENT_JOB_KIND,
-            params={"experiment_id": experiment.pk},
-            lock_key=experiment_lock_key(experiment.pk),
-            user=user,
-        )
+        experiment.job = _run_job_enqueue(experiment.pk, user=user)
         experiment.save(update_fields=["job"])
     return experiment
 
@@ -245,29 +250,35 @@ def experiment_create(
 def experiment_cancel(*, experiment: Experiment, user: Any = None) -> Experiment:
     """Cancel: a queued experiment at once; a running one when its job sees the request
     (it then cancels the sweep in progress and stops its server with a verified stop)."""
-    if experiment.is_finished:
-        return experiment
-    who = getattr(user, "username", "") or "the system"
-    job_state = job_cancel(job=experiment.job).state if experiment.job else JobState.CANCELLED
-    with transaction.atomic():
-        if job_state == JobState.CANCELLED:
-            updated = Experiment.objects.filter(
-                pk=experiment.pk, state=ExperimentState.QUEUED
-            ).update(
-                state=ExperimentState.CANCELLED,
-                reason=f"cancelled by {who} before it started",
-                finished_at=timezone.now(),
-            )
-            if updated:
-                _close_steps(experiment.pk, StepState.CANCELLED, "the experiment was cancelled")
-                _broadcast_state(experiment.pk)
-        else:
-            Experiment.objects.filter(
-                pk=experiment.pk, state=ExperimentState.RUNNING, reason=""
-            ).update(reason=f"cancelled by {who}")
-            _broadcast_state(experiment.pk)
-    experiment.refresh_from_db()
+
+    def cancelled_before_start() -> None:
+        _close_steps(experiment.pk, StepState.CANCELLED, "the experiment was cancelled")
+        _broadcast_state(experiment.pk)
+
+    run_cancel(
+        experiment,
+        user=user,
+        on_cancelled=cancelled_before_start,
+        on_requested=lambda: _broadcast_state(experiment.pk),
+    )
     return experiment
+
+
+def _job_error(job_id: int) -> str:
+    """What the worker wrote on the experiment's job when it ended it ("" when nothing)."""
+    return Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
+
+
+def _end_running_steps(experiment_id: int, *, state: str, reason: str) -> list[str]:
+    """End the steps in progress (started, not finished) of an experiment whose job ended
+    under them; where they stood (``step 3 (sweeping)``), for its history."""
+    running = ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
+        state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
+    )
+    at = [f"step {s.index + 1} ({s.get_state_display().lower()})" for s in running]
+    for step in running:
+        experiment_step_update(step_id=step.pk, state=state, reason=reason)
+    return at
 
 
 def experiment_on_interrupted(job_id: int, params: JobParams) -> None:
@@ -275,18 +286,10 @@ def experiment_on_interrupted(job_id: int, params: JobParams) -> None:
     of the step in progress is left to its own lifecycle job (which is adopted in turn).
     An experiment created with ``auto_resume`` is resumed at once by whoever runs the hook
     (the restarted worker, or the one that saw the dead worker's lease expire)."""
-    from core.models import Job
-
     experiment_id = int(params["experiment_id"])
-    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
-    reason = f"interrupted: {error or 'its job worker stopped'}"
+    reason = f"interrupted: {_job_error(job_id) or 'its job worker stopped'}"
     with transaction.atomic():
-        running = ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
-            state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
-        )
-        at = [f"step {s.index + 1} ({s.get_state_display().lower()})" for s in running]
-        for step in running:
-            experiment_step_update(step_id=step.pk, state=StepState.INTERRUPTED, reason=reason)
+        at = _end_running_steps(experiment_id, state=StepState.INTERRUPTED, reason=reason)
         if not experiment_finish(
             experiment_id=experiment_id, state=ExperimentState.INTERRUPTED, reason=reason
         ):
@@ -304,18 +307,10 @@ def experiment_on_cancel_forced(job_id: int, params: JobParams) -> None:
     grace, so its task was cancelled outright. The experiment ends cancelled, saying so (never
     resumed automatically: a cancel is the operator's word); the server of the step in progress
     is left to its own lifecycle job, as after any cancel."""
-    from core.models import Job
-
     experiment_id = int(params["experiment_id"])
-    error = Job.objects.filter(pk=job_id).values_list("error", flat=True).first() or ""
-    reason = error or "cancelled on request; did not stop within the grace; forced"
+    reason = _job_error(job_id) or "cancelled on request; did not stop within the grace; forced"
     with transaction.atomic():
-        running = ExperimentStep.objects.filter(experiment_id=experiment_id).exclude(
-            state__in=[*FINISHED_STEP_STATES, StepState.PENDING]
-        )
-        at = [f"step {s.index + 1} ({s.get_state_display().lower()})" for s in running]
-        for step in running:
-            experiment_step_update(step_id=step.pk, state=StepState.CANCELLED, reason=reason)
+        at = _end_running_steps(experiment_id, state=StepState.CANCELLED, reason=reason)
         if experiment_finish(
             experiment_id=experiment_id, state=ExperimentState.CANCELLED, reason=reason
         ):
@@ -360,12 +355,7 @@ def experiment_resume(*, experiment: Experiment, user: Any = None, by: str = "")
                 state=StepState.PENDING, reason=f"resuming after: {step.reason}", finished_at=None
             )
             _broadcast_step(step.pk)
-        job = job_enqueue(
-            kind=EXPERIMENT_JOB_KIND,
-            params={"experiment_id": experiment.pk},
-            lock_key=experiment_lock_key(experiment.pk),
-            user=user,
-        )
+        job = _run_job_enqueue(experiment.pk, user=user)
         Experiment.objects.filter(pk=experiment.pk).update(job=job)
         _history_add(experiment.pk, {"event": "resumed", "by": who})
         _broadcast_state(experiment.pk)

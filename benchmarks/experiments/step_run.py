@@ -135,11 +135,7 @@ class StepRun:
                 plan=self.plan, step=step, instance_id=instance.pk, host_probe=probe
             )
         except ValidationError as exc:  # e.g. the server crashed since it was ready
-            reason = "; ".join(exc.messages)
-            await self.update(
-                step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
-            )
-            return False
+            return await self._refused(step, "no sweep", exc)
         return await self._sweep_outcome(step, sweep.pk)
 
     # -- an endpoint profile's step: nothing to start or stop --
@@ -188,13 +184,16 @@ class StepRun:
                 plan=self.plan, step=step, instance_id=None, host_probe=probe, endpoint=profile
             )
         except ValidationError as exc:
-            reason = "; ".join(exc.messages)
-            await self.update(
-                step_id=step.step_id, state=StepState.FAILED, reason=f"no sweep: {reason}"
-            )
-            return False
+            return await self._refused(step, "no sweep", exc)
         await self.update(step_id=step.step_id, state=StepState.SWEEPING, reason="")
         return await self._sweep_outcome(step, sweep.pk)
+
+    async def _refused(self, step: recording.StepPlan, what: str, exc: ValidationError) -> bool:
+        """The step fails with the sweep service's reasons (``no sweep: …``, ``no resume: …``);
+        False, as the step's outcome."""
+        reason = "; ".join(exc.messages)
+        await self.update(step_id=step.step_id, state=StepState.FAILED, reason=f"{what}: {reason}")
+        return False
 
     async def _sweep_outcome(self, step: recording.StepPlan, sweep_id: int) -> bool:
         self.current_sweep_id = sweep_id

@@ -6,15 +6,21 @@ This module is the one place the experiment job wraps synchronous services with
 ``sync_to_async``, so the runner reads as plain ``await store.x(...)``. Each twin is its
 service wrapped once: its signature is the service's own (asgiref types the wrap with the
 service's parameters), so the two cannot drift apart.
+
+The audit at the experiment's end is run through a function handed over by the app's wiring
+(``register_experiment_audit``, from ``BenchmarksConfig.ready``): the audit reads both slices,
+so it sits above them, and this slice does not import it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from benchlib.json_types import JsonObject
-from benchmarks import audit
 from benchmarks.experiments import builds, recording, selectors, services
 from benchmarks.experiments.models import ExperimentStep
 from benchmarks.sweeps.models import Sweep, SweepState
@@ -30,9 +36,34 @@ aexperiment_step_start = sync_to_async(recording.experiment_step_start)
 aexperiment_step_sweep = sync_to_async(recording.experiment_step_sweep)
 aexperiment_history_note = sync_to_async(services.experiment_history_note)
 aexperiment_finish = sync_to_async(recording.experiment_finish)
-aaudit_experiment_store = sync_to_async(audit.audit_experiment_store)
 asweep_resume = sync_to_async(sweep_resume)
 asweep_cancel = sync_to_async(sweep_cancel)
+
+
+class ExperimentAudit(Protocol):
+    """Audit an experiment and keep the outcome on it and its sweeps
+    (``benchmarks.audit.audit_experiment_store``)."""
+
+    def __call__(self, *, experiment_id: int) -> object: ...
+
+
+@dataclass
+class _Audit:
+    experiment: ExperimentAudit | None = None
+
+
+_audit = _Audit()
+
+
+def register_experiment_audit(audit_experiment_store: ExperimentAudit) -> None:
+    _audit.experiment = audit_experiment_store
+
+
+async def aaudit_experiment_store(*, experiment_id: int) -> None:
+    """The audit handed over by ``register_experiment_audit``, off the event loop."""
+    if _audit.experiment is None:
+        raise RuntimeError("no experiment audit registered (benchmarks registers it when ready)")
+    await sync_to_async(_audit.experiment)(experiment_id=experiment_id)
 
 
 # The comparison's build (``builds.experiment_store_comparison_off_worker``) reads its inputs

@@ -15,7 +15,6 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from benchlib.json_types import PlotlyFigure
-from benchmarks import audit
 from benchmarks.controller_report import ControllerSection
 from benchmarks.experiments import (
     figures,
@@ -31,6 +30,7 @@ from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
 from benchmarks.experiments.selectors import StepRow
 from benchmarks.phases import comparison_phases
+from benchmarks.sweeps.audit_outcomes import stored_audit_of_sweeps
 from benchmarks.sweeps.models import Sweep
 from core import roles
 from core.http import HtmxHttpRequest
@@ -371,7 +371,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     query = urlencode([("sweeps", i) for i in used])
     context = _comparison_context(
         comparison,
-        audit=audit.stored_audit_of_sweeps(sweeps=_picked_sweeps(request)),
+        audit=stored_audit_of_sweeps(sweeps=_picked_sweeps(request)),
         title="Comparison of sweeps " + ", ".join(f"#{i}" for i in used),
         csv_url=f"{reverse('benchmarks:compare-csv')}?{query}",
         report_url=f"{reverse('benchmarks:compare-report')}?{query}",
@@ -389,7 +389,7 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
 def compare_report(request: HttpRequest) -> HttpResponse:
     comparison, used = _picked_sweeps_comparison(request)
     title = "Comparison of sweeps " + ", ".join(f"#{i}" for i in used)
-    outcome = audit.stored_audit_of_sweeps(sweeps=_picked_sweeps(request))
+    outcome = stored_audit_of_sweeps(sweeps=_picked_sweeps(request))
     filename = f"comparison-{'-'.join(map(str, used))}.html"
     return _report_response(comparison, title, filename, {"audit": outcome})
 

@@ -28,6 +28,7 @@ from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.summary import LevelGoodput
 from benchlib.stats import Curve, LevelSample, RequestPoint
 from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_file_once
+from benchmarks.sweeps.workload import figure_at
 
 if TYPE_CHECKING:
     from benchmarks.experiments.level_rows import LevelRow
@@ -41,14 +42,6 @@ _EPOCH = ClockAnchor(t0_wall=0.0, t0_perf=0.0)
 def _mean(values: Sequence[Any]) -> float | None:
     present = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
     return statistics.fmean(present) if present else None
-
-
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
 
 
 # What each speculative figure's source means, as a comparison shows it (docs/measurement.md).
@@ -109,8 +102,8 @@ class GoodputRow(TypedDict, total=False):
 
 def _server_figure(runs: Sequence[LevelRun], key: str) -> tuple[float | None, str | None]:
     """The mean over repeats of one server figure, with its source (one for all repeats)."""
-    present = [r.server for r in runs if isinstance(_dig(r.server, key), int | float)]
-    sources = {str(_dig(s, f"{key}_source") or "") for s in present}
+    present = [r.server for r in runs if isinstance(figure_at(r.server, key), int | float)]
+    sources = {str(figure_at(s, f"{key}_source") or "") for s in present}
     source = (sources.pop() or None) if len(sources) == 1 else ("mixed" if sources else None)
     return _mean([s[key] for s in present]), source
 
@@ -123,10 +116,10 @@ def acceptance_row(runs: Sequence[LevelRun]) -> AcceptanceRow:
     server_len, server_len_source = _server_figure(runs, "accept_length")
     server_rate, server_rate_source = _server_figure(runs, "acceptance_rate")
     steps, steps_source = _server_figure(runs, "tokens_per_step")
-    request_len = _mean([_dig(r.summary, "acceptance", "accept_length") for r in runs])
-    request_rate = _mean([_dig(r.summary, "acceptance", "acceptance_rate") for r in runs])
+    request_len = _mean([figure_at(r.summary, "acceptance", "accept_length") for r in runs])
+    request_rate = _mean([figure_at(r.summary, "acceptance", "acceptance_rate") for r in runs])
     length, length_source = server_len, server_len_source
-    if any(_dig(r.server, "accept_length_source") == "not_determinable" for r in runs):
+    if any(figure_at(r.server, "accept_length_source") == "not_determinable" for r in runs):
         # SGLang's per-request figure (completion tokens / verify calls) counts the same
         # undrafted steps: no accept length per drafted step to fall back on.
         length, length_source = None, "not_determinable"
@@ -136,9 +129,11 @@ def acceptance_row(runs: Sequence[LevelRun]) -> AcceptanceRow:
     if request_rate is not None and (rate is None or rate_source == "gauge"):
         rate, rate_source = request_rate, "requests"
     categories: dict[str, CategoryAcceptance] = {}
-    names = sorted({c for r in runs for c in (_dig(r.summary, "acceptance", "by_category") or {})})
+    names = sorted(
+        {c for r in runs for c in (figure_at(r.summary, "acceptance", "by_category") or {})}
+    )
     for name in names:
-        per = [_dig(r.summary, "acceptance", "by_category", name) or {} for r in runs]
+        per = [figure_at(r.summary, "acceptance", "by_category", name) or {} for r in runs]
         categories[name] = {
             "requests": sum(int(p.get("requests") or 0) for p in per),
             "accept_length": _mean([p.get("accept_length") for p in per]),
@@ -163,7 +158,7 @@ def acceptance_row(runs: Sequence[LevelRun]) -> AcceptanceRow:
 def requests_row(runs: Sequence[LevelRun]) -> RequestsRow:
     """The level's measured requests over its repeats: succeeded and failed (the figures above
     are over the successful ones only, so a table showing them shows the failures too)."""
-    counts = [_dig(r.summary, "requests") for r in runs]
+    counts = [figure_at(r.summary, "requests") for r in runs]
     counted = [c for c in counts if isinstance(c, dict)]
     if not counted:
         return {"requests_ok": None, "requests_failed": None}
@@ -244,7 +239,7 @@ def goodput_curve(
     """Goodput tok/s against concurrency; levels with no goodput are left out (no ratio)."""
     levels: list[LevelSample] = []
     for concurrency, runs in grouped.items():
-        values = [_dig(r.summary, "goodput", GOODPUT_METRIC) for r in runs]
+        values = [figure_at(r.summary, "goodput", GOODPUT_METRIC) for r in runs]
         if not all(isinstance(v, int | float) and v > 0 for v in values):
             continue
         floats = [float(v) for v in values]

@@ -37,7 +37,6 @@ from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess
-from benchmarks.sweeps.scrapes import scrapes_keeper
 from benchmarks.sweeps.shards import (
     PlacementError,
     RemoteShardProcess,
@@ -55,7 +54,12 @@ from benchmarks.sweeps.split import (
     shard_argv,
     shard_count,
 )
-from benchmarks.sweeps.supervisor import Stopping, supervise, watch_instance
+from benchmarks.sweeps.supervisor import (
+    Stopping,
+    supervise,
+    sweep_server_metrics,
+    watch_instance,
+)
 from core.jobs import JobContext
 from hosts.telemetry.levels import LevelServerMetrics
 
@@ -281,14 +285,7 @@ async def run_split_sweep(ctx: JobContext, plan: recording.SweepPlan) -> SweepRu
     together, merged summary recorded as the level's. Ends the sweep like the one-process
     path does (completed, cancelled, failed; interrupted is the worker's interrupt hook)."""
     recorder = SweepRecorder(plan.sweep_id)
-    server = LevelServerMetrics.for_sweep(
-        plan.sweep_id,
-        plan.base_url,
-        save=store.asweep_level_server_metrics_save,
-        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
-        undrafted_steps=plan.undrafted_steps,
-        metrics_url=plan.metrics_url,
-    )
+    server = sweep_server_metrics(plan)
     finish = store.asweep_finish
     state, reason = SweepState.COMPLETED, ""
     try:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import SLO_FIGURES
@@ -84,6 +85,13 @@ class LoadPlanForm(forms.Form):
         self.fields["trace"] = self._trace_field(self.fields["trace"])
         if self.field_order is not None:
             self.order_fields(self.field_order)
+
+    def limit_choices(self, name: str, queryset: QuerySet[Any]) -> None:
+        """Offer a model choice field the rows its selector gives now (per form, so a row added
+        since start-up shows)."""
+        field = self.fields[name]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = queryset
 
     @staticmethod
     def _trace_field(generated: forms.Field) -> forms.Field:
@@ -173,12 +181,8 @@ class SweepForm(LoadPlanForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = self.fields["instance"]
-        assert isinstance(field, InstanceChoiceField)
-        field.queryset = selectors.sweep_target_instances()
-        endpoint = self.fields["endpoint"]
-        assert isinstance(endpoint, forms.ModelChoiceField)
-        endpoint.queryset = selectors.sweep_target_endpoints()
+        self.limit_choices("instance", selectors.sweep_target_instances())
+        self.limit_choices("endpoint", selectors.sweep_target_endpoints())
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

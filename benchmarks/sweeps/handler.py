@@ -27,8 +27,12 @@ from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.models import SweepState
 from benchmarks.sweeps.recordfile import disk_full, disk_full_reason, trim_torn_tail
 from benchmarks.sweeps.runner import LoadgenProcess, loadgen_argv
-from benchmarks.sweeps.scrapes import scrapes_keeper
-from benchmarks.sweeps.supervisor import Stopping, supervise, watch_instance
+from benchmarks.sweeps.supervisor import (
+    Stopping,
+    supervise,
+    sweep_server_metrics,
+    watch_instance,
+)
 from core.jobs import JobContext
 from core.jobs.registry import JobParams
 from core.models import Job
@@ -125,14 +129,7 @@ def _crash_watch(plan: recording.SweepPlan) -> Callable[[], Coroutine[Any, Any, 
 async def _supervise(
     ctx: JobContext, plan: recording.SweepPlan, proc: LoadgenProcess, recorder: SweepRecorder
 ) -> tuple[str, str, int | None]:
-    server = LevelServerMetrics.for_sweep(
-        plan.sweep_id,
-        plan.base_url,
-        save=store.asweep_level_server_metrics_save,
-        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
-        undrafted_steps=plan.undrafted_steps,
-        metrics_url=plan.metrics_url,
-    )
+    server = sweep_server_metrics(plan)
 
     async def take(event: LoadgenEvent) -> None:
         await recorder.handle(event)

@@ -25,7 +25,25 @@ FINISHED_SWEEP_STATES = frozenset(
 )
 
 
-class Sweep(Run):
+class PlannedRun(Run):
+    """What a sweep and an experiment both keep beside ``Run``'s: the levels planned, why it
+    ended as it did, notes and tags, the last audit and the job that runs it."""
+
+    levels = models.JSONField(default=list)
+    reason = models.TextField(blank=True)
+    notes = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    # The last audit's outcome (a sweep's: benchmarks.audit_report.AuditReport.as_dict() and
+    # when it ran; an experiment's: its sweeps' and its stored comparison's), stored when the
+    # run ends and by ``manage.py specdash audit``: pages show it, never rerun it.
+    audit = models.JSONField(default=dict, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    class Meta(Run.Meta):
+        abstract = True
+
+
+class Sweep(PlannedRun):
     finished_states = FINISHED_SWEEP_STATES
 
     name = models.CharField(max_length=200, blank=True)
@@ -44,28 +62,20 @@ class Sweep(Run):
         blank=True,
         related_name="sweep",
     )
-    levels = models.JSONField(default=list)
     load = models.JSONField(default=dict, blank=True, help_text="Load generator settings")
     state = models.CharField(max_length=12, choices=SweepState.choices, default=SweepState.QUEUED)
-    reason = models.TextField(blank=True)
     current_level_index = models.IntegerField(null=True, blank=True)
     environment = models.JSONField(
         default=dict,
         blank=True,
         help_text="What makes the run comparable: argv, env, GPUs, versions",
     )
-    notes = models.TextField(blank=True)
-    tags = models.JSONField(default=list, blank=True)
     records_path = models.CharField(max_length=500, blank=True)
     # How many times a job began running this sweep (1 for a sweep never resumed): every
     # record and level carries the attempt that measured it.
     attempts = models.PositiveIntegerField(default=0)
-    # The last audit's outcome (benchmarks.audit_report.AuditReport.as_dict() and when it ran),
-    # stored when the sweep ends and by ``manage.py specdash audit``: pages show it, never rerun it.
-    audit = models.JSONField(default=dict, blank=True)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
-    class Meta(Run.Meta):
+    class Meta(PlannedRun.Meta):
         permissions = [("run_sweep", "Can launch and cancel sweeps and experiments")]
 
     def __str__(self) -> str:

@@ -9,20 +9,21 @@ commit (see core.realtime for the payloads).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from benchlib.loadgen.settings import LoadSettings, LoadSettingsError
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import targets
 from benchmarks.sweeps.environment import sweep_environment, target_model
-from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
+from benchmarks.sweeps.models import LevelState, PlannedRun, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.recording import broadcast_sweep_state
 from benchmarks.sweeps.traces import trace_format_of
 from core.jobs import job_cancel, job_enqueue
@@ -212,28 +213,43 @@ def sweep_create(
     return sweep
 
 
-def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
-    """Cancel a sweep: a queued one at once, a running one when its job sees the request
-    (the load generator then finishes the level in progress as a partial level)."""
-    if sweep.is_finished:
-        return sweep
+def run_cancel(
+    run: PlannedRun,
+    *,
+    user: Any,
+    on_cancelled: Callable[[], None],
+    on_requested: Callable[[], None] | None = None,
+) -> None:
+    """Cancel a sweep or an experiment through its job: a queued one at once (``on_cancelled``
+    after its row says so), a running one when its job sees the request (its reason says who
+    asked; ``on_requested``). Both models spell these three states the same."""
+    if run.is_finished:
+        return
     who = getattr(user, "username", "") or "the system"
-    job_state = job_cancel(job=sweep.job).state if sweep.job is not None else JobState.CANCELLED
+    job_state = job_cancel(job=run.job).state if run.job is not None else JobState.CANCELLED
+    # Any: ``state`` is each subclass's own field (its choices), not the abstract model's.
+    rows: QuerySet[Any] = type(run)._default_manager.filter(pk=run.pk)
     with transaction.atomic():
         if job_state == JobState.CANCELLED:
-            # The job never started, so nothing else will finish the sweep.
-            updated = Sweep.objects.filter(pk=sweep.pk, state=SweepState.QUEUED).update(
+            # The job never started, so nothing else will finish the run.
+            updated = rows.filter(state=SweepState.QUEUED).update(
                 state=SweepState.CANCELLED,
                 reason=f"cancelled by {who} before it started",
                 finished_at=timezone.now(),
             )
             if updated:
-                broadcast_sweep_state(sweep.pk)
+                on_cancelled()
         else:
-            Sweep.objects.filter(pk=sweep.pk, state=SweepState.RUNNING, reason="").update(
-                reason=f"cancelled by {who}"
-            )
-    sweep.refresh_from_db()
+            rows.filter(state=SweepState.RUNNING, reason="").update(reason=f"cancelled by {who}")
+            if on_requested is not None:
+                on_requested()
+    run.refresh_from_db()
+
+
+def sweep_cancel(*, sweep: Sweep, user: Any = None) -> Sweep:
+    """Cancel a sweep: a queued one at once, a running one when its job sees the request
+    (the load generator then finishes the level in progress as a partial level)."""
+    run_cancel(sweep, user=user, on_cancelled=lambda: broadcast_sweep_state(sweep.pk))
     return sweep
 
 

@@ -3,6 +3,10 @@ the ``sweep.run`` job and its split and shard supervisors call (``handler``, ``d
 in the manner of contrib.sessions' ``load`` / ``aload``, and ``ServiceStore``, the recorder's
 default store.
 
+The audit at a sweep's end is run through a function handed over by the app's wiring
+(``register_sweep_audit``, from ``BenchmarksConfig.ready``): the audit reads both slices, so it
+sits above them, and this slice does not import it.
+
 This module is the one place the sweep jobs wrap synchronous code with ``sync_to_async``. Each
 twin is its service wrapped once: its signature is the service's own (asgiref types the wrap
 with the service's parameters), so the two cannot drift apart.
@@ -10,14 +14,14 @@ with the service's parameters), so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import cast
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from benchlib.loadgen.events import SampleEvent
 from benchlib.loadgen.summary import LevelSummary
-from benchmarks import audit
 from benchmarks.sweeps import recording, selectors
 from benchmarks.sweeps.rows import SweepSnapshot
 from hosts.telemetry.levels import ServerMetrics
@@ -29,8 +33,32 @@ asweep_levels_cut_by_crash = sync_to_async(recording.sweep_levels_cut_by_crash)
 asweep_level_started = sync_to_async(recording.sweep_level_started)
 asweep_level_finished = sync_to_async(recording.sweep_level_finished)
 asweep_samples_add = sync_to_async(recording.sweep_samples_add)
-aaudit_sweep_store = sync_to_async(audit.audit_sweep_store)
 ainstance_state = sync_to_async(selectors.instance_state)
+
+
+class SweepAudit(Protocol):
+    """Audit one sweep and keep the outcome on it (``benchmarks.audit.audit_sweep_store``)."""
+
+    def __call__(self, *, sweep_id: int) -> object: ...
+
+
+@dataclass
+class _Audit:
+    sweep: SweepAudit | None = None
+
+
+_audit = _Audit()
+
+
+def register_sweep_audit(audit_sweep_store: SweepAudit) -> None:
+    _audit.sweep = audit_sweep_store
+
+
+async def aaudit_sweep_store(*, sweep_id: int) -> None:
+    """The audit handed over by ``register_sweep_audit``, off the event loop."""
+    if _audit.sweep is None:
+        raise RuntimeError("no sweep audit registered (benchmarks registers it when ready)")
+    await sync_to_async(_audit.sweep)(sweep_id=sweep_id)
 
 
 async def asweep_level_server_metrics_save(

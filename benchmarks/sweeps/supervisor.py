@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from benchlib.loadgen.events import LoadgenEvent
-from benchmarks.sweeps import store
+from benchmarks.sweeps import recording, store
+from benchmarks.sweeps.scrapes import scrapes_keeper
 from hosts.models import InstanceState
+from hosts.telemetry.levels import LevelServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,19 @@ class Ending:
     crash: str | None
     cancelled: bool
     exit_code: int
+
+
+def sweep_server_metrics(plan: recording.SweepPlan) -> LevelServerMetrics:
+    """The server's figures at each level's boundaries, whichever way the level runs: saved on
+    the level's row, the raw scrapes kept beside the records for the audit."""
+    return LevelServerMetrics.for_sweep(
+        plan.sweep_id,
+        plan.base_url,
+        save=store.asweep_level_server_metrics_save,
+        keep=scrapes_keeper(plan.records_path, attempt=plan.attempt),
+        undrafted_steps=plan.undrafted_steps,
+        metrics_url=plan.metrics_url,
+    )
 
 
 async def watch_instance(instance_id: int, poll: float, *, with_reason: bool = True) -> str:

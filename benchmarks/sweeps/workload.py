@@ -12,7 +12,9 @@ from benchmarks.sweeps.models import Sweep, SweepLevel
 from benchmarks.sweeps.selectors import sweep_phases
 
 
-def _figure(data: Any, *path: str) -> Any:
+def figure_at(data: Any, *path: str) -> Any:
+    """The value at ``path`` in nested JSON objects (a stored summary), None where a key or an
+    object along it is missing."""
     for key in path:
         if not isinstance(data, dict):
             return None
@@ -64,7 +66,7 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> SweepWorkload:
     names: set[str] = set()
     reported = False
     for level in levels:
-        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        by_category = figure_at(level.summary, "acceptance", "by_category") or {}
         names.update(by_category)
         reported = reported or any(
             isinstance(c, dict)
@@ -75,7 +77,7 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> SweepWorkload:
     categories = sorted(names) if reported else []
     for level in levels:
         label = getattr(level, "label", f"C={level.concurrency}")
-        found = _figure(level.summary, "goodput")
+        found = figure_at(level.summary, "goodput")
         if slo and isinstance(found, dict):
             goodput.append(
                 {
@@ -89,14 +91,14 @@ def sweep_workload(*, sweep: Sweep, levels: list[SweepLevel]) -> SweepWorkload:
                     "meets_slo": bool(found.get("meets_slo")),
                 }
             )
-        by_category = _figure(level.summary, "acceptance", "by_category") or {}
+        by_category = figure_at(level.summary, "acceptance", "by_category") or {}
         if categories and by_category:
             acceptance.append(
                 {
                     "index": level.index,
                     "label": label,
-                    "accept_length": _figure(level.summary, "acceptance", "accept_length"),
-                    "acceptance_rate": _figure(level.summary, "acceptance", "acceptance_rate"),
+                    "accept_length": figure_at(level.summary, "acceptance", "accept_length"),
+                    "acceptance_rate": figure_at(level.summary, "acceptance", "acceptance_rate"),
                     "cells": [{**(by_category.get(n) or {}), "name": n} for n in categories],
                 }
             )

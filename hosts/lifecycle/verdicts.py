@@ -141,7 +141,9 @@ def _verified_summary(stop: StopAnswer, verify: VerifyAnswer) -> str:
             for i, m in sorted(memory.items())
         )
         gpus = f"GPU memory not compared where a reading is missing ({seen})"
-    return f"terminated {terminated}, killed {killed}; port closed; {gpus}"
+    exited = len(stop.get("exited", []))
+    by_themselves = f", {exited} ended by themselves" if exited else ""
+    return f"terminated {terminated}, killed {killed}{by_themselves}; port closed; {gpus}"
 
 
 def _dirty_reasons(verify: Verification, probe_reading: GpuReading | None, gpus: list[int]) -> str:

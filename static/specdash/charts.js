@@ -59,11 +59,11 @@
     }
   }
 
-  // The server gave the legend under the axis title (legend.py, legend_below) room for the
+  // The server gave the legend under the axis title (charts.py, legend_below) room for the
   // rows it takes in the narrowest card; once drawn, the bottom margin and the chart's height
   // follow the rows it really took at this width, so the legend neither covers the axis title
   // nor leaves an empty band under a wide chart. The plot area keeps its height.
-  const LEGEND_AXIS_BELOW_PX = 56;  // tick labels and the x axis's title (figures.py)
+  const LEGEND_AXIS_BELOW_PX = 56;  // tick labels and the x axis's title (charts.py)
   function fitLegend(node) {
     const layout = node.layout;
     const legend = node.querySelector(".legend");

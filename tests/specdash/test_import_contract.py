@@ -12,6 +12,8 @@ replaced was closed by one). Three rules:
   then ``hosts``, then ``benchmarks``.
 - No import cycle crosses from one top-level package to another, and the job registry
   imports no app (the apps register their handlers in ``AppConfig.ready()``).
+- Inside ``benchmarks``, no two parts (a slice or a top-level module) import each other
+  (counted as ``perf.import_arrows`` counts them).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Iterator
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+
+from perf.import_arrows import module_arrows, part_arrows, two_way_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("specdash", "core", "hosts", "benchmarks", "benchlib", "perf", "engines")
@@ -301,3 +305,12 @@ def test_the_core_imports_no_app() -> None:
         if _in(target, ("hosts", "benchmarks"))
     }
     assert found == set()
+
+
+def test_no_two_parts_of_benchmarks_import_each_other() -> None:
+    # The slices (sweeps, experiments) and the shared modules (the audit, the phases, the
+    # charts) import one way: a shared module a slice reads sits below it, and one that reads
+    # the slices (the audit) is handed to them by the app's wiring.
+    parts = part_arrows("benchmarks", module_arrows("benchmarks"))
+    assert ("benchmarks.experiments", "benchmarks.sweeps") in parts  # the graph was read
+    assert two_way_pairs(parts) == []

@@ -45,8 +45,9 @@ members {run_id, pid?, pgid?, sid?, start_time?}
 
 stop {run_id, pid?, pgid?, sid?, start_time?, supervisor_pid?, run_dir?, grace_seconds? [10],
       kill_wait_seconds? [5]}
-  -> {ok, clean, terminated: [pid], killed: [pid], survivors: [pid], zombies: [pid],
-      d_state: [pid], skipped: [{pid, reason}], exit_code: int|null, duration}
+  -> {ok, clean, terminated: [pid], killed: [pid], exited: [pid], survivors: [pid],
+      zombies: [pid], d_state: [pid], skipped: [{pid, reason}], exit_code: int|null, duration}
+  ``exited``: found by a scan but gone before its signal (ended by itself meanwhile).
   ``clean`` is false when survivors remain; ``verify`` is the authority on "stopped".
 
 verify {run_id, port?, gpus? [[]], baseline_gpu_mem_mb? {index: mib}, tolerance_mb? [512],

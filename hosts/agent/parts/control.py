@@ -67,6 +67,9 @@ class StopAnswer(TypedDict):
     clean: bool
     terminated: list[int]
     killed: list[int]
+    # Found by a scan, gone before their signal: ended by themselves meanwhile (a worker that
+    # leaves when its parent exits). Counted, so every member the stop found is accounted for.
+    exited: list[int]
     survivors: list[int]
     zombies: list[int]
     d_state: list[int]
@@ -157,6 +160,7 @@ def cmd_stop(args: dict[str, object]) -> StopAnswer:
     started = time.monotonic()
     termed: dict[int, int] = {}  # pid -> start_time
     killed: dict[int, int] = {}
+    gone: dict[int, int] = {}
     skipped: list[Skipped] = []
 
     def scan() -> list[Member]:
@@ -169,7 +173,9 @@ def cmd_stop(args: dict[str, object]) -> StopAnswer:
         why = signal_process(pid, st, sig)
         if why is None:
             book[pid] = st
-        elif why != "gone":
+        elif why == "gone":
+            gone[pid] = st
+        else:
             skipped.append({"pid": pid, "reason": why})
 
     def is_supervisor(member: Member) -> bool:
@@ -220,6 +226,7 @@ def cmd_stop(args: dict[str, object]) -> StopAnswer:
             p for p, s in termed.items() if p not in killed and (p, s) not in alive_now
         ),
         "killed": sorted(p for p, s in killed.items() if (p, s) not in alive_now),
+        "exited": sorted(p for p in gone if p not in termed and p not in killed),
         "survivors": survivors,
         "zombies": sorted(int(m["pid"]) for m in final if m["state"] == "Z"),
         "d_state": sorted(int(m["pid"]) for m in final if m["state"] == "D"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.experiments.legend import (
+from benchmarks.charts import (
     LEGEND_LINE_CHARS,
     legend_below,
     legend_height_px,

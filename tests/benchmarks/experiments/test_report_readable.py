@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from benchmarks.charts import legend_rows
 from benchmarks.experiments.figures import comparison_figures
-from benchmarks.experiments.legend import legend_rows
 from benchmarks.sweeps.models import Sweep
 from benchmarks.templatetags.readable import argv_lines, name_value_rows
 from hosts.models import ServerProfile

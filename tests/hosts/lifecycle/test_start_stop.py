@@ -129,7 +129,10 @@ async def test_stop_finds_every_worker_and_escalates(
     assert stopped.state == InstanceState.STOPPED, (stopped.reason, stopped.evidence)
     stop = stopped.evidence["stop"]
     assert bool(stop["killed"]) is expect_killed
-    assert len(stop["terminated"]) + len(stop["killed"]) >= 3  # parent + 2 workers (+ supervisor)
+    # Every member the stop found: parent + 2 workers (+ supervisor). A worker that leaves by
+    # itself once its parent is gone, between the stop's scan and its signal, is "exited".
+    found = stop["terminated"] + stop["killed"] + stop["exited"]
+    assert len(found) >= 3, stop
     assert gpu_used_mb(sim_state) == before
 
 

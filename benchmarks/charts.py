@@ -1,15 +1,24 @@
-"""Where a server-built chart's legend goes and how much room it takes: under the x axis's
-title, in the figure's own bottom margin, its long entries wrapped (``legend_below``). The
-comparison's, the history's, the ramps' and the schedule's figures go through it, and
-static/specdash/charts.js fits the margin to the rows the legend really took.
+"""What every server-built chart shares: its colours, and where its legend goes and how much
+room it takes: under the x axis's title, in the figure's own bottom margin, its long entries
+wrapped (``legend_below``). The comparison's, the history's, the ramps' and the schedule's
+figures go through it, and static/specdash/charts.js fits the margin to the rows the legend
+really took.
+
+Apart from the comparison's figures (experiments/figures.py) because the workload phases'
+ramp chart (phases.py), which the sweep page draws too, takes the same colours and legend:
+both import it from here, below them, rather than the phases from the experiments.
 """
 
 from __future__ import annotations
 
 from benchlib.json_types import PlotlyFigure
 
-# A chart's margins (figures.py's, and a figure's without its own) before its legend's rows and
-# its title's lines are added.
+# One colour per series, in order (the comparison's arms, a ramp chart's series); the report
+# hands the same list to Plotly as its colorway.
+COLORS = ("#2f6fdb", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057")
+
+# A chart's margins (experiments/figures.py's, and a figure's without its own) before its
+# legend's rows and its title's lines are added.
 MARGIN = {"l": 64, "r": 20, "t": 40, "b": 48}
 
 # The legend goes under the x axis's title, in the figure's own bottom margin (``yref``
