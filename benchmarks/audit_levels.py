@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchlib.json_types import JsonObject
 from benchlib.loadgen.goodput import Slo
 from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.audit_report import AuditReport, figures_agree
 from benchmarks.sweeps.level_figures import LEVEL_FIGURES
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
@@ -143,7 +144,8 @@ def audit_level(
         slo=slo,
     )
     problems += [f"{where}: {d}" for d in _differences(summary, fresh)]
-    columns = level_fields_from_summary(summary)
+    # Not empty (returned above): the level summary the load generator wrote, as stored.
+    columns: Mapping[str, object] = level_fields_from_summary(cast(LevelSummary, summary))
     for name in COLUMNS:
         if not figures_agree(getattr(level, name), columns[name], abs_tol=1e-9):
             problems.append(

@@ -187,10 +187,10 @@ def _sweep(
                 writer.write(line)
             # As the load generator summarises a level: from the records as stored (rounded).
             as_stored = [RequestRecord.from_json(line, anchor) for line in lines]
-            summary: dict[str, Any] = dict(
-                summarize_level(as_stored, concurrency=concurrency, anchor=anchor)
+            summary = summarize_level(as_stored, concurrency=concurrency, anchor=anchor)
+            summary.update(
+                {"level_index": index, "status": "completed", "anchor": anchor.to_dict()}
             )
-            summary.update(level_index=index, status="completed", anchor=anchor.to_dict())
             sweep_level_finished(sweep_id=sweep.pk, summary=summary)
     finally:
         writer.close()
@@ -276,7 +276,8 @@ async def _offload_gaps(experiment_id: int, sweep_id: int, off_worker: bool) -> 
         t = 0.0
         while not done.is_set():
             await sync_to_async(sweep_samples_add)(
-                sweep_id=sweep_id, samples=[{"level_index": 0, "t": t, "output_tok_s": 1.0}]
+                sweep_id=sweep_id,
+                samples=[{"event": "sample", "level_index": 0, "t": t, "tok_s": 1.0}],
             )
             stored.append(time.perf_counter())
             t += 0.25

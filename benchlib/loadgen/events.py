@@ -139,9 +139,11 @@ class _Sample(TypedDict):
     level_index: int
 
 
-class SampleEvent(_Sample, total=False):
+class SampleFigures(TypedDict, total=False):
+    """A live sample's figures, declared once: the sample event carries them, and so does the
+    sweep page's live sample (``benchmarks.sweeps.rows.LiveSample``) that stores and charts it."""
+
     concurrency: int
-    t: float
     phase: str
     tok_s: float | None  # null when the interval was empty (JSON has no NaN)
     in_flight: int
@@ -152,6 +154,10 @@ class SampleEvent(_Sample, total=False):
     client_cpu: float | None
     client_limited: bool
     processes: int  # a level split across processes in one load generator (multiproc)
+
+
+class SampleEvent(_Sample, SampleFigures, total=False):
+    t: float
 
 
 class _LevelSummary(TypedDict):

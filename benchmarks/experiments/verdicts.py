@@ -8,12 +8,14 @@ a profile's history), declared once here next to the functions that build them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 from benchlib.json_types import JsonObject
 from benchlib.stats.crossover import Crossing, Direction
 from benchlib.stats.decision import Decision
+from benchlib.stats.engines import EngineOption
 from benchlib.stats.saturation import Saturation
 from benchlib.stats.speculative_schedule import vllm_speculative_config
 from benchlib.stats.types import Ratio, RatioMethod
@@ -22,7 +24,8 @@ from benchmarks.experiments.level_runs import SeriesCurve
 
 
 class RatioEntry(TypedDict):
-    """B/A at one level with its interval (``ratio_entry``)."""
+    """B/A at one level with its interval (``ratio_entry``): the level, then what is stored of
+    ``benchlib.stats.types.Ratio`` (its fields and its ``sign`` and ``inconclusive``)."""
 
     concurrency: int
     point: float
@@ -35,7 +38,8 @@ class RatioEntry(TypedDict):
 
 
 class CrossingEntry(TypedDict):
-    """Where the ratio crosses 1 between two tested levels (``crossing_entry``)."""
+    """Where the ratio crosses 1 between two tested levels: ``benchlib.stats.crossover.Crossing``
+    as stored (``crossing_entry``)."""
 
     concurrency: float
     lower_level: int
@@ -55,7 +59,8 @@ class CrossoverEntry(TypedDict):
 
 
 class SaturationEntry(TypedDict):
-    """Where a curve stops gaining (``saturation_dict``)."""
+    """Where a curve stops gaining (``saturation_dict``): what is stored of
+    ``benchlib.stats.saturation.Saturation``."""
 
     saturated: bool
     concurrency: int | None
@@ -66,6 +71,8 @@ class SaturationEntry(TypedDict):
 
 
 class EngineOptionEntry(TypedDict):
+    """``benchlib.stats.engines.EngineOption`` as stored (``engine_option_entry``)."""
+
     engine: str
     setting: str
     value: str
@@ -104,41 +111,31 @@ class VerdictEntry(TypedDict):
     vllm_speculative_config: NotRequired[str | None]
 
 
-def ratio_entry(concurrency: int, ratio: Ratio) -> RatioEntry:
+def _read_off(shape: type, source: object, **given: object) -> dict[str, object]:
+    """``shape``'s keys in its order (the stored JSON's), each read off ``source`` (a field or
+    a property of the statistics' dataclass) unless ``given``: the entry lists what is stored,
+    the dataclass what it is, and nothing copies them key by key."""
     return {
-        "concurrency": concurrency,
-        "point": ratio.point,
-        "low": ratio.low,
-        "high": ratio.high,
-        "method": ratio.method,
-        "sign": ratio.sign,
-        "inconclusive": ratio.inconclusive,
-        "refused": ratio.refused,
+        key: given[key] if key in given else getattr(source, key) for key in shape.__annotations__
     }
+
+
+def ratio_entry(concurrency: int, ratio: Ratio) -> RatioEntry:
+    return cast(RatioEntry, _read_off(RatioEntry, ratio, concurrency=concurrency))
 
 
 def crossing_entry(c: Crossing) -> CrossingEntry:
-    return {
-        "concurrency": c.concurrency,
-        "lower_level": c.lower_level,
-        "upper_level": c.upper_level,
-        "direction": c.direction,
-        "has_interval": c.has_interval,
-        "low": c.low,
-        "high": c.high,
-        "conclusive": c.conclusive,
-    }
+    # The whole crossing, in its fields' order (a test checks the entry declares the same).
+    return cast(CrossingEntry, dataclasses.asdict(c))
 
 
 def saturation_dict(s: Saturation) -> SaturationEntry:
-    return {
-        "saturated": s.saturated,
-        "concurrency": s.concurrency,
-        "throughput": s.throughput,
-        "peak_concurrency": s.peak_concurrency,
-        "last_gain_per_doubling": s.last_gain_per_doubling,
-        "reason": s.reason,
-    }
+    return cast(SaturationEntry, _read_off(SaturationEntry, s))
+
+
+def engine_option_entry(o: EngineOption) -> EngineOptionEntry:
+    # The whole option, in its fields' order (a test checks the entry declares the same).
+    return cast(EngineOptionEntry, dataclasses.asdict(o))
 
 
 def advice_fields(decision: Decision, entry: VerdictEntry) -> None:
@@ -208,15 +205,5 @@ def verdict_entry(v: Verdict, labels: dict[str, str]) -> VerdictEntry:
         "speculative": v.candidate_speculative or v.reference_speculative,
         "speculative_name": v.candidate if v.candidate_speculative else v.reference,
         "disable_speculation_above": v.disable_speculation_above,
-        "engine_options": [
-            {
-                "engine": o.engine,
-                "setting": o.setting,
-                "value": o.value,
-                "note": o.note,
-                "source": o.source,
-                "version": o.version,
-            }
-            for o in v.engine_options
-        ],
+        "engine_options": [engine_option_entry(o) for o in v.engine_options],
     }

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from benchlib.loadgen.events import LoadgenEvent, RunEndEvent, RunStartEvent, SampleEvent
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.sweeps.store import ServiceStore
 from core import realtime
 
@@ -25,9 +26,9 @@ class SweepStore(Protocol):
         self, *, sweep_id: int, index: int, concurrency: int, t: float
     ) -> None: ...
 
-    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None: ...
+    async def level_finished(self, *, sweep_id: int, summary: LevelSummary) -> None: ...
 
-    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None: ...
+    async def samples_add(self, *, sweep_id: int, samples: list[SampleEvent]) -> None: ...
 
 
 class SweepRecorder:
@@ -68,8 +69,10 @@ class SweepRecorder:
             )
         elif event["event"] == "level_summary":
             await self.flush()
-            summary: dict[str, Any] = dict(event.get("summary") or {})
-            summary.setdefault("level_index", event.get("level_index"))
+            # A copy, with its level's index unless it says one; an event without a summary
+            # stores an empty one (its columns then read as a level that left no figures).
+            summary = cast(LevelSummary, dict(event.get("summary") or {}))
+            summary.setdefault("level_index", event["level_index"])
             await self.store.level_finished(sweep_id=self.sweep_id, summary=summary)
             self.levels_finished += 1
             self.current_level = None
@@ -91,5 +94,5 @@ class SweepRecorder:
             if not self._samples:
                 return
             batch, self._samples = self._samples, []
-            # The store takes plain JSON objects (its rows' data); the events go as they came.
-            await self.store.samples_add(sweep_id=self.sweep_id, samples=[dict(s) for s in batch])
+            # The events go as they came (copies: the store keeps no reference to the parsed lines).
+            await self.store.samples_add(sweep_id=self.sweep_id, samples=[s.copy() for s in batch])

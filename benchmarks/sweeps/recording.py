@@ -13,13 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
 from benchlib.json_types import JsonObject
+from benchlib.loadgen.events import SampleEvent
+from benchlib.loadgen.summary import Distribution, LevelSummary
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import selectors
 from benchmarks.sweeps.channel import (
@@ -38,7 +40,7 @@ from benchmarks.sweeps.models import (
     SweepSample,
     SweepState,
 )
-from benchmarks.sweeps.rows import LiveSample
+from benchmarks.sweeps.rows import LevelFigures, LiveSample
 from core import realtime
 from hosts.models import InstanceState
 
@@ -260,7 +262,9 @@ def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float
             level = SweepLevel(sweep_id=sweep_id, index=index, attempt=attempt)
         elif level.attempt != attempt:
             level.earlier_attempts = [*level.earlier_attempts, _earlier_attempt(level)]
-            for name, value in level_fields_from_summary({}).items():
+            # A level not yet run again: the columns an empty summary gives (every figure is
+            # read with .get, so they come out empty).
+            for name, value in level_fields_from_summary(cast(LevelSummary, {})).items():
                 setattr(level, name, value)
             level.server_metrics = {}
             level.finished_at = None
@@ -273,12 +277,21 @@ def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float
         _broadcast_level(level)
 
 
-def _dist(summary: dict[str, Any], name: str, key: str) -> float | None:
-    value = (summary.get(name) or {}).get(key)
+def _dist(distribution: Distribution | None, key: Literal["p50", "p99"]) -> float | None:
+    value = distribution.get(key) if distribution else None
     return float(value) if isinstance(value, int | float) else None
 
 
-def level_fields_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
+class LevelColumns(LevelFigures):
+    """``level_fields_from_summary``: the level's C, state and headline figures and the
+    summary they were read from, as the SweepLevel columns of those names store them."""
+
+    concurrency: int
+    state: str
+    summary: LevelSummary
+
+
+def level_fields_from_summary(summary: LevelSummary) -> LevelColumns:
     """The SweepLevel columns a load-generator level summary fills in."""
     status = summary.get("status")
     if status == "completed" and not summary.get("partial"):
@@ -295,12 +308,12 @@ def level_fields_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
         "summary": summary,
         "output_tok_s": summary.get("output_tok_s"),
         "steady_output_tok_s": steady.get("output_tok_s"),
-        "ttft_p50_ms": _dist(summary, "ttft_ms", "p50"),
-        "ttft_p99_ms": _dist(summary, "ttft_ms", "p99"),
-        "tpot_p50_ms": _dist(summary, "tpot_ms", "p50"),
-        "itl_p50_ms": _dist(summary, "itl_ms", "p50"),
-        "itl_p99_ms": _dist(summary, "itl_ms", "p99"),
-        "e2e_p50_ms": _dist(summary, "e2e_ms", "p50"),
+        "ttft_p50_ms": _dist(summary.get("ttft_ms"), "p50"),
+        "ttft_p99_ms": _dist(summary.get("ttft_ms"), "p99"),
+        "tpot_p50_ms": _dist(summary.get("tpot_ms"), "p50"),
+        "itl_p50_ms": _dist(summary.get("itl_ms"), "p50"),
+        "itl_p99_ms": _dist(summary.get("itl_ms"), "p99"),
+        "e2e_p50_ms": _dist(summary.get("e2e_ms"), "p50"),
         "achieved_concurrency": summary.get("achieved_concurrency"),
         "requests_ok": int(requests.get("ok") or 0),
         "requests_failed": int(requests.get("failed") or 0),
@@ -308,7 +321,7 @@ def level_fields_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def sweep_level_finished(*, sweep_id: int, summary: dict[str, Any]) -> SweepLevel:
+def sweep_level_finished(*, sweep_id: int, summary: LevelSummary) -> SweepLevel:
     """Persist a level summary (denormalised headline columns + the full summary)."""
     index = int(summary["level_index"])
     fields = level_fields_from_summary(summary)
@@ -333,7 +346,7 @@ def sweep_level_finished(*, sweep_id: int, summary: dict[str, Any]) -> SweepLeve
 _SAMPLE_META = {"event", "level_index", "t"}
 
 
-def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> None:
+def sweep_samples_add(*, sweep_id: int, samples: Sequence[SampleEvent]) -> None:
     """Store one batch of live samples and send it as one event."""
     if not samples:
         return
@@ -348,8 +361,8 @@ def sweep_samples_add(*, sweep_id: int, samples: Sequence[dict[str, Any]]) -> No
     ]
     with transaction.atomic():
         SweepSample.objects.bulk_create(rows)
-        # The load generator's sample lines arrive as parsed JSON, not yet checked against a
-        # declaration of its event stream; the channel payload test checks what goes out.
+        # The sample events' figures (SampleFigures) as stored, with their level and time: a
+        # LiveSample, read back from the JSON field; the channel payload test checks what goes out.
         payload = [
             cast(LiveSample, {**row.data, "level_index": row.level_index, "t": row.t})
             for row in rows

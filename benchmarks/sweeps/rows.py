@@ -31,16 +31,11 @@ class SweepRow(TypedDict):
     finished_at: float | None
 
 
-class LevelRow(TypedDict):
-    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
-    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which)."""
+class LevelFigures(TypedDict):
+    """A level's headline figures, declared once: the level's columns as its summary fills
+    them in (``recording.LevelColumns``) and its row on the page, the websocket and the API
+    (``LevelRow``) carry them."""
 
-    index: int
-    concurrency: int
-    target_rate: float | None
-    x: float
-    label: str
-    state: str
     output_tok_s: float | None
     steady_output_tok_s: float | None
     ttft_p50_ms: float | None
@@ -53,6 +48,22 @@ class LevelRow(TypedDict):
     requests_ok: int
     requests_failed: int
     reason: str
+
+
+class _LevelPlace(TypedDict):
+    index: int
+    concurrency: int
+    target_rate: float | None
+    x: float
+    label: str
+    state: str
+
+
+class LevelRow(_LevelPlace, LevelFigures):
+    """``selectors.level_as_dict``: a level's headline figures and where it sits on the curve
+    (``x``: its offered rate in a rate sweep, else its C; ``label`` says which). The keys'
+    order (its place, its figures, its times) is the API's ``LevelOut``'s."""
+
     started_at: float | None  # epoch seconds
     finished_at: float | None
 
@@ -87,7 +98,11 @@ class LiveSample(_SampleFigures, total=False):
     """One live sample of a level as the load generator writes it (about once a second; see
     ``benchlib.loadgen.level``; the command line leaves out the first-token times behind
     ``ttft_p50``), less its event name, as the sweep page charts it. A level run
-    over several processes or shards sums them into one sample and says how many it summed."""
+    over several processes or shards sums them into one sample and says how many it summed.
+
+    Its figures are required here, not optional as on the wire (``events.SampleEvent``): a
+    sample is stored and broadcast only once the recorder has them all, and the channel
+    payload check holds every broadcast to that."""
 
     processes: int  # worker processes of one load generator (benchlib.loadgen.multiproc)
     shards: int  # load generators of a split level (benchmarks.sweeps.split)

@@ -15,11 +15,13 @@ with the service's parameters), so the two cannot drift apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from benchlib.loadgen.events import SampleEvent
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.sweeps import recording, selectors
 from benchmarks.sweeps.rows import SweepSnapshot
 from hosts.telemetry.levels import ServerMetrics
@@ -83,8 +85,8 @@ class ServiceStore:
     async def level_started(self, *, sweep_id: int, index: int, concurrency: int, t: float) -> None:
         await asweep_level_started(sweep_id=sweep_id, index=index, concurrency=concurrency, t=t)
 
-    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None:
+    async def level_finished(self, *, sweep_id: int, summary: LevelSummary) -> None:
         await asweep_level_finished(sweep_id=sweep_id, summary=summary)
 
-    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None:
+    async def samples_add(self, *, sweep_id: int, samples: list[SampleEvent]) -> None:
         await asweep_samples_add(sweep_id=sweep_id, samples=samples)

@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 
 from benchlib.loadgen.metrics import summarize_level
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.experiments import comparison
 from benchmarks.experiments.report import comparison_csv
 from benchmarks.experiments.series import sweep_series
@@ -26,12 +27,12 @@ from tests.benchmarks.experiments.constructed import make_sweep
 pytestmark = pytest.mark.django_db
 
 
-def _summary(concurrency: int, requests: int, *, mode: str = "closed") -> dict[str, Any]:
+def _summary(concurrency: int, requests: int, *, mode: str = "closed") -> LevelSummary:
     records = [
         make_record(f"r{i}", i * 0.01, [(i * 0.01 + 0.05, 1), (i * 0.01 + 0.5, 4)], slot=i)
         for i in range(requests)
     ]
-    summary = dict(summarize_level(records, concurrency=concurrency, mode=mode))
+    summary = summarize_level(records, concurrency=concurrency, mode=mode)
     return summary | {"status": "completed", "reason": None, "client": {}}
 
 

@@ -65,7 +65,7 @@ def ramp_records() -> list[RequestRecord]:
     ]
 
 
-def _summary(index: int, concurrency: int, **phases: Any) -> dict[str, Any]:
+def _summary(index: int, concurrency: int, **phases: Any) -> Any:
     summary = level_summary_event(index, concurrency)["summary"]
     summary.update(phases)
     return summary

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 SLO = {"ttft_ms": 500, "e2e_ms": 2000}
 
 
-def _summary(index: int, concurrency: int, *, rate: float | None = None) -> dict[str, Any]:
+def _summary(index: int, concurrency: int, *, rate: float | None = None) -> Any:
     summary = level_summary_event(index, concurrency)["summary"]
     summary["target_rate"] = rate
     summary["goodput"] = {

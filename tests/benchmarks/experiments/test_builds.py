@@ -32,7 +32,8 @@ async def _build_beside_a_sweep(experiment_id: int, sweep_id: int) -> tuple[floa
     async def other_sweep() -> None:
         while not done.is_set():
             await sync_to_async(sweep_samples_add)(
-                sweep_id=sweep_id, samples=[{"level_index": 0, "t": len(stored), "x": 1.0}]
+                sweep_id=sweep_id,
+                samples=[{"event": "sample", "level_index": 0, "t": len(stored), "tok_s": 1.0}],
             )
             stored.append(time.perf_counter())
             await asyncio.sleep(0.25)

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from benchlib.loadgen.events import LoadgenEvent
+from benchlib.loadgen.events import LoadgenEvent, SampleEvent
+from benchlib.loadgen.summary import LevelSummary
 from benchmarks.sweeps import recording, services
 from benchmarks.sweeps.events import SweepRecorder
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepSample
@@ -23,10 +24,10 @@ class RecordingStore:
     async def level_started(self, *, sweep_id: int, index: int, concurrency: int, t: float) -> None:
         self.calls.append(("level_started", (index, concurrency)))
 
-    async def level_finished(self, *, sweep_id: int, summary: dict[str, Any]) -> None:
+    async def level_finished(self, *, sweep_id: int, summary: LevelSummary) -> None:
         self.calls.append(("level_finished", summary["level_index"]))
 
-    async def samples_add(self, *, sweep_id: int, samples: list[dict[str, Any]]) -> None:
+    async def samples_add(self, *, sweep_id: int, samples: list[SampleEvent]) -> None:
         self.calls.append(("samples", [s["t"] for s in samples]))
 
 
