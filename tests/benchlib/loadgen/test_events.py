@@ -74,17 +74,21 @@ async def test_the_pipe_watch_leaves_a_regular_file_alone():
 
 
 @pytest.fixture
-def simulator() -> Iterator[str]:
+def simulator(tmp_path: Path) -> Iterator[str]:
+    # Its own GPU ledger (--state-dir), as every other simulator the tests start: the default
+    # one is shared by every simulator on the machine. Its log is kept, so an exit says why.
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port", str(port),
-         "--seed", "7", "--workers", "0"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    log = tmp_path / "simulator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchlib.simulator", "--host", "127.0.0.1", "--port",
+             str(port), "--seed", "7", "--workers", "0", "--state-dir", str(tmp_path / "state")],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
-        assert proc.poll() is None, "simulator exited"
+        assert proc.poll() is None, f"simulator exited: {log.read_text()[-2000:]}"
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
