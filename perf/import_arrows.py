@@ -40,7 +40,7 @@ def package_modules(package: str) -> dict[str, Path]:
     }
 
 
-def _imported_names(module: str, path: Path) -> list[str]:
+def imported_names(module: str, path: Path) -> list[str]:
     """Dotted names the module's import statements reach, at any depth of the syntax tree."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -63,7 +63,7 @@ def module_arrows(package: str) -> set[tuple[str, str]]:
     modules = package_modules(package)
     arrows: set[tuple[str, str]] = set()
     for module, path in modules.items():
-        for name in _imported_names(module, path):
+        for name in imported_names(module, path):
             # The longest prefix that is a module of the package: the module itself, or the
             # package that defines the imported name.
             while name and name not in modules:

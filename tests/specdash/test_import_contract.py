@@ -18,7 +18,6 @@ replaced was closed by one). Three rules:
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from perf.import_arrows import module_arrows, part_arrows, two_way_pairs
+from perf.import_arrows import imported_names, module_arrows, part_arrows, two_way_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("specdash", "core", "hosts", "benchmarks", "benchlib", "perf", "engines")
@@ -94,22 +93,8 @@ def _resolve(name: str) -> str | None:
 def imports(module: str) -> frozenset[str]:
     """What ``module`` imports: first-party modules by name, anything else by its top-level
     name prefixed with ``ext:``."""
-    path = modules()[module]
-    tree = ast.parse(path.read_text(), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                source = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                source = node.module or ""
-            names.extend(f"{source}.{alias.name}" for alias in node.names)
     found = set()
-    for name in names:
+    for name in imported_names(module, modules()[module]):
         top = name.split(".")[0]
         if top == "tests":  # never product code's to import; kept so the rules see it
             found.add(top)
