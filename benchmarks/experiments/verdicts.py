@@ -111,17 +111,19 @@ class VerdictEntry(TypedDict):
     vllm_speculative_config: NotRequired[str | None]
 
 
-def _read_off(shape: type, source: object, **given: object) -> dict[str, object]:
-    """``shape``'s keys in its order (the stored JSON's), each read off ``source`` (a field or
-    a property of the statistics' dataclass) unless ``given``: the entry lists what is stored,
-    the dataclass what it is, and nothing copies them key by key."""
-    return {
-        key: given[key] if key in given else getattr(source, key) for key in shape.__annotations__
-    }
-
-
 def ratio_entry(concurrency: int, ratio: Ratio) -> RatioEntry:
-    return cast(RatioEntry, _read_off(RatioEntry, ratio, concurrency=concurrency))
+    # Written out, so the type checker holds each key to the entry; what is stored of the
+    # ratio is a choice (its confidence is not), so it is not derived from the dataclass.
+    return {
+        "concurrency": concurrency,
+        "point": ratio.point,
+        "low": ratio.low,
+        "high": ratio.high,
+        "method": ratio.method,
+        "sign": ratio.sign,
+        "inconclusive": ratio.inconclusive,
+        "refused": ratio.refused,
+    }
 
 
 def crossing_entry(c: Crossing) -> CrossingEntry:
@@ -130,7 +132,14 @@ def crossing_entry(c: Crossing) -> CrossingEntry:
 
 
 def saturation_dict(s: Saturation) -> SaturationEntry:
-    return cast(SaturationEntry, _read_off(SaturationEntry, s))
+    return {
+        "saturated": s.saturated,
+        "concurrency": s.concurrency,
+        "throughput": s.throughput,
+        "peak_concurrency": s.peak_concurrency,
+        "last_gain_per_doubling": s.last_gain_per_doubling,
+        "reason": s.reason,
+    }
 
 
 def engine_option_entry(o: EngineOption) -> EngineOptionEntry:

@@ -170,7 +170,7 @@ def test_whole_dataclass_entries_declare_its_fields_in_its_order(entry: type, so
         (verdicts.SaturationEntry, Saturation, set()),
     ],
 )
-def test_read_off_entries_declare_only_what_the_dataclass_has(
+def test_chosen_entries_declare_only_what_the_dataclass_has(
     entry: type, source: type, given: set[str]
 ) -> None:
     fields = _field_hints(source)
