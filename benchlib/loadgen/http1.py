@@ -227,9 +227,8 @@ class Connection(asyncio.Protocol):
                 pos += 2
                 state = _CHUNK_SIZE
             elif state == _CHUNK_SIZE:
-                i = data.find(b"\r\n", pos)
+                i = self._find_or_keep(data, pos, b"\r\n")
                 if i < 0:
-                    self._buf = self._guard(data[pos:])
                     break
                 try:
                     size = int(data[pos:i].split(b";", 1)[0], 16)
@@ -242,9 +241,8 @@ class Connection(asyncio.Protocol):
                 else:
                     state = _TRAILERS
             elif state == _TRAILERS:
-                i = data.find(b"\r\n", pos)
+                i = self._find_or_keep(data, pos, b"\r\n")
                 if i < 0:
-                    self._buf = self._guard(data[pos:])
                     break
                 if i == pos:
                     pos += 2
@@ -263,9 +261,8 @@ class Connection(asyncio.Protocol):
                 out.append(data[pos:])
                 pos = end
             else:  # _HEAD
-                i = data.find(b"\r\n\r\n", pos)
+                i = self._find_or_keep(data, pos, b"\r\n\r\n")
                 if i < 0:
-                    self._buf = self._guard(data[pos:])
                     break
                 state = self._head(data[pos:i])
                 pos = i + 4
@@ -277,10 +274,16 @@ class Connection(asyncio.Protocol):
             self.keep_alive = False  # bytes past the end of the response: do not reuse
         return (out[0] if len(out) == 1 else b"".join(out)), complete
 
-    def _guard(self, tail: bytes) -> bytes:
-        if len(tail) > _MAX_HEAD:
-            raise ProtocolViolation("response head or chunk line too long")
-        return tail
+    def _find_or_keep(self, data: bytes, pos: int, terminator: bytes) -> int:
+        """Where `terminator` (a head's or a chunk line's end) starts in `data` from `pos`; -1
+        when it has not arrived yet, the unfinished part then kept for the next read (bounded:
+        a server that never ends a line cannot grow it without limit)."""
+        i = data.find(terminator, pos)
+        if i < 0:
+            if len(data) - pos > _MAX_HEAD:
+                raise ProtocolViolation("response head or chunk line too long")
+            self._buf = data[pos:]
+        return i
 
     def _head(self, head: bytes) -> int:
         """Read a status line and headers; returns the body state (_IDLE: no body)."""

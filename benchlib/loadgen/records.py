@@ -3,7 +3,7 @@ from __future__ import annotations
 # Per-request records and the clock anchor that ties perf_counter() times to wall time.
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NotRequired, TypedDict
 
 
@@ -144,35 +144,21 @@ class RequestRecord:
 
     def shifted(self, delta: float) -> RequestRecord:
         """A copy with every time moved by `delta` seconds."""
-        return RequestRecord(
-            request_id=self.request_id,
-            slot=self.slot,
-            process=self.process,
-            warmup=self.warmup,
+
+        def moved(t: float | None) -> float | None:
+            return None if t is None else t + delta
+
+        return replace(
+            self,
             start=self.start + delta,
             end=self.end + delta,
-            sent=None if self.sent is None else self.sent + delta,
-            written=None if self.written is None else self.written + delta,
-            first_token=None if self.first_token is None else self.first_token + delta,
+            sent=moved(self.sent),
+            written=moved(self.written),
+            first_token=moved(self.first_token),
             chunk_times=[t + delta for t in self.chunk_times],
             chunk_tokens=list(self.chunk_tokens),
-            output_tokens=self.output_tokens,
-            prompt_tokens=self.prompt_tokens,
-            output_tokens_estimated=self.output_tokens_estimated,
-            chunk_tokens_estimated=self.chunk_tokens_estimated,
-            finish_reason=self.finish_reason,
-            error_kind=self.error_kind,
-            error=self.error,
-            retries=self.retries,
-            category=self.category,
-            spec_steps=self.spec_steps,
-            spec_drafted=self.spec_drafted,
-            spec_accepted=self.spec_accepted,
-            scheduled=None if self.scheduled is None else self.scheduled + delta,
-            first_answer=None if self.first_answer is None else self.first_answer + delta,
-            reasoning_tokens=self.reasoning_tokens,
-            session=self.session,
-            turn=self.turn,
+            scheduled=moved(self.scheduled),
+            first_answer=moved(self.first_answer),
         )
 
     def to_json(self, anchor: ClockAnchor, *, level_index: int) -> RecordRow:

@@ -44,34 +44,11 @@ _PAYLOAD = struct.Struct("<II")  # columns JSON length, total chunk count
 BATCH_ROWS = 512
 FLUSH_INTERVAL_S = 0.5
 
-# The JSON form's key order (RequestRecord.to_json, then the CLI's `attempt`): rows decoded
-# from the compact form come back in it, so a records.jsonl made from them reads the same.
-_KEY_ORDER = (
-    "level",
-    "id",
-    "slot",
-    "proc",
-    "start",
-    "end",
-    "first_token",
-    "chunks",
-    "out",
-    "prompt",
-    "finish",
-    "sent",
-    "written",
-    "warmup",
-    "out_est",
-    "chunk_est",
-    "error_kind",
-    "error",
-    "retries",
-    "cat",
-    "spec_steps",
-    "spec_drafted",
-    "spec_accepted",
-    "attempt",
-)
+# The JSON form's key order: the declaration order of `RecordRow`, which `RequestRecord.to_json`
+# follows (the CLI's `attempt` last). Rows decoded from the compact form come back in it, so a
+# records.jsonl made from them reads the same; read off the one declaration, a key added to the
+# record cannot be left out of it.
+_KEY_ORDER = tuple(RecordRow.__annotations__)
 _ORDER = {k: i for i, k in enumerate(_KEY_ORDER)}
 
 

@@ -4,6 +4,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from benchlib.loadgen.wire import GenerateMetaInfo, SpecTokensDetails
@@ -33,6 +34,18 @@ def request_id_from(scope: Scope) -> str:
         if name == b"x-request-id" and value:
             return str(value.decode("latin-1"))
     return uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class _Answer:
+    """One request's answer under way: the request, where its bytes go, the headers it adds,
+    and the send time and token count of each event sent (`serve_generation` reports them)."""
+
+    send: Send
+    req: GenRequest
+    sim: SimRequest
+    headers: list[tuple[bytes, bytes]]
+    chunks: list[list[float]] = field(default_factory=list)
 
 
 async def _watch_disconnect(app: SimApp, receive: Receive, sim: SimRequest) -> None:
@@ -70,21 +83,16 @@ async def serve_generation(
     app.scheduler.submit(sim)
     app.live.add(sim)
     watcher = asyncio.ensure_future(_watch_disconnect(app, receive, sim))
-    chunks: list[list[float]] = []
+    answer = _Answer(send, req, sim, headers=[(b"x-request-id", request_id.encode("latin-1"))])
     error: str | None = None
-    headers = [(b"x-request-id", request_id.encode("latin-1"))]
     try:
         if not req.stream:
-            await _unary(app, send, req, sim, chunks, headers)
+            await _unary(app, answer)
         elif req.kind == "generate":
-            await _stream_generate(send, req, sim, chunks, headers)
+            await _stream_generate(answer)
         else:
             await _stream_openai(
-                send,
-                req,
-                sim,
-                chunks,
-                headers,
+                answer,
                 sglang=app.config.metrics_style != "vllm",
                 reasoning_tokens=app.config.reasoning_tokens,
             )
@@ -98,7 +106,7 @@ async def serve_generation(
         if sim.finish_reason == "abort" and error is None:
             error = app.abort_reason
         app.live.discard(sim)
-        app.request_finished(sim, chunks, error, reasoning_tokens=sim.reasoning_tokens)
+        app.request_finished(sim, answer.chunks, error, reasoning_tokens=sim.reasoning_tokens)
 
 
 def spec_meta(sim: SimRequest) -> SpecTokensDetails:
@@ -115,19 +123,13 @@ def spec_meta(sim: SimRequest) -> SpecTokensDetails:
     )
 
 
-async def _unary(
-    app: SimApp,
-    send: Send,
-    req: GenRequest,
-    sim: SimRequest,
-    chunks: list[list[float]],
-    headers: list[tuple[bytes, bytes]],
-) -> None:
+async def _unary(app: SimApp, answer: _Answer) -> None:
     # Nothing is sent before the end: the chunks record when the engine produced the tokens.
+    req, sim = answer.req, answer.sim
     while True:
         n = await sim.take()
         if n:
-            chunks.append([time.time(), n])
+            answer.chunks.append([time.time(), n])
         if sim.done:
             break
     reason = sim.finish_reason or "abort"
@@ -138,20 +140,13 @@ async def _unary(
         body = generate_json(sim.generated, meta)
     else:
         body = openai_body(req, sim.request_id, created, sim.generated, reason)
-    await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS + headers})
-    await send({"type": "http.response.body", "body": body})
+    headers = JSON_HEADERS + answer.headers
+    await answer.send({"type": "http.response.start", "status": 200, "headers": headers})
+    await answer.send({"type": "http.response.body", "body": body})
 
 
-async def _stream_openai(
-    send: Send,
-    req: GenRequest,
-    sim: SimRequest,
-    chunks: list[list[float]],
-    headers: list[tuple[bytes, bytes]],
-    *,
-    sglang: bool,
-    reasoning_tokens: int = 0,
-) -> None:
+async def _stream_openai(answer: _Answer, *, sglang: bool, reasoning_tokens: int = 0) -> None:
+    req, sim = answer.req, answer.sim
     encoder = StreamEncoder(
         req, sim.request_id, int(sim.arrival), sglang=sglang, reasoning_tokens=reasoning_tokens
     )
@@ -173,16 +168,11 @@ async def _stream_openai(
             out += encoder.usage_chunk(pos)
         return out + DONE
 
-    await _stream_events(send, sim, chunks, headers, chunk, tail)
+    await _stream_events(answer, chunk, tail)
 
 
-async def _stream_generate(
-    send: Send,
-    req: GenRequest,
-    sim: SimRequest,
-    chunks: list[list[float]],
-    headers: list[tuple[bytes, bytes]],
-) -> None:
+async def _stream_generate(answer: _Answer) -> None:
+    req, sim = answer.req, answer.sim
     pos = 0
 
     def chunk(n: int, final: bool) -> bytes:
@@ -191,21 +181,18 @@ async def _stream_generate(
         reason = sim.finish_reason if final else None
         return generate_chunk(req, sim.request_id, pos, reason, spec_meta(sim))
 
-    await _stream_events(send, sim, chunks, headers, chunk, lambda: DONE)
+    await _stream_events(answer, chunk, lambda: DONE)
 
 
 async def _stream_events(
-    send: Send,
-    sim: SimRequest,
-    chunks: list[list[float]],
-    headers: list[tuple[bytes, bytes]],
-    chunk: Callable[[int, bool], bytes],
-    tail: Callable[[], bytes],
+    answer: _Answer, chunk: Callable[[int, bool], bytes], tail: Callable[[], bytes]
 ) -> None:
     """Stream the request's tokens as the engine produces them: `chunk(n, final)` is the event
     for n new tokens, `tail()` what follows the last one (sent alone where the engine ends
-    with no new token). Each event's send time and token count go into `chunks`."""
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+    with no new token). Each event's send time and token count go into `answer.chunks`."""
+    send, sim, chunks = answer.send, answer.sim, answer.chunks
+    headers = SSE_HEADERS + answer.headers
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     take = sim.take
     while True:
         n = await take()

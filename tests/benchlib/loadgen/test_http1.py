@@ -191,6 +191,25 @@ def test_a_malformed_chunk_size_fails_the_exchange_and_drops_the_connection():
     assert not ok and not conn.reusable
 
 
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (64 * 1024),  # a head that never ends
+        OK_HEAD + b"4;" + b"x" * (64 * 1024),  # a chunk-size line that never ends
+        OK_HEAD + b"0\r\nX-Trailer: " + b"t" * (64 * 1024),  # a trailer line that never ends
+    ],
+    ids=["head", "chunk-size", "trailer"],
+)
+def test_a_line_that_never_ends_fails_the_exchange_instead_of_growing(response):
+    # Fed in 1 KiB pieces: the unfinished line is kept between reads until it passes the bound.
+    conn, _body, ok = feed_in_pieces(response, list(range(1024, len(response), 1024)))
+    assert not ok and not conn.reusable
+    assert isinstance(conn.transport, FakeTransport) and conn.transport.aborted
+    # Below the bound it is only waiting for the rest: nothing failed, the connection is open.
+    waiting, _body, _ok = feed_in_pieces(response[:4096], list(range(1024, 4096, 1024)))
+    assert isinstance(waiting.transport, FakeTransport) and not waiting.transport.aborted
+
+
 # -- through send_request ----------------------------------------------------------------
 
 

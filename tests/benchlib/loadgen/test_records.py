@@ -59,3 +59,42 @@ def test_send_stamps_round_trip_and_shift_with_the_record():
     assert moved.written == pytest.approx(60.0015)
     plain = make_record("r-3", 50.0, [(50.25, 1)])
     assert "sent" not in plain.to_json(anchor, level_index=0)  # absent when never stamped
+
+
+def test_a_shifted_record_moves_every_time_and_keeps_every_other_field():
+    rec = RequestRecord(
+        request_id="r-4",
+        slot=3,
+        process=1,
+        warmup=True,
+        start=50.0,
+        end=51.5,
+        sent=50.125,
+        written=50.25,
+        first_token=50.5,
+        chunk_times=[50.5, 51.0],
+        chunk_tokens=[1, 2],
+        output_tokens=3,
+        prompt_tokens=120,
+        output_tokens_estimated=True,
+        chunk_tokens_estimated=True,
+        finish_reason="length",
+        error_kind="http",
+        error="http went wrong",
+        retries=1,
+        category="code",
+        spec_steps=2,
+        spec_drafted=4,
+        spec_accepted=3,
+        scheduled=49.75,
+        first_answer=51.0,
+        reasoning_tokens=1,
+        session=7,
+        turn=2,
+    )
+    anchor = ClockAnchor(t0_wall=1_796_000_000.0, t0_perf=50.0)
+    # The same instants read on a clock 8 s ahead: the JSON form (every field) is unchanged.
+    ahead = ClockAnchor(t0_wall=anchor.t0_wall, t0_perf=anchor.t0_perf + 8.0)
+    moved = rec.shifted(8.0)
+    assert moved.to_json(ahead, level_index=0) == rec.to_json(anchor, level_index=0)
+    assert moved.chunk_tokens is not rec.chunk_tokens

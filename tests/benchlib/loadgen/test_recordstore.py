@@ -100,6 +100,49 @@ def test_compact_rows_read_back_equal_to_the_json_form_key_order_included(tmp_pa
     assert text == "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
 
 
+def test_a_row_with_every_record_key_reads_back_from_the_compact_form_in_the_json_order(
+    tmp_path,
+):
+    # Every optional key set: one the decoder's order lacked would come back after the others
+    # (where its fallback puts it), not where the JSON form has it.
+    start = 5125.0
+    record = RequestRecord(
+        request_id="run-2-0",
+        start=start,
+        end=start + 0.5,
+        sent=start + 0.0004,
+        written=start + 0.0006,
+        first_token=start + 0.1,
+        chunk_times=[start + 0.1, start + 0.2],
+        chunk_tokens=[1, 2],
+        output_tokens=3,
+        prompt_tokens=120,
+        finish_reason="length",
+        warmup=True,
+        output_tokens_estimated=True,
+        chunk_tokens_estimated=True,
+        error_kind="http",
+        error="http went wrong",
+        retries=1,
+        category="chat",
+        spec_steps=12,
+        spec_drafted=30,
+        spec_accepted=21,
+        scheduled=start - 0.001,
+        first_answer=start + 0.2,
+        reasoning_tokens=1,
+        session=4,
+        turn=1,
+    )
+    (row,) = _rows([record])
+    assert list(row) == list(RecordRow.__annotations__), "the record leaves a key unset"
+    path = tmp_path / "records.sdrec"
+    _write(path, [row])
+    (back,) = iter_rows(path)
+    assert list(back) == list(row)
+    assert back == row
+
+
 def test_json_lines_and_compact_files_read_the_same_through_one_reader(tmp_path):
     rows = _rows(_records(300))
     _write(tmp_path / "a.jsonl", rows)
