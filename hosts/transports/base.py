@@ -245,13 +245,10 @@ class Hop(Transport):
             self.check(result)
         return result
 
-    def stream(
-        self, argv: Sequence[str], *, stdin: bytes | None = None
-    ) -> AbstractAsyncContextManager[LineStream]:
-        return self._stream(argv, stdin)
-
     @asynccontextmanager
-    async def _stream(self, argv: Sequence[str], stdin: bytes | None) -> AsyncIterator[LineStream]:
+    async def stream(
+        self, argv: Sequence[str], *, stdin: bytes | None = None
+    ) -> AsyncIterator[LineStream]:
         self.prepare()
         wrapped = self.wrap(argv, stdin=stdin is not None)
         async with self.inner.stream(wrapped, stdin=stdin) as lines:
