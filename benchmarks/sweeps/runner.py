@@ -7,6 +7,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -106,6 +107,15 @@ def parse_event(line: bytes) -> LoadgenEvent | None:
         return None
 
 
+def _pidfd_of(pid: int) -> int | None:
+    """A pidfd for a child just started (Linux 5.3+); None where there is none, or where the
+    child has already exited and been reaped (signals are then moot)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class LoadgenProcess:
     """A running load generator: ``events()`` yields its event lines as events. The one
     process of a sweep and each local shard (a ``supervisor.LevelSource``)."""
@@ -115,6 +125,7 @@ class LoadgenProcess:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self.terminated = False
+        self._pidfd = _pidfd_of(process.pid)
 
     @classmethod
     async def start(
@@ -171,14 +182,24 @@ class LoadgenProcess:
     def terminate(self) -> None:
         """SIGTERM: the load generator cancels, reports the partial level and run_end."""
         self.terminated = True
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        # Through a pidfd, not the process object: Popen.send_signal first polls, and a poll
+        # that reaps a child which has just exited (asyncio's watcher thread not yet run, as
+        # on a busy machine) leaves that thread nothing to wait for: it then reports exit
+        # code 255 for a clean exit. A pidfd names this process only, exited or not, and
+        # reaps nothing; a process already reaped is a ProcessLookupError.
+        if self.process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if self._pidfd is None:
+                self.process.send_signal(sig)
+            else:
+                signal.pidfd_send_signal(self._pidfd, sig)
 
     async def wait(self, seconds: float | None = None) -> int | None:
         """The exit code, or None if it is still running after ``seconds``."""
@@ -186,6 +207,7 @@ class LoadgenProcess:
             code = await asyncio.wait_for(self.process.wait(), timeout=seconds)
         except TimeoutError:
             return None
+        self._close_pidfd()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=2)
         return code
@@ -198,7 +220,16 @@ class LoadgenProcess:
             logger.warning("load generator %s ignored SIGTERM for %.0fs: killing", self.pid, grace)
             self.kill()
             code = await self.process.wait()
+            self._close_pidfd()
         return code
+
+    def __del__(self) -> None:
+        self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     async def ended(self, *, wait: float, grace: float) -> int:
         """The exit code: up to ``wait`` seconds for it to exit on its own, then ``stop``."""
