@@ -13,7 +13,17 @@ from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
 from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS
-from specdash.api.schemas.base import Id, In, Notes, Page, RunOut, Tag, Title
+from specdash.api.schemas.base import (
+    Id,
+    In,
+    Notes,
+    Page,
+    RunOut,
+    Tag,
+    Title,
+    UserName,
+    url_resolver,
+)
 from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
@@ -152,7 +162,7 @@ class ExperimentOut(RunOut):
     has_comparison: bool
     auto_resume: bool
     history: list[JsonObject] = Field(description="Every interruption and resume, in order")
-    created_by: str | None
+    created_by: UserName
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -167,9 +177,7 @@ class ExperimentOut(RunOut):
     def resolve_has_comparison(obj: Any) -> bool:
         return bool(obj.comparison)
 
-    @staticmethod
-    def resolve_url(obj: Any) -> str:
-        return f"/api/v1/experiments/{obj.pk}"
+    resolve_url = url_resolver("experiments")
 
 
 class ExperimentDetailOut(ExperimentOut):

@@ -8,10 +8,8 @@ from typing import Annotated, Any
 from ninja import Field, Schema
 from pydantic import StringConstraints
 
-from benchlib.json_types import JsonObject
-from hosts.masking import masked_argv, masked_env  # secrets are not sent to API clients
 from hosts.models.registry import default_stop_grace_s
-from specdash.api.schemas.base import _TEXT, Id, In, Name, Page, Tag, Text
+from specdash.api.schemas.base import _TEXT, Id, In, MaskedArgv, MaskedEnv, Name, Page, Tag, Text
 
 # -- registry -----------------------------------------------------------------------------
 
@@ -28,14 +26,10 @@ class HostOut(Schema):
     known_hosts_file: str
     jump_host: str
     path_prepend: str
-    command_env: JsonObject
+    command_env: MaskedEnv
     notes: str
     created_at: datetime
     updated_at: datetime
-
-    @staticmethod
-    def resolve_command_env(obj: Any) -> JsonObject:
-        return masked_env(dict(obj.command_env))
 
 
 class HostIn(In):
@@ -106,8 +100,8 @@ class ProfileOut(Schema):
     host_id: int | None
     host: str
     container_id: int | None
-    launch_argv: list[str]
-    env: JsonObject
+    launch_argv: MaskedArgv
+    env: MaskedEnv
     workdir: str
     port: int
     gpu_ids: list[int]
@@ -131,14 +125,6 @@ class ProfileOut(Schema):
     @staticmethod
     def resolve_host(obj: Any) -> str:
         return str(obj.host.name) if obj.host is not None else ""
-
-    @staticmethod
-    def resolve_env(obj: Any) -> JsonObject:
-        return masked_env(dict(obj.env))
-
-    @staticmethod
-    def resolve_launch_argv(obj: Any) -> list[str]:
-        return masked_argv(list(obj.launch_argv))
 
 
 _Path = Annotated[str, StringConstraints(max_length=200, pattern=_TEXT)]
