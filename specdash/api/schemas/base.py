@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from ninja import Field, Schema
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, StringConstraints, create_model
 
 from benchlib.json_types import JsonObject
 from hosts.masking import masked_argv, masked_env, masked_text, masked_tree
@@ -26,6 +26,26 @@ Tag = Annotated[str, StringConstraints(max_length=50, pattern=_TEXT)]
 
 class In(Schema):
     model_config = ConfigDict(extra="forbid")
+
+
+def patch_of(body: type[In]) -> type[In]:
+    """The PATCH body of a create body (``HostIn`` -> ``HostPatch``): each of its fields with
+    the same type and bounds, optional and null by default, so that a handler changes only
+    the fields sent (``model_dump(exclude_unset=True)``) and a new field is patchable at once.
+    Descriptions and defaults are the create body's alone."""
+    fields: dict[str, Any] = {}
+    for name, info in body.model_fields.items():
+        kind: Any = info.annotation
+        if info.metadata:
+            kind = Annotated[(kind, *info.metadata)]
+        fields[name] = (kind | None, None)
+    patch: type[In] = create_model(
+        body.__name__.removesuffix("In") + "Patch",
+        __base__=In,
+        __module__=body.__module__,
+        **fields,
+    )
+    return patch
 
 
 def username(user: Any) -> str | None:
