@@ -105,6 +105,30 @@ class ExperimentIn(ProtocolIn):
     notes: Notes = ""
     tags: list[Tag] = Field(default_factory=list, max_length=50)
 
+    def experiment_args(self) -> ExperimentArgs:
+        """The body as ``experiment_create``'s keywords, but for the arms' profiles (ids here,
+        looked up by the handler) and the user."""
+        return {
+            **self.protocol_args(),
+            "arm_loads": [arm.model_dump(exclude_none=True) for arm in self.arm_loads],
+            "continue_on_start_failure": self.continue_on_start_failure,
+            "check_output_equivalence": self.check_output_equivalence,
+            "auto_resume": self.auto_resume,
+            "notes": self.notes,
+            "tags": self.tags,
+        }
+
+
+class ExperimentArgs(ProtocolArgs):
+    """``ExperimentIn`` as keywords of ``experiment_create`` (its profiles aside)."""
+
+    arm_loads: list[JsonObject]
+    continue_on_start_failure: bool
+    check_output_equivalence: bool
+    auto_resume: bool
+    notes: str
+    tags: list[str]
+
 
 class ArmOut(Schema):
     label: str
