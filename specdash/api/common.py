@@ -18,7 +18,7 @@ from ninja.signature.utils import make_forwardref
 
 from core.listing import tag_q
 from specdash.api import errors
-from specdash.api.schemas.base import MAX_ID, ErrorOut
+from specdash.api.schemas.base import MAX_ID, ErrorOut, api_url
 
 if TYPE_CHECKING:
     from core.models import Job
@@ -160,7 +160,7 @@ class JobLink(TypedDict):
 
 
 def job_link(job: Job | None) -> JobLink:
-    return {"job": job, "job_url": f"/api/v1/jobs/{job.pk}" if job is not None else None}
+    return {"job": job, "job_url": api_url("jobs", job.pk) if job is not None else None}
 
 
 READ_ERRORS = (401, 403, 404, 422)

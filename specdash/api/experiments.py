@@ -117,15 +117,7 @@ def experiment_create(request: HttpRequest, payload: ExperimentIn) -> _Accepted:
     if missing:
         raise ValidationError({"profiles": [f"No profile #{pk}." for pk in missing]})
     experiment = services.experiment_create(
-        profiles=[by_id[pk] for pk in payload.profiles],
-        arm_loads=[arm.model_dump(exclude_none=True) for arm in payload.arm_loads],
-        continue_on_start_failure=payload.continue_on_start_failure,
-        check_output_equivalence=payload.check_output_equivalence,
-        auto_resume=payload.auto_resume,
-        notes=payload.notes,
-        tags=payload.tags,
-        user=user,
-        **payload.protocol_args(),
+        profiles=[by_id[pk] for pk in payload.profiles], user=user, **payload.experiment_args()
     )
     return experiment_accepted(experiment)
 

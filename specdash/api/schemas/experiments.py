@@ -13,7 +13,17 @@ from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchmarks.experiments import selectors as exp_selectors
 from benchmarks.experiments.axes import ARM_LOAD_AXES
 from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS
-from specdash.api.schemas.base import Id, In, Notes, Page, RunOut, Tag, Title
+from specdash.api.schemas.base import (
+    Id,
+    In,
+    Notes,
+    Page,
+    RunOut,
+    Tag,
+    Title,
+    UserName,
+    url_resolver,
+)
 from specdash.api.schemas.decisions import DecisionOut
 from specdash.api.schemas.jobs import JobOut
 from specdash.api.schemas.sweeps import SweepLoadIn
@@ -95,6 +105,30 @@ class ExperimentIn(ProtocolIn):
     notes: Notes = ""
     tags: list[Tag] = Field(default_factory=list, max_length=50)
 
+    def experiment_args(self) -> ExperimentArgs:
+        """The body as ``experiment_create``'s keywords, but for the arms' profiles (ids here,
+        looked up by the handler) and the user."""
+        return {
+            **self.protocol_args(),
+            "arm_loads": [arm.model_dump(exclude_none=True) for arm in self.arm_loads],
+            "continue_on_start_failure": self.continue_on_start_failure,
+            "check_output_equivalence": self.check_output_equivalence,
+            "auto_resume": self.auto_resume,
+            "notes": self.notes,
+            "tags": self.tags,
+        }
+
+
+class ExperimentArgs(ProtocolArgs):
+    """``ExperimentIn`` as keywords of ``experiment_create`` (its profiles aside)."""
+
+    arm_loads: list[JsonObject]
+    continue_on_start_failure: bool
+    check_output_equivalence: bool
+    auto_resume: bool
+    notes: str
+    tags: list[str]
+
 
 class ArmOut(Schema):
     label: str
@@ -152,7 +186,7 @@ class ExperimentOut(RunOut):
     has_comparison: bool
     auto_resume: bool
     history: list[JsonObject] = Field(description="Every interruption and resume, in order")
-    created_by: str | None
+    created_by: UserName
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -167,9 +201,7 @@ class ExperimentOut(RunOut):
     def resolve_has_comparison(obj: Any) -> bool:
         return bool(obj.comparison)
 
-    @staticmethod
-    def resolve_url(obj: Any) -> str:
-        return f"/api/v1/experiments/{obj.pk}"
+    resolve_url = url_resolver("experiments")
 
 
 class ExperimentDetailOut(ExperimentOut):

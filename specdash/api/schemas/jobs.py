@@ -8,8 +8,16 @@ from typing import Any
 from ninja import Field, Schema
 
 from benchlib.json_types import JsonObject
-from hosts.masking import masked_text, masked_tree
-from specdash.api.schemas.base import MAX_ID, In, Page, RunOut, username
+from specdash.api.schemas.base import (
+    MAX_ID,
+    In,
+    MaskedText,
+    MaskedTree,
+    Page,
+    RunOut,
+    UserName,
+    url_resolver,
+)
 
 # -- jobs and instances -------------------------------------------------------------------
 
@@ -49,9 +57,7 @@ class JobOut(RunOut):
     finished_at: datetime | None
     url: str
 
-    @staticmethod
-    def resolve_url(obj: Any) -> str:
-        return f"/api/v1/jobs/{obj.pk}"
+    resolve_url = url_resolver("jobs")
 
 
 class InstanceOut(Schema):
@@ -67,10 +73,10 @@ class InstanceOut(Schema):
     run_id: str
     pid: int | None
     exit_code: int | None
-    reason: str
-    evidence: JsonObject
+    reason: MaskedText
+    evidence: MaskedTree
     stop_requested: bool
-    started_by: str | None
+    started_by: UserName
     created_at: datetime
     ready_at: datetime | None
     stopped_at: datetime | None
@@ -85,25 +91,10 @@ class InstanceOut(Schema):
         return str(obj.host.name)
 
     @staticmethod
-    def resolve_started_by(obj: Any) -> str | None:
-        return username(obj.started_by)
-
-    @staticmethod
     def resolve_active(obj: Any) -> bool:
         return bool(obj.is_active)
 
-    @staticmethod
-    def resolve_reason(obj: Any) -> str:
-        return masked_text(obj.reason)
-
-    @staticmethod
-    def resolve_evidence(obj: Any) -> JsonObject:
-        # Holders' command lines are other processes' argv.
-        return dict(masked_tree(obj.evidence))
-
-    @staticmethod
-    def resolve_url(obj: Any) -> str:
-        return f"/api/v1/instances/{obj.pk}"
+    resolve_url = url_resolver("instances")
 
 
 class InstanceAccepted(Schema):
@@ -117,21 +108,9 @@ class InstanceEventOut(Schema):
     at: datetime
     kind: str
     state: str
-    message: str
-    actor: str | None
-    data: JsonObject
-
-    @staticmethod
-    def resolve_actor(obj: Any) -> str | None:
-        return username(obj.actor)
-
-    @staticmethod
-    def resolve_message(obj: Any) -> str:
-        return masked_text(obj.message)
-
-    @staticmethod
-    def resolve_data(obj: Any) -> JsonObject:
-        return dict(masked_tree(obj.data))
+    message: MaskedText
+    actor: UserName
+    data: MaskedTree
 
 
 class LogOut(Schema):

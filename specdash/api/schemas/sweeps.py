@@ -13,8 +13,19 @@ from benchlib.loadgen.settings import LoadSettings, input_fields
 from benchlib.loadgen.settings_fields import SloSettings
 from benchmarks.sweeps import selectors as bench_selectors
 from benchmarks.sweeps.rows import LevelRow, SweepProgress
-from hosts.masking import masked_tree
-from specdash.api.schemas.base import _TEXT, Id, In, Notes, Page, RunOut, Tag, Title
+from specdash.api.schemas.base import (
+    _TEXT,
+    Id,
+    In,
+    MaskedTree,
+    Notes,
+    Page,
+    RunOut,
+    Tag,
+    Title,
+    UserName,
+    url_resolver,
+)
 from specdash.api.schemas.jobs import JobOut
 
 # -- sweeps -------------------------------------------------------------------------------
@@ -72,7 +83,7 @@ class SweepOut(RunOut):
     current_level_index: int | None
     notes: str
     tags: list[str]
-    created_by: str | None
+    created_by: UserName
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -83,19 +94,12 @@ class SweepOut(RunOut):
     def resolve_profile(obj: Any) -> str | None:
         return obj.profile.name if obj.profile is not None else None
 
-    @staticmethod
-    def resolve_url(obj: Any) -> str:
-        return f"/api/v1/sweeps/{obj.pk}"
+    resolve_url = url_resolver("sweeps")
 
 
 class SweepDetailOut(SweepOut):
-    environment: JsonObject
+    environment: MaskedTree
     progress: ProgressOut
-
-    @staticmethod
-    def resolve_environment(obj: Any) -> JsonObject:
-        # Snapshots taken before argv was masked still hold their secrets.
-        return dict(masked_tree(obj.environment or {}))
 
     @staticmethod
     def resolve_progress(obj: Any) -> SweepProgress:
