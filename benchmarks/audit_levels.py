@@ -22,7 +22,7 @@ from benchlib.loadgen.metrics import summarize_level
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
 from benchlib.loadgen.summary import LevelSummary
 from benchmarks.audit_report import AuditReport, figures_agree
-from benchmarks.sweeps.level_figures import LEVEL_FIGURES
+from benchmarks.sweeps.level_figures import LEVEL_COLUMNS
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel
 from benchmarks.sweeps.recordfile import RecordGroups, read_record_file_once
 from benchmarks.sweeps.recording import level_fields_from_summary, undrafted_steps
@@ -52,7 +52,6 @@ NESTED = (
                     "acceptance_rate")),
 )  # fmt: skip
 GOODPUT = ("requests", "met", "share", "goodput_req_s", "goodput_tok_s", "meets_slo")
-COLUMNS = (*LEVEL_FIGURES, "requests_ok", "requests_failed")
 # The server figures recomputed from a level's kept boundary scrapes.
 SERVER_FIGURES = (
     "duration_s",
@@ -146,7 +145,7 @@ def audit_level(
     problems += [f"{where}: {d}" for d in _differences(summary, fresh)]
     # Not empty (returned above): the level summary the load generator wrote, as stored.
     columns: Mapping[str, object] = level_fields_from_summary(cast(LevelSummary, summary))
-    for name in COLUMNS:
+    for name in LEVEL_COLUMNS:
         if not figures_agree(getattr(level, name), columns[name], abs_tol=1e-9):
             problems.append(
                 f"{where}: column {name} is {getattr(level, name)}, its summary says "

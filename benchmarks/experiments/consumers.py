@@ -17,8 +17,5 @@ class ExperimentConsumer(ViewerConsumer):
         experiment_id = self.scope["url_route"]["kwargs"]["experiment_id"]
         return await experiment_store.aexperiment_snapshot(experiment_id=experiment_id)
 
-    async def experiment_state(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def experiment_step(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
+    # Each event goes to the page as it is (Channels calls the method named after its type).
+    experiment_state = experiment_step = ViewerConsumer.forward

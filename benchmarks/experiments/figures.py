@@ -32,6 +32,27 @@ def _log_c_axis(concurrencies: list[int]) -> JsonObject:
     return {"type": "log", "title": {"text": "concurrency (C)"}, "tickvals": concurrencies}
 
 
+def _line(
+    name: str,
+    x: list[Any],
+    y: list[Any],
+    color: int,
+    *,
+    dash: str | None = None,
+    legendgroup: str | None = None,
+) -> JsonObject:
+    """A series' curve against C, as every chart here but the ratio and the Pareto draws it."""
+    line: JsonObject = {"color": _color(color)}
+    if dash is not None:
+        line["dash"] = dash
+    trace: JsonObject = {
+        "type": "scatter", "mode": "lines+markers", "name": name, "x": x, "y": y, "line": line
+    }  # fmt: skip
+    if legendgroup is not None:
+        trace["legendgroup"] = legendgroup
+    return trace
+
+
 def _concurrencies(comparison: Comparison) -> list[int]:
     return sorted({r["concurrency"] for s in comparison["series"] for r in s["levels"]})
 
@@ -54,16 +75,13 @@ def throughput_figure(comparison: Comparison) -> PlotlyFigure:
     data = []
     for i, s in enumerate(comparison["series"]):
         xs = [r["concurrency"] for r in s["levels"]]
-        data.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} (whole level)",
-            "x": xs, "y": [r["output_tok_s"] for r in s["levels"]],
-            "line": {"color": _color(i)}, "legendgroup": s["label"],
-        })  # fmt: skip
-        data.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} (steady window)",
-            "x": xs, "y": [r["steady_output_tok_s"] for r in s["levels"]],
-            "line": {"color": _color(i), "dash": "dot"}, "legendgroup": s["label"],
-        })  # fmt: skip
+        whole = [r["output_tok_s"] for r in s["levels"]]
+        steady = [r["steady_output_tok_s"] for r in s["levels"]]
+        group = s["label"]
+        data.append(_line(f"{_name(s)} (whole level)", xs, whole, i, legendgroup=group))
+        data.append(
+            _line(f"{_name(s)} (steady window)", xs, steady, i, dash="dot", legendgroup=group)
+        )
     layout = _layout(
         "Output throughput vs concurrency",
         _log_c_axis(_concurrencies(comparison)),
@@ -74,14 +92,9 @@ def throughput_figure(comparison: Comparison) -> PlotlyFigure:
 
 def _metric_figure(comparison: Comparison, metric: str, title: str, unit: str) -> PlotlyFigure:
     data = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "name": _name(s),
-            "x": [r["concurrency"] for r in s["levels"]],
-            "y": [r[metric] for r in s["levels"]],
-            "line": {"color": _color(i)},
-        }
+        _line(
+            _name(s), [r["concurrency"] for r in s["levels"]], [r[metric] for r in s["levels"]], i
+        )
         for i, s in enumerate(comparison["series"])
     ]
     return {"data": data, "layout": _layout(title, _log_c_axis(_concurrencies(comparison)), unit)}
@@ -240,29 +253,22 @@ def accept_figure(comparison: Comparison) -> PlotlyFigure:
         if not any(r.get("accept_length") is not None for r in rows):
             continue
         xs = [r["concurrency"] for r in rows]
-        data.append({
-            "type": "scatter", "mode": "lines+markers",
-            "name": f"{_name(s)} accept length per drafted step",
-            "x": xs, "y": [r.get("accept_length") for r in rows],
-            "line": {"color": _color(i)}, "legendgroup": s["label"],
-        })  # fmt: skip
+        group = s["label"]
+        accept = [r.get("accept_length") for r in rows]
+        data.append(
+            _line(f"{_name(s)} accept length per drafted step", xs, accept, i, legendgroup=group)
+        )
         if any(r.get("tokens_per_step") is not None for r in rows):
-            data.append({
-                "type": "scatter", "mode": "lines+markers",
-                "name": f"{_name(s)} tokens per engine step",
-                "x": xs, "y": [r.get("tokens_per_step") for r in rows],
-                "line": {"color": _color(i), "dash": "longdash"}, "legendgroup": s["label"],
-            })  # fmt: skip
+            per_step = [r.get("tokens_per_step") for r in rows]
+            name = f"{_name(s)} tokens per engine step"
+            data.append(_line(name, xs, per_step, i, dash="longdash", legendgroup=group))
         categories = sorted({c for r in rows for c in r.get("by_category") or {}})
         for j, cat in enumerate(categories):
             ys = [((r.get("by_category") or {}).get(cat) or {}).get("accept_length") for r in rows]
             if all(y is None for y in ys):
                 continue
-            data.append({
-                "type": "scatter", "mode": "lines+markers", "name": f"{_name(s)} · {cat}",
-                "x": xs, "y": ys, "legendgroup": s["label"],
-                "line": {"color": _color(i), "dash": ("dot", "dash", "dashdot")[j % 3]},
-            })  # fmt: skip
+            dash = ("dot", "dash", "dashdot")[j % 3]
+            data.append(_line(f"{_name(s)} · {cat}", xs, ys, i, dash=dash, legendgroup=group))
     layout = _layout(
         "Accept length and tokens per step vs concurrency (speculative profiles)",
         _log_c_axis(_concurrencies(comparison)),

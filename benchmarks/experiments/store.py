@@ -14,7 +14,6 @@ so it sits above them, and this slice does not import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from asgiref.sync import sync_to_async
@@ -23,6 +22,7 @@ from channels.db import database_sync_to_async
 from benchlib.json_types import JsonObject
 from benchmarks.experiments import builds, recording, selectors, services
 from benchmarks.experiments.models import ExperimentStep
+from benchmarks.handover import Handover
 from benchmarks.sweeps.models import Sweep, SweepState
 from benchmarks.sweeps.services import sweep_cancel, sweep_resume
 from core.models import Job, JobState
@@ -47,23 +47,13 @@ class ExperimentAudit(Protocol):
     def __call__(self, *, experiment_id: int) -> object: ...
 
 
-@dataclass
-class _Audit:
-    experiment: ExperimentAudit | None = None
-
-
-_audit = _Audit()
-
-
-def register_experiment_audit(audit_experiment_store: ExperimentAudit) -> None:
-    _audit.experiment = audit_experiment_store
+_experiment_audit: Handover[ExperimentAudit] = Handover("experiment audit")
+register_experiment_audit = _experiment_audit.register
 
 
 async def aaudit_experiment_store(*, experiment_id: int) -> None:
     """The audit handed over by ``register_experiment_audit``, off the event loop."""
-    if _audit.experiment is None:
-        raise RuntimeError("no experiment audit registered (benchmarks registers it when ready)")
-    await sync_to_async(_audit.experiment)(experiment_id=experiment_id)
+    await sync_to_async(_experiment_audit.get())(experiment_id=experiment_id)
 
 
 # The comparison's build (``builds.experiment_store_comparison_off_worker``) reads its inputs

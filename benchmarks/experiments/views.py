@@ -29,6 +29,7 @@ from benchmarks.experiments import (
 from benchmarks.experiments.history import history_build, history_groups
 from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentState, ExperimentStep
 from benchmarks.experiments.selectors import StepRow
+from benchmarks.form_pages import service_form_page
 from benchmarks.phases import comparison_phases
 from benchmarks.sweeps.audit_outcomes import stored_audit_of_sweeps
 from benchmarks.sweeps.models import Sweep
@@ -92,16 +93,16 @@ def _picked_sweeps_comparison(request: HttpRequest) -> tuple[Comparison, list[in
 @experiment_operator_required
 def experiment_new(request: HttpRequest) -> HttpResponse:
     form = forms.ExperimentForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            experiment = services.experiment_create(**form.service_kwargs(), user=request.user)
-        except ValidationError as exc:
-            form.add_service_error(exc)
-        else:
-            return redirect("benchmarks:experiment-detail", experiment_id=experiment.pk)
-    status = 400 if form.is_bound else 200
-    context = {"form": form, "nav": "experiments"}
-    return render(request, "benchmarks/experiment_new.html", context, status=status)
+    return service_form_page(
+        request,
+        form,
+        create=lambda: services.experiment_create(**form.service_kwargs(), user=request.user),
+        created=lambda experiment: redirect(
+            "benchmarks:experiment-detail", experiment_id=experiment.pk
+        ),
+        template="benchmarks/experiment_new.html",
+        context={"nav": "experiments"},
+    )
 
 
 @experiment_operator_required

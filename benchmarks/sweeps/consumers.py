@@ -16,11 +16,5 @@ class SweepConsumer(ViewerConsumer):
         sweep_id = self.scope["url_route"]["kwargs"]["sweep_id"]
         return await sweep_store.asweep_snapshot(sweep_id=sweep_id)
 
-    async def sweep_samples(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def sweep_level(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def sweep_state(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
+    # Each event goes to the page as it is (Channels calls the method named after its type).
+    sweep_samples = sweep_level = sweep_state = ViewerConsumer.forward

@@ -31,10 +31,10 @@ class SweepRow(TypedDict):
     finished_at: float | None
 
 
-class LevelFigures(TypedDict):
-    """A level's headline figures, declared once: the level's columns as its summary fills
-    them in (``recording.LevelColumns``) and its row on the page, the websocket and the API
-    (``LevelRow``) carry them."""
+class HeadlineFigures(TypedDict):
+    """A level's headline figures, declared once: ``level_figures.LEVEL_FIGURES`` lists these
+    keys in this order for the readers that go through the names (the audit, the comparison's
+    means over repeats)."""
 
     output_tok_s: float | None
     steady_output_tok_s: float | None
@@ -45,6 +45,13 @@ class LevelFigures(TypedDict):
     itl_p99_ms: float | None
     e2e_p50_ms: float | None
     achieved_concurrency: float | None
+
+
+class LevelFigures(HeadlineFigures):
+    """The headline figures, the request counts and why the level was cut short: the level's
+    columns as its summary fills them in (``recording.LevelColumns``) and its row on the page,
+    the websocket and the API (``LevelRow``) carry them."""
+
     requests_ok: int
     requests_failed: int
     reason: str

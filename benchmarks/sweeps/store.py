@@ -14,7 +14,6 @@ with the service's parameters), so the two cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, cast
 
 from asgiref.sync import sync_to_async
@@ -22,6 +21,7 @@ from channels.db import database_sync_to_async
 
 from benchlib.loadgen.events import SampleEvent
 from benchlib.loadgen.summary import LevelSummary
+from benchmarks.handover import Handover
 from benchmarks.sweeps import recording, selectors
 from benchmarks.sweeps.rows import SweepSnapshot
 from hosts.telemetry.levels import ServerMetrics
@@ -42,23 +42,13 @@ class SweepAudit(Protocol):
     def __call__(self, *, sweep_id: int) -> object: ...
 
 
-@dataclass
-class _Audit:
-    sweep: SweepAudit | None = None
-
-
-_audit = _Audit()
-
-
-def register_sweep_audit(audit_sweep_store: SweepAudit) -> None:
-    _audit.sweep = audit_sweep_store
+_sweep_audit: Handover[SweepAudit] = Handover("sweep audit")
+register_sweep_audit = _sweep_audit.register
 
 
 async def aaudit_sweep_store(*, sweep_id: int) -> None:
     """The audit handed over by ``register_sweep_audit``, off the event loop."""
-    if _audit.sweep is None:
-        raise RuntimeError("no sweep audit registered (benchmarks registers it when ready)")
-    await sync_to_async(_audit.sweep)(sweep_id=sweep_id)
+    await sync_to_async(_sweep_audit.get())(sweep_id=sweep_id)
 
 
 async def asweep_level_server_metrics_save(

@@ -16,6 +16,7 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from benchmarks.form_pages import service_form_page
 from benchmarks.sweeps import exports, forms, selectors, services, traces
 from benchmarks.sweeps.models import Sweep
 from benchmarks.sweeps.workload import sweep_workload
@@ -44,16 +45,13 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
 def sweep_new(request: HttpRequest) -> HttpResponse:
     # ?endpoint=<id>: the servers page's Sweep button on an endpoint profile.
     form = forms.SweepForm(request.POST or None, initial={"endpoint": request.GET.get("endpoint")})
-    if request.method == "POST" and form.is_valid():
-        try:
-            sweep = services.sweep_create(**form.service_kwargs(), user=request.user)
-        except ValidationError as exc:
-            form.add_service_error(exc)
-        else:
-            return redirect("benchmarks:sweep-detail", sweep_id=sweep.pk)
-    status = 400 if form.is_bound else 200
-    return render(
-        request, "benchmarks/sweep_new.html", {"form": form, "nav": "sweeps"}, status=status
+    return service_form_page(
+        request,
+        form,
+        create=lambda: services.sweep_create(**form.service_kwargs(), user=request.user),
+        created=lambda sweep: redirect("benchmarks:sweep-detail", sweep_id=sweep.pk),
+        template="benchmarks/sweep_new.html",
+        context={"nav": "sweeps"},
     )
 
 
