@@ -20,17 +20,8 @@ class InstanceConsumer(ViewerConsumer):
         instance_id = self.scope["url_route"]["kwargs"]["instance_id"]
         return await store.ainstance_snapshot(instance_id=instance_id)
 
-    async def instance_state(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def instance_event(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def instance_log(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
-
-    async def instance_readiness(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
+    # Each event goes to the page as it is (Channels calls the method named after its type).
+    instance_state = instance_event = instance_log = instance_readiness = ViewerConsumer.forward
 
 
 class TelemetryConsumer(ViewerConsumer):
@@ -71,5 +62,4 @@ class TelemetryConsumer(ViewerConsumer):
                 host_id=self.host_id, user=self.scope["user"]
             )
 
-    async def telemetry_samples(self, event: realtime.ChannelMessage) -> None:
-        await self.forward(event)
+    telemetry_samples = ViewerConsumer.forward
