@@ -37,7 +37,7 @@ from benchlib.stats.decision import (
 )
 from benchlib.stats.decision_rule import decide_curves, group_bands
 from benchlib.stats.decision_wording import span
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.schedule import Step
 from benchlib.stats.schedule_configs import EngineSchedule, engine_schedules
 from benchlib.stats.switch_costs import (
@@ -101,8 +101,6 @@ def decide_matrix(
     rate_mode: bool = False,
     margin: float = DEFAULT_MARGIN,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     health: Mapping[str, Mapping[int, ArmHealth]] | None = None,
     engine: str = "",
     vllm_base: Mapping[str, Any] | None = None,
@@ -143,8 +141,6 @@ def decide_matrix(
             rate_mode=rate_mode,
             margin=margin,
             confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
             health=both,
             arms=(a.arm, b.arm),
         )

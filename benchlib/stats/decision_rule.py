@@ -70,7 +70,6 @@ from benchlib.stats.decision_wording import (
 )
 from benchlib.stats.intervals import (
     DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
     is_within_run,
     ratio_curve,
 )
@@ -313,8 +312,6 @@ def decide_curves(
     rate_mode: bool = False,
     margin: float = DEFAULT_MARGIN,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     health: dict[int, tuple[ArmHealth, ArmHealth]] | None = None,
     drift: dict[int, float] | None = None,
     arms: tuple[Arm, Arm] | None = None,
@@ -322,7 +319,7 @@ def decide_curves(
     """``decide`` on two curves of ``figure`` (their levels' repeats, else requests, give the
     intervals as ``intervals.ratio_curve`` does); ``health`` maps C to (reference, candidate);
     ``arms`` names them (by default from the curves: name, speculative, engine)."""
-    ratios = ratio_curve(reference, candidate, confidence=confidence, n_boot=n_boot, seed=seed)
+    ratios = ratio_curve(reference, candidate, confidence=confidence)
     evidence = []
     for lr in ratios.levels:
         ref_level, cand_level = reference.level(lr.concurrency), candidate.level(lr.concurrency)

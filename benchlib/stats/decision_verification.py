@@ -30,7 +30,7 @@ from typing import Any
 
 from benchlib.stats.decision import Arm, ArmHealth, Decision, conditions
 from benchlib.stats.decision_rule import decide_curves
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE
 from benchlib.stats.types import Curve, Ratio
 
 VERIFY_MARGIN = 0.0
@@ -199,7 +199,6 @@ def decide_verification(
     *,
     margin: float = VERIFY_MARGIN,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
     health: dict[str, dict[int, ArmHealth]] | None = None,
     predicted: Sequence[Predicted] = (),
 ) -> VerificationDecision:
@@ -219,7 +218,6 @@ def decide_verification(
                 tuned,
                 margin=margin,
                 confidence=confidence,
-                n_boot=n_boot,
                 health=pair_health,
                 arms=(Arm(curve.name, engine=curve.engine), Arm(tuned.name, engine=tuned.engine)),
             )

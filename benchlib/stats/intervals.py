@@ -57,7 +57,6 @@ from benchlib.stats.types import (
 RequestStatistic = Callable[[Sequence[RequestPoint]], float]
 
 DEFAULT_CONFIDENCE = 0.95
-DEFAULT_N_BOOT = 2000
 # How far (relative) an interval's own point may sit from the row's ratio: the level figure
 # and the throughput of the same requests agree to rounding, so 1% already means
 # the requests belong to some other level or run.
@@ -133,8 +132,6 @@ def level_ratio(
     b: LevelSample,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     statistic: RequestStatistic | None = None,
     pooled: PooledVariance | None = None,
 ) -> Ratio:
@@ -192,18 +189,11 @@ def publishable(point: float, interval: Ratio) -> Ratio:
     return Ratio(point, interval.low, interval.high, interval.method, interval.confidence)
 
 
-def level_seed(seed: int, concurrency: int) -> int:
-    """Each level gets its own stream, so adding a level leaves the others' intervals alone."""
-    return seed * 1_000_003 + concurrency
-
-
 def ratio_curve(
     reference: Curve,
     candidate: Curve,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     statistic: RequestStatistic | None = None,
 ) -> RatioCurve:
     """candidate/reference at every concurrency both curves tested, in increasing C."""
@@ -219,8 +209,6 @@ def ratio_curve(
             a,
             b,
             confidence=confidence,
-            n_boot=n_boot,
-            seed=level_seed(seed, a.concurrency),
             statistic=statistic,
             pooled=pooled,
         )

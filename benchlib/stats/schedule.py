@@ -8,12 +8,12 @@ Per level C tested by every variant, the choice is **the simplest variant that n
 variant beats conclusively**: "V beats U" means the interval of V/U at the chosen confidence
 lies wholly above 1 and not inside 1 +/- ``margin`` (``decision``'s "ahead"; margin 0 by
 default here, ``decision.DEFAULT_MARGIN`` on the dashboard); the interval is
-``intervals.level_ratio``'s: Welch log-t on repeats, else a request bootstrap. A ratio without
-an interval (single figures, or an interval refused because it
-contradicts its point) is never conclusive, so without repeats or per-request data the
-schedule keeps the simplest variant everywhere. Since an interval always contains its point,
-"beats" follows the point order and the variant with the best point is never beaten: a
-choice always exists.
+``intervals.level_ratio``'s: Welch log-t on repeats, else batch means over each run's
+requests. A ratio without an interval (single figures, too few time blocks, or an interval
+refused because it contradicts its point) is never conclusive, so without repeats or
+per-request data the schedule keeps the simplest variant everywhere. Since an interval always
+contains its point, "beats" follows the point order and the variant with the best point is
+never beaten: a choice always exists.
 
 Bands: consecutive levels with the same choice form a band, so a middle range where some
 variant wins conclusively gets its own band, and inconclusive levels between two winners get
@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from benchlib.stats.batch_thresholds import DEFAULT_MIN_SHARE, plan_batches
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, ratio_curve
 from benchlib.stats.types import Curve, Ratio, inside_margin
 
 
@@ -180,16 +180,12 @@ def _fmt(ratio: Ratio) -> str:
 class _Pairs:
     """Every pair's ratio per level, computed once per unordered pair."""
 
-    def __init__(
-        self, variants: Sequence[Variant], confidence: float, n_boot: int, seed: int
-    ) -> None:
+    def __init__(self, variants: Sequence[Variant], confidence: float) -> None:
         self.confidence = confidence
         self.ratios: dict[tuple[int, int], dict[int, Ratio]] = {}
         for i, a in enumerate(variants):
             for j in range(i + 1, len(variants)):
-                curve = ratio_curve(
-                    a.curve, variants[j].curve, confidence=confidence, n_boot=n_boot, seed=seed
-                )
+                curve = ratio_curve(a.curve, variants[j].curve, confidence=confidence)
                 self.ratios[(i, j)] = {lv.concurrency: lv.ratio for lv in curve.levels}
 
     def of(self, num: int, den: int, concurrency: int) -> Ratio:
@@ -229,8 +225,6 @@ def derive_schedule(
     variants: Sequence[Variant],
     *,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     margin: float = 0.0,
     observed: Mapping[int, Mapping[int, int]] | None = None,
     min_share: float = DEFAULT_MIN_SHARE,
@@ -250,7 +244,7 @@ def derive_schedule(
     untested = tuple(sorted(set.union(*tested) - set(common)))
     if not common:
         raise ValueError("no concurrency level was tested by every variant")
-    pairs = _Pairs(variants, confidence, n_boot, seed)
+    pairs = _Pairs(variants, confidence)
     choices: list[LevelChoice] = []
     groups: list[tuple[int, list[int]]] = []  # (variant index, levels)
     own = {c: _choose(variants, pairs, c, margin)[0] for c in common}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from benchlib.stats.crossover import Crossover, find_crossover
 from benchlib.stats.engines import EngineOption, speculation_switches
-from benchlib.stats.intervals import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, ratio_curve
+from benchlib.stats.intervals import DEFAULT_CONFIDENCE, ratio_curve
 from benchlib.stats.saturation import DEFAULT_TOLERANCE, Saturation, find_saturation
 from benchlib.stats.types import Curve, LevelRatio, RatioCurve
 
@@ -69,12 +69,10 @@ def compare(
     candidate: Curve,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     saturation_tolerance: float = DEFAULT_TOLERANCE,
 ) -> Verdict:
     """Compare ``candidate`` against ``reference``: ratios, crossover, saturation, advice."""
-    ratios = ratio_curve(reference, candidate, confidence=confidence, n_boot=n_boot, seed=seed)
+    ratios = ratio_curve(reference, candidate, confidence=confidence)
     crossover = find_crossover(ratios)
     levels = ratios.levels
     first = levels[0] if levels else None
@@ -120,8 +118,6 @@ def compare_all(
     candidates: Sequence[Curve],
     *,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
     saturation_tolerance: float = DEFAULT_TOLERANCE,
 ) -> tuple[Verdict, ...]:
     """One verdict per candidate, each against the same reference."""
@@ -130,8 +126,6 @@ def compare_all(
             reference,
             candidate,
             confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
             saturation_tolerance=saturation_tolerance,
         )
         for candidate in candidates

@@ -79,9 +79,7 @@ def _arm(series: SeriesData) -> Arm:
     return Arm(series.name, series.label, series.speculative, series.engine)
 
 
-def latency_ratios(
-    reference: SeriesData, candidate: SeriesData, *, n_boot: int, seed: int
-) -> RatioCurve:
+def latency_ratios(reference: SeriesData, candidate: SeriesData) -> RatioCurve:
     """B/A of TPOT p50 per level (the figure that decides at a fixed request rate)."""
     curves = []
     for series in (reference, candidate):
@@ -92,7 +90,5 @@ def latency_ratios(
         curves[0],
         curves[1],
         confidence=CONFIDENCE,
-        n_boot=n_boot,
-        seed=seed,
         statistic=tpot_statistic,
     )

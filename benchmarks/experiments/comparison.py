@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COMPARISON_VERSION = 1
-N_BOOT = 1000
 
 
 class SeriesEntry(TypedDict):
@@ -174,8 +173,6 @@ def comparison_build(
     *,
     series: Sequence[SeriesData],
     equivalence_runs: Mapping[str, list[EquivalenceCheck]] | None = None,
-    n_boot: int = N_BOOT,
-    seed: int = 0,
     slo: Mapping[str, object] | None = None,
     drift: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Comparison:
@@ -188,8 +185,6 @@ def comparison_build(
         return _comparison_build(
             series=series,
             equivalence_runs=equivalence_runs,
-            n_boot=n_boot,
-            seed=seed,
             slo=slo,
             drift=drift,
         )
@@ -199,8 +194,6 @@ def _comparison_build(
     *,
     series: Sequence[SeriesData],
     equivalence_runs: Mapping[str, list[EquivalenceCheck]] | None,
-    n_boot: int,
-    seed: int,
     slo: Mapping[str, object] | None,
     drift: Mapping[str, Mapping[int, float]] | None,
 ) -> Comparison:
@@ -245,13 +238,11 @@ def _comparison_build(
             ref_curve,
             [curve for _, curve, _ in built[1:]],
             confidence=CONFIDENCE,
-            n_boot=n_boot,
-            seed=seed,
         )
         for (cand_data, _, _), verdict in zip(built[1:], all_verdicts, strict=True):
             verdict_out = verdict_entry(verdict, labels)
             if rate_mode:
-                ratios = latency_ratios(built[0][0], cand_data, n_boot=n_boot, seed=seed)
+                ratios = latency_ratios(built[0][0], cand_data)
                 decision = candidate_decision(
                     built[0][0], cand_data, ratios, RATE_FIGURE, True, drift
                 )
@@ -279,9 +270,7 @@ def _comparison_build(
     under_slo: list[VerdictEntry] = []
     if parsed_slo is not None and len(built) >= 2:
         reach = {e["label"]: e["slo_max_concurrency"] for e in out_series}
-        under_slo = goodput_verdicts(
-            built, reach, parsed_slo, n_boot=n_boot, seed=seed, rate_mode=rate_mode
-        )
+        under_slo = goodput_verdicts(built, reach, parsed_slo, rate_mode=rate_mode)
     equivalence = (
         equivalence_summary(reference=reference_label or series[0].label, runs=equivalence_runs)
         if equivalence_runs and series

@@ -43,8 +43,6 @@ def goodput_verdicts(
     reach: dict[str, int | None],
     slo: Slo,
     *,
-    n_boot: int,
-    seed: int,
     rate_mode: bool,
 ) -> list[VerdictEntry]:
     """The verdicts again, on goodput tok/s under the SLO instead of raw throughput, each
@@ -63,9 +61,7 @@ def goodput_verdicts(
             f"{_reach(data.label, data.name, reach[data.label])}."
         )
         if curves[0].levels and curve.levels:
-            verdict = compare_all(
-                curves[0], [curve], confidence=CONFIDENCE, n_boot=n_boot, seed=seed
-            )[0]
+            verdict = compare_all(curves[0], [curve], confidence=CONFIDENCE)[0]
             entry = verdict_entry(verdict, labels)
             decision = candidate_decision(
                 built[0][0], data, verdict.ratios, "goodput_tok_s", rate_mode

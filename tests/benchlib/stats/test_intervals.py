@@ -108,7 +108,7 @@ def test_the_point_is_always_the_ratio_of_the_level_figures_and_the_interval_con
     reqs_b = closed_loop_requests(concurrency=2, per_slot=20, tok_per_s=60, seed=2)
     a = LevelSample.from_requests(2, reqs_a)
     b = LevelSample.from_requests(2, reqs_b)
-    r = level_ratio(a, b, n_boot=300)
+    r = level_ratio(a, b)
     assert r.method == "batch-means-log-t" and not r.refused
     assert r.point == b.value / a.value
     low, high = bounds(r)
@@ -122,7 +122,7 @@ def test_a_bootstrap_over_requests_that_are_not_the_rows_is_refused():
     b_reqs = closed_loop_requests(concurrency=1, per_slot=30, tok_per_s=340, seed=2)
     a = LevelSample.from_requests(1, a_reqs)
     b = LevelSample(1, a.value * 1.053, requests=b_reqs)  # the row shows B at 1.053 x A
-    r = level_ratio(a, b, n_boot=300)
+    r = level_ratio(a, b)
     assert r.point == pytest.approx(1.053)
     assert (r.low, r.high, r.method) == (None, None, "none")
     assert "not the data the figures were computed from" in r.refused

@@ -111,7 +111,7 @@ def test_request_bootstraps_decide_where_there_are_no_repeats():
 
     off = variant("off", 0, {1: 90.0, 8: 80.0})
     k3 = variant("k3", 3, {1: 120.0, 8: 40.0})
-    schedule = derive_schedule([off, k3], n_boot=300)
+    schedule = derive_schedule([off, k3])
     assert schedule.steps() == (Step(1, 1, 3), Step(2, None, 0))
     assert schedule.bands[0].over_runner_up[0].ratio.method == "batch-means-log-t"
 

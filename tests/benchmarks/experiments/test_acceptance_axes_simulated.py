@@ -105,7 +105,7 @@ async def test_greedy_against_sampled_on_one_server_shows_the_acceptance_cost(
     assert level["ratio"]["point"] < 0.9  # B/A tok/s, as the decision read it
     # ... which it would be had the arms' workloads been compared with the temperature in.
     series = await sync_to_async(experiment_series)(experiment=experiment)
-    raw: Any = await sync_to_async(comparison.comparison_build)(series=series, n_boot=100)
+    raw: Any = await sync_to_async(comparison.comparison_build)(series=series)
     (raw_level,) = raw["verdicts"][0]["decision"]["levels"]
     assert raw_level["status"] == "not_comparable"
     assert "different workloads (temperature differ" in json.dumps(raw_level), raw_level

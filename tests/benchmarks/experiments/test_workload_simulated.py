@@ -145,7 +145,7 @@ async def test_per_category_accept_length_matches_the_configured_values(tmp_path
                           speculative=True, max_tokens=128)  # fmt: skip
     base = await run_arm(tmp_path, label="A", args=BASELINE, levels=[4, 16], prompt_set="mixed",
                          speculative=False, max_tokens=128)  # fmt: skip
-    comparison = comparison_build(series=[base, eagle], n_boot=200)
+    comparison = comparison_build(series=[base, eagle])
     for c in (4, 16):
         cats = _row(comparison, "B", c)["by_category"]
         assert set(cats) == {"chat", "code"}
@@ -166,7 +166,7 @@ async def test_the_crossover_moves_with_the_prompt_category(tmp_path: Path) -> N
                              prompt_set=prompt_set, speculative=False)  # fmt: skip
         eagle = await run_arm(tmp_path, label="B", args=EAGLE, levels=levels,
                               prompt_set=prompt_set, speculative=True)  # fmt: skip
-        comparison = comparison_build(series=[base, eagle], n_boot=200)
+        comparison = comparison_build(series=[base, eagle])
         (verdict,) = comparison["verdicts"]
         crossover[prompt_set] = verdict["crossover"]["last"]
         ratios[prompt_set] = [r["point"] for r in verdict["ratios"]]
@@ -199,7 +199,7 @@ async def test_with_slos_the_goodput_verdict_differs_from_raw_throughput(tmp_pat
     late = await run_arm(tmp_path, label="B", args=fast_but_late, levels=levels,
                          prompt_set="humaneval", speculative=True, slo=slo, max_tokens=512,
                          requests=4)  # fmt: skip
-    comparison: Any = comparison_build(series=[base, late], n_boot=200, slo=slo.to_dict())
+    comparison: Any = comparison_build(series=[base, late], slo=slo.to_dict())
     # The premise, as the simulators served it: every request of B waited its 1.2 s, every
     # request of A had its first token well inside the target (what the client adds on a busy
     # machine comes on top, in the room the target leaves).
