@@ -96,8 +96,8 @@ def _mismatches(stored: Any, fresh: Any, path: str) -> list[str]:
 
 def comparison_rebuilt(*, experiment: Experiment, with_schedule: bool = False) -> StoredComparison:
     """The experiment's comparison built afresh from its levels and records by the very
-    functions ``experiment_store_comparison`` builds it with (same drift record, seed and
-    bootstrap size); ``with_schedule``: with the speculation schedule kept beside it when the
+    functions ``experiment_store_comparison`` builds it with (same drift record and
+    intervals); ``with_schedule``: with the speculation schedule kept beside it when the
     experiment ended."""
     fresh = builds.comparison_from_inputs(builds.comparison_inputs(experiment_id=experiment.pk))
     if not with_schedule:

@@ -11,7 +11,7 @@ Converting a load-generator level into a ``LevelSample``:
 * ``value`` is the level's headline metric (e.g. output tok/s over the whole level).
   ``repeats`` holds the same metric from repeated sweeps of this level (``value`` is then
   normally their mean: use ``LevelSample.from_repeats``); ``requests`` holds one sweep's
-  per-request data, for a bootstrap when there are too few repeats.
+  per-request data, for batch means when there are too few repeats.
 """
 
 from __future__ import annotations

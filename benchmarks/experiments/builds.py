@@ -1,6 +1,6 @@
 """An experiment's comparison and schedule, built away from the job worker.
 
-The build reads every record of every arm and runs thousands of bootstrap resamples: minutes
+The build reads every record of every arm and computes each level's intervals from them: minutes
 at 100k requests. On the worker's shared sync thread it held up every other job's database
 writes (a concurrent sweep's samples froze, its lease-fenced writes waited) for that long. So
 it runs in three steps: the inputs are read from the database (``comparison_inputs``, quick),

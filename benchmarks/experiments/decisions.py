@@ -114,7 +114,7 @@ def latency_curve(
     name: str, grouped: Mapping[int, Sequence[Any]], requests: Mapping[int, Sequence[RequestPoint]]
 ) -> Curve:
     """TPOT p50 (ms) against C: repeats when a level has several runs, else the level's
-    requests for a bootstrap of the median (``tpot_statistic``)."""
+    requests for batch means of the median (``tpot_statistic``)."""
     levels = []
     for c, runs in grouped.items():
         values = [run.figures.get(RATE_FIGURE) for run in runs]

@@ -105,7 +105,7 @@ def level_sample(concurrency: int, runs: Sequence[LevelRun]) -> tuple[LevelSampl
         return LevelSample.from_repeats(concurrency, values), "repeats"
     points = requests_for(runs[0])
     if len(points) >= 2:
-        # The level's own figure stays the headline; the requests feed the bootstrap.
+        # The level's own figure stays the headline; the requests feed the batch means.
         return LevelSample(concurrency, values[0], requests=points), "requests"
     return LevelSample(concurrency, values[0]), "single"
 

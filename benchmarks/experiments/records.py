@@ -16,7 +16,7 @@ from benchmarks.sweeps.recordfile import read_record_columns_once, read_record_f
 
 
 def request_points(records: Iterable[dict[str, Any]]) -> list[RequestPoint]:
-    """Measured, successful requests as bootstrap points (warm-up and failures left out)."""
+    """Measured, successful requests as interval points (warm-up and failures left out)."""
     points = []
     for record in records:
         if record.get("warmup") or record.get("error_kind"):

@@ -3,7 +3,7 @@
 Each arm's draft length is read from its profile's launch argv, where the engine's own flags
 say it (``drafts.draft_length``); an arm without speculation drafts 0. The arms, simplest first
 (shortest draft), go to ``stats.schedule.derive_schedule`` with their stored levels (repeats,
-else the level's requests for a bootstrap, as the comparison builds its curves), and the
+else the level's requests for batch means, as the comparison builds its curves), and the
 schedule is written as the engine's configuration by ``stats.schedule_configs`` (every engine's
 for simulator arms: the simulator stands in for any of them).
 """
