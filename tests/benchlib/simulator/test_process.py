@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.procs import alive
+from tests.fixtures.procs import alive, fd_targets
 
 from .conftest import ROOT, cmdline, gpu_used, smi, wait_until
 
@@ -64,8 +64,7 @@ def test_workers_are_renamed_and_keep_the_environment_marker(server):
 def test_workers_hold_device_files_and_memory(server):
     holders = {}
     for pid in server.workers():
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        for target in fd_targets(pid):
             if "/dev/nvidia" in target:
                 holders[pid] = target
     assert sorted(t.rsplit("/", 1)[1] for t in holders.values()) == ["nvidia0", "nvidia1"]

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.procs import alive
+from tests.fixtures.procs import alive, fd_targets
 
 from .helpers import (
     FAKE_ENGINE,
@@ -79,8 +79,8 @@ def test_launch_returns_at_once_and_leaves_the_server_running_detached(lab) -> N
     assert os.readlink(f"/proc/{pid}/fd/1") == str(run_dir / "server.log")
     assert os.readlink(f"/proc/{pid}/fd/2") == str(run_dir / "server.log")
     for proc in (pid, supervisor):
-        for fd in os.listdir(f"/proc/{proc}/fd"):
-            assert "pipe:" not in os.readlink(f"/proc/{proc}/fd/{fd}"), (proc, fd)
+        for target in fd_targets(proc):
+            assert "pipe:" not in target, (proc, target)
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     # The marker reaches the server and the supervisor; setproctitle must not eat it.
     for proc in (pid, supervisor):
