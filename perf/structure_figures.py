@@ -13,7 +13,8 @@ Run as a plain script inside the tree under test (``cwd`` and ``PYTHONPATH`` tha
 - ``audit``: the tree's whole audit (``audit_all``), problems listed.
 
 It imports each function from where the tree keeps it: a refactor that moves one adds the new
-home at the front of its entry in ``HOMES`` (the older homes stay, for older trees).
+home at the front of its entry in ``HOMES`` (the older homes stay, for older trees); one that
+renames it adds ``module:new_name``.
 """
 
 from __future__ import annotations
@@ -47,22 +48,24 @@ HOMES: dict[str, tuple[str, ...]] = {
     "Slo": ("benchlib.loadgen.goodput",),
     "comparison_rebuilt": ("benchmarks.audit_comparison",),
     "audit_all": ("benchmarks.audit",),
-    "COLUMNS": ("benchmarks.audit_levels",),
+    "COLUMNS": ("benchmarks.audit_levels:LEVEL_COLUMNS", "benchmarks.audit_levels"),
 }
 
 
 def home(name: str) -> Any:
     """``name`` from the first of its HOMES this tree has; which one is kept in ``used``."""
-    for module_name in HOMES[name]:
+    for entry in HOMES[name]:
+        module_name, _, attr = entry.partition(":")
+        attr = attr or name
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name != module_name:
                 raise  # the module is there but cannot be imported: that is its own failure
             continue
-        if hasattr(module, name):
-            used[name] = module_name
-            return getattr(module, name)
+        if hasattr(module, attr):
+            used[name] = entry
+            return getattr(module, attr)
     raise SystemExit(f"{name} is in none of {HOMES[name]}: add its new home to HOMES")
 
 
