@@ -44,6 +44,41 @@ def make_record(
     )
 
 
+def record_with_every_field(rid: str, start: float) -> RequestRecord:
+    """A record with every optional field set (times at binary-exact offsets from ``start``):
+    what a test of every key's handling (order, shift, round trip) builds on."""
+    return RequestRecord(
+        request_id=rid,
+        slot=3,
+        process=1,
+        warmup=True,
+        start=start,
+        end=start + 1.5,
+        sent=start + 0.125,
+        written=start + 0.25,
+        first_token=start + 0.5,
+        chunk_times=[start + 0.5, start + 1.0],
+        chunk_tokens=[1, 2],
+        output_tokens=3,
+        prompt_tokens=120,
+        output_tokens_estimated=True,
+        chunk_tokens_estimated=True,
+        finish_reason="length",
+        error_kind="http",
+        error="http went wrong",
+        retries=1,
+        category="code",
+        spec_steps=2,
+        spec_drafted=4,
+        spec_accepted=3,
+        scheduled=start - 0.25,
+        first_answer=start + 1.0,
+        reasoning_tokens=1,
+        session=7,
+        turn=2,
+    )
+
+
 def clock_tolerance(times: Iterable[float], *, shortest_interval_s: float) -> tuple[float, float]:
     """(abs_tol, rel_tol) for comparing summaries of records whose times went through a shift.
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from benchlib.loadgen.records import ClockAnchor, RequestRecord
-from tests.benchlib.loadgen.conftest import make_record
+from tests.benchlib.loadgen.conftest import make_record, record_with_every_field
 
 
 def test_anchor_converts_perf_times_to_wall_clock_and_back():
@@ -62,36 +62,7 @@ def test_send_stamps_round_trip_and_shift_with_the_record():
 
 
 def test_a_shifted_record_moves_every_time_and_keeps_every_other_field():
-    rec = RequestRecord(
-        request_id="r-4",
-        slot=3,
-        process=1,
-        warmup=True,
-        start=50.0,
-        end=51.5,
-        sent=50.125,
-        written=50.25,
-        first_token=50.5,
-        chunk_times=[50.5, 51.0],
-        chunk_tokens=[1, 2],
-        output_tokens=3,
-        prompt_tokens=120,
-        output_tokens_estimated=True,
-        chunk_tokens_estimated=True,
-        finish_reason="length",
-        error_kind="http",
-        error="http went wrong",
-        retries=1,
-        category="code",
-        spec_steps=2,
-        spec_drafted=4,
-        spec_accepted=3,
-        scheduled=49.75,
-        first_answer=51.0,
-        reasoning_tokens=1,
-        session=7,
-        turn=2,
-    )
+    rec = record_with_every_field("r-4", 50.0)
     anchor = ClockAnchor(t0_wall=1_796_000_000.0, t0_perf=50.0)
     # The same instants read on a clock 8 s ahead: the JSON form (every field) is unchanged.
     ahead = ClockAnchor(t0_wall=anchor.t0_wall, t0_perf=anchor.t0_perf + 8.0)

@@ -19,6 +19,7 @@ from benchlib.loadgen.recordstore import (
     iter_rows,
 )
 from benchmarks.sweeps.recordfile import read_record_file, trim_torn_tail
+from tests.benchlib.loadgen.conftest import record_with_every_field
 
 ANCHOR = ClockAnchor(t0_wall=1_767_225_600.25, t0_perf=5123.5)
 
@@ -105,35 +106,7 @@ def test_a_row_with_every_record_key_reads_back_from_the_compact_form_in_the_jso
 ):
     # Every optional key set: one the decoder's order lacked would come back after the others
     # (where its fallback puts it), not where the JSON form has it.
-    start = 5125.0
-    record = RequestRecord(
-        request_id="run-2-0",
-        start=start,
-        end=start + 0.5,
-        sent=start + 0.0004,
-        written=start + 0.0006,
-        first_token=start + 0.1,
-        chunk_times=[start + 0.1, start + 0.2],
-        chunk_tokens=[1, 2],
-        output_tokens=3,
-        prompt_tokens=120,
-        finish_reason="length",
-        warmup=True,
-        output_tokens_estimated=True,
-        chunk_tokens_estimated=True,
-        error_kind="http",
-        error="http went wrong",
-        retries=1,
-        category="chat",
-        spec_steps=12,
-        spec_drafted=30,
-        spec_accepted=21,
-        scheduled=start - 0.001,
-        first_answer=start + 0.2,
-        reasoning_tokens=1,
-        session=4,
-        turn=1,
-    )
+    record = record_with_every_field("run-2-0", 5125.0)
     (row,) = _rows([record])
     assert list(row) == list(RecordRow.__annotations__), "the record leaves a key unset"
     path = tmp_path / "records.sdrec"
