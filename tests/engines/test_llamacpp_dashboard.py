@@ -98,9 +98,17 @@ async def stop_verified(instance: ServerInstance) -> ServerInstance:
 
 
 def port_free(port: int) -> bool:
+    """Whether a new server can take port: bind it as servers do (SO_REUSEADDR) and listen.
+
+    A plain bind is the wrong probe here: llama-server closes its side of kept-alive connections
+    when it stops, which leaves them in TIME_WAIT on the server's port for a minute, and a plain
+    bind refuses a port with such connections (a clean-clone run failed on this) although any
+    server starts on it. A process still listening on it refuses both."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
+            sock.listen(1)
         except OSError:
             return False
     return True
