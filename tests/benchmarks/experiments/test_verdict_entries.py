@@ -1,5 +1,6 @@
 """The stored verdict entries read off the statistics' dataclasses: the same JSON text as the
-key-by-key builders they replaced, and entries that declare only what the dataclasses have."""
+key-by-key builders they replaced wrote (written out here), and entries that declare only what
+the dataclasses have."""
 
 from __future__ import annotations
 
@@ -73,80 +74,80 @@ OPTIONS = [
 ]
 
 
-# The builders as they were written before the entries were read off the dataclasses: the
-# stored JSON's reference.
-def _old_ratio_entry(concurrency: int, ratio: Ratio) -> dict[str, object]:
-    return {
-        "concurrency": concurrency,
-        "point": ratio.point,
-        "low": ratio.low,
-        "high": ratio.high,
-        "method": ratio.method,
-        "sign": ratio.sign,
-        "inconclusive": ratio.inconclusive,
-        "refused": ratio.refused,
-    }
+# The stored JSON text of each fixture above, written out by hand: the format the stored
+# verdicts (and every page, export and API answer that reads them back) depend on. A literal
+# is the oracle, not a builder: a copy of the code under test would pass whatever it wrote.
+# A ratio's sign and inconclusive are read off its interval: above 1 (+1), containing 1 (0,
+# inconclusive), below 1 (-1), none (0, not inconclusive: there is nothing to be unsure of).
+RATIO_JSON = [
+    '{"concurrency": 16, "point": 1.25, "low": 1.1, "high": 1.4, "method": "repeats-log-t", '
+    '"sign": 1, "inconclusive": false, "refused": ""}',
+    '{"concurrency": 16, "point": 0.8, "low": 0.7, "high": 1.05, "method": "bootstrap-requests", '
+    '"sign": 0, "inconclusive": true, "refused": ""}',
+    '{"concurrency": 16, "point": 0.5, "low": 0.2, "high": 0.9, "method": "batch-means-log-t", '
+    '"sign": -1, "inconclusive": false, "refused": ""}',
+    '{"concurrency": 16, "point": 1.0, "low": null, "high": null, "method": "none", '
+    '"sign": 0, "inconclusive": false, "refused": "no data"}',
+]
+CROSSING_JSON = [
+    '{"concurrency": 12.5, "lower_level": 10, "upper_level": 20, "direction": "falls-behind", '
+    '"has_interval": true, "low": 8.0, "high": null, "conclusive": false}',
+    '{"concurrency": 3.0, "lower_level": 2, "upper_level": 5, "direction": "pulls-ahead", '
+    '"has_interval": false, "low": null, "high": null, "conclusive": true}',
+]
+# A saturation entry leaves out the arm's name and the tolerance: the verdict stores them once.
+SATURATION_JSON = [
+    '{"saturated": true, "concurrency": 64, "throughput": 5123.5, "peak_concurrency": 128, '
+    '"last_gain_per_doubling": 0.01, "reason": "gains under 5% per doubling from C=64"}',
+    '{"saturated": false, "concurrency": null, "throughput": 900.0, "peak_concurrency": 8, '
+    '"last_gain_per_doubling": null, "reason": "still gaining"}',
+]
+ENGINE_OPTION_JSON = [
+    '{"engine": "vllm", "setting": "--speculative-config", "value": "{\\"n\\": 3}", "note": "n", '
+    '"source": "", "version": ""}',
+    '{"engine": "sglang", "setting": "--x", "value": "8", "note": "", '
+    '"source": "server_args.py", "version": "0.5"}',
+]
 
 
-def _old_crossing_entry(c: Crossing) -> dict[str, object]:
-    return {
-        "concurrency": c.concurrency,
-        "lower_level": c.lower_level,
-        "upper_level": c.upper_level,
-        "direction": c.direction,
-        "has_interval": c.has_interval,
-        "low": c.low,
-        "high": c.high,
-        "conclusive": c.conclusive,
-    }
+@pytest.mark.parametrize(
+    ("ratio", "stored"),
+    zip(RATIOS, RATIO_JSON, strict=True),
+    ids=["above-1", "containing-1", "below-1", "refused"],
+)
+def test_ratio_entry_stores_the_same_json_text_as_before(ratio: Ratio, stored: str) -> None:
+    assert json.dumps(verdicts.ratio_entry(16, ratio)) == stored
 
 
-def _old_saturation_dict(s: Saturation) -> dict[str, object]:
-    return {
-        "saturated": s.saturated,
-        "concurrency": s.concurrency,
-        "throughput": s.throughput,
-        "peak_concurrency": s.peak_concurrency,
-        "last_gain_per_doubling": s.last_gain_per_doubling,
-        "reason": s.reason,
-    }
+@pytest.mark.parametrize(
+    ("crossing", "stored"),
+    zip(CROSSINGS, CROSSING_JSON, strict=True),
+    ids=["falls-behind", "pulls-ahead"],
+)
+def test_crossing_entry_stores_the_same_json_text_as_before(
+    crossing: Crossing, stored: str
+) -> None:
+    assert json.dumps(verdicts.crossing_entry(crossing)) == stored
 
 
-def _old_engine_option(o: EngineOption) -> dict[str, object]:
-    return {
-        "engine": o.engine,
-        "setting": o.setting,
-        "value": o.value,
-        "note": o.note,
-        "source": o.source,
-        "version": o.version,
-    }
+@pytest.mark.parametrize(
+    ("saturation", "stored"),
+    zip(SATURATIONS, SATURATION_JSON, strict=True),
+    ids=["saturated", "still-gaining"],
+)
+def test_saturation_entry_stores_the_same_json_text_as_before(
+    saturation: Saturation, stored: str
+) -> None:
+    assert json.dumps(verdicts.saturation_dict(saturation)) == stored
 
 
-@pytest.mark.parametrize("ratio", RATIOS)
-def test_ratio_entry_stores_the_same_json_text_as_before(ratio: Ratio) -> None:
-    assert json.dumps(verdicts.ratio_entry(16, ratio)) == json.dumps(_old_ratio_entry(16, ratio))
-
-
-@pytest.mark.parametrize("crossing", CROSSINGS)
-def test_crossing_entry_stores_the_same_json_text_as_before(crossing: Crossing) -> None:
-    assert json.dumps(verdicts.crossing_entry(crossing)) == json.dumps(
-        _old_crossing_entry(crossing)
-    )
-
-
-@pytest.mark.parametrize("saturation", SATURATIONS)
-def test_saturation_entry_stores_the_same_json_text_as_before(saturation: Saturation) -> None:
-    assert json.dumps(verdicts.saturation_dict(saturation)) == json.dumps(
-        _old_saturation_dict(saturation)
-    )
-
-
-@pytest.mark.parametrize("option", OPTIONS)
-def test_engine_option_entry_stores_the_same_json_text_as_before(option: EngineOption) -> None:
-    assert json.dumps(verdicts.engine_option_entry(option)) == json.dumps(
-        _old_engine_option(option)
-    )
+@pytest.mark.parametrize(
+    ("option", "stored"), zip(OPTIONS, ENGINE_OPTION_JSON, strict=True), ids=["vllm", "sglang"]
+)
+def test_engine_option_entry_stores_the_same_json_text_as_before(
+    option: EngineOption, stored: str
+) -> None:
+    assert json.dumps(verdicts.engine_option_entry(option)) == stored
 
 
 def _field_hints(source: type) -> dict[str, object]:
