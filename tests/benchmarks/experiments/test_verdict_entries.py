@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import pytest
 
@@ -110,44 +113,50 @@ ENGINE_OPTION_JSON = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("ratio", "stored"),
-    zip(RATIOS, RATIO_JSON, strict=True),
-    ids=["above-1", "containing-1", "below-1", "refused"],
-)
-def test_ratio_entry_stores_the_same_json_text_as_before(ratio: Ratio, stored: str) -> None:
-    assert json.dumps(verdicts.ratio_entry(16, ratio)) == stored
+def _entries() -> list[Any]:
+    """Each fixture's entry builder, bound to it, with its stored JSON text."""
+    cases: list[tuple[str, Sequence[object], Callable[..., object], list[str], list[str]]] = [
+        (
+            "ratio",
+            RATIOS,
+            partial(verdicts.ratio_entry, 16),
+            RATIO_JSON,
+            ["above-1", "containing-1", "below-1", "refused"],
+        ),
+        (
+            "crossing",
+            CROSSINGS,
+            verdicts.crossing_entry,
+            CROSSING_JSON,
+            ["falls-behind", "pulls-ahead"],
+        ),
+        (
+            "saturation",
+            SATURATIONS,
+            verdicts.saturation_dict,
+            SATURATION_JSON,
+            ["saturated", "still-gaining"],
+        ),
+        (
+            "engine-option",
+            OPTIONS,
+            verdicts.engine_option_entry,
+            ENGINE_OPTION_JSON,
+            ["vllm", "sglang"],
+        ),
+    ]
+    return [
+        pytest.param(partial(build, value), stored, id=f"{kind}-{name}")
+        for kind, values, build, texts, names in cases
+        for value, stored, name in zip(values, texts, names, strict=True)
+    ]
 
 
-@pytest.mark.parametrize(
-    ("crossing", "stored"),
-    zip(CROSSINGS, CROSSING_JSON, strict=True),
-    ids=["falls-behind", "pulls-ahead"],
-)
-def test_crossing_entry_stores_the_same_json_text_as_before(
-    crossing: Crossing, stored: str
+@pytest.mark.parametrize(("entry", "stored"), _entries())
+def test_each_entry_stores_the_same_json_text_as_before(
+    entry: Callable[[], object], stored: str
 ) -> None:
-    assert json.dumps(verdicts.crossing_entry(crossing)) == stored
-
-
-@pytest.mark.parametrize(
-    ("saturation", "stored"),
-    zip(SATURATIONS, SATURATION_JSON, strict=True),
-    ids=["saturated", "still-gaining"],
-)
-def test_saturation_entry_stores_the_same_json_text_as_before(
-    saturation: Saturation, stored: str
-) -> None:
-    assert json.dumps(verdicts.saturation_dict(saturation)) == stored
-
-
-@pytest.mark.parametrize(
-    ("option", "stored"), zip(OPTIONS, ENGINE_OPTION_JSON, strict=True), ids=["vllm", "sglang"]
-)
-def test_engine_option_entry_stores_the_same_json_text_as_before(
-    option: EngineOption, stored: str
-) -> None:
-    assert json.dumps(verdicts.engine_option_entry(option)) == stored
+    assert json.dumps(entry()) == stored
 
 
 def _field_hints(source: type) -> dict[str, object]:
