@@ -32,6 +32,8 @@ launch {run_id, argv: [str], env? {str: str}, workdir?, run_dir, port?}
 
 status {run_id, pid, start_time, run_dir?, port?, pgid?, sid?, log_lines? [50]}
   -> {ok, alive, state, exit_code: int|null, members: [MEMBER], port: PORT|null, log: LOG|null}
+  A dead server whose supervisor lives gets its code: the status waits for the supervisor to
+  write it (EXIT_CODE_WAIT_S at most); null when no supervisor is left to write it.
 
 members {run_id, pid?, pgid?, sid?, start_time?}
   -> {ok, members: [MEMBER], unreadable_environ: [pid], notes: [str]}

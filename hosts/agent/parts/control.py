@@ -8,6 +8,7 @@ import time
 from typing import Literal, TypedDict
 
 from hosts.agent.parts.arguments import (
+    Identity,
     _identity,
     _int_list,
     _opt_float,
@@ -133,11 +134,14 @@ def cmd_status(args: dict[str, object]) -> StatusAnswer:
     port = _opt_int(args, "port")
     lines = _opt_int(args, "log_lines", 50) or 0
     found = find_members(**ident)
+    exit_code = read_exit_code(run_dir)
+    if exit_code is None and not alive and run_dir and ident["pid"] is not None:
+        exit_code, found = _exit_code_from_supervisor(run_dir, ident, found)
     return {
         "ok": True,
         "alive": alive,
         "state": st.state if same and st is not None else None,
-        "exit_code": read_exit_code(run_dir),
+        "exit_code": exit_code,
         "members": found["members"],
         "notes": found["notes"],
         "port": (
@@ -145,6 +149,30 @@ def cmd_status(args: dict[str, object]) -> StatusAnswer:
         ),
         "log": (log_tail(os.path.join(run_dir, "server.log"), lines, 65536) if run_dir else None),
     }
+
+
+# How long a status waits for a live supervisor to record its dead server's exit code.
+EXIT_CODE_WAIT_S = 2.0
+
+
+def _exit_code_from_supervisor(
+    run_dir: str, ident: Identity, found: Members
+) -> tuple[int | None, Members]:
+    """The exit code of a server that just died, once its supervisor has recorded it.
+
+    The server is a zombie (or just reaped) until its supervisor, woken by the death, writes
+    the code; on a busy host that takes a moment, and a status read in between would record
+    the crash without its code (a SIGKILLed vLLM API server was marked "crashed" with none).
+    So while the supervisor lives, wait for it, a bounded time; with no supervisor left,
+    nobody will write the code and there is nothing to wait for."""
+    deadline = time.monotonic() + EXIT_CODE_WAIT_S
+    while True:
+        supervisors = [m for m in found["members"] if m["role"] == "supervisor" and _live(m)]
+        code = read_exit_code(run_dir)
+        if code is not None or not supervisors or time.monotonic() >= deadline:
+            return code, found
+        time.sleep(POLL_SECONDS)
+        found = find_members(**ident)
 
 
 def _live(member: Member) -> bool:

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,49 @@ def test_two_racing_launches_of_one_run_start_one_server(lab) -> None:
     assert sorted(r["already_running"] for r in results) == [False, True]
     assert results[0]["pid"] == results[1]["pid"]
     assert len(pids_with_marker(run_id)) == 2  # one supervisor, one server
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def test_status_of_a_server_that_just_died_waits_for_its_supervisor_to_record_the_code(
+    lab,
+) -> None:
+    # A busy host, made certain: the supervisor is stopped, so the SIGKILLed server stays a
+    # zombie and its exit code unwritten until the supervisor runs again 0.5 s later. A status
+    # read meanwhile used to answer "dead, exit code unknown", and the watch recorded the crash
+    # without its code (a clean-clone run of the real-vLLM test failed on that).
+    launched = lab.launch_engine()
+    supervisor = launched["supervisor_pid"]
+    os.kill(supervisor, signal.SIGSTOP)
+    resume = threading.Timer(0.5, os.kill, (supervisor, signal.SIGCONT))
+    try:
+        os.kill(launched["pid"], signal.SIGKILL)
+        wait_for(lambda: _proc_state(launched["pid"]) == "Z", what="the server a zombie")
+        resume.start()
+        status = _status(launched)
+    finally:
+        resume.cancel()
+        os.kill(supervisor, signal.SIGCONT)
+    assert status["alive"] is False
+    assert status["exit_code"] == -9
+
+
+def test_status_of_a_server_whose_supervisor_is_gone_reports_no_code_it_does_not_have(
+    lab,
+) -> None:
+    # With the supervisor killed first nobody records the server's exit: the status says
+    # "unknown" (None) rather than wait for a code that will never come, or invent one.
+    launched = lab.launch_engine()
+    os.kill(launched["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: _proc_state(launched["supervisor_pid"]) is None, what="the supervisor gone")
+    os.kill(launched["pid"], signal.SIGKILL)
+    wait_for(lambda: _proc_state(launched["pid"]) is None, what="the server reaped")
+    status = _status(launched)
+    assert status["alive"] is False
+    assert status["exit_code"] is None
