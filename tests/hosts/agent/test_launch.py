@@ -19,6 +19,7 @@ from .helpers import (
     ppid_of,
     run_agent,
     start_time,
+    stat_fields,
     wait_for,
 )
 
@@ -217,14 +218,6 @@ def test_two_racing_launches_of_one_run_start_one_server(lab) -> None:
     assert len(pids_with_marker(run_id)) == 2  # one supervisor, one server
 
 
-def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
 def test_status_of_a_server_that_just_died_waits_for_its_supervisor_to_record_the_code(
     lab,
 ) -> None:
@@ -238,7 +231,9 @@ def test_status_of_a_server_that_just_died_waits_for_its_supervisor_to_record_th
     resume = threading.Timer(0.5, os.kill, (supervisor, signal.SIGCONT))
     try:
         os.kill(launched["pid"], signal.SIGKILL)
-        wait_for(lambda: _proc_state(launched["pid"]) == "Z", what="the server a zombie")
+        wait_for(
+            lambda: (stat_fields(launched["pid"]) or ["?"])[0] == "Z", what="the server a zombie"
+        )
         resume.start()
         status = _status(launched)
     finally:
@@ -255,9 +250,9 @@ def test_status_of_a_server_whose_supervisor_is_gone_reports_no_code_it_does_not
     # "unknown" (None) rather than wait for a code that will never come, or invent one.
     launched = lab.launch_engine()
     os.kill(launched["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: _proc_state(launched["supervisor_pid"]) is None, what="the supervisor gone")
+    wait_for(lambda: stat_fields(launched["supervisor_pid"]) is None, what="the supervisor gone")
     os.kill(launched["pid"], signal.SIGKILL)
-    wait_for(lambda: _proc_state(launched["pid"]) is None, what="the server reaped")
+    wait_for(lambda: stat_fields(launched["pid"]) is None, what="the server reaped")
     status = _status(launched)
     assert status["alive"] is False
     assert status["exit_code"] is None
