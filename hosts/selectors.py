@@ -154,6 +154,7 @@ class InstanceRow(TypedDict):
     pid: int | None
     exit_code: int | None
     reason: str
+    readiness: str  # the last stage of the wait for readiness ("" before the first probe)
     # Free-form: what the lifecycle found (process, port, GPUs) when it judged a stop or a
     # crash, and the GPUs' memory before launch, each as its own step recorded it.
     evidence: JsonObject
@@ -187,6 +188,8 @@ def instance_as_dict(instance: ServerInstance) -> InstanceRow:
         "pid": instance.pid,
         "exit_code": instance.exit_code,
         "reason": instance.reason,
+        # Masked as the page and the API mask it: a viewer's socket gets this row too.
+        "readiness": masked_text(instance.readiness),
         "evidence": instance.evidence,
         "baseline_gpu_memory": instance.baseline_gpu_memory,
         "created_at": instance.created_at.isoformat() if instance.created_at else None,

@@ -23,7 +23,7 @@ from hosts.agent.parts.control import StatusAnswer
 from hosts.agent.parts.launch import LaunchAnswer, PreflightAnswer
 from hosts.channel import INSTANCE_LOG, INSTANCE_READINESS
 from hosts.lifecycle.readiness import ReadinessTarget, ServerInfo
-from hosts.masking import masked_argv
+from hosts.masking import masked_argv, masked_text
 from hosts.models import Container, Host, InstanceEvent, InstanceState, ServerInstance
 from hosts.models.instances import ACTIVE_STATES
 
@@ -281,8 +281,11 @@ def stop_requested(instance_id: int) -> bool:
 
 
 def readiness_progress(plan: Plan, stage: str, detail: str) -> None:
+    """A new stage of the wait: stored as well as sent, since a page (or its socket) that
+    comes after this one broadcast would otherwise say nothing about what it waits on."""
+    ServerInstance.objects.filter(pk=plan.instance_id).update(readiness=f"{stage} {detail}".strip())
     INSTANCE_READINESS.broadcast(
-        realtime.instance_group(plan.instance_id), {"stage": stage, "detail": detail}
+        realtime.instance_group(plan.instance_id), {"stage": stage, "detail": masked_text(detail)}
     )
 
 

@@ -89,6 +89,9 @@ class ServerInstance(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     reason = models.TextField(blank=True, help_text="Why it failed, crashed, or is dirty")
     log_tail = models.TextField(blank=True)
+    # The wait for readiness as last probed ("health /health answered 503"), kept so that a
+    # page or socket that comes after the probe's one broadcast still shows what it waits on.
+    readiness = models.TextField(blank=True)
     evidence = models.JSONField(default=dict, blank=True)
     baseline_gpu_memory = models.JSONField(default=dict, blank=True)
     server_info = models.JSONField(default=dict, blank=True)

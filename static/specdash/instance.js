@@ -15,7 +15,8 @@
 
   // "waiting: ..." describes a start in progress; once the state has moved past it (ready,
   // failed, stopped, ...) the line goes, and a readiness event arriving late does not bring
-  // it back.
+  // it back. The stage is broadcast once, when it changes: a socket that subscribes after
+  // that reads it from the instance row of its snapshot.
   const WAITING_STATES = ["starting", "loading"];
   let current = rendered();
 
@@ -26,6 +27,7 @@
   function setState(instance) {
     current = instance.state;
     if (WAITING_STATES.indexOf(current) < 0) setReadiness("");
+    else if (instance.readiness) setReadiness("waiting: " + instance.readiness);
     const el = document.getElementById("instance-state");
     el.textContent = instance.state;
     el.className = "state state-" + instance.state;
@@ -63,7 +65,7 @@
     },
     "instance.readiness": function (message) {
       if (WAITING_STATES.indexOf(current) < 0) return;
-      setReadiness("waiting: " + message.stage + " " + (message.detail || ""));
+      setReadiness(("waiting: " + message.stage + " " + (message.detail || "")).trim());
     },
   });
 })();

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.test import Client
 
 from hosts import selectors, services
+from hosts.lifecycle import steps
 from hosts.models import Host, InstanceState, ServerInstance
 from hosts.telemetry import service as telemetry_service
 from hosts.telemetry.probes import Sample
@@ -81,6 +82,32 @@ async def test_an_instance_event_committed_while_the_snapshot_is_built_is_delive
     if commit_first:
         assert event["id"] == snapshot["events"][0]["id"]
     await communicator.disconnect()
+
+
+async def test_a_readiness_stage_probed_before_the_socket_subscribed_is_in_its_snapshot(
+    viewer: Any, make_profile: Any
+) -> None:
+    """The stage is broadcast once, when it changes: a page whose socket subscribes later
+    (a slow page load, a reconnect) learns it from the snapshot, not from a live event."""
+    profile = await sync_to_async(make_profile)()
+    instance = await ServerInstance.objects.acreate(
+        profile=profile, host=profile.host, port=profile.port, state=InstanceState.LOADING,
+        run_id="sd-readiness-test",
+    )  # fmt: skip
+    plan = await sync_to_async(steps.load_plan)(instance.pk)
+    await sync_to_async(steps.readiness_progress)(plan, "health", "/health answered 503")
+    communicator = await _open(f"/ws/instances/{instance.pk}/", viewer)
+    snapshot = await communicator.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot"
+    assert snapshot["instance"]["readiness"] == "health /health answered 503"
+    # A later stage arrives live, and is stored for the next subscriber.
+    await sync_to_async(steps.readiness_progress)(plan, "models", "'tiny' not in []")
+    live = await communicator.receive_json_from(timeout=10)
+    assert live == {"type": "instance.readiness", "stage": "models", "detail": "'tiny' not in []"}
+    await communicator.disconnect()
+    assert (
+        await ServerInstance.objects.aget(pk=instance.pk)
+    ).readiness == "models 'tiny' not in []"
 
 
 async def test_a_telemetry_batch_recorded_after_the_snapshot_was_read_is_delivered(

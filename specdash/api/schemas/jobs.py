@@ -74,6 +74,10 @@ class InstanceOut(Schema):
     pid: int | None
     exit_code: int | None
     reason: MaskedText
+    readiness: MaskedText = Field(
+        description='What the start waited on at the last probe ("health /health answered '
+        '503"); "" before the first probe, kept once the instance moved on'
+    )
     evidence: MaskedTree
     stop_requested: bool
     started_by: UserName

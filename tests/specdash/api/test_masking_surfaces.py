@@ -113,6 +113,13 @@ def test_the_instance_page_and_its_events_hide_the_secrets(
     assert "--api-key ***" in html and "HF_TOKEN=***" in html
     events = as_viewer.get(f"/api/v1/instances/{instance.pk}/events").json()
     _no_secret(str(events))
+    # What a start waited on quotes the server's answer (here a model URL with a password).
+    ServerInstance.objects.filter(pk=instance.pk).update(
+        readiness="models 'https://user:proxy-secret@hub.example/m' not in []"
+    )
+    body = as_viewer.get(f"/api/v1/instances/{instance.pk}").json()
+    _no_secret(str(body))
+    assert body["readiness"] == "models 'https://user:***@hub.example/m' not in []"
 
 
 def test_a_sweep_snapshot_masks_the_argv_and_old_snapshots_are_masked_on_the_way_out(
