@@ -187,10 +187,10 @@ def instance_as_dict(instance: ServerInstance) -> InstanceRow:
         "gpu_ids": instance.gpu_ids,
         "pid": instance.pid,
         "exit_code": instance.exit_code,
-        "reason": instance.reason,
-        # Masked as the page and the API mask it: a viewer's socket gets this row too.
+        # Masked as the page and the API mask them: a viewer's socket gets this row too.
+        "reason": masked_text(instance.reason),
         "readiness": masked_text(instance.readiness),
-        "evidence": instance.evidence,
+        "evidence": masked_tree(instance.evidence),
         "baseline_gpu_memory": instance.baseline_gpu_memory,
         "created_at": instance.created_at.isoformat() if instance.created_at else None,
         "ready_at": instance.ready_at.isoformat() if instance.ready_at else None,

@@ -110,6 +110,39 @@ async def test_a_readiness_stage_probed_before_the_socket_subscribed_is_in_its_s
     ).readiness == "models 'tiny' not in []"
 
 
+SOCKET_SECRETS = ("k1-secret", "proxy-secret", "hf-secret")
+
+
+async def test_a_viewers_instance_socket_gets_reason_evidence_and_readiness_masked(
+    viewer: Any, make_profile: Any
+) -> None:
+    """The page masks them as it renders them; the socket's rows must not carry them in clear
+    to the same viewer (a holder's command line with --api-key, a reason quoting a URL)."""
+    profile = await sync_to_async(make_profile)()
+    instance = await ServerInstance.objects.acreate(
+        profile=profile, host=profile.host, port=profile.port, state=InstanceState.LOADING,
+        run_id="sd-masked-socket-test",
+        reason="bind failed: env HF_TOKEN=hf-secret",
+        readiness="models 'https://u:proxy-secret@hub.example/m' not in []",
+        evidence={"holders": [{"pid": 7, "cmdline": ["llama-server", "--api-key", "k1-secret"]}]},
+    )  # fmt: skip
+    communicator = await _open(f"/ws/instances/{instance.pk}/", viewer)
+    snapshot = await communicator.receive_json_from(timeout=10)
+    row = snapshot["instance"]
+    assert row["evidence"]["holders"][0]["cmdline"] == ["llama-server", "--api-key", "***"]
+    assert row["reason"] == "bind failed: env HF_TOKEN=***"
+    assert row["readiness"] == "models 'https://u:***@hub.example/m' not in []"
+    await sync_to_async(services.instance_transition)(
+        instance_id=instance.pk, state=InstanceState.FAILED, reason="crashed: --api-key k1-secret"
+    )
+    while (event := await communicator.receive_json_from(timeout=10))["type"] != "instance.state":
+        pass
+    assert event["instance"]["reason"] == "crashed: --api-key ***"
+    for secret in SOCKET_SECRETS:
+        assert secret not in str(snapshot) + str(event), secret
+    await communicator.disconnect()
+
+
 async def test_a_telemetry_batch_recorded_after_the_snapshot_was_read_is_delivered(
     viewer: Any, local_host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
