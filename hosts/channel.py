@@ -24,7 +24,7 @@ class InstanceReadinessPayload(TypedDict):
 
 
 class InstanceLogPayload(TypedDict):
-    log_tail: str  # the last lines of the server's log, the newest last
+    log_tail: str  # the last lines of the server's log, the newest last; secrets masked
 
 
 INSTANCE_STATE = ChannelEvent("instance.state", InstanceStatePayload)

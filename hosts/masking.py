@@ -18,9 +18,12 @@ from benchlib.json_types import JsonObject
 
 MASK = "***"
 # Matched anywhere in the name, case-insensitively: HF_TOKEN, AWS_SECRET_ACCESS_KEY,
-# db_password; and as a whole word: DB_PASS, MYSQL_PWD, SENTRY_DSN, BASIC_AUTH.
+# db_password; and as a whole word: DB_PASS, MYSQL_PWD, SENTRY_DSN, BASIC_AUTH. Not a
+# tokenizer, nor a count of tokens (max_total_tokens, speculative_num_draft_tokens): a
+# server's log prints those beside its key, and an operator reads them there.
 _SECRET_NAME = re.compile(
-    r"TOKEN(?!IZER)|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|(?:^|_)(?:PASS|PWD|DSN|AUTH)(?:_|$)",
+    r"TOKEN(?!IZER|S(?![A-Za-z]))|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL"
+    r"|(?:^|_)(?:PASS|PWD|DSN|AUTH)(?:_|$)",
     re.IGNORECASE,
 )
 # Flags whose value is a secret, as words of the flag's name: --api-key, --admin-api-key,
@@ -55,23 +58,65 @@ def masked_value(value: Any) -> Any:
     return _URL_PASSWORD.sub(lambda m: m["head"] + MASK, value)
 
 
-# In free text (an event's message, a process's command line): a secret flag and its value,
-# a secret NAME=value.
+# In free text (an event's message, a process's command line, a server's log): a secret flag
+# and its value; a secret NAME=value, as a shell line or a Python repr writes it (SGLang
+# logs its ServerArgs, api_key='...' included); a secret 'name': value, as a dict's repr or
+# JSON writes it; an HTTP bearer token.
 _TEXT_FLAG = re.compile(
     r"(?P<flag>(?<![\w-])--?(?:[a-z0-9]+-)*(?:api-key|token|password|passwd|pwd|secret|"
     r"credentials?|dsn)(?:-[a-z0-9]+)*)(?P<sep>=|\s+)(?P<value>'[^']*'|\"[^\"]*\"|\S+)",
     re.IGNORECASE,
 )
-_TEXT_ASSIGNMENT = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)")
+# A secret NAME= and the value after it. A quoted value keeps its quotes; an unquoted one
+# keeps the commas and brackets that close the repr around it (``api_key=k, port=1)``), so
+# the rest of the line still reads.
+_TEXT_NAME = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=")
+_TEXT_VALUE = re.compile(
+    r"(?P<quoted>'[^']*'|\"[^\"]*\")|(?P<value>\S+?)(?P<tail>[,)\]}]*)(?=\s|$)"
+)
+_TEXT_QUOTED_KEY = re.compile(
+    r"(?P<q>['\"])(?P<name>[A-Za-z_][\w-]*)(?P=q)(?P<sep>\s*:\s*)"
+    r"(?P<value>'[^']*'|\"[^\"]*\"|\[[^\]]*\])"
+)
+_BEARER = re.compile(r"(?P<head>\bBearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+# Values that name no secret: SGLang's repr prints api_key=None when no key is set.
+_NOT_A_SECRET = frozenset({"None", "True", "False", "null", "true", "false"})
+
+
+def _masked_assignments(text: str) -> str:
+    # A scan rather than one substitution: a non-secret name's value is not skipped over,
+    # so a secret assignment inside it (``args=ServerArgs(api_key='k')``) is still found.
+    out: list[str] = []
+    pos = 0
+    while name := _TEXT_NAME.search(text, pos):
+        out.append(text[pos : name.end()])
+        pos = name.end()
+        value = _TEXT_VALUE.match(text, pos) if is_secret_name(name["name"]) else None
+        if value is None or value["value"] in _NOT_A_SECRET:
+            continue
+        if value["quoted"] is not None:
+            out.append(value["quoted"][0] + MASK + value["quoted"][-1])
+        else:
+            out.append(MASK + value["tail"])
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _masked_quoted_key(m: re.Match[str]) -> str:
+    if not is_secret_name(m["name"]):
+        return m[0]
+    value = m["value"]
+    return f"{m['q']}{m['name']}{m['q']}{m['sep']}{value[0]}{MASK}{value[-1]}"
 
 
 def masked_text(text: str) -> str:
-    """Free text (a message, a shell line) with its secret flags' values, secret
-    ``NAME=value`` and URL passwords hidden."""
+    """Free text (a message, a shell line, a server's log) with its secret flags' values,
+    secret ``NAME=value`` and ``'name': value``, bearer tokens and URL passwords hidden."""
     text = _TEXT_FLAG.sub(lambda m: m["flag"] + m["sep"] + MASK, text)
-    text = _TEXT_ASSIGNMENT.sub(
-        lambda m: f"{m['name']}={MASK}" if is_secret_name(m["name"]) else m[0], text
-    )
+    text = _masked_assignments(text)
+    text = _TEXT_QUOTED_KEY.sub(_masked_quoted_key, text)
+    text = _BEARER.sub(lambda m: m["head"] + MASK, text)
     return _URL_PASSWORD.sub(lambda m: m["head"] + MASK, text)
 
 

@@ -137,8 +137,14 @@ def instance_snapshot(*, instance_id: int) -> InstanceSnapshot | None:
     return {
         "instance": instance_as_dict(instance),
         "events": [event_as_dict(e) for e in instance_events(instance_id=instance_id)],
-        "log_tail": instance.log_tail,
+        "log_tail": masked_text(instance.log_tail),
     }
+
+
+def instance_log_lines(instance: ServerInstance, *, last: int) -> list[str]:
+    """The last ``last`` lines of the server's log, as the lifecycle job last read them, with
+    the secrets a server prints (SGLang logs its ServerArgs, api_key included) masked."""
+    return masked_text(instance.log_tail).splitlines()[-last:]
 
 
 class InstanceRow(TypedDict):

@@ -318,7 +318,9 @@ def update_log(plan: Plan, status: StatusAnswer) -> None:
     if text and text != plan.last_log:
         plan.last_log = text
         ServerInstance.objects.filter(pk=plan.instance_id).update(log_tail=text)
-        INSTANCE_LOG.broadcast(realtime.instance_group(plan.instance_id), {"log_tail": text})
+        INSTANCE_LOG.broadcast(
+            realtime.instance_group(plan.instance_id), {"log_tail": masked_text(text)}
+        )
 
 
 def mark_stopping(plan: Plan, reason: str) -> None:

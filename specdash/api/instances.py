@@ -165,5 +165,5 @@ def instance_log(
 ) -> InstanceLogBody:
     """The last lines of the server's log, as the lifecycle job last read them."""
     instance = _instance(instance_id)
-    lines = instance.log_tail.splitlines()[-query.lines :]
+    lines = host_selectors.instance_log_lines(instance, last=query.lines)
     return {"instance_id": instance.pk, "state": instance.state, "lines": lines}

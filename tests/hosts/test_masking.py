@@ -87,3 +87,34 @@ def test_a_mask_sent_back_keeps_the_stored_secret() -> None:
     assert unmask_argv(sent_argv, stored) == (["srv", "--api-key", "k1", "--token=t",
                                                "--port", "2"], [])  # fmt: skip
     assert unmask_argv(["srv", "--password", "***"], stored) == (["srv", "--password", "***"], [2])
+
+
+def test_a_servers_log_has_its_keys_masked_in_every_form_a_server_prints_them() -> None:
+    sglang = (
+        "server_args=ServerArgs(model_path='/m', tokenizer_path='/m', api_key='sk 1', "
+        "admin_api_key=None, max_total_tokens=4096, speculative_num_draft_tokens=4, "
+        "hf_token='hf_x', port=30000)"
+    )
+    assert masked_text(sglang) == (
+        "server_args=ServerArgs(model_path='/m', tokenizer_path='/m', api_key='***', "
+        "admin_api_key=None, max_total_tokens=4096, speculative_num_draft_tokens=4, "
+        "hf_token='***', port=30000)"
+    )
+    assert masked_text("args: {'api_key': ['sk'], 'max_num_batched_tokens': 2048}") == (
+        "args: {'api_key': [***], 'max_num_batched_tokens': 2048}"
+    )
+    assert masked_text('{"hf_token": "hf_x", "tokenizer": "t"}') == (
+        '{"hf_token": "***", "tokenizer": "t"}'
+    )
+    assert masked_text("Authorization: Bearer sk-a.b") == "Authorization: Bearer ***"
+    # Unquoted: the value ends where the repr around it closes, and nothing after it is lost.
+    assert masked_text("f(api_key=sk-2, port=1)") == "f(api_key=***, port=1)"
+    assert masked_text("DB_PASS=a,b TOKEN=ab)cd") == "DB_PASS=*** TOKEN=***"
+    # A non-secret name's value is read into, not skipped over.
+    assert masked_text("x=ServerArgs(api_key='sk') env A=1,HF_TOKEN=hf") == (
+        "x=ServerArgs(api_key='***') env A=1,HF_TOKEN=***"
+    )
+    # Counts of tokens are figures, not secrets; a token is a secret.
+    assert masked_env({"MAX_TOTAL_TOKENS": "8", "HF_TOKEN": "t", "TOKENIZER": "x"}) == {
+        "MAX_TOTAL_TOKENS": "8", "HF_TOKEN": "***", "TOKENIZER": "x"
+    }  # fmt: skip

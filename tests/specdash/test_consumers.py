@@ -143,6 +143,39 @@ async def test_a_viewers_instance_socket_gets_reason_evidence_and_readiness_mask
     await communicator.disconnect()
 
 
+# What SGLang writes at start (its ServerArgs' repr) and what a dict-printing server writes.
+SGLANG_LOG = "server_args=ServerArgs(model_path='/m', api_key='k1-secret', max_total_tokens=4096)"
+DICT_LOG = "non-default args: {'model': '/m', 'hf_token': 'hf-secret'}"
+
+
+async def test_a_viewers_instance_socket_gets_the_servers_log_masked(
+    viewer: Any, make_profile: Any
+) -> None:
+    """A server that prints its key in its log must not show it to a viewer: not in the
+    snapshot, nor in the log event the lifecycle job sends when it reads a new tail."""
+    profile = await sync_to_async(make_profile)()
+    instance = await ServerInstance.objects.acreate(
+        profile=profile, host=profile.host, port=profile.port, state=InstanceState.LOADING,
+        run_id="sd-masked-log-test", log_tail=SGLANG_LOG,
+    )  # fmt: skip
+    communicator = await _open(f"/ws/instances/{instance.pk}/", viewer)
+    snapshot = await communicator.receive_json_from(timeout=10)
+    assert snapshot["log_tail"] == (
+        "server_args=ServerArgs(model_path='/m', api_key='***', max_total_tokens=4096)"
+    )
+    plan = await sync_to_async(steps.load_plan)(instance.pk)
+    status: Any = {"log": {"lines": [SGLANG_LOG, DICT_LOG]}}
+    await sync_to_async(steps.update_log)(plan, status)
+    while (event := await communicator.receive_json_from(timeout=10))["type"] != "instance.log":
+        pass
+    assert (
+        event["log_tail"].splitlines()[1] == "non-default args: {'model': '/m', 'hf_token': '***'}"
+    )
+    for secret in SOCKET_SECRETS:
+        assert secret not in str(snapshot) + str(event), secret
+    await communicator.disconnect()
+
+
 async def test_a_telemetry_batch_recorded_after_the_snapshot_was_read_is_delivered(
     viewer: Any, local_host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:

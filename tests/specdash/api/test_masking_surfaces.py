@@ -122,6 +122,36 @@ def test_the_instance_page_and_its_events_hide_the_secrets(
     assert body["readiness"] == "models 'https://user:***@hub.example/m' not in []"
 
 
+def test_the_servers_log_is_masked_on_the_page_and_in_the_api(
+    client: Client, viewer: User, as_viewer: ApiClient, instance: ServerInstance
+) -> None:
+    """SGLang logs its ServerArgs with the key in them; a server may also print a dict, JSON
+    or a bearer header. The figures beside them (token counts) stay readable."""
+    log = "\n".join([
+        "server_args=ServerArgs(model_path='/m', api_key='k1-secret', admin_api_key=None, "
+        "max_total_tokens=4096, speculative_num_draft_tokens=4)",
+        "non-default args: {'model': '/m', 'hf_token': 'hf-secret', 'max_num_seqs': 8}",
+        '{"api_key": "k2-secret", "num_speculative_tokens": 3}',
+        "GET /v1/models Authorization: Bearer pw-secret",
+    ])  # fmt: skip
+    ServerInstance.objects.filter(pk=instance.pk).update(log_tail=log)
+    client.force_login(viewer)
+    html = client.get(f"/servers/instances/{instance.pk}/").content.decode()
+    _no_secret(html)
+    body = as_viewer.get(f"/api/v1/instances/{instance.pk}/log").json()
+    assert body["lines"] == [
+        "server_args=ServerArgs(model_path='/m', api_key='***', admin_api_key=None, "
+        "max_total_tokens=4096, speculative_num_draft_tokens=4)",
+        "non-default args: {'model': '/m', 'hf_token': '***', 'max_num_seqs': 8}",
+        '{"api_key": "***", "num_speculative_tokens": 3}',
+        "GET /v1/models Authorization: Bearer ***",
+    ]  # fmt: skip
+    assert "api_key=&#x27;***&#x27;, admin_api_key=None, max_total_tokens=4096" in html
+    assert as_viewer.get(f"/api/v1/instances/{instance.pk}/log?lines=1").json()["lines"] == [
+        "GET /v1/models Authorization: Bearer ***"
+    ]
+
+
 def test_a_sweep_snapshot_masks_the_argv_and_old_snapshots_are_masked_on_the_way_out(
     client: Client, viewer: User, as_viewer: ApiClient, instance: ServerInstance
 ) -> None:
