@@ -20,6 +20,7 @@ from benchmarks.experiments.history import HistoryRun, history_load
 from benchmarks.experiments.models import Experiment, ExperimentArm, ExperimentStep
 from benchmarks.sweeps.models import LevelState, Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.plan import is_rate_sweep
+from hosts.masking import masked_text
 from hosts.models import ServerInstance, ServerProfile
 from hosts.models.instances import HOLDING_STATES
 
@@ -120,7 +121,8 @@ def step_as_dict(step: ExperimentStep) -> StepRow:
         "state": step.state,
         "state_label": step.get_state_display(),
         "finished": step.is_finished,
-        "reason": step.reason,
+        # Masked as the page and the API mask it: it quotes the server's own reason.
+        "reason": masked_text(step.reason),
         "instance_id": step.instance_id,
         "instance_state": step.instance.state if step.instance is not None else None,
         "sweep_id": sweep.pk if sweep is not None else None,
@@ -138,7 +140,7 @@ def experiment_as_dict(experiment: Experiment) -> ExperimentRow:
         "state": experiment.state,
         "state_label": experiment.get_state_display(),
         "finished": experiment.is_finished,
-        "reason": experiment.reason,
+        "reason": masked_text(experiment.reason),
         "started_at": _epoch(experiment.started_at),
         "finished_at": _epoch(experiment.finished_at),
         "has_comparison": bool(experiment.comparison),

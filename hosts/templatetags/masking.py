@@ -1,8 +1,10 @@
-"""Template filters hiding secrets where a page shows an argv or a message (hosts.masking)."""
+"""Template filters hiding secrets where a page shows an argv, a message or a stored snapshot
+(hosts.masking)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django import template
 
@@ -19,3 +21,8 @@ def masked_argv(argv: Sequence[str] | None) -> list[str]:
 @register.filter
 def masked_text(text: str | None) -> str:
     return masking.masked_text(text or "")
+
+
+@register.filter
+def masked_tree(tree: Any) -> Any:
+    return masking.masked_tree(tree)

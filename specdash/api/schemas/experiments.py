@@ -16,6 +16,7 @@ from benchmarks.experiments.models import DEFAULT_ORDER, DEFAULT_REPEATS
 from specdash.api.schemas.base import (
     Id,
     In,
+    MaskedText,
     Notes,
     Page,
     RunOut,
@@ -150,7 +151,7 @@ class StepOut(Schema):
     profile: str
     repeat: int
     state: str
-    reason: str
+    reason: MaskedText
     instance_id: int | None
     sweep_id: int | None
     started_at: datetime | None
@@ -175,7 +176,7 @@ class ExperimentOut(RunOut):
     name: str
     state: str
     finished: bool
-    reason: str
+    reason: MaskedText
     levels: list[int]
     load: JsonObject
     repeats: int

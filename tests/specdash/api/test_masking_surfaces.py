@@ -11,6 +11,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from benchmarks.experiments import selectors as exp_selectors
+from benchmarks.experiments import services as experiment_services
+from benchmarks.experiments.models import Experiment, ExperimentState
 from benchmarks.sweeps.environment import sweep_environment
 from benchmarks.sweeps.models import Sweep, SweepLevel
 from hosts import services as host_services
@@ -150,6 +153,38 @@ def test_the_servers_log_is_masked_on_the_page_and_in_the_api(
     assert as_viewer.get(f"/api/v1/instances/{instance.pk}/log?lines=1").json()["lines"] == [
         "GET /v1/models Authorization: Bearer ***"
     ]
+
+
+def test_a_halted_experiment_shows_its_dirty_servers_evidence_and_reasons_masked(
+    client: Client, viewer: User, as_viewer: ApiClient, profile: ServerProfile,
+    make_profile: Callable[..., ServerProfile],
+) -> None:  # fmt: skip
+    """A dirty stop halts an experiment with the server's evidence: the holders' command lines,
+    another process's --api-key among them. The instance page masks them; so must the
+    experiment's page, its socket rows and the API."""
+    other = make_profile(name="Other", launch_argv=["python3", "-m", "benchlib.simulator"])
+    experiment = experiment_services.experiment_create(
+        profiles=[profile, other], levels=[1], load={"requests_per_level": 4, "max_tokens": 8}
+    )
+    holder = {"pid": 7, "comm": "python3", "cmdline": ["vllm", "serve", "--api-key", "k1-secret"]}
+    Experiment.objects.filter(pk=experiment.pk).update(
+        state=ExperimentState.HALTED,
+        reason="server #1 ended dirty: launched with env HF_TOKEN=hf-secret",
+        evidence={"instance_id": 1, "state": "dirty", "holders": [holder]},
+    )
+    experiment.steps.filter(index=0).update(reason="start failed: --api-key k2-secret")
+    client.force_login(viewer)
+    html = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    _no_secret(html)
+    assert "&#x27;--api-key&#x27;, &#x27;***&#x27;" in html and "HF_TOKEN=***" in html
+    body = as_viewer.get(f"/api/v1/experiments/{experiment.pk}").json()
+    _no_secret(str(body))
+    assert body["reason"] == "server #1 ended dirty: launched with env HF_TOKEN=***"
+    assert body["steps"][0]["reason"] == "start failed: --api-key ***"
+    snapshot = exp_selectors.experiment_snapshot(experiment_id=experiment.pk)
+    assert snapshot is not None
+    _no_secret(str(snapshot))
+    assert snapshot["steps"][0]["reason"] == "start failed: --api-key ***"
 
 
 def test_a_sweep_snapshot_masks_the_argv_and_old_snapshots_are_masked_on_the_way_out(
