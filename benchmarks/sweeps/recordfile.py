@@ -122,6 +122,32 @@ class RecordGroups:
             self.bad_lines.append(rows + 1)
 
 
+@dataclass
+class MeasuredCounts:
+    """How a level attempt's measured requests (warm-up left out) ended, by its records."""
+
+    ok: int = 0
+    failed: int = 0
+
+
+def attempt_counts(path: Path) -> dict[tuple[int, int], MeasuredCounts]:
+    """Every (level, attempt) the file holds records of, with its measured requests' counts
+    as the audit counts them; {} when the file is gone."""
+    counts: dict[tuple[int, int], MeasuredCounts] = {}
+    for key, rows in RecordGroups(path).groups():
+        if key is None:
+            continue
+        tally = counts.setdefault(key, MeasuredCounts())
+        for row in rows:
+            if row.get("warmup"):
+                continue
+            if row.get("error_kind"):
+                tally.failed += 1
+            else:
+                tally.ok += 1
+    return counts
+
+
 def iter_level_records(path: Path, index: int, attempt: int) -> Iterator[JsonObject]:
     """The records of one level attempt, one at a time, in either format (memory bounded by
     one block of the compact format or one line); nothing when the file is missing."""

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, cast
 
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from benchlib.json_types import JsonObject
 from benchlib.loadgen.events import SampleEvent
 from benchlib.loadgen.summary import Distribution, LevelSummary
 from benchmarks.sweeps import plan as level_plans
 from benchmarks.sweeps import selectors
+from benchmarks.sweeps.attempts import earlier_attempt, unheard_attempts_record
 from benchmarks.sweeps.channel import (
     SWEEP_LEVEL,
     SWEEP_SAMPLES,
@@ -154,6 +154,10 @@ def sweep_begin(*, sweep_id: int, resume_from: int = 0) -> SweepPlan | None:
         sweep.records_path = str(records)
         sweep.save(update_fields=["records_path"])
         broadcast_sweep_state(sweep_id)
+    if sweep.attempts > 1:
+        # A resume: the records an earlier run wrote of levels it never told us it started.
+        for level in unheard_attempts_record(sweep):
+            _broadcast_level(level)
     instance = sweep.instance
     if instance is not None and instance.state != InstanceState.READY:
         sweep_finish(
@@ -218,37 +222,6 @@ def _from_epoch(t: Any) -> datetime:
     return timezone.now()
 
 
-class EarlierAttempt(TypedDict):
-    """One entry of a level's ``earlier_attempts``: its row as an earlier attempt left it."""
-
-    attempt: int
-    state: str
-    reason: str
-    requests_ok: int
-    requests_failed: int
-    output_tok_s: float | None
-    summary: JsonObject  # the level summary it had (LevelSummary, as stored)
-    server_metrics: JsonObject
-    started_at: str | None  # ISO 8601
-    finished_at: str | None
-
-
-def _earlier_attempt(level: SweepLevel) -> EarlierAttempt:
-    """What a level's row held before the level was run again: kept beside the new run."""
-    return {
-        "attempt": level.attempt,
-        "state": level.state,
-        "reason": level.reason,
-        "requests_ok": level.requests_ok,
-        "requests_failed": level.requests_failed,
-        "output_tok_s": level.output_tok_s,
-        "summary": level.summary,
-        "server_metrics": level.server_metrics,
-        "started_at": level.started_at.isoformat() if level.started_at else None,
-        "finished_at": level.finished_at.isoformat() if level.finished_at else None,
-    }
-
-
 def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float) -> None:
     """A level begins; a row left by an earlier attempt (a partial level) moves into
     ``earlier_attempts`` and the row now stands for this attempt."""
@@ -261,7 +234,7 @@ def sweep_level_started(*, sweep_id: int, index: int, concurrency: int, t: float
         if level is None:
             level = SweepLevel(sweep_id=sweep_id, index=index, attempt=attempt)
         elif level.attempt != attempt:
-            level.earlier_attempts = [*level.earlier_attempts, _earlier_attempt(level)]
+            level.earlier_attempts = [*level.earlier_attempts, earlier_attempt(level)]
             # A level not yet run again: the columns an empty summary gives (every figure is
             # read with .get, so they come out empty).
             for name, value in level_fields_from_summary(cast(LevelSummary, {})).items():

@@ -19,7 +19,7 @@ from benchmarks import audit, audit_comparison, audit_levels
 from benchmarks.experiments import recording as experiment_recording
 from benchmarks.experiments import services as experiment_services
 from benchmarks.experiments.models import Experiment
-from benchmarks.sweeps import handler, services
+from benchmarks.sweeps import handler, recording, services
 from benchmarks.sweeps.models import Sweep, SweepLevel, SweepState
 from benchmarks.sweeps.scrapes import scrapes_path, scrapes_read
 from core.jobs import JobContext
@@ -179,6 +179,75 @@ def test_records_under_a_level_or_attempt_the_sweep_never_had_are_reported(
     problems = audit_levels.audit_sweep(sweep=measured).problems
     assert any("records of level 7 attempt 1 belong to no level" in p for p in problems)
     assert any("records of level 0 attempt 3 belong to no level" in p for p in problems)
+
+
+def _resume(sweep: Sweep, resume_from: int) -> Sweep:
+    """The start of a resumed run, as its job makes it."""
+    Sweep.objects.filter(pk=sweep.pk).update(state=SweepState.QUEUED)
+    assert recording.sweep_begin(sweep_id=sweep.pk, resume_from=resume_from) is not None
+    return Sweep.objects.get(pk=sweep.pk)
+
+
+def test_a_level_its_load_generator_started_unheard_is_given_its_records_at_the_resume(
+    measured: Sweep,
+) -> None:
+    """The worker is lost after the load generator emitted level 1's start and before the
+    database stored it: level 1's records are in the file, and no row knows them. The resume
+    gives them a partial row of that attempt, which the level's rerun keeps as an earlier
+    attempt; nothing is counted twice and the audit finds every record a place."""
+    SweepLevel.objects.filter(sweep=measured, index=1).delete()
+    Sweep.objects.filter(pk=measured.pk).update(state=SweepState.INTERRUPTED)
+    assert any(
+        "9 records of level 1 attempt 1 belong to no level" in p
+        for p in audit_levels.audit_sweep(sweep=measured).problems
+    )
+    resumed = _resume(measured, resume_from=1)
+    assert resumed.attempts == 2
+    level = SweepLevel.objects.get(sweep=measured, index=1)
+    assert (level.state, level.attempt, level.concurrency) == ("partial", 1, 3)
+    assert (level.requests_ok, level.requests_failed, level.summary) == (9, 0, {})
+    assert level.output_tok_s is None
+    assert level.reason.startswith("attempt 1 was started by the load generator after the")
+    assert audit_levels.audit_sweep(sweep=resumed).problems == []
+
+    recording.sweep_level_started(sweep_id=measured.pk, index=1, concurrency=3, t=1.0)
+    level.refresh_from_db()
+    assert (level.state, level.attempt, level.requests_ok) == ("running", 2, 0)
+    assert [(e["attempt"], e["state"], e["requests_ok"]) for e in level.earlier_attempts] == [
+        (1, "partial", 9)
+    ]
+    assert not any(
+        "belong to no level" in p for p in audit_levels.audit_sweep(sweep=resumed).problems
+    )
+
+
+def test_an_unheard_rerun_of_a_level_with_a_row_joins_its_earlier_attempts(
+    measured: Sweep,
+) -> None:
+    """Run 2 restarted level 0 unheard (its records carry attempt 2; the row still stands for
+    attempt 1). Run 3's start keeps them as an earlier attempt of level 0; records of a level
+    the sweep never had, or of a run not yet begun, are left for the audit to report."""
+    path = Path(measured.records_path)
+    Sweep.objects.filter(pk=measured.pk).update(attempts=2, state=SweepState.INTERRUPTED)
+
+    def rerun(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        zero = [r for r in records if r["level"] == 0]
+        failed = {**zero[1], "attempt": 2, "error_kind": "disconnect"}
+        again = [{**zero[0], "attempt": 2}, failed, {**zero[2], "attempt": 2}]
+        return [*records, *again, {**zero[0], "level": 7}, {**zero[0], "attempt": 9}]
+
+    _rewrite(path, rerun)
+    resumed = _resume(measured, resume_from=0)
+    level = SweepLevel.objects.get(sweep=measured, index=0)
+    assert (level.attempt, level.state, level.requests_ok) == (1, "completed", 9)
+    assert [
+        (e["attempt"], e["requests_ok"], e["requests_failed"]) for e in level.earlier_attempts
+    ] == [(2, 2, 1)]
+    assert SweepLevel.objects.filter(sweep=measured).count() == 2
+    problems = [p for p in audit_levels.audit_sweep(sweep=resumed).problems if "belong" in p]
+    assert len(problems) == 2, problems
+    assert "1 records of level 0 attempt 9 belong" in problems[0]
+    assert "1 records of level 7 attempt 1 belong" in problems[1]
 
 
 def test_a_corrupted_summary_or_headline_column_is_reported(measured: Sweep) -> None:
