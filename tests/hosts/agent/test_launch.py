@@ -230,6 +230,11 @@ def test_status_of_a_server_that_just_died_waits_for_its_supervisor_to_record_th
     os.kill(supervisor, signal.SIGSTOP)
     resume = threading.Timer(0.5, os.kill, (supervisor, signal.SIGCONT))
     try:
+        # SIGSTOP is only queued: a supervisor not yet scheduled would, woken by the death,
+        # reap the server before it stops (a clean-clone run failed so), and no zombie is left.
+        wait_for(
+            lambda: (stat_fields(supervisor) or ["?"])[0] == "T", what="the supervisor stopped"
+        )
         os.kill(launched["pid"], signal.SIGKILL)
         wait_for(
             lambda: (stat_fields(launched["pid"]) or ["?"])[0] == "Z", what="the server a zombie"
