@@ -63,21 +63,6 @@ def unheard_reason(attempt: int, counts: MeasuredCounts) -> str:
     )
 
 
-def _unheard_attempt(attempt: int, counts: MeasuredCounts) -> EarlierAttempt:
-    return {
-        "attempt": attempt,
-        "state": LevelState.PARTIAL,
-        "reason": unheard_reason(attempt, counts),
-        "requests_ok": counts.ok,
-        "requests_failed": counts.failed,
-        "output_tok_s": None,
-        "summary": {},
-        "server_metrics": {},
-        "started_at": None,
-        "finished_at": None,
-    }
-
-
 def unheard_attempts_record(sweep: Sweep) -> list[SweepLevel]:
     """Give each level attempt of an earlier run that the records file holds and no level row
     knows its place, and return the rows changed: a level with no row gets one, partial, for
@@ -103,25 +88,28 @@ def unheard_attempts_record(sweep: Sweep) -> list[SweepLevel]:
         # Latest first: a level with no row gets one for its latest unheard attempt, and its
         # older ones are earlier attempts of it.
         for (index, attempt), counts in sorted(found.items(), key=lambda f: -f[0][1]):
+            # The row the attempt would have left, had its start been stored: partial, its
+            # records' counts, no figures.
+            unheard = SweepLevel(
+                sweep_id=sweep.pk,
+                index=index,
+                concurrency=plan[index][0],
+                attempt=attempt,
+                state=LevelState.PARTIAL,
+                reason=unheard_reason(attempt, counts),
+                requests_ok=counts.ok,
+                requests_failed=counts.failed,
+            )
             level = levels.get(index)
             if level is None:
-                level = levels[index] = SweepLevel(
-                    sweep_id=sweep.pk,
-                    index=index,
-                    concurrency=plan[index][0],
-                    attempt=attempt,
-                    state=LevelState.PARTIAL,
-                    reason=unheard_reason(attempt, counts),
-                    requests_ok=counts.ok,
-                    requests_failed=counts.failed,
-                )
+                level = levels[index] = unheard
             elif attempt == level.attempt or any(
                 e.get("attempt") == attempt for e in level.earlier_attempts
             ):
                 continue
             else:
                 level.earlier_attempts = sorted(
-                    [*level.earlier_attempts, _unheard_attempt(attempt, counts)],
+                    [*level.earlier_attempts, earlier_attempt(unheard)],
                     key=lambda e: int(e.get("attempt") or 0),
                 )
             changed[index] = level
